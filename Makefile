@@ -1,0 +1,31 @@
+# Two entry points for a fresh machine: `make demo` (main job) and `make test` (the test suite).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-slow lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/esper demo
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/mypy src
+	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q
+
+test-slow: $(STAMP)
+	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -m slow
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_kasmina.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache
