@@ -15,6 +15,9 @@ settings.register_profile("ci", max_examples=50, deadline=None)
 settings.register_profile("thorough", max_examples=1000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
+# Test tensors are tiny: intra-op threads only add scheduling overhead (and contend on small CI machines).
+torch.set_num_threads(1)
+
 
 @pytest.fixture(autouse=True)
 def _seed_everything() -> None:

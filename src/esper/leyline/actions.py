@@ -303,6 +303,8 @@ class ActionValidity:
         assert cmd.slot_id is not None
         if cmd.slot_id not in CANONICAL_SLOTS or not self.op_slot[cmd.op][CANONICAL_SLOTS.index(cmd.slot_id)]:
             return False
+        if cmd.op == LifecycleOp.GERMINATE and cmd.blueprint_id == BLUEPRINT_HEAD[topology][0]:
+            return False  # the noop blueprint is never a germination
         action = FactoredAction.from_command(cmd, topology)
         return action is None or self.is_valid(action)
 

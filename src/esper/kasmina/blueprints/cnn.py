@@ -1,0 +1,130 @@
+"""CNN blueprints (DESIGN §3.4): shape-preserving modules on (B, C, H, W).
+
+Standard (PyTorch default, kaiming-uniform) initialization: α = 0 already preserves the host function, so seeds must
+not start at zero output or they would receive no useful gradient.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from esper.kasmina.blueprints.registry import BlueprintRegistry, BlueprintSpec
+from esper.leyline import BLUEPRINT_HEAD
+
+_GROUP_CANDIDATES = (32, 16, 8, 4, 2, 1)
+
+
+def group_count(channels: int) -> int:
+    """g(C): the most groups that still leave ≥ 16 channels per group, else the most groups that divide C."""
+    for groups in _GROUP_CANDIDATES:
+        if channels % groups == 0 and channels // groups >= 16:
+            return groups
+    return next(groups for groups in _GROUP_CANDIDATES if channels % groups == 0)
+
+
+class SeedConvBlock(nn.Module):
+    """Conv3×3 (no bias) → GroupNorm(g(C)) → ReLU; GroupNorm keeps seeds independent of batch statistics."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, kernel_size=3, padding=1, bias=False)
+        self.norm = nn.GroupNorm(group_count(channels), channels)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.relu(self.norm(self.conv(x)))
+
+
+class ConvLight(nn.Module):
+    """y = x + SeedConvBlock(x)."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.block = SeedConvBlock(channels)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x + self.block(x)
+
+
+class ConvHeavy(nn.Module):
+    """y = x + SeedConvBlock(SeedConvBlock(x))."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.block1 = SeedConvBlock(channels)
+        self.block2 = SeedConvBlock(channels)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x + self.block2(self.block1(x))
+
+
+def _se_reduction(channels: int) -> int:
+    return max(1, channels // 4)
+
+
+class SqueezeExcitation(nn.Module):
+    """Channel attention: y = x · σ(W₂·ReLU(W₁·GAP(x))), no biases."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        reduced = _se_reduction(channels)
+        self.fc1 = nn.Linear(channels, reduced, bias=False)
+        self.fc2 = nn.Linear(reduced, channels, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        scale = torch.sigmoid(self.fc2(torch.relu(self.fc1(x.mean(dim=(2, 3))))))
+        return x * scale[:, :, None, None]
+
+
+class GroupNormSeed(nn.Module):
+    """y = x + tanh(s)·(GroupNorm(x) − x), s init 1: a learnable pull towards the normalized activation."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.norm = nn.GroupNorm(min(32, channels), channels)
+        self.strength = nn.Parameter(torch.ones(()))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x + torch.tanh(self.strength) * (self.norm(x) - x)
+
+
+class DepthwiseSeparable(nn.Module):
+    """y = x + ReLU(GN(Conv1×1(DWConv3×3(x)))), no biases: a cheap spatial + channel mixing residual."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.depthwise = nn.Conv2d(channels, channels, kernel_size=3, padding=1, groups=channels, bias=False)
+        self.pointwise = nn.Conv2d(channels, channels, kernel_size=1, bias=False)
+        self.norm = nn.GroupNorm(group_count(channels), channels)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x + torch.relu(self.norm(self.pointwise(self.depthwise(x))))
+
+
+def _identity(channels: int) -> nn.Module:
+    return nn.Identity()
+
+
+def register_cnn_blueprints(registry: BlueprintRegistry) -> None:
+    """Adds the §3.4 CNN catalog to `registry`; `in_head` follows Leyline's BLUEPRINT_HEAD."""
+    catalog: tuple[tuple[str, Callable[[int], nn.Module], Callable[[int], int], str], ...] = (
+        ("noop", _identity, lambda c: 0, "Identity: a placeholder seed with no parameters"),
+        ("conv_light", ConvLight, lambda c: 9 * c * c + 2 * c, "Residual 3x3 conv block"),
+        ("attention", SqueezeExcitation, lambda c: 2 * c * _se_reduction(c), "Squeeze-excitation channel attention"),
+        ("norm", GroupNormSeed, lambda c: 2 * c + 1, "Learnable pull towards GroupNorm"),
+        ("depthwise", DepthwiseSeparable, lambda c: c * c + 11 * c, "Residual depthwise-separable conv"),
+        ("conv_heavy", ConvHeavy, lambda c: 18 * c * c + 4 * c, "Residual stack of two 3x3 conv blocks"),
+    )
+    for name, factory, param_count, description in catalog:
+        registry.register(
+            BlueprintSpec(
+                name=name,
+                topology="cnn",
+                factory=factory,
+                param_count=param_count,
+                description=description,
+                in_head=name in BLUEPRINT_HEAD["cnn"],
+            )
+        )

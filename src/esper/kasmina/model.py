@@ -1,0 +1,213 @@
+"""MorphogeneticModel: a host plus one SeedSlot per enabled injection point (DESIGN §3.8, §3.9, §3.10)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from esper.kasmina.blueprints import BlueprintRegistry
+from esper.kasmina.hosts import HostProtocol
+from esper.kasmina.slot import EventCallback, SeedSlot, StageChange
+from esper.kasmina.state import LifecycleConfig
+from esper.leyline import GateResult, SeedStage, SeedStateReport, is_live_stage, ordered_slots
+
+
+class MorphogeneticModel(nn.Module):
+    """Host network whose forward is chained through its enabled slots, segment by segment."""
+
+    def __init__(
+        self,
+        host: HostProtocol,
+        *,
+        slots: list[str] | tuple[str, ...],
+        lifecycle: LifecycleConfig,
+        registry: BlueprintRegistry | None = None,
+        on_event: EventCallback | None = None,
+    ) -> None:
+        super().__init__()
+        if not isinstance(host, nn.Module):
+            raise TypeError("host must be an nn.Module implementing HostProtocol")
+        available = list(host.segment_channels)
+        for name in slots:
+            if name not in available:
+                raise ValueError(f"Unknown slot: {name}. Available: {available}")
+        self.slot_ids: tuple[str, ...] = ordered_slots(slots)
+        if not self.slot_ids:
+            raise ValueError(f"At least one slot must be enabled. Available: {available}")
+        self.host = host
+        self.topology: str = host.topology
+        self.lifecycle = lifecycle
+        self.seed_slots = nn.ModuleDict({
+            s: SeedSlot(s, host.segment_channels[s], host.topology, lifecycle=lifecycle, registry=registry,
+                        on_event=on_event)
+            for s in self.slot_ids
+        })
+
+    # ------------------------------------------------------------------ forward
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        prev, prev_slot = x, None
+        for s in self.slot_ids:
+            h = self.host.forward_to_segment(s, prev, from_segment=prev_slot)
+            prev, prev_slot = self.seed_slots[s](h), s
+        return self.host.forward_from_segment(self.slot_ids[-1], prev)
+
+    def forward_with_ablations(
+        self, x: torch.Tensor, ablate: list[str] | tuple[str, ...]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Full logits plus, per ablated slot, logits with only that seed removed.
+
+        One chain pass caches every slot's host activation; each ablation restarts from its slot's cached
+        activation (identity at that slot) and recomputes only the suffix. Pure: no state is mutated.
+        """
+        cached: dict[str, torch.Tensor] = {}
+        prev, prev_slot = x, None
+        for s in self.slot_ids:
+            h = self.host.forward_to_segment(s, prev, from_segment=prev_slot)
+            cached[s] = h
+            prev, prev_slot = self.seed_slots[s](h), s
+        full = self.host.forward_from_segment(self.slot_ids[-1], prev)
+        ablated: dict[str, torch.Tensor] = {}
+        for k in ordered_slots(ablate):
+            self._slot(k)
+            start = self.slot_ids.index(k)
+            prev, prev_slot = cached[k], k
+            for s in self.slot_ids[start + 1:]:
+                h = self.host.forward_to_segment(s, prev, from_segment=prev_slot)
+                prev, prev_slot = self.seed_slots[s](h), s
+            ablated[k] = self.host.forward_from_segment(self.slot_ids[-1], prev)
+        return full, ablated
+
+    # ------------------------------------------------------------------ slots
+
+    def _slot(self, slot: str) -> SeedSlot:
+        if slot not in self.seed_slots:
+            raise ValueError(f"Unknown slot: {slot}. Available: {list(self.slot_ids)}")
+        module = self.seed_slots[slot]
+        assert isinstance(module, SeedSlot)
+        return module
+
+    def slots(self) -> list[SeedSlot]:
+        """Enabled slots in canonical order."""
+        return [self._slot(s) for s in self.slot_ids]
+
+    def slot(self, slot: str) -> SeedSlot:
+        return self._slot(slot)
+
+    def set_event_callback(self, on_event: EventCallback | None) -> None:
+        for s in self.slots():
+            s.on_event = on_event
+
+    def _host_device_dtype(self) -> tuple[torch.device, torch.dtype]:
+        p = next(self.host.parameters())
+        return p.device, p.dtype
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def germinate_seed(
+        self,
+        blueprint_id: str,
+        seed_id: str,
+        *,
+        slot: str,
+        blend_id: str = "sigmoid",
+        baseline_accuracy: float,
+        epoch: int,
+    ) -> None:
+        device, dtype = self._host_device_dtype()
+        self._slot(slot).germinate(
+            blueprint_id, seed_id, blend_id=blend_id, device=device, dtype=dtype,
+            baseline_accuracy=baseline_accuracy, host_param_count=self.host_param_count, epoch=epoch,
+        )
+
+    def cull_seed(self, *, slot: str, reason: str, epoch: int) -> bool:
+        return self._slot(slot).cull(reason, epoch)
+
+    def fossilize_seed(self, *, slot: str, epoch: int) -> GateResult:
+        return self._slot(slot).fossilize(epoch)
+
+    def step_epoch(self, epoch: int) -> list[StageChange]:
+        changes: list[StageChange] = []
+        for s in self.slots():
+            changes.extend(s.step_epoch(epoch))
+        return changes
+
+    def record_accuracy(self, acc: float) -> None:
+        for s in self.slots():
+            s.record_accuracy(acc)
+
+    def get_slot_reports(self) -> dict[str, SeedStateReport]:
+        reports: dict[str, SeedStateReport] = {}
+        for s in self.slots():
+            report = s.to_report()
+            if report is not None:
+                reports[s.slot_id] = report
+        return reports
+
+    def lifecycle_snapshot(self) -> tuple[tuple[str, int, int], ...]:
+        """(slot, stage, epochs in stage) for every enabled slot; (slot, 0, 0) when empty."""
+        return tuple(
+            (s.slot_id, 0, 0) if s.state is None
+            else (s.slot_id, int(s.state.stage), s.state.metrics.epochs_in_current_stage)
+            for s in self.slots()
+        )
+
+    # ------------------------------------------------------------------ parameters
+
+    def host_parameters(self) -> list[nn.Parameter]:
+        return list(self.host.parameters())
+
+    def seed_parameters(self, slot: str | None = None) -> list[nn.Parameter]:
+        """Seed module + gate parameters of one slot, or of every non-fossilized seed."""
+        if slot is not None:
+            return self._slot(slot).seed_parameters()
+        params: list[nn.Parameter] = []
+        for s in self.slots():
+            if s.state is not None and s.state.stage != SeedStage.FOSSILIZED:
+                params.extend(s.seed_parameters())
+        return params
+
+    @property
+    def host_param_count(self) -> int:
+        return sum(p.numel() for p in self.host.parameters() if p.requires_grad)
+
+    @property
+    def seed_param_count_total(self) -> int:
+        return sum(s.seed_param_count for s in self.slots() if s.state is not None)
+
+    @property
+    def total_params(self) -> int:
+        return self.host_param_count + self.seed_param_count_total
+
+    def count_live_seeds(self) -> int:
+        return sum(1 for s in self.slots() if s.state is not None and is_live_stage(s.state.stage))
+
+    def count_fossilized_seeds(self) -> int:
+        return sum(1 for s in self.slots() if s.state is not None and s.state.stage == SeedStage.FOSSILIZED)
+
+    def seeds_present(self) -> int:
+        return sum(1 for s in self.slots() if s.state is not None)
+
+    # ------------------------------------------------------------------ persistence
+
+    def export_state(self) -> dict[str, Any]:
+        """Host weights and every present seed as plain values (tensors are references)."""
+        return {
+            "slots": list(self.slot_ids),
+            "host": self.host.state_dict(),
+            "seeds": {s.slot_id: s.export_state() for s in self.slots() if s.state is not None},
+        }
+
+    def load_state(self, d: dict[str, Any]) -> None:
+        """Restore exactly: slots present in `d` are re-instantiated, all other slots become empty."""
+        if tuple(d["slots"]) != self.slot_ids:
+            raise ValueError(f"State has slots {d['slots']}, model has {list(self.slot_ids)}")
+        unknown = set(d["seeds"]) - set(self.slot_ids)
+        if unknown:
+            raise ValueError(f"State holds seeds for unknown slots: {sorted(unknown)}")
+        self.host.load_state_dict(d["host"], strict=True)
+        device, dtype = self._host_device_dtype()
+        for s in self.slots():
+            s.load_state(d["seeds"].get(s.slot_id), device=device, dtype=dtype)

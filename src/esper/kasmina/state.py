@@ -1,0 +1,352 @@
+"""Seed lifecycle state: metric mechanics, the stage machine and the quality gates (DESIGN §2.6, §2.7, §3.6).
+
+`SeedState.alpha` is the single source of truth for the blend weight: the slot's forward reads it and only the
+slot's `step_epoch` writes it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from esper.leyline import (
+    GateLevel,
+    GateResult,
+    SeedMetrics,
+    SeedStage,
+    SeedStateReport,
+    SeedTelemetry,
+    is_valid_transition,
+)
+from esper.leyline.constants import (
+    DEFAULT_ALPHA_COMPLETE_THRESHOLD,
+    DEFAULT_BLENDING_TOTAL_STEPS,
+    DEFAULT_GRADIENT_EMA_DECAY,
+    DEFAULT_GRADIENT_RATIO_THRESHOLD,
+    DEFAULT_MAX_PROBATION_EPOCHS,
+    DEFAULT_MIN_BLENDING_EPOCHS,
+    DEFAULT_MIN_FOSSILIZE_CONTRIBUTION,
+    DEFAULT_MIN_TRAINING_EPOCHS,
+    DEFAULT_MIN_TRAINING_IMPROVEMENT,
+    MAX_GRADIENT_RATIO,
+)
+
+STAGE_HISTORY_CAP = 100
+
+
+@dataclass(frozen=True, slots=True)
+class LifecycleConfig:
+    """Per-task lifecycle thresholds (LM tasks train seeds longer before blending)."""
+
+    min_training_epochs: int = DEFAULT_MIN_TRAINING_EPOCHS
+    min_training_improvement: float = DEFAULT_MIN_TRAINING_IMPROVEMENT
+    min_seed_gradient_ratio: float = DEFAULT_GRADIENT_RATIO_THRESHOLD
+    blending_steps: int = DEFAULT_BLENDING_TOTAL_STEPS
+    min_blending_epochs: int = DEFAULT_MIN_BLENDING_EPOCHS
+    alpha_complete_threshold: float = DEFAULT_ALPHA_COMPLETE_THRESHOLD
+    max_probation_epochs: int = DEFAULT_MAX_PROBATION_EPOCHS
+    min_fossilize_contribution: float = DEFAULT_MIN_FOSSILIZE_CONTRIBUTION
+
+    def __post_init__(self) -> None:
+        if self.blending_steps < 1:
+            raise ValueError("blending_steps must be >= 1")
+        if self.min_training_epochs < 0 or self.min_blending_epochs < 0 or self.max_probation_epochs < 1:
+            raise ValueError("epoch thresholds must be non-negative (max_probation_epochs >= 1)")
+
+
+@dataclass(slots=True)
+class SeedProgress:
+    """Mutable metric mechanics behind `SeedState.metrics`; `record_accuracy` is the only epoch clock."""
+
+    epochs_total: int = 0
+    epochs_in_current_stage: int = 0
+    initial_val_accuracy: float = 0.0
+    current_val_accuracy: float = 0.0
+    best_val_accuracy: float = 0.0
+    accuracy_at_stage_start: float = 0.0
+    accuracy_at_blending_start: float | None = None
+    counterfactual_contribution: float | None = None
+    contribution_at_fossilization: float | None = None
+    seed_gradient_norm_ratio: float = 0.0
+    seed_param_count: int = 0
+    host_param_count: int = 0
+    gradient_norm_avg: float = 0.0
+    _ratio_seen: bool = False
+    _norm_seen: bool = False
+
+    @property
+    def total_improvement(self) -> float:
+        return self.current_val_accuracy - self.initial_val_accuracy
+
+    @property
+    def improvement_since_stage_start(self) -> float:
+        return self.current_val_accuracy - self.accuracy_at_stage_start
+
+    @property
+    def blending_delta(self) -> float:
+        if self.accuracy_at_blending_start is None:
+            return 0.0
+        return self.current_val_accuracy - self.accuracy_at_blending_start
+
+    def record_accuracy(self, acc: Any) -> None:
+        """Record one epoch's validation accuracy (float or 0-dim tensor) and advance the epoch counters."""
+        value = float(acc)
+        self.current_val_accuracy = value
+        self.best_val_accuracy = max(self.best_val_accuracy, value)
+        self.epochs_total += 1
+        self.epochs_in_current_stage += 1
+
+    def reset_stage_baseline(self) -> None:
+        self.accuracy_at_stage_start = self.current_val_accuracy
+        self.epochs_in_current_stage = 0
+
+    def update_gradient_ratio(self, ratio: float) -> None:
+        value = ratio if not self._ratio_seen else (
+            DEFAULT_GRADIENT_EMA_DECAY * self.seed_gradient_norm_ratio + (1 - DEFAULT_GRADIENT_EMA_DECAY) * ratio
+        )
+        self.seed_gradient_norm_ratio = min(max(value, 0.0), MAX_GRADIENT_RATIO)
+        self._ratio_seen = True
+
+    def update_gradient_norm(self, norm: float) -> None:
+        if not self._norm_seen:
+            self.gradient_norm_avg = norm
+        else:
+            decay = DEFAULT_GRADIENT_EMA_DECAY
+            self.gradient_norm_avg = decay * self.gradient_norm_avg + (1 - decay) * norm
+        self._norm_seen = True
+
+    def to_leyline(self, *, alpha: float, blending_steps_done: int, blending_steps_total: int) -> SeedMetrics:
+        return SeedMetrics(
+            epochs_total=self.epochs_total,
+            epochs_in_current_stage=self.epochs_in_current_stage,
+            initial_val_accuracy=self.initial_val_accuracy,
+            current_val_accuracy=self.current_val_accuracy,
+            best_val_accuracy=self.best_val_accuracy,
+            accuracy_at_stage_start=self.accuracy_at_stage_start,
+            total_improvement=self.total_improvement,
+            improvement_since_stage_start=self.improvement_since_stage_start,
+            accuracy_at_blending_start=self.accuracy_at_blending_start,
+            blending_delta=self.blending_delta,
+            counterfactual_contribution=self.counterfactual_contribution,
+            contribution_at_fossilization=self.contribution_at_fossilization,
+            seed_gradient_norm_ratio=self.seed_gradient_norm_ratio,
+            seed_param_count=self.seed_param_count,
+            host_param_count=self.host_param_count,
+            gradient_norm_avg=self.gradient_norm_avg,
+            current_alpha=alpha,
+            blending_steps_done=blending_steps_done,
+            blending_steps_total=blending_steps_total,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SeedProgress:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise ValueError(f"Unknown SeedProgress fields: {sorted(unknown)}")
+        return cls(**d)
+
+
+@dataclass(kw_only=True, slots=True)
+class SeedState:
+    """One seed's lifecycle. Transitions only through `transition`, which records history and resets baselines."""
+
+    seed_id: str
+    blueprint_id: str
+    slot_id: str = ""
+    blend_id: str = "sigmoid"
+    stage: SeedStage = SeedStage.DORMANT
+    previous_stage: SeedStage = SeedStage.UNKNOWN
+    previous_epochs_in_stage: int = 0
+    stage_entered_epoch: int = 0
+    alpha: float = 0.0
+    metrics: SeedProgress = field(default_factory=SeedProgress)
+    blending_steps_done: int = 0
+    blending_steps_total: int = 0
+    is_healthy: bool = True
+    stage_history: list[tuple[SeedStage, int]] = field(default_factory=list)
+    telemetry: SeedTelemetry = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.telemetry = SeedTelemetry(seed_id=self.seed_id, blueprint_id=self.blueprint_id, layer_id=self.slot_id)
+
+    def can_transition_to(self, stage: SeedStage) -> bool:
+        return is_valid_transition(self.stage, stage)
+
+    def transition(self, stage: SeedStage, epoch: int) -> bool:
+        if not self.can_transition_to(stage):
+            return False
+        self.previous_stage = self.stage
+        self.previous_epochs_in_stage = self.metrics.epochs_in_current_stage
+        self.stage = stage
+        self.stage_entered_epoch = epoch
+        self.stage_history.append((stage, epoch))
+        del self.stage_history[:-STAGE_HISTORY_CAP]
+        self.metrics.reset_stage_baseline()
+        return True
+
+    def sync_telemetry(
+        self,
+        gradient_norm: float,
+        gradient_health: float,
+        has_vanishing: bool,
+        has_exploding: bool,
+        epoch: int = 0,
+        max_epochs: int = 25,
+    ) -> None:
+        t = self.telemetry
+        t.accuracy = self.metrics.current_val_accuracy
+        t.accuracy_delta = self.metrics.improvement_since_stage_start
+        t.epochs_in_stage = self.metrics.epochs_in_current_stage
+        t.stage = int(self.stage)
+        t.alpha = self.alpha
+        t.gradient_norm = gradient_norm
+        t.gradient_health = gradient_health
+        t.has_vanishing = has_vanishing
+        t.has_exploding = has_exploding
+        t.epoch = epoch
+        t.max_epochs = max_epochs
+        t.layer_id = self.slot_id
+        t.captured_at = datetime.now(UTC)
+
+    def to_report(self) -> SeedStateReport:
+        return SeedStateReport(
+            seed_id=self.seed_id,
+            slot_id=self.slot_id,
+            blueprint_id=self.blueprint_id,
+            blend_id=self.blend_id,
+            stage=self.stage,
+            previous_stage=self.previous_stage,
+            previous_epochs_in_stage=self.previous_epochs_in_stage,
+            stage_entered_epoch=self.stage_entered_epoch,
+            metrics=self.metrics.to_leyline(
+                alpha=self.alpha,
+                blending_steps_done=self.blending_steps_done,
+                blending_steps_total=self.blending_steps_total,
+            ),
+            telemetry=dataclasses.replace(self.telemetry),
+            is_healthy=self.is_healthy,
+            is_improving=self.metrics.improvement_since_stage_start > 0,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values only (checkpoints load with weights_only=True)."""
+        return {
+            "seed_id": self.seed_id,
+            "blueprint_id": self.blueprint_id,
+            "slot_id": self.slot_id,
+            "blend_id": self.blend_id,
+            "stage": int(self.stage),
+            "previous_stage": int(self.previous_stage),
+            "previous_epochs_in_stage": self.previous_epochs_in_stage,
+            "stage_entered_epoch": self.stage_entered_epoch,
+            "alpha": self.alpha,
+            "metrics": self.metrics.to_dict(),
+            "blending_steps_done": self.blending_steps_done,
+            "blending_steps_total": self.blending_steps_total,
+            "is_healthy": self.is_healthy,
+            "stage_history": [[int(s), int(e)] for s, e in self.stage_history],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SeedState:
+        state = cls(
+            seed_id=d["seed_id"],
+            blueprint_id=d["blueprint_id"],
+            slot_id=d["slot_id"],
+            blend_id=d["blend_id"],
+            stage=SeedStage(d["stage"]),
+            previous_stage=SeedStage(d["previous_stage"]),
+            previous_epochs_in_stage=int(d["previous_epochs_in_stage"]),
+            stage_entered_epoch=int(d["stage_entered_epoch"]),
+            alpha=float(d["alpha"]),
+            metrics=SeedProgress.from_dict(dict(d["metrics"])),
+            blending_steps_done=int(d["blending_steps_done"]),
+            blending_steps_total=int(d["blending_steps_total"]),
+            is_healthy=bool(d["is_healthy"]),
+            stage_history=[(SeedStage(s), int(e)) for s, e in d["stage_history"]],
+        )
+        return state
+
+
+class QualityGates:
+    """The gate table of DESIGN §2.6. Any target without a gate raises: no silent pass."""
+
+    def __init__(self, config: LifecycleConfig) -> None:
+        self.config = config
+
+    def check_gate(self, state: SeedState, target: SeedStage) -> GateResult:
+        checks = {
+            SeedStage.GERMINATED: self._g0,
+            SeedStage.TRAINING: self._g1,
+            SeedStage.BLENDING: self._g2,
+            SeedStage.PROBATIONARY: self._g3,
+            SeedStage.FOSSILIZED: self._g5,
+        }
+        if target not in checks:
+            raise ValueError(f"No quality gate guards a transition to {SeedStage(target).name}")
+        return checks[target](state)
+
+    @staticmethod
+    def _result(gate: GateLevel, checks: list[tuple[bool, str]], score: float) -> GateResult:
+        passed = tuple(name for ok, name in checks if ok)
+        failed = tuple(name for ok, name in checks if not ok)
+        verdict = "passed" if not failed else "failed: " + ", ".join(failed)
+        return GateResult(gate, not failed, score, passed, failed, f"{gate.name} {verdict}")
+
+    def _g0(self, s: SeedState) -> GateResult:
+        checks = [
+            (bool(s.seed_id), "seed_id_present" if s.seed_id else "seed_id_missing"),
+            (bool(s.blueprint_id), "blueprint_id_present" if s.blueprint_id else "blueprint_id_missing"),
+        ]
+        return self._result(GateLevel.G0, checks, 1.0 if all(ok for ok, _ in checks) else 0.0)
+
+    def _g1(self, s: SeedState) -> GateResult:
+        ok = s.stage == SeedStage.GERMINATED
+        return self._result(GateLevel.G1, [(ok, "germinated" if ok else "not_germinated")], 1.0 if ok else 0.0)
+
+    def _g2(self, s: SeedState) -> GateResult:
+        cfg, m = self.config, s.metrics
+        improvement = m.improvement_since_stage_start
+        ratio = m.seed_gradient_norm_ratio
+        ready = m.epochs_in_current_stage >= cfg.min_training_epochs
+        improved = improvement >= cfg.min_training_improvement
+        active = ratio >= cfg.min_seed_gradient_ratio
+        checks = [
+            (ready, "seed_ready" if ready else "seed_not_ready"),
+            (improved, f"global_improvement_{improvement:.2f}" if improved
+             else f"global_improvement_insufficient_{improvement:.2f}"),
+            (active, f"seed_gradient_active_{ratio:.2f}" if active else f"seed_gradient_low_{ratio:.2f}"),
+        ]
+        return self._result(GateLevel.G2, checks, min(1.0, improvement / 5.0) if improvement > 0 else 0.0)
+
+    def _g3(self, s: SeedState) -> GateResult:
+        cfg = self.config
+        complete = s.blending_steps_done >= s.blending_steps_total
+        alpha_high = s.alpha >= cfg.alpha_complete_threshold
+        eis = s.metrics.epochs_in_current_stage
+        dwelled = eis >= cfg.min_blending_epochs
+        remaining = s.blending_steps_total - s.blending_steps_done
+        checks = [
+            (complete, "blending_complete" if complete else f"blending_incomplete_{remaining}"),
+            (alpha_high, "alpha_high" if alpha_high else f"alpha_low_{s.alpha:.2f}"),
+            (dwelled, "blending_epochs_met" if dwelled else f"blending_epochs_insufficient_{eis}"),
+        ]
+        return self._result(GateLevel.G3, checks, s.alpha)
+
+    def _g5(self, s: SeedState) -> GateResult:
+        c = s.metrics.counterfactual_contribution
+        healthy = (s.is_healthy, "healthy" if s.is_healthy else "unhealthy")
+        if c is None:
+            return self._result(GateLevel.G5, [(False, "counterfactual_not_available"), healthy], 0.0)
+        enough = c >= self.config.min_fossilize_contribution
+        checks = [
+            (enough, f"sufficient_contribution_{c:.2f}" if enough else f"insufficient_contribution_{c:.2f}"),
+            healthy,
+        ]
+        return self._result(GateLevel.G5, checks, min(1.0, c / 10.0) if c > 0 else 0.0)

@@ -1,0 +1,157 @@
+"""TensorBoard backend: scalars under `run_dir/tb` (DESIGN §8.2).
+
+The mappings below are the contract with producers: the `data` keys read per event type, the tag each is written
+under, and the key giving the global step. Missing, non-numeric or non-finite values are skipped (they would wreck
+chart scales; events.jsonl keeps them); a missing step key is an error.
+
+* BATCH_COMPLETED, step `episodes_completed`: `BATCH_SCALARS`, plus `action_shares` {op: share} →
+  `actions/share_{op}` (op lower-cased) and `reward_components` {name: mean} → `rewards/{name}`.
+* PPO_UPDATE_COMPLETED, step `episodes_completed`: `PPO_SCALARS` (metric names of §6.8).
+* EPISODE_COMPLETED, step `episode` (global episode index): `EPISODE_SCALARS`, so runs without PPO (heuristic,
+  compare) still get curves.
+
+Hyperparameters given at construction are written once as a markdown text table (tag `hparams`, step 0).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from esper.leyline.telemetry import TelemetryEvent, TelemetryEventType
+
+__all__ = [
+    "BATCH_SCALARS",
+    "EPISODE_SCALARS",
+    "PPO_SCALARS",
+    "STEP_KEYS",
+    "TensorBoardBackend",
+    "hparams_markdown",
+]
+
+_E = TelemetryEventType
+
+BATCH_SCALARS: dict[str, str] = {
+    "avg_accuracy": "charts/avg_accuracy",
+    "rolling_accuracy": "charts/rolling_accuracy",
+    "avg_reward": "charts/avg_reward",
+    "seeds_created": "seeds/created",
+    "seeds_fossilized": "seeds/fossilized",
+    "seeds_culled": "seeds/culled",
+}
+BATCH_GROUPS: dict[str, str] = {"action_shares": "actions/share_{}", "reward_components": "rewards/{}"}
+
+PPO_SCALARS: dict[str, str] = {
+    "policy_loss": "losses/policy",
+    "value_loss": "losses/value",
+    "entropy": "losses/entropy",
+    "approx_kl": "ppo/approx_kl",
+    "clip_fraction": "ppo/clip_fraction",
+    "explained_variance": "ppo/explained_variance",
+    "ratio_max": "ppo/ratio_max",
+    "ratio_min": "ppo/ratio_min",
+    "ratio_mean": "ppo/ratio_mean",
+    "ratio_std": "ppo/ratio_std",
+    "entropy_coef": "ppo/entropy_coef",
+    "grad_norm": "ppo/grad_norm",
+    "entropy_op": "ppo/entropy_op",
+    "entropy_slot": "ppo/entropy_slot",
+    "entropy_blueprint": "ppo/entropy_blueprint",
+    "entropy_blend": "ppo/entropy_blend",
+}
+
+EPISODE_SCALARS: dict[str, str] = {
+    "final_accuracy": "episode/final_accuracy",
+    "best_accuracy": "episode/best_accuracy",
+    "total_reward": "episode/total_reward",
+    "params_added": "episode/params_added",
+    "seeds_created": "episode/seeds_created",
+    "seeds_fossilized": "episode/seeds_fossilized",
+    "seeds_culled": "episode/seeds_culled",
+}
+
+STEP_KEYS: dict[TelemetryEventType, str] = {
+    _E.BATCH_COMPLETED: "episodes_completed",
+    _E.PPO_UPDATE_COMPLETED: "episodes_completed",
+    _E.EPISODE_COMPLETED: "episode",
+}
+_FLUSH_TYPES = frozenset({_E.BATCH_COMPLETED, _E.EPISODE_COMPLETED, _E.RUN_COMPLETED})
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in params.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def hparams_markdown(hparams: Mapping[str, Any]) -> str:
+    """Nested hyperparameters as a two-column markdown table (nested keys dotted)."""
+    rows = ["| parameter | value |", "|---|---|"]
+    for key, value in sorted(_flatten(hparams).items()):
+        cell = str(value).replace("|", "\\|").replace("\n", " ")
+        rows.append(f"| {key} | {cell} |")
+    return "\n".join(rows)
+
+
+class TensorBoardBackend:
+    """Writes the scalars of the mappings above with `torch.utils.tensorboard.SummaryWriter`."""
+
+    def __init__(self, log_dir: str | Path, hparams: Mapping[str, Any] | None = None) -> None:
+        # Imported here so `import esper.nissa` stays free of torch for runs without TensorBoard.
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.log_dir = Path(log_dir)
+        self._writer = SummaryWriter(log_dir=str(self.log_dir))
+        self._closed = False
+        if hparams:
+            self._writer.add_text("hparams", hparams_markdown(hparams), 0)
+            self._writer.flush()
+
+    def emit(self, event: TelemetryEvent) -> None:
+        if self._closed:
+            raise RuntimeError(f"TensorBoardBackend for {self.log_dir} is closed")
+        etype = event.event_type
+        if etype in STEP_KEYS:
+            data = event.data
+            step_key = STEP_KEYS[etype]
+            if step_key not in data:
+                raise KeyError(f"{etype.name} data lacks the step key {step_key!r}")
+            step = int(data[step_key])
+            if etype == _E.BATCH_COMPLETED:
+                self._scalars(data, BATCH_SCALARS, step)
+                for group, template in BATCH_GROUPS.items():
+                    for name, value in (data.get(group) or {}).items():
+                        self._scalar(template.format(str(name).lower()), value, step)
+            elif etype == _E.PPO_UPDATE_COMPLETED:
+                self._scalars(data, PPO_SCALARS, step)
+            else:
+                self._scalars(data, EPISODE_SCALARS, step)
+        if etype in _FLUSH_TYPES:
+            self._writer.flush()
+
+    def _scalars(self, data: Mapping[str, Any], mapping: Mapping[str, str], step: int) -> None:
+        for key, tag in mapping.items():
+            self._scalar(tag, data.get(key), step)
+
+    def _scalar(self, tag: str, value: Any, step: int) -> None:
+        number = _number(value)
+        if number is not None and math.isfinite(number):
+            self._writer.add_scalar(tag, number, step)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._writer.close()

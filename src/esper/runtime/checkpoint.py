@@ -1,0 +1,115 @@
+"""Checkpoint files: plain dicts, atomic writes, format checks and RNG capture (DESIGN §1.7).
+
+Every file loads with `torch.load(path, weights_only=True)`: values are tensors, numbers, strings, None and
+containers of those, never pickled classes.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import esper
+from esper.kasmina.model import MorphogeneticModel
+
+MODEL_FORMAT = "esper-model-v1"
+
+
+class CheckpointFormatError(ValueError):
+    """A checkpoint file is unreadable, corrupt or of another format."""
+
+
+def detached_cpu_copy(obj: Any) -> Any:
+    """Deep copy of a nested structure with every tensor detached and cloned to CPU."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: detached_cpu_copy(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [detached_cpu_copy(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(detached_cpu_copy(v) for v in obj)
+    return obj
+
+
+def atomic_save(obj: dict[str, Any], path: str | Path) -> None:
+    """Write `<path>.tmp`, flush, fsync, then rename over `path`: a crash never leaves a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: str | Path, expected_format: str, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Load a checkpoint safely and check its format; errors name the file and what was wrong."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointFormatError(f"Checkpoint not found: {path}")
+    try:
+        data = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as exc:  # torch raises many types for truncated or foreign files
+        raise CheckpointFormatError(f"Cannot read checkpoint {path}: {exc}. The file is corrupt or not a "
+                                    f"checkpoint; use another file (e.g. checkpoints/latest.pt).") from exc
+    found = data.get("format") if isinstance(data, dict) else None
+    if found != expected_format:
+        raise CheckpointFormatError(f"Checkpoint {path} has format {found!r}, expected {expected_format!r}")
+    return data
+
+
+def model_checkpoint(model: MorphogeneticModel, *, task: str, host_optimizer: dict[str, Any] | None = None,
+                     seed_optimizers: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The `esper-model-v1` dict for a model (optionally with optimizer states)."""
+    exported = model.export_state()
+    return {
+        "format": MODEL_FORMAT,
+        "esper_version": esper.__version__,
+        "task": task,
+        "topology": model.topology,
+        "slots": exported["slots"],
+        "host": exported["host"],
+        "seeds": exported["seeds"],
+        "host_optimizer": host_optimizer,
+        "seed_optimizers": seed_optimizers,
+    }
+
+
+def load_model_checkpoint(model: MorphogeneticModel, path: str | Path) -> dict[str, Any]:
+    """Load an `esper-model-v1` file into a (fresh) model; seeds are re-instantiated from the registry."""
+    data = load_checkpoint(path, MODEL_FORMAT)
+    if data["topology"] != model.topology:
+        raise CheckpointFormatError(f"Checkpoint {path} is for topology {data['topology']!r}, model is "
+                                    f"{model.topology!r}")
+    model.load_state({"slots": data["slots"], "host": data["host"], "seeds": data["seeds"]})
+    return data
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """Python, NumPy, torch and CUDA RNG states as checkpoint-safe values."""
+    np_state: tuple[Any, ...] = np.random.get_state()  # type: ignore[assignment]
+    py_state = random.getstate()
+    return {
+        "python": [py_state[0], list(py_state[1]), py_state[2]],
+        "numpy": [str(np_state[0]), torch.from_numpy(np.asarray(np_state[1]).astype(np.int64)),
+                  int(np_state[2]), int(np_state[3]), float(np_state[4])],
+        "torch": torch.get_rng_state(),
+        "cuda": [s for s in torch.cuda.get_rng_state_all()] if torch.cuda.is_available() else [],
+    }
+
+
+def restore_rng_state(state: dict[str, Any]) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])

@@ -1,0 +1,38 @@
+"""Optimizer specifications: a task says which optimizer its host and seeds use; Tolaria builds them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+OptimizerName = Literal["sgd", "adam", "adamw"]
+
+
+@dataclass(frozen=True, slots=True)
+class OptimizerSpec:
+    name: OptimizerName
+    lr: float
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+
+    def __post_init__(self) -> None:
+        if self.name not in ("sgd", "adam", "adamw"):
+            raise ValueError(f"Unknown optimizer '{self.name}'. Available: ['sgd', 'adam', 'adamw']")
+        if self.lr <= 0:
+            raise ValueError(f"Learning rate must be > 0, got {self.lr}")
+
+    def build(self, params: Iterable[nn.Parameter] | list[dict[str, Any]]) -> torch.optim.Optimizer:
+        if self.name == "sgd":
+            return torch.optim.SGD(params, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
+        if self.name == "adam":
+            return torch.optim.Adam(params, lr=self.lr, betas=self.betas, weight_decay=self.weight_decay)
+        return torch.optim.AdamW(params, lr=self.lr, betas=self.betas, weight_decay=self.weight_decay)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "lr": self.lr, "momentum": self.momentum, "weight_decay": self.weight_decay,
+                "betas": list(self.betas)}

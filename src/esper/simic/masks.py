@@ -1,0 +1,165 @@
+"""Action masks as tensors, and the conditioning used by dependent sampling (DESIGN §6.3).
+
+All rules live in `leyline.compute_action_validity`; this module only turns an `ActionValidity` into bool tensors.
+A full mask dict has six keys: `op` [4], `slot` [3], `blueprint` [5], `blend` [3] and the joint `op_slot` [4, 3] and
+`slot_blueprint` [3, 5] (each optionally with a leading batch dimension). Hand-built dicts with only the four head
+keys are accepted everywhere: the joint keys then broadcast `slot` over the non-WAIT ops and `blueprint` over slots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+import torch
+
+from esper.leyline.actions import (
+    ActionValidity,
+    LifecycleOp,
+    MaskSeedInfo,
+    compute_action_validity,
+    ordered_slots,
+)
+from esper.leyline.constants import DEFAULT_MIN_FOSSILIZE_CONTRIBUTION, NUM_BLENDS, NUM_BLUEPRINTS, NUM_OPS, NUM_SLOTS
+from esper.leyline.reports import SeedStateReport
+
+__all__ = [
+    "HEAD_KEYS",
+    "MaskSeedInfo",
+    "build_slot_states",
+    "compute_action_masks",
+    "compute_batch_masks",
+    "condition_on_action",
+    "full_masks",
+    "masks_from_validity",
+]
+
+HEAD_KEYS: tuple[str, ...] = ("op", "slot", "blueprint", "blend")
+_HEAD_SIZES: dict[str, tuple[int, ...]] = {
+    "op": (NUM_OPS,),
+    "slot": (NUM_SLOTS,),
+    "blueprint": (NUM_BLUEPRINTS,),
+    "blend": (NUM_BLENDS,),
+    "op_slot": (NUM_OPS, NUM_SLOTS),
+    "slot_blueprint": (NUM_SLOTS, NUM_BLUEPRINTS),
+}
+
+
+def build_slot_states(
+    slot_reports: Mapping[str, SeedStateReport],
+    enabled_slots: Iterable[str],
+    min_fossilize_contribution: float = DEFAULT_MIN_FOSSILIZE_CONTRIBUTION,
+) -> dict[str, MaskSeedInfo | None]:
+    """Validity input for the enabled slots (None = empty). `fossilize_ready` is the G5 precondition."""
+    enabled = ordered_slots(enabled_slots)
+    stray = sorted(set(slot_reports) - set(enabled))
+    if stray:
+        raise ValueError(f"Seed reports for slots that are not enabled: {stray} (enabled: {list(enabled)})")
+    states: dict[str, MaskSeedInfo | None] = {}
+    for slot in enabled:
+        report = slot_reports.get(slot)
+        if report is None:
+            states[slot] = None
+            continue
+        c = report.metrics.counterfactual_contribution
+        states[slot] = MaskSeedInfo(
+            stage=int(report.stage),
+            seed_age_epochs=report.metrics.epochs_total,
+            fossilize_ready=c is not None and c >= min_fossilize_contribution and report.is_healthy,
+        )
+    return states
+
+
+def masks_from_validity(validity: ActionValidity, device: str | torch.device | None = None) -> dict[str, torch.Tensor]:
+    """The six mask tensors of one environment; envs already hold their `ActionValidity`."""
+
+    def t(values: object) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.bool, device=device)
+
+    op_slot = t(validity.op_slot)
+    slot_blueprint = t(validity.slot_blueprint)
+    return {
+        "op": t(validity.op),
+        "slot": op_slot[LifecycleOp.WAIT + 1 :].any(dim=0),
+        "blueprint": slot_blueprint.any(dim=0),
+        "blend": t(validity.blend),
+        "op_slot": op_slot,
+        "slot_blueprint": slot_blueprint,
+    }
+
+
+def compute_action_masks(
+    slot_states: Mapping[str, MaskSeedInfo | None],
+    total_seeds: int = 0,
+    max_seeds: int = 0,
+    device: str | torch.device | None = None,
+    *,
+    topology: str = "cnn",
+    embargoed: Iterable[str] = (),
+) -> dict[str, torch.Tensor]:
+    """Masks for one environment; keys of `slot_states` are the enabled slots."""
+    validity = compute_action_validity(
+        slot_states, total_seeds=total_seeds, max_seeds=max_seeds, topology=topology, embargoed=embargoed
+    )
+    return masks_from_validity(validity, device)
+
+
+def full_masks(masks: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Validate shapes and add the joint keys to a hand-built dict (by broadcasting), as bool tensors."""
+    missing = [k for k in HEAD_KEYS if k not in masks]
+    if missing:
+        raise KeyError(f"Mask dict lacks heads {missing}; got keys {sorted(masks)}")
+    batch = tuple(masks["op"].shape[:-1])
+    out: dict[str, torch.Tensor] = {}
+    for key, size in _HEAD_SIZES.items():
+        if key not in masks:
+            continue
+        value = masks[key].to(torch.bool)
+        if tuple(value.shape) != batch + size:
+            raise ValueError(f"Mask '{key}' has shape {tuple(value.shape)}, expected {batch + size}")
+        out[key] = value
+    if "op_slot" not in out:
+        non_wait = torch.ones(NUM_OPS, NUM_SLOTS, dtype=torch.bool, device=out["slot"].device)
+        non_wait[LifecycleOp.WAIT] = False
+        out["op_slot"] = out["slot"].unsqueeze(-2) & non_wait
+    if "slot_blueprint" not in out:
+        out["slot_blueprint"] = out["blueprint"].unsqueeze(-2).expand(*batch, NUM_SLOTS, NUM_BLUEPRINTS).clone()
+    return out
+
+
+def compute_batch_masks(
+    items: Sequence[ActionValidity | Mapping[str, torch.Tensor]], device: str | torch.device | None = None
+) -> dict[str, torch.Tensor]:
+    """Stack per-env validities or (possibly hand-built) mask dicts into full [B, ...] masks."""
+    if not items:
+        raise ValueError("compute_batch_masks needs at least one environment")
+    per_env = [
+        masks_from_validity(item, device) if isinstance(item, ActionValidity) else full_masks(item) for item in items
+    ]
+    return {key: torch.stack([m[key].to(device) for m in per_env]) for key in _HEAD_SIZES}
+
+
+def condition_on_action(
+    masks: Mapping[str, torch.Tensor], action: Mapping[str, int | torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """The four 1-D (or [B, n]) masks actually used to choose `action`.
+
+    slot ← `op_slot[op]`; blueprint ← `slot_blueprint[slot]` and blend ← `blend` for GERMINATE only. A head that is
+    irrelevant to the op (slot for WAIT; blueprint and blend unless GERMINATE) gets an all-True mask.
+    """
+    full = full_masks(masks)
+    batched = full["op"].dim() == 2
+    if not batched:
+        full = {k: v.unsqueeze(0) for k, v in full.items()}
+    device = full["op"].device
+    op = torch.as_tensor(action["op"], dtype=torch.long, device=device).reshape(-1)
+    slot = torch.as_tensor(action["slot"], dtype=torch.long, device=device).reshape(-1)
+    rows = torch.arange(op.shape[0], device=device)
+    is_wait = (op == LifecycleOp.WAIT).unsqueeze(-1)
+    not_germinate = (op != LifecycleOp.GERMINATE).unsqueeze(-1)
+    used = {
+        "op": full["op"],
+        "slot": full["op_slot"][rows, op] | is_wait,
+        "blueprint": full["slot_blueprint"][rows, slot] | not_germinate,
+        "blend": full["blend"] | not_germinate,
+    }
+    return used if batched else {k: v.squeeze(0) for k, v in used.items()}

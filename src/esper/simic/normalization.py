@@ -1,0 +1,144 @@
+"""Running observation and reward normalizers (DESIGN §6.2).
+
+The PPO trainer normalizes a whole rollout batch with frozen statistics and updates `RunningMeanStd` exactly once
+per batch, so every transition of a batch (and its PPO update) sees the same input scaling.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from esper.leyline.constants import OBS_CLIP, OBS_EPSILON, REWARD_CLIP, REWARD_EPSILON
+
+__all__ = ["RewardNormalizer", "RunningMeanStd"]
+
+
+class RunningMeanStd:
+    """Per-feature mean/variance. Welford's parallel merge (exact, order-independent) or an EMA with `momentum`.
+
+    Statistics are kept in float64 so that hundreds of merged batches do not drift; `normalize` returns the input's
+    dtype, and the statistics follow the input's device.
+    """
+
+    def __init__(
+        self,
+        shape: tuple[int, ...] | int,
+        epsilon: float = OBS_EPSILON,
+        momentum: float | None = None,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        if momentum is not None and not 0.0 < momentum <= 1.0:
+            raise ValueError(f"momentum must be in (0, 1] or None, got {momentum}")
+        self.shape: tuple[int, ...] = (shape,) if isinstance(shape, int) else tuple(shape)
+        self.epsilon = epsilon
+        self.momentum = momentum
+        self.mean = torch.zeros(self.shape, dtype=torch.float64, device=device)
+        self.var = torch.ones(self.shape, dtype=torch.float64, device=device)
+        self.count = epsilon
+        self.update_count = 0
+
+    def _follow(self, device: torch.device) -> None:
+        if self.mean.device != device:
+            self.mean = self.mean.to(device)
+            self.var = self.var.to(device)
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        """Merge a batch whose rows are samples (a single sample of `shape` is accepted too)."""
+        if tuple(x.shape) == self.shape:
+            x = x.unsqueeze(0)
+        if tuple(x.shape[1:]) != self.shape or x.shape[0] == 0:
+            raise ValueError(f"Expected a non-empty batch of shape [N, {self.shape}], got {tuple(x.shape)}")
+        self._follow(x.device)
+        x = x.to(torch.float64)
+        n = x.shape[0]
+        batch_mean = x.mean(dim=0)
+        batch_var = x.var(dim=0, correction=0)
+        delta = batch_mean - self.mean
+        if self.momentum is None:
+            total = self.count + n
+            m2 = self.var * self.count + batch_var * n + delta.square() * (self.count * n / total)
+            self.mean = self.mean + delta * (n / total)
+            self.var = m2 / total
+            self.count = total
+        else:
+            m = self.momentum
+            self.var = (1 - m) * self.var + m * batch_var + m * (1 - m) * delta.square()
+            self.mean = self.mean + m * delta
+            self.count += n
+        self.update_count += 1
+
+    @torch.no_grad()
+    def normalize(self, x: torch.Tensor, clip: float = OBS_CLIP) -> torch.Tensor:
+        self._follow(x.device)
+        z = (x.to(torch.float64) - self.mean) / torch.sqrt(self.var + self.epsilon)
+        return z.clamp(-clip, clip).to(x.dtype)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "shape": list(self.shape),
+            "mean": self.mean.detach().cpu().clone(),
+            "var": self.var.detach().cpu().clone(),
+            "count": float(self.count),
+            "update_count": int(self.update_count),
+            "epsilon": float(self.epsilon),
+            "momentum": self.momentum,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if tuple(state["shape"]) != self.shape:
+            raise ValueError(f"RunningMeanStd shape mismatch: checkpoint {tuple(state['shape'])}, mine {self.shape}")
+        device = self.mean.device
+        self.mean = state["mean"].to(device=device, dtype=torch.float64).clone()
+        self.var = state["var"].to(device=device, dtype=torch.float64).clone()
+        self.count = float(state["count"])
+        self.update_count = int(state["update_count"])
+        self.epsilon = float(state["epsilon"])
+        self.momentum = state["momentum"]
+
+
+class RewardNormalizer:
+    """Scale rewards by their running standard deviation (no mean subtraction: the sign of a reward is its meaning)."""
+
+    def __init__(self, clip: float = REWARD_CLIP, epsilon: float = REWARD_EPSILON) -> None:
+        self.clip = clip
+        self.epsilon = epsilon
+        self.count = 0
+        self.mean = 0.0
+        self.m2 = 0.0
+
+    @property
+    def std(self) -> float:
+        """Sample standard deviation of the rewards seen (0.0 before two rewards)."""
+        return math.sqrt(self.m2 / (self.count - 1)) if self.count >= 2 else 0.0
+
+    def update_and_normalize(self, reward: float) -> float:
+        r = float(reward)
+        if not math.isfinite(r):
+            raise ValueError(f"Non-finite reward {reward!r} would poison the running statistics")
+        self.count += 1
+        delta = r - self.mean
+        self.mean += delta / self.count
+        self.m2 += delta * (r - self.mean)
+        if self.count >= 2:
+            r = r / max(self.epsilon, self.std)
+        return max(-self.clip, min(self.clip, r))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "clip": float(self.clip),
+            "epsilon": float(self.epsilon),
+            "count": int(self.count),
+            "mean": float(self.mean),
+            "m2": float(self.m2),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.clip = float(state["clip"])
+        self.epsilon = float(state["epsilon"])
+        self.count = int(state["count"])
+        self.mean = float(state["mean"])
+        self.m2 = float(state["m2"])

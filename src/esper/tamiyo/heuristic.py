@@ -1,0 +1,251 @@
+"""HeuristicTamiyo: the rule-based controller that manages every enabled slot (DESIGN §5.3).
+
+One action per epoch, by priority: fossilize a proven seed, cull a failing one, germinate on a plateau, else wait.
+It only ever proposes actions that `obs.validity` allows, and only blueprints from its topology's rotation.
+
+Culls made by Kasmina on its own (probation timeout, negative counterfactual) are treated like the heuristic's own
+culls: a live seed that vanishes from its slot between two decisions embargoes that slot and penalizes its
+blueprint exactly as if the heuristic had culled it at the previous decision. The embargo exists to stop
+germinate/cull thrash in a slot, which does not depend on who removed the seed. (A governor rollback that drops a
+seed germinated after the snapshot is observed the same way, which is the conservative choice.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from esper.leyline import (
+    BLEND_IDS,
+    BLUEPRINT_HEAD,
+    EnvObservation,
+    LifecycleCommand,
+    LifecycleOp,
+    SeedStage,
+    SeedStateReport,
+    is_live_stage,
+)
+from esper.leyline.constants import (
+    DEFAULT_BLUEPRINT_PENALTY_DECAY,
+    DEFAULT_BLUEPRINT_PENALTY_ON_CULL,
+    DEFAULT_BLUEPRINT_PENALTY_THRESHOLD,
+    DEFAULT_CULL_AFTER_EPOCHS_WITHOUT_IMPROVEMENT,
+    DEFAULT_CULL_IF_ACCURACY_DROPS_BY,
+    DEFAULT_EMBARGO_EPOCHS_AFTER_CULL,
+    DEFAULT_MIN_EPOCHS_BEFORE_GERMINATE,
+    DEFAULT_PLATEAU_EPOCHS_TO_GERMINATE,
+)
+from esper.tamiyo.policy import TamiyoDecision
+
+__all__ = ["DEFAULT_BLUEPRINT_ROTATION", "HeuristicPolicyConfig", "HeuristicTamiyo"]
+
+DEFAULT_BLUEPRINT_ROTATION: dict[str, tuple[str, ...]] = {
+    "cnn": ("conv_light", "conv_heavy", "attention", "norm", "depthwise"),
+    "transformer": ("lora", "mlp", "attention", "norm"),
+}
+_PENALTY_FLOOR = 0.1  # decayed penalties below this are forgotten
+_CONFIDENCE_PLATEAU = 5.0  # a 5-epoch plateau makes a germination fully confident
+
+
+@dataclass(frozen=True, slots=True)
+class HeuristicPolicyConfig:
+    """Thresholds of the heuristic. `max_concurrent_seeds` None means one live seed per enabled slot."""
+
+    plateau_epochs_to_germinate: int = DEFAULT_PLATEAU_EPOCHS_TO_GERMINATE
+    min_epochs_before_germinate: int = DEFAULT_MIN_EPOCHS_BEFORE_GERMINATE
+    min_epochs_between_germinations: int = 3
+    require_host_stabilized: bool = True
+    cull_after_epochs_without_improvement: int = DEFAULT_CULL_AFTER_EPOCHS_WITHOUT_IMPROVEMENT
+    cull_if_accuracy_drops_by: float = DEFAULT_CULL_IF_ACCURACY_DROPS_BY
+    stall_training_epochs: int = 10
+    embargo_epochs_after_cull: int = DEFAULT_EMBARGO_EPOCHS_AFTER_CULL
+    max_concurrent_seeds: int | None = None
+    blend_id: str = "sigmoid"
+    blueprint_rotation: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_BLUEPRINT_ROTATION))
+    blueprint_penalty_on_cull: float = DEFAULT_BLUEPRINT_PENALTY_ON_CULL
+    blueprint_penalty_decay: float = DEFAULT_BLUEPRINT_PENALTY_DECAY
+    blueprint_penalty_threshold: float = DEFAULT_BLUEPRINT_PENALTY_THRESHOLD
+
+    def __post_init__(self) -> None:
+        if self.blend_id not in BLEND_IDS:
+            raise ValueError(f"Unknown blend '{self.blend_id}'. Available: {list(BLEND_IDS)}")
+        for topology, rotation in self.blueprint_rotation.items():
+            if not rotation or len(set(rotation)) != len(rotation) or "noop" in rotation:
+                raise ValueError(f"Rotation for '{topology}' must be non-empty, unique and without noop: {rotation}")
+        if self.max_concurrent_seeds is not None and self.max_concurrent_seeds < 1:
+            raise ValueError(f"max_concurrent_seeds must be None or >= 1, got {self.max_concurrent_seeds}")
+        if not 0.0 < self.blueprint_penalty_decay < 1.0:
+            raise ValueError(f"blueprint_penalty_decay must be in (0, 1), got {self.blueprint_penalty_decay}")
+        if self.blueprint_penalty_on_cull < 0.0 or self.embargo_epochs_after_cull < 0:
+            raise ValueError("blueprint_penalty_on_cull and embargo_epochs_after_cull must be >= 0")
+
+
+class HeuristicTamiyo:
+    """Deterministic rule-based controller for one topology; keep one instance per environment."""
+
+    name = "heuristic"
+
+    def __init__(self, config: HeuristicPolicyConfig | None = None, *, topology: str) -> None:
+        self.config = config if config is not None else HeuristicPolicyConfig()
+        if topology not in BLUEPRINT_HEAD:
+            raise ValueError(f"Unknown topology '{topology}'. Available: {sorted(BLUEPRINT_HEAD)}")
+        if topology not in self.config.blueprint_rotation:
+            raise ValueError(f"No blueprint rotation configured for topology '{topology}'")
+        self.topology = topology
+        self._rotation = self.config.blueprint_rotation[topology]
+        self.reset(0)
+
+    def reset(self, seed: int) -> None:
+        """Start an episode: rotation index, penalties, embargoes and counters. (Deterministic; `seed` is unused.)"""
+        self._rotation_index = 0
+        self._penalties: dict[str, float] = {}
+        self._cull_epoch: dict[str, int] = {}  # slot -> epoch of its latest cull
+        self._last_germination: int | None = None
+        self._last_decay: int | None = None
+        self._live: dict[str, tuple[str, str]] = {}  # slot -> (seed_id, blueprint_id) expected at the next decision
+        self._live_epoch: int | None = None
+
+    @property
+    def penalties(self) -> dict[str, float]:
+        """Current blueprint penalties (a copy)."""
+        return dict(self._penalties)
+
+    def embargoed_slots(self, epoch: int) -> tuple[str, ...]:
+        """Slots closed to germination at `epoch` (culled within the last `embargo_epochs_after_cull` epochs)."""
+        limit = self.config.embargo_epochs_after_cull
+        return tuple(s for s, culled in self._cull_epoch.items() if epoch - culled <= limit)
+
+    def decide(self, obs: EnvObservation) -> TamiyoDecision:
+        if obs.topology != self.topology:
+            raise ValueError(f"Heuristic built for '{self.topology}' got a '{obs.topology}' observation")
+        self._observe_external_culls(obs)
+        self._decay_penalties(obs.epoch)
+        decision = self._fossilize(obs) or self._cull(obs) or self._germinate(obs) or self._wait(obs)
+        culled = decision.command.slot_id if decision.command.op == LifecycleOp.CULL else None
+        self._live = {
+            slot: (r.seed_id, r.blueprint_id)
+            for slot, r in obs.slot_reports.items()
+            if is_live_stage(r.stage) and slot != culled
+        }
+        self._live_epoch = obs.epoch
+        return decision
+
+    # -- bookkeeping -------------------------------------------------------------------------------------------
+
+    def _observe_external_culls(self, obs: EnvObservation) -> None:
+        if self._live_epoch is None:
+            return
+        for slot, (seed_id, blueprint_id) in self._live.items():
+            report = obs.slot_reports.get(slot)
+            if report is None or report.seed_id != seed_id:
+                self._record_cull(slot, blueprint_id, self._live_epoch)
+
+    def _record_cull(self, slot: str, blueprint_id: str, epoch: int) -> None:
+        self._cull_epoch[slot] = epoch
+        self._penalties[blueprint_id] = self._penalties.get(blueprint_id, 0.0) + self.config.blueprint_penalty_on_cull
+
+    def _decay_penalties(self, epoch: int) -> None:
+        self._last_decay = epoch
+        decayed = {b: p * self.config.blueprint_penalty_decay for b, p in self._penalties.items()}
+        self._penalties = {b: p for b, p in decayed.items() if p >= _PENALTY_FLOOR}
+
+    # -- priorities --------------------------------------------------------------------------------------------
+
+    def _fossilize(self, obs: EnvObservation) -> TamiyoDecision | None:
+        ready = [obs.slot_reports[s] for s in obs.validity.valid_slots(LifecycleOp.FOSSILIZE) if s in obs.slot_reports]
+        if not ready:
+            return None
+        best = max(ready, key=lambda r: _contribution(r, missing=float("-inf")))
+        c = _contribution(best, missing=float("nan"))
+        return self._decision(
+            LifecycleCommand(LifecycleOp.FOSSILIZE, best.slot_id),
+            f"Fossilizing {best.slot_id} ({best.blueprint_id}): counterfactual {c:+.2f} pp",
+        )
+
+    def _cull_rule(self, report: SeedStateReport) -> str | None:
+        """Which cull rule a live seed meets, if any: (a) sustained drop, (b) stalled training, (c) harmful."""
+        cfg, m = self.config, report.metrics
+        eis = m.epochs_in_current_stage
+        if (
+            report.stage in (SeedStage.TRAINING, SeedStage.BLENDING)
+            and eis >= cfg.cull_after_epochs_without_improvement
+            and report.improvement < -cfg.cull_if_accuracy_drops_by
+        ):
+            return f"improvement {report.improvement:+.2f} pp after {eis} epochs in {report.stage.name}"
+        if report.stage == SeedStage.TRAINING and eis >= cfg.stall_training_epochs:
+            return f"stalled in TRAINING for {eis} epochs"
+        c = m.counterfactual_contribution
+        if report.stage == SeedStage.PROBATIONARY and c is not None and c <= 0.0:
+            return f"counterfactual {c:+.2f} pp in PROBATIONARY"
+        return None
+
+    def _cull(self, obs: EnvObservation) -> TamiyoDecision | None:
+        reports = [obs.slot_reports[s] for s in obs.validity.valid_slots(LifecycleOp.CULL) if s in obs.slot_reports]
+        failing = [(r, rule) for r in reports if (rule := self._cull_rule(r)) is not None]
+        if not failing:
+            return None
+        worst, rule = min(failing, key=lambda item: item[0].improvement)
+        self._record_cull(worst.slot_id, worst.blueprint_id, obs.epoch)
+        return self._decision(
+            LifecycleCommand(LifecycleOp.CULL, worst.slot_id), f"Culling {worst.slot_id} ({worst.blueprint_id}): {rule}"
+        )
+
+    def _germinate(self, obs: EnvObservation) -> TamiyoDecision | None:
+        cfg, metrics = self.config, obs.signals.metrics
+        live = sum(is_live_stage(r.stage) for r in obs.slot_reports.values())
+        capacity = cfg.max_concurrent_seeds if cfg.max_concurrent_seeds is not None else len(obs.enabled_slots)
+        if (
+            (cfg.require_host_stabilized and not metrics.host_stabilized)
+            or obs.epoch < cfg.min_epochs_before_germinate
+            or metrics.plateau_epochs < cfg.plateau_epochs_to_germinate
+            or (
+                self._last_germination is not None
+                and obs.epoch - self._last_germination < cfg.min_epochs_between_germinations
+            )
+            or live >= capacity
+        ):
+            return None
+        embargoed = self.embargoed_slots(obs.epoch)
+        open_slots = [s for s in obs.validity.valid_slots(LifecycleOp.GERMINATE) if s not in embargoed]
+        for slot in open_slots:
+            command = self._next_germination(obs, slot)
+            if command is not None:
+                self._last_germination = obs.epoch
+                return self._decision(
+                    command,
+                    f"Germinating {command.blueprint_id} in {slot}: plateau of {metrics.plateau_epochs} epochs",
+                    confidence=min(1.0, metrics.plateau_epochs / _CONFIDENCE_PLATEAU),
+                )
+        return None
+
+    def _next_germination(self, obs: EnvObservation, slot: str) -> LifecycleCommand | None:
+        """Walk the rotation from the current index, skipping heavily penalized blueprints (else the least penalized).
+
+        Only commands valid for `slot` are considered; the rotation index moves past the chosen blueprint.
+        """
+        n = len(self._rotation)
+        candidates: list[tuple[int, LifecycleCommand]] = []
+        for k in range(n):
+            i = (self._rotation_index + k) % n
+            cmd = LifecycleCommand(LifecycleOp.GERMINATE, slot, self._rotation[i], self.config.blend_id)
+            if obs.validity.is_valid_command(cmd, obs.topology):
+                candidates.append((i, cmd))
+        if not candidates:
+            return None
+        threshold = self.config.blueprint_penalty_threshold
+        unpenalized = [c for c in candidates if self._penalties.get(self._rotation[c[0]], 0.0) < threshold]
+        i, cmd = unpenalized[0] if unpenalized else min(candidates, key=lambda c: self._penalties[self._rotation[c[0]]])
+        self._rotation_index = (i + 1) % n
+        return cmd
+
+    def _wait(self, obs: EnvObservation) -> TamiyoDecision:
+        live = any(is_live_stage(r.stage) for r in obs.slot_reports.values())
+        reason = "Seeds progressing normally" if live else "Training progressing normally"
+        return self._decision(LifecycleCommand(LifecycleOp.WAIT), reason)
+
+    def _decision(self, command: LifecycleCommand, reason: str, confidence: float = 1.0) -> TamiyoDecision:
+        return TamiyoDecision.from_command(command, topology=self.topology, reason=reason, confidence=confidence)
+
+
+def _contribution(report: SeedStateReport, *, missing: float) -> float:
+    c = report.metrics.counterfactual_contribution
+    return missing if c is None else c

@@ -1,0 +1,163 @@
+"""The controller contract (DESIGN §5.2) and the two trivial controllers: static (host-only) and random.
+
+Every controller returns a `TamiyoDecision`; runners call `check_decision` so an invalid decision is an error,
+never a silent no-op.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from esper.leyline import (
+    BlendAction,
+    BlueprintAction,
+    EnvObservation,
+    FactoredAction,
+    LifecycleCommand,
+    LifecycleOp,
+    SlotAction,
+)
+
+__all__ = [
+    "BatchTamiyoPolicy",
+    "InvalidDecisionError",
+    "RandomPolicy",
+    "StaticPolicy",
+    "TamiyoDecision",
+    "TamiyoPolicy",
+    "check_decision",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class TamiyoDecision:
+    """One controller decision. `factored` is the head-level action, None when the command is outside the heads."""
+
+    command: LifecycleCommand
+    factored: FactoredAction | None
+    reason: str
+    confidence: float
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.reason:
+            raise ValueError("A decision needs a non-empty reason")
+        if not 0.0 <= self.confidence <= 1.0:
+            raise ValueError(f"confidence must be in [0, 1], got {self.confidence}")
+
+    @classmethod
+    def from_command(
+        cls,
+        command: LifecycleCommand,
+        *,
+        topology: str,
+        reason: str,
+        confidence: float,
+        info: dict[str, Any] | None = None,
+    ) -> TamiyoDecision:
+        """Build a decision whose `factored` form is derived from the command (None outside the policy head)."""
+        return cls(command, FactoredAction.from_command(command, topology), reason, confidence, info or {})
+
+
+_WAIT = LifecycleCommand(LifecycleOp.WAIT)
+
+
+@runtime_checkable
+class TamiyoPolicy(Protocol):
+    """A controller: reset at the start of each episode, then one decision per epoch."""
+
+    @property
+    def name(self) -> str: ...
+
+    def reset(self, seed: int) -> None: ...
+
+    def decide(self, obs: EnvObservation) -> TamiyoDecision: ...
+
+
+@runtime_checkable
+class BatchTamiyoPolicy(TamiyoPolicy, Protocol):
+    """A controller that decides for several environments at once (e.g. one batched network forward).
+
+    Runners use `decide_batch` when `isinstance(policy, BatchTamiyoPolicy)`, else call `decide` per observation.
+    """
+
+    def decide_batch(self, observations: Sequence[EnvObservation]) -> list[TamiyoDecision]: ...
+
+
+class InvalidDecisionError(RuntimeError):
+    """A controller returned a decision that the observation's validity rules forbid."""
+
+
+def check_decision(decision: TamiyoDecision, obs: EnvObservation) -> None:
+    """Raise `InvalidDecisionError` unless the decision is executable under `obs.validity`.
+
+    Checks the command against the validity rules and, when present, that the factored action is valid and names
+    the same command, so log-probabilities and the executed action can never disagree.
+    """
+    cmd = decision.command
+    where = f"env {obs.env_id}, epoch {obs.epoch}"
+    if not obs.validity.is_valid_command(cmd, obs.topology):
+        raise InvalidDecisionError(f"{cmd.describe()} is invalid under the observation's validity ({where})")
+    if decision.factored is None:
+        if FactoredAction.from_command(cmd, obs.topology) is not None:
+            raise InvalidDecisionError(f"{cmd.describe()} maps to the policy head but carries no factored action")
+        return
+    if not obs.validity.is_valid(decision.factored):
+        raise InvalidDecisionError(f"factored action {decision.factored} is invalid ({where})")
+    if decision.factored.to_command(obs.topology) != cmd:
+        raise InvalidDecisionError(f"factored action {decision.factored} does not match {cmd.describe()} ({where})")
+
+
+class StaticPolicy:
+    """Always WAIT: the host-only baseline."""
+
+    name = "static"
+
+    def reset(self, seed: int) -> None:
+        """Nothing to reset; present for the protocol."""
+
+    def decide(self, obs: EnvObservation) -> TamiyoDecision:
+        return TamiyoDecision.from_command(
+            _WAIT, topology=obs.topology, reason="Static policy: host only", confidence=1.0
+        )
+
+
+class RandomPolicy:
+    """Uniform dependent sampling over valid actions (op, then slot, then blueprint and blend for GERMINATE).
+
+    It draws from its own `random.Random`, so it is deterministic given its seed and never touches global RNG state.
+    The probability of the sampled action is reported as `confidence` and `info["behavior_prob"]`.
+    """
+
+    name = "random"
+
+    def __init__(self, seed: int = 0) -> None:
+        self._rng = random.Random(seed)
+
+    def reset(self, seed: int) -> None:
+        self._rng.seed(seed)
+
+    def decide(self, obs: EnvObservation) -> TamiyoDecision:
+        validity = obs.validity
+        ops = [op for op in LifecycleOp if validity.op[op]]
+        op = self._rng.choice(ops)
+        prob = 1.0 / len(ops)
+        if op == LifecycleOp.WAIT:
+            return TamiyoDecision.from_command(
+                _WAIT, topology=obs.topology, reason="Random: WAIT", confidence=prob, info={"behavior_prob": prob}
+            )
+        slots = [s for s in SlotAction if validity.op_slot[op][s]]
+        slot = self._rng.choice(slots)
+        prob /= len(slots)
+        blueprint, blend = BlueprintAction.NOOP, BlendAction.LINEAR
+        if op == LifecycleOp.GERMINATE:
+            blueprints = [b for b in BlueprintAction if validity.slot_blueprint[slot][b]]
+            blends = [b for b in BlendAction if validity.blend[b]]
+            blueprint, blend = self._rng.choice(blueprints), self._rng.choice(blends)
+            prob /= len(blueprints) * len(blends)
+        factored = FactoredAction(slot=slot, blueprint=blueprint, blend=blend, op=op)
+        command = factored.to_command(obs.topology)
+        return TamiyoDecision(command, factored, f"Random: {command.describe()}", prob, {"behavior_prob": prob})

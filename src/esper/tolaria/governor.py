@@ -1,0 +1,159 @@
+"""The governor: detects a diverging environment and rolls it back to its last good snapshot (DESIGN §4.2)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from esper.leyline import TelemetryEvent, TelemetryEventType
+from esper.leyline.constants import (
+    DEFAULT_GOVERNOR_ABSOLUTE_THRESHOLD,
+    DEFAULT_GOVERNOR_DEATH_PENALTY,
+    DEFAULT_GOVERNOR_HISTORY_WINDOW,
+    DEFAULT_GOVERNOR_LOSS_MULTIPLIER,
+    DEFAULT_GOVERNOR_SENSITIVITY,
+    DEFAULT_MIN_PANICS_BEFORE_ROLLBACK,
+    GOVERNOR_MIN_HISTORY,
+    LOBOTOMY_MEAN_FRACTION,
+    LOBOTOMY_TOLERANCE,
+)
+from esper.runtime.checkpoint import detached_cpu_copy
+from esper.tolaria.trainer import TrainState
+
+
+@dataclass(frozen=True)
+class GovernorReport:
+    reason: str
+    loss_at_panic: float
+    loss_threshold: float
+    restored_epoch: int
+    rollback_occurred: bool = True
+    restored_bookkeeping: dict[str, Any] = field(default_factory=dict)
+
+
+def export_train_state(ts: TrainState) -> dict[str, Any]:
+    """Model (host + every seed with weights, gate and lifecycle) and all optimizer states, as CPU clones."""
+    return detached_cpu_copy({
+        "model": ts.model.export_state(),
+        "host_optimizer": ts.host_optimizer.state_dict(),
+        "seed_optimizers": {slot: (seed_id, opt.state_dict()) for slot, (seed_id, opt) in ts.seed_optimizers.items()},
+        "fossil_order": list(ts.fossil_order),
+        "scaler": ts.scaler.state_dict() if ts.scaler is not None else None,
+    })
+
+
+def restore_train_state(ts: TrainState, snap: dict[str, Any]) -> None:
+    """Make `ts` equal to an exported state: seeds re-instantiated, optimizers rebuilt in order, states loaded."""
+    ts.model.load_state(snap["model"])
+    ts.fossil_order = list(snap["fossil_order"])
+    ts.rebuild_optimizers()
+    ts.host_optimizer.load_state_dict(snap["host_optimizer"])
+    if set(ts.seed_optimizers) != set(snap["seed_optimizers"]):
+        raise RuntimeError("Snapshot seed optimizers do not match the restored seeds")
+    for slot, (seed_id, state) in snap["seed_optimizers"].items():
+        restored_id, opt = ts.seed_optimizers[slot]
+        if restored_id != seed_id:
+            raise RuntimeError(f"Snapshot optimizer for slot '{slot}' belongs to seed {seed_id}, not {restored_id}")
+        opt.load_state_dict(state)
+    if ts.scaler is not None and snap["scaler"] is not None:
+        ts.scaler.load_state_dict(snap["scaler"])
+
+
+class TolariaGovernor:
+    """Watches the validation loss; panics on NaN/Inf, lobotomy or statistical anomalies; restores snapshots."""
+
+    def __init__(
+        self,
+        *,
+        random_guess_loss: float,
+        sensitivity: float = DEFAULT_GOVERNOR_SENSITIVITY,
+        multiplier: float = DEFAULT_GOVERNOR_LOSS_MULTIPLIER,
+        absolute_threshold: float = DEFAULT_GOVERNOR_ABSOLUTE_THRESHOLD,
+        death_penalty: float = DEFAULT_GOVERNOR_DEATH_PENALTY,
+        history_window: int = DEFAULT_GOVERNOR_HISTORY_WINDOW,
+        min_panics_before_rollback: int = DEFAULT_MIN_PANICS_BEFORE_ROLLBACK,
+        on_event: Callable[[TelemetryEvent], None] | None = None,
+    ) -> None:
+        if random_guess_loss <= 0:
+            raise ValueError("random_guess_loss must be > 0 (ln(num_classes) or ln(vocab_size))")
+        self.random_guess_loss = random_guess_loss
+        self.sensitivity = sensitivity
+        self.multiplier = multiplier
+        self.absolute_threshold = absolute_threshold
+        self.death_penalty = death_penalty
+        self.min_panics_before_rollback = min_panics_before_rollback
+        self.on_event = on_event
+        self.loss_history: deque[float] = deque(maxlen=history_window)
+        self.consecutive_panics = 0
+        self._pending: tuple[str, float, float] | None = None
+        self._snapshot: dict[str, Any] | None = None
+
+    def _emit(self, event_type: TelemetryEventType, message: str, data: dict[str, Any], severity: str,
+              epoch: int | None = None) -> None:
+        if self.on_event is not None:
+            self.on_event(TelemetryEvent(event_type=event_type, epoch=epoch, message=message, data=data,
+                                         severity=severity))  # type: ignore[arg-type]
+
+    def _panic(self, reason: str, loss: float, threshold: float) -> None:
+        self._pending = (reason, loss, threshold)
+        self._emit(TelemetryEventType.GOVERNOR_PANIC, f"governor panic: {reason} (loss {loss:.4g})",
+                   {"loss": loss, "consecutive_panics": self.consecutive_panics, "reason": reason}, "warning")
+
+    def check_vital_signs(self, loss: float) -> bool:
+        """True means: roll back now."""
+        L = self.random_guess_loss
+        if not math.isfinite(loss):
+            self._panic("non_finite_loss", loss, math.nan)
+            return True
+        history = self.loss_history
+        if (len(history) >= GOVERNOR_MIN_HISTORY and statistics.fmean(history) < LOBOTOMY_MEAN_FRACTION * L
+                and abs(loss - L) < LOBOTOMY_TOLERANCE * L):
+            self._panic("lobotomy", loss, L)
+            return True
+        if len(history) < GOVERNOR_MIN_HISTORY:
+            history.append(loss)
+            return False
+        mean = statistics.fmean(history)
+        sigma = statistics.pstdev(history)
+        statistical = mean + self.sensitivity * sigma
+        if loss > self.absolute_threshold and loss > statistical and loss > self.multiplier * mean:
+            self.consecutive_panics += 1
+            self._panic("loss_spike", loss, max(self.absolute_threshold, statistical, self.multiplier * mean))
+            return self.consecutive_panics >= self.min_panics_before_rollback
+        history.append(loss)
+        self.consecutive_panics = 0
+        return False
+
+    def snapshot(self, ts: TrainState, *, epoch: int, bookkeeping: dict[str, Any] | None = None) -> None:
+        """Remember a known-good state: model, seeds, optimizers and the env's per-slot bookkeeping."""
+        self._snapshot = {"train_state": export_train_state(ts), "epoch": epoch,
+                          "bookkeeping": detached_cpu_copy(bookkeeping or {})}
+        self._emit(TelemetryEventType.GOVERNOR_SNAPSHOT, f"snapshot at epoch {epoch}", {"epoch": epoch}, "debug",
+                   epoch=epoch)
+
+    @property
+    def has_snapshot(self) -> bool:
+        return self._snapshot is not None
+
+    def execute_rollback(self, ts: TrainState) -> GovernorReport:
+        """Restore the last snapshot exactly and clear the panic state."""
+        if self._snapshot is None:
+            raise RuntimeError("No snapshot to roll back to: call snapshot() when the environment is created")
+        restore_train_state(ts, self._snapshot["train_state"])
+        reason, loss, threshold = self._pending or ("manual", math.nan, math.nan)
+        self.loss_history.clear()
+        self.consecutive_panics = 0
+        self._pending = None
+        report = GovernorReport(reason, loss, threshold, self._snapshot["epoch"],
+                                restored_bookkeeping=detached_cpu_copy(self._snapshot["bookkeeping"]))
+        self._emit(TelemetryEventType.GOVERNOR_ROLLBACK, f"rolled back to epoch {report.restored_epoch} ({reason})", {
+            "reason": reason, "loss_at_panic": loss, "loss_threshold": threshold,
+            "restored_epoch": report.restored_epoch}, "critical")
+        return report
+
+    def punishment_reward(self) -> float:
+        return -self.death_penalty

@@ -1,0 +1,149 @@
+"""Registry contract (DESIGN §3.4, §11.4 items 1–2, §12.1 #15), parametrized over every registered blueprint.
+
+A new blueprint is covered automatically; a new topology fails collection until it gets sizes in `SIZES`.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from esper.kasmina.blueprints import (
+    DEFAULT_REGISTRY,
+    BlueprintRegistry,
+    BlueprintSpec,
+    build_default_registry,
+    default_registry,
+    register_cnn_blueprints,
+)
+from esper.leyline import BLUEPRINT_HEAD, NUM_BLUEPRINTS
+
+SIZES: dict[str, tuple[int, ...]] = {"cnn": (4, 8, 16, 64), "transformer": (32, 64, 128)}
+
+CASES = [
+    pytest.param(spec, channels, id=f"{spec.topology}-{spec.name}-{channels}")
+    for topology in DEFAULT_REGISTRY.topologies()
+    for spec in DEFAULT_REGISTRY.list_for_topology(topology)
+    for channels in SIZES[topology]
+]
+
+
+def sample_input(topology: str, channels: int) -> torch.Tensor:
+    return torch.randn(2, channels, 8, 8) if topology == "cnn" else torch.randn(2, 8, channels)
+
+
+@pytest.mark.parametrize(("spec", "channels"), CASES)
+def test_param_count_closed_form_is_exact(spec: BlueprintSpec, channels: int) -> None:
+    module = spec.factory(channels)
+    assert sum(p.numel() for p in module.parameters() if p.requires_grad) == spec.param_count(channels)
+
+
+@pytest.mark.parametrize(("spec", "channels"), CASES)
+def test_shape_preserved_finite_and_trainable(spec: BlueprintSpec, channels: int) -> None:
+    module = spec.factory(channels)
+    x = sample_input(spec.topology, channels)
+    y = module(x)
+    assert y.shape == x.shape
+    assert bool(torch.isfinite(y).all())
+    params = list(module.parameters())
+    if params:
+        y.square().sum().backward()
+        assert all(p.grad is not None for p in params)
+
+
+def test_catalog_matches_the_design_tables() -> None:
+    assert set(DEFAULT_REGISTRY.topologies()) == {"cnn", "transformer"}
+    assert set(DEFAULT_REGISTRY.names("cnn")) == {"noop", "conv_light", "attention", "norm", "depthwise", "conv_heavy"}
+    assert set(DEFAULT_REGISTRY.names("transformer")) == {"noop", "lora", "attention", "norm", "mlp"}
+
+
+@pytest.mark.parametrize("topology", ["cnn", "transformer"])
+def test_in_head_agrees_with_leyline(topology: str) -> None:
+    head = BLUEPRINT_HEAD[topology]
+    assert len(head) == NUM_BLUEPRINTS
+    assert all(name in DEFAULT_REGISTRY.names(topology) for name in head)
+    for spec in DEFAULT_REGISTRY.list_for_topology(topology):
+        assert spec.in_head == (spec.name in head), spec.name
+    assert not DEFAULT_REGISTRY.get("cnn", "conv_heavy").in_head
+
+
+@pytest.mark.parametrize("topology", ["cnn", "transformer"])
+def test_list_is_sorted_by_size_at_64(topology: str) -> None:
+    specs = DEFAULT_REGISTRY.list_for_topology(topology)
+    counts = [s.param_count(64) for s in specs]
+    assert counts == sorted(counts)
+    assert specs[0].name == "noop"
+    assert DEFAULT_REGISTRY.names(topology) == tuple(s.name for s in specs)
+
+
+def test_cnn_order() -> None:
+    assert DEFAULT_REGISTRY.names("cnn") == ("noop", "norm", "attention", "depthwise", "conv_light", "conv_heavy")
+
+
+def test_get_and_create() -> None:
+    spec = DEFAULT_REGISTRY.get("cnn", "conv_light")
+    assert (spec.name, spec.topology) == ("conv_light", "cnn")
+    module = DEFAULT_REGISTRY.create("cnn", "conv_light", 8)
+    assert sum(p.numel() for p in module.parameters()) == 9 * 64 + 16
+
+
+def test_unknown_blueprint_message() -> None:
+    expected = (
+        "Unknown blueprint 'lora' for topology 'cnn'. "
+        "Available: ['attention', 'conv_heavy', 'conv_light', 'depthwise', 'noop', 'norm']"
+    )
+    with pytest.raises(ValueError) as excinfo:
+        DEFAULT_REGISTRY.get("cnn", "lora")
+    assert str(excinfo.value) == expected
+    with pytest.raises(ValueError, match="Unknown blueprint 'conv_light' for topology 'transformer'"):
+        DEFAULT_REGISTRY.create("transformer", "conv_light", 32)
+    with pytest.raises(ValueError, match=r"Unknown blueprint 'noop' for topology 'rnn'. Available: \[\]"):
+        DEFAULT_REGISTRY.get("rnn", "noop")
+
+
+def test_unknown_topology_listing() -> None:
+    with pytest.raises(ValueError, match=r"Unknown topology 'rnn'. Available: \['cnn', 'transformer'\]"):
+        DEFAULT_REGISTRY.list_for_topology("rnn")
+    with pytest.raises(ValueError, match="Unknown topology 'rnn'"):
+        DEFAULT_REGISTRY.names("rnn")
+
+
+def test_duplicate_registration_raises_and_keeps_the_original() -> None:
+    registry = BlueprintRegistry()
+    register_cnn_blueprints(registry)
+    original = registry.get("cnn", "noop")
+    clone = BlueprintSpec("noop", "cnn", lambda c: nn.Identity(), lambda c: 0, "dup", in_head=True)
+    with pytest.raises(ValueError, match="'noop' is already registered for topology 'cnn'"):
+        registry.register(clone)
+    assert registry.get("cnn", "noop") is original
+    with pytest.raises(ValueError, match="already registered"):
+        register_cnn_blueprints(registry)
+
+
+def test_same_name_in_another_topology_is_allowed() -> None:
+    registry = BlueprintRegistry()
+    spec = BlueprintSpec("custom", "cnn", lambda c: nn.Identity(), lambda c: 0, "test", in_head=False)
+    registry.register(spec)
+    registry.register(BlueprintSpec("custom", "transformer", lambda c: nn.Identity(), lambda c: 0, "t", in_head=False))
+    assert registry.topologies() == ("cnn", "transformer")
+    assert registry.names("cnn") == ("custom",)
+
+
+def test_spec_is_frozen() -> None:
+    spec = DEFAULT_REGISTRY.get("cnn", "noop")
+    with pytest.raises(AttributeError):
+        spec.name = "other"  # type: ignore[misc]
+
+
+def test_default_registry_instances() -> None:
+    assert default_registry() is DEFAULT_REGISTRY
+    fresh = build_default_registry()
+    assert fresh is not DEFAULT_REGISTRY
+    fresh.register(BlueprintSpec("extra", "cnn", lambda c: nn.Identity(), lambda c: 0, "test", in_head=False))
+    assert "extra" in fresh.names("cnn") and "extra" not in DEFAULT_REGISTRY.names("cnn")
+
+
+def test_registry_has_no_reset() -> None:
+    """DESIGN §12.8: `BlueprintRegistry.reset` must not exist."""
+    assert not hasattr(BlueprintRegistry, "reset")

@@ -1,0 +1,183 @@
+"""Import layering (DESIGN §1.3): parse every module under src/esper and check its imports against the layer table.
+
+Both `import x` and `from x import y` forms are checked, including relative imports and imports nested in functions
+or `if TYPE_CHECKING:` blocks. `import esper` / `from esper import __version__` (the top-level package, which only
+defines `__version__`) is allowed everywhere.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import esper
+
+PACKAGE_ROOT = Path(esper.__file__).resolve().parent
+SRC_ROOT = PACKAGE_ROOT.parent
+SUBPACKAGES = ("leyline", "kasmina", "nissa", "runtime", "tolaria", "tamiyo", "simic", "datagen", "scripts")
+
+# Esper subpackages each layer may import (its own package is always allowed). Rule 1 of §1.3 ("components never
+# import nissa; scripts is the only place that constructs the hub and backends") removes nissa from simic/datagen.
+ALLOWED_ESPER: dict[str, frozenset[str]] = {
+    "leyline": frozenset(),
+    "kasmina": frozenset({"leyline"}),
+    "nissa": frozenset({"leyline"}),
+    "runtime": frozenset({"leyline", "kasmina"}),
+    "tolaria": frozenset({"leyline", "kasmina", "runtime"}),
+    "tamiyo": frozenset({"leyline"}),
+    "simic": frozenset(SUBPACKAGES) - {"datagen", "scripts", "nissa"},
+    "datagen": frozenset(SUBPACKAGES) - {"scripts", "nissa"},
+    "scripts": frozenset(SUBPACKAGES),
+}
+STDLIB_ONLY = frozenset({"leyline"})
+# Third-party top-level modules forbidden per layer (in addition to STDLIB_ONLY layers).
+FORBIDDEN_THIRD_PARTY: dict[str, frozenset[str]] = {"tamiyo": frozenset({"torch", "numpy"})}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC_ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imported_modules(source: str, modname: str, is_package: bool) -> list[tuple[int, str]]:
+    """Absolute dotted names imported by `source` (line, name); `from a import b` yields `a.b` candidates too."""
+    tree = ast.parse(source)
+    package_parts = modname.split(".") if is_package else modname.split(".")[:-1]
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                keep = len(package_parts) - (node.level - 1)
+                if keep <= 0:
+                    raise ValueError(f"{modname}: relative import beyond the top-level package")
+                base = ".".join(package_parts[:keep] + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            found.append((node.lineno, base))
+            # `from esper import leyline` or `from . import sibling` import submodules.
+            found.extend((node.lineno, f"{base}.{alias.name}") for alias in node.names if alias.name != "*")
+    return found
+
+
+def violations(source: str, modname: str, is_package: bool = False) -> list[str]:
+    """Layering violations of one module (empty when it follows DESIGN §1.3)."""
+    parts = modname.split(".")
+    if parts[0] != "esper" or len(parts) < 2:
+        return []  # top-level esper modules are checked separately
+    layer = parts[1]
+    if layer not in ALLOWED_ESPER:
+        return [f"{modname}: unknown subpackage '{layer}' (add it to the layer table)"]
+    allowed = ALLOWED_ESPER[layer] | {layer}
+    problems = []
+    for line, name in imported_modules(source, modname, is_package):
+        top, *rest = name.split(".")
+        if top == "esper":
+            if not rest or rest[0] not in SUBPACKAGES:
+                continue  # the top-level package (__version__) or an attribute of it
+            if rest[0] not in allowed:
+                problems.append(f"{modname}:{line} imports {name} (layer '{layer}' may not import '{rest[0]}')")
+        elif layer in STDLIB_ONLY and top not in sys.stdlib_module_names:
+            problems.append(f"{modname}:{line} imports non-stdlib module {name}")
+        elif top in FORBIDDEN_THIRD_PARTY.get(layer, frozenset()):
+            problems.append(f"{modname}:{line} imports forbidden module {name}")
+    return problems
+
+
+def source_modules() -> list[Path]:
+    return sorted(PACKAGE_ROOT.rglob("*.py"))
+
+
+def test_source_tree_found() -> None:
+    modules = {module_name(p) for p in source_modules()}
+    assert {"esper.leyline", "esper.leyline.actions", "esper.kasmina", "esper.simic"} <= modules
+
+
+@pytest.mark.parametrize("path", source_modules(), ids=lambda p: module_name(p))
+def test_module_follows_layer_table(path: Path) -> None:
+    problems = violations(path.read_text(encoding="utf-8"), module_name(path), path.name == "__init__.py")
+    assert not problems, "\n".join(problems)
+
+
+def test_top_level_init_imports_nothing_from_esper_or_third_party() -> None:
+    """`esper/__init__.py` is imported by every layer, so it must stay stdlib-only and import no subpackage."""
+    init = PACKAGE_ROOT / "__init__.py"
+    for line, name in imported_modules(init.read_text(encoding="utf-8"), "esper", True):
+        top = name.split(".")[0]
+        assert top != "esper" and top in sys.stdlib_module_names, f"esper/__init__.py:{line} imports {name}"
+
+
+@pytest.mark.parametrize(
+    ("package", "forbidden"), [("esper.leyline", ("torch", "numpy")), ("esper.tamiyo", ("torch", "numpy"))]
+)
+def test_runtime_import_does_not_load_heavy_modules(package: str, forbidden: tuple[str, ...]) -> None:
+    """Transitive check: importing the package in a fresh interpreter leaves torch (and numpy for leyline) unloaded."""
+    code = f"import sys, {package}; print(','.join(m for m in {forbidden!r} if m in sys.modules))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert result.stdout.strip() == "", f"{package} loads {result.stdout.strip()}"
+
+
+# ------------------------------------------------------------------------------------- self-check of the checker
+
+FAKE_CASES = [
+    ("esper.leyline.fake", "import torch\n", "non-stdlib"),
+    ("esper.leyline.fake", "from numpy import array\n", "non-stdlib"),
+    ("esper.leyline.fake", "from esper.kasmina import slot\n", "'kasmina'"),
+    ("esper.leyline.fake", "from esper import kasmina\n", "'kasmina'"),
+    ("esper.kasmina.fake", "from esper.simic.features import obs_dim\n", "'simic'"),
+    ("esper.kasmina.fake", "from ..tolaria import trainer\n", "'tolaria'"),
+    ("esper.kasmina.sub.fake", "from ...nissa.hub import NissaHub\n", "'nissa'"),
+    ("esper.nissa.fake", "import esper.kasmina.model\n", "'kasmina'"),
+    ("esper.runtime.fake", "from esper.tolaria.trainer import train_epoch\n", "'tolaria'"),
+    ("esper.tolaria.fake", "def f():\n    from esper.tamiyo import HeuristicTamiyo\n", "'tamiyo'"),
+    ("esper.tamiyo.fake", "import torch.nn as nn\n", "forbidden module torch"),
+    ("esper.tamiyo.fake", "import numpy as np\n", "forbidden module numpy"),
+    ("esper.tamiyo.fake", "from esper.kasmina.state import SeedState\n", "'kasmina'"),
+    ("esper.simic.fake", "from esper.scripts.train import main\n", "'scripts'"),
+    ("esper.simic.fake", "from esper.datagen.configs import EnvironmentConfig\n", "'datagen'"),
+    ("esper.datagen.fake", "from esper.scripts import train\n", "'scripts'"),
+    ("esper.simic.fake", "from esper.nissa.hub import NissaHub\n", "'nissa'"),
+    ("esper.datagen.fake", "import esper.nissa\n", "'nissa'"),
+    ("esper.leyline.fake", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\n", "non-stdlib"),
+]
+
+
+@pytest.mark.parametrize(("modname", "source", "expected"), FAKE_CASES)
+def test_checker_flags_forbidden_imports(modname: str, source: str, expected: str) -> None:
+    problems = violations(textwrap.dedent(source), modname)
+    assert problems and any(expected in p for p in problems), problems
+
+
+ALLOWED_CASES = [
+    ("esper.leyline.fake", "from __future__ import annotations\nimport math, uuid\nfrom .stages import SeedStage\n"),
+    ("esper.leyline.fake", "import esper\nfrom esper import __version__\n"),
+    ("esper.kasmina.fake", "import torch\nfrom esper.leyline import SeedStage\nfrom . import blending\n"),
+    ("esper.runtime.fake", "import numpy\nfrom esper.kasmina.model import MorphogeneticModel\n"),
+    ("esper.tolaria.fake", "from esper.runtime.optim import x\nfrom esper.kasmina import y\n"),
+    ("esper.tamiyo.fake", "import random\nfrom esper.leyline.actions import ordered_slots\n"),
+    (
+        "esper.simic.fake",
+        "import torch\nfrom esper.tolaria import a\nfrom esper.tamiyo import b\nimport esper.runtime\n",
+    ),
+    ("esper.scripts.fake", "from esper.datagen import generate\nfrom esper.nissa import NissaHub\n"),
+]
+
+
+@pytest.mark.parametrize(("modname", "source"), ALLOWED_CASES)
+def test_checker_accepts_allowed_imports(modname: str, source: str) -> None:
+    assert violations(source, modname) == []
+
+
+def test_relative_import_resolution_in_package_init() -> None:
+    """`from . import x` inside a package `__init__` resolves against the package itself."""
+    names = [n for _, n in imported_modules("from . import hub\nfrom .tui import T\n", "esper.nissa", True)]
+    assert "esper.nissa.hub" in names and "esper.nissa.tui" in names
+    assert violations("from ..simic import masks\n", "esper.tamiyo", True)

@@ -1,0 +1,164 @@
+"""Leyline property tests (DESIGN §11.3 items 8 and 9): joint index, validity masks, SeedTelemetry features."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from esper.leyline import (
+    CANONICAL_SLOTS,
+    NUM_JOINT_ACTIONS,
+    BlendAction,
+    BlueprintAction,
+    FactoredAction,
+    LifecycleOp,
+    MaskSeedInfo,
+    SeedStage,
+    SeedTelemetry,
+    SlotAction,
+    compute_action_validity,
+    from_joint_index,
+    joint_index,
+)
+
+# Factored actions that have a joint index: everything except GERMINATE with the noop blueprint.
+factored_actions = st.builds(
+    FactoredAction,
+    slot=st.sampled_from(SlotAction),
+    blueprint=st.sampled_from(BlueprintAction),
+    blend=st.sampled_from(BlendAction),
+    op=st.sampled_from(LifecycleOp),
+).filter(lambda a: not (a.is_germinate and a.blueprint == BlueprintAction.NOOP))
+
+seed_infos = st.builds(
+    MaskSeedInfo,
+    stage=st.sampled_from([int(s) for s in SeedStage]),
+    seed_age_epochs=st.integers(0, 30),
+    fossilize_ready=st.booleans(),
+)
+slot_states = st.dictionaries(st.sampled_from(CANONICAL_SLOTS), st.none() | seed_infos, max_size=len(CANONICAL_SLOTS))
+embargoes = st.lists(st.sampled_from(CANONICAL_SLOTS), unique=True, max_size=3)
+
+
+def canonical(action: FactoredAction) -> FactoredAction:
+    """Zero the heads the op does not use (the placeholders `from_joint_index` produces)."""
+    if action.is_wait:
+        return FactoredAction.from_indices(0, 0, 0, LifecycleOp.WAIT)
+    if action.is_germinate:
+        return action
+    return FactoredAction.from_indices(int(action.slot), 0, 0, int(action.op))
+
+
+@given(factored_actions)
+def test_joint_index_round_trip(action: FactoredAction) -> None:
+    index = joint_index(action)
+    assert 0 <= index < NUM_JOINT_ACTIONS
+    back = from_joint_index(index)
+    assert back == canonical(action)
+    assert joint_index(back) == index
+
+
+@given(st.integers(0, NUM_JOINT_ACTIONS - 1))
+def test_from_joint_index_round_trip(index: int) -> None:
+    assert joint_index(from_joint_index(index)) == index
+
+
+@given(
+    states=slot_states,
+    total=st.integers(0, 5),
+    limit=st.integers(0, 4),
+    embargo=embargoes,
+    topology=st.sampled_from(["cnn", "transformer"]),
+)
+def test_joint_mask_agrees_with_factored_validity(
+    states: dict[str, MaskSeedInfo | None], total: int, limit: int, embargo: list[str], topology: str
+) -> None:
+    v = compute_action_validity(states, total_seeds=total, max_seeds=limit, topology=topology, embargoed=embargo)
+    mask = v.joint_mask()
+    assert len(mask) == NUM_JOINT_ACTIONS
+    assert mask[0] is True  # WAIT is always valid
+    for i, valid in enumerate(mask):
+        action = from_joint_index(i)
+        assert valid is v.is_valid(action)
+        assert v.is_valid_command(action.to_command(topology), topology) is valid
+    # Factored rules re-derived from the inputs agree with the joint mask.
+    budget_full = limit > 0 and total >= limit
+    for s, slot in enumerate(CANONICAL_SLOTS):
+        enabled = slot in states
+        info = states.get(slot)
+        can_germinate = enabled and info is None and slot not in embargo and not budget_full
+        live = info is not None and info.stage in (2, 3, 4, 6)
+        can_cull = live and info is not None and info.seed_age_epochs >= 1
+        can_fossilize = info is not None and info.stage == SeedStage.PROBATIONARY and info.fossilize_ready
+        assert all(mask[1 + 12 * s + k] is can_germinate for k in range(12)), slot
+        assert mask[37 + s] is can_cull, slot
+        assert mask[40 + s] is can_fossilize, slot
+    assert v.op[LifecycleOp.GERMINATE] is any(mask[1:37])
+    assert v.op[LifecycleOp.CULL] is any(mask[37:40])
+    assert v.op[LifecycleOp.FOSSILIZE] is any(mask[40:43])
+
+
+@given(action=factored_actions, states=slot_states, total=st.integers(0, 5), limit=st.integers(0, 4))
+def test_is_valid_invariant_to_unused_heads(
+    action: FactoredAction, states: dict[str, MaskSeedInfo | None], total: int, limit: int
+) -> None:
+    v = compute_action_validity(states, total_seeds=total, max_seeds=limit)
+    assert v.is_valid(action) is v.joint_mask()[joint_index(action)]
+
+
+finite = st.floats(allow_nan=False, allow_infinity=False)
+telemetry = st.builds(
+    SeedTelemetry,
+    seed_id=st.text(max_size=5),
+    gradient_norm=finite,
+    gradient_health=finite,
+    has_vanishing=st.booleans(),
+    has_exploding=st.booleans(),
+    accuracy=finite,
+    accuracy_delta=finite,
+    epochs_in_stage=st.integers(0, 10**9),
+    stage=st.integers(-(10**6), 10**6),
+    alpha=finite,
+    epoch=st.integers(0, 10**9),
+    max_epochs=st.integers(-(10**6), 10**9),
+)
+
+
+@given(telemetry)
+def test_seed_telemetry_features_in_range(t: SeedTelemetry) -> None:
+    features = t.to_features()
+    assert len(features) == SeedTelemetry.feature_dim() == 10
+    for i, f in enumerate(features):
+        assert math.isfinite(f) and -1.0 <= f <= 1.0, (i, f)
+
+
+extreme = st.sampled_from([math.inf, -math.inf, 1e308, -1e308, 5e-324, 0.0])
+
+
+@given(
+    gradient_norm=extreme,
+    gradient_health=extreme,
+    accuracy=extreme,
+    accuracy_delta=extreme,
+    alpha=extreme,
+    big=st.sampled_from([0, 1, 10**18]),
+)
+def test_seed_telemetry_features_finite_for_extreme_inputs(
+    gradient_norm: float, gradient_health: float, accuracy: float, accuracy_delta: float, alpha: float, big: int
+) -> None:
+    t = SeedTelemetry(
+        seed_id="x",
+        gradient_norm=gradient_norm,
+        gradient_health=gradient_health,
+        accuracy=accuracy,
+        accuracy_delta=accuracy_delta,
+        alpha=alpha,
+        epochs_in_stage=big,
+        stage=big,
+        epoch=big,
+        max_epochs=big,
+    )
+    for i, f in enumerate(t.to_features()):
+        assert math.isfinite(f) and -1.0 <= f <= 1.0, (i, f)

@@ -1,0 +1,163 @@
+"""SeedProgress / SeedState mechanics and the quality gates G0..G5 (DESIGN §2.6, §3.6)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from esper.kasmina.state import LifecycleConfig, QualityGates, SeedProgress, SeedState
+from esper.leyline import GateLevel, SeedStage
+
+
+def _state(stage: SeedStage = SeedStage.DORMANT, **kw: object) -> SeedState:
+    s = SeedState(seed_id="s1", blueprint_id="conv_light", slot_id="mid")
+    s.stage = stage
+    for k, v in kw.items():
+        setattr(s, k, v)
+    return s
+
+
+def test_seed_state_is_keyword_only() -> None:
+    with pytest.raises(TypeError):
+        SeedState("s1", "conv_light")  # type: ignore[misc]
+
+
+def test_telemetry_initialized_with_seed_info() -> None:
+    s = SeedState(seed_id="seed_1", blueprint_id="attention", slot_id="late")
+    assert s.telemetry.seed_id == "seed_1"
+    assert s.telemetry.blueprint_id == "attention"
+    assert s.telemetry.layer_id == "late"
+
+
+def test_sync_telemetry_updates_from_metrics() -> None:
+    s = _state(SeedStage.TRAINING, alpha=0.3)
+    s.metrics.current_val_accuracy = 75.0
+    s.metrics.epochs_in_current_stage = 5
+    s.sync_telemetry(gradient_norm=2.5, gradient_health=0.9, has_vanishing=False, has_exploding=True,
+                     epoch=10, max_epochs=25)
+    t = s.telemetry
+    assert (t.accuracy, t.epochs_in_stage, t.stage, t.alpha) == (75.0, 5, SeedStage.TRAINING.value, 0.3)
+    assert (t.gradient_norm, t.gradient_health, t.has_exploding, t.epoch, t.max_epochs) == (2.5, 0.9, True, 10, 25)
+
+
+def test_record_accuracy_is_the_only_epoch_clock_and_accepts_tensors() -> None:
+    p = SeedProgress(initial_val_accuracy=50.0, current_val_accuracy=50.0, accuracy_at_stage_start=50.0)
+    p.record_accuracy(torch.tensor(53.0))
+    p.record_accuracy(52.0)
+    assert (p.epochs_total, p.epochs_in_current_stage) == (2, 2)
+    assert p.best_val_accuracy == 53.0
+    assert p.total_improvement == pytest.approx(2.0)
+    p.reset_stage_baseline()
+    assert p.epochs_in_current_stage == 0 and p.improvement_since_stage_start == 0.0
+
+
+def test_gradient_ratio_ema_and_clamp() -> None:
+    p = SeedProgress()
+    p.update_gradient_ratio(0.5)
+    assert p.seed_gradient_norm_ratio == 0.5
+    p.update_gradient_ratio(1.5)
+    assert p.seed_gradient_norm_ratio == pytest.approx(0.9 * 0.5 + 0.1 * 1.5)
+    p.update_gradient_ratio(1e6)
+    assert p.seed_gradient_norm_ratio == 10.0
+
+
+def test_transition_records_history_and_rejects_invalid() -> None:
+    s = _state()
+    assert s.transition(SeedStage.GERMINATED, 3)
+    assert not s.transition(SeedStage.BLENDING, 4)
+    assert s.stage == SeedStage.GERMINATED
+    s.metrics.epochs_in_current_stage = 2
+    assert s.transition(SeedStage.TRAINING, 5)
+    assert (s.previous_stage, s.previous_epochs_in_stage, s.stage_entered_epoch) == (SeedStage.GERMINATED, 2, 5)
+    assert s.stage_history == [(SeedStage.GERMINATED, 3), (SeedStage.TRAINING, 5)]
+
+
+def test_to_dict_round_trip() -> None:
+    s = _state(SeedStage.BLENDING, alpha=0.4, blending_steps_done=2, blending_steps_total=5)
+    s.metrics.counterfactual_contribution = 1.5
+    s.stage_history.append((SeedStage.BLENDING, 7))
+    back = SeedState.from_dict(s.to_dict())
+    assert back.to_dict() == s.to_dict()
+    assert back.to_report().metrics == s.to_report().metrics
+
+
+gates = QualityGates(LifecycleConfig())
+
+
+@pytest.mark.parametrize(("c", "passes"), [(1.0, True), (2.0, True), (0.99, False), (0.0, False), (-1.0, False)])
+def test_g5_contribution_boundaries(c: float, passes: bool) -> None:
+    s = _state(SeedStage.PROBATIONARY)
+    s.metrics.counterfactual_contribution = c
+    result = gates.check_gate(s, SeedStage.FOSSILIZED)
+    assert result.gate == GateLevel.G5 and result.passed is passes
+
+
+def test_g5_never_falls_back_to_total_improvement() -> None:
+    s = _state(SeedStage.PROBATIONARY)
+    s.metrics.current_val_accuracy = 90.0  # huge total improvement, no counterfactual
+    result = gates.check_gate(s, SeedStage.FOSSILIZED)
+    assert not result.passed and "counterfactual_not_available" in result.checks_failed
+
+
+def test_g5_requires_health() -> None:
+    s = _state(SeedStage.PROBATIONARY, is_healthy=False)
+    s.metrics.counterfactual_contribution = 5.0
+    result = gates.check_gate(s, SeedStage.FOSSILIZED)
+    assert not result.passed and "unhealthy" in result.checks_failed
+
+
+def _training(eis: int, improvement: float, ratio: float) -> SeedState:
+    s = _state(SeedStage.TRAINING)
+    s.metrics.accuracy_at_stage_start = 50.0
+    s.metrics.current_val_accuracy = 50.0 + improvement
+    s.metrics.epochs_in_current_stage = eis
+    s.metrics.seed_gradient_norm_ratio = ratio
+    return s
+
+
+def test_g2_boundaries() -> None:
+    assert not gates.check_gate(_training(3, 10.0, 0.01), SeedStage.BLENDING).passed
+    ok = gates.check_gate(_training(3, 2.0, 0.10), SeedStage.BLENDING)
+    assert ok.passed and ok.score == pytest.approx(0.4)
+    assert "seed_gradient_active_0.10" in ok.checks_passed
+    assert not gates.check_gate(_training(2, 2.0, 0.10), SeedStage.BLENDING).passed
+    assert not gates.check_gate(_training(3, 0.4, 0.10), SeedStage.BLENDING).passed
+
+
+def test_g2_uses_its_own_min_training_epochs() -> None:
+    lm_gates = QualityGates(LifecycleConfig(min_training_epochs=5, min_blending_epochs=3))
+    assert not lm_gates.check_gate(_training(4, 2.0, 0.1), SeedStage.BLENDING).passed
+    assert lm_gates.check_gate(_training(5, 2.0, 0.1), SeedStage.BLENDING).passed
+
+
+def test_g3_requires_complete_ramp_high_alpha_and_dwell() -> None:
+    s = _state(SeedStage.BLENDING, alpha=1.0, blending_steps_done=5, blending_steps_total=5)
+    s.metrics.epochs_in_current_stage = 3
+    assert gates.check_gate(s, SeedStage.PROBATIONARY).passed
+    s.blending_steps_done = 4
+    assert "blending_incomplete_1" in gates.check_gate(s, SeedStage.PROBATIONARY).checks_failed
+    s.blending_steps_done, s.alpha = 5, 0.9
+    assert "alpha_low_0.90" in gates.check_gate(s, SeedStage.PROBATIONARY).checks_failed
+    s.alpha, s.metrics.epochs_in_current_stage = 1.0, 2
+    assert not gates.check_gate(s, SeedStage.PROBATIONARY).passed
+
+
+def test_g0_g1_and_unguarded_targets() -> None:
+    s = SeedState(seed_id="", blueprint_id="x")
+    assert gates.check_gate(s, SeedStage.GERMINATED).checks_failed == ("seed_id_missing",)
+    assert not gates.check_gate(_state(SeedStage.DORMANT), SeedStage.TRAINING).passed
+    assert gates.check_gate(_state(SeedStage.GERMINATED), SeedStage.TRAINING).passed
+    with pytest.raises(ValueError):
+        gates.check_gate(_state(), SeedStage.CULLED)
+
+
+def test_report_fields_populate() -> None:
+    s = _state(SeedStage.BLENDING, alpha=0.6, blending_steps_done=3, blending_steps_total=5)
+    s.metrics.counterfactual_contribution = 2.0
+    s.metrics.seed_gradient_norm_ratio = 0.2
+    s.metrics.seed_param_count, s.metrics.host_param_count = 100, 6418
+    r = s.to_report()
+    assert r.metrics.counterfactual_contribution == 2.0 and r.metrics.seed_gradient_norm_ratio == 0.2
+    assert (r.metrics.seed_param_count, r.metrics.host_param_count) == (100, 6418)
+    assert (r.metrics.current_alpha, r.metrics.blending_steps_done) == (0.6, 3)
+    assert r.telemetry is not None and r.telemetry is not s.telemetry

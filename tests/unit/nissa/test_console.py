@@ -1,0 +1,113 @@
+"""Console backend: line format, severity threshold, summaries of the documented payloads (DESIGN §8.2)."""
+
+from __future__ import annotations
+
+import io
+import re
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from esper.leyline.stages import SeedStage
+from esper.leyline.telemetry import TelemetryEvent, TelemetryEventType, TelemetryLevel
+from esper.nissa import ConsoleBackend, summarize
+
+E = TelemetryEventType
+LINE = re.compile(r"^\[\d\d:\d\d:\d\d\] (env\d+ )?(?P<summary>.+)$")
+
+# Payloads as documented in DESIGN §2.5 and the producer contracts of esper.nissa.tensorboard / tui.
+PAYLOADS: dict[TelemetryEventType, dict[str, Any]] = {
+    E.TRAINING_STARTED: {"command": "ppo", "task": "cifar10", "topology": "cnn", "n_envs": 4},
+    E.EPOCH_COMPLETED: {"epoch": 3, "max_epochs": 25, "val_accuracy": 61.2, "val_loss": 1.1, "op": 1, "slot": "mid"},
+    E.EPISODE_COMPLETED: {"final_accuracy": 72.34, "best_accuracy": 73.0, "seeds_created": 2, "seeds_fossilized": 1},
+    E.BATCH_COMPLETED: {"batch": 3, "avg_accuracy": 61.2, "rolling_accuracy": 60.8, "avg_reward": 0.42, "fps": 120},
+    E.SEED_GERMINATED: {"blueprint_id": "conv_light", "blend_id": "linear", "params": 1000},
+    E.SEED_STAGE_CHANGED: {"from": "TRAINING", "to": "BLENDING"},
+    E.SEED_GATE_EVALUATED: {"gate": "G2", "passed": True, "target_stage": SeedStage.BLENDING},
+    E.SEED_FOSSILIZED: {"blueprint_id": "conv_light", "improvement": 1.5, "params_added": 4321},
+    E.SEED_CULLED: {"reason": "negative contribution", "blueprint_id": "attention"},
+    E.HOST_STABILIZED: {"epoch": 5, "stable_count": 3, "val_loss": 1.0},
+    E.COUNTERFACTUAL_COMPUTED: {"slot": "mid", "real_accuracy": 70.0, "ablated_accuracy": 68.8, "contribution": 1.2},
+    E.ACTION_TAKEN: {"op": "GERMINATE", "slot": "mid", "blueprint": "conv_light", "blend": "linear", "success": True},
+    E.PPO_UPDATE_COMPLETED: {
+        "policy_loss": -0.01,
+        "value_loss": 0.3,
+        "entropy": 1.2,
+        "approx_kl": 0.004,
+        "clip_fraction": 0.08,
+    },
+    E.RATIO_EXPLOSION_DETECTED: {"detail": "ratio_max 7.1 > 5.0", "batch": 3, "episodes_completed": 12},
+    E.TELEMETRY_ESCALATED: {"epochs": 5, "reason": "ratio_explosion"},
+    E.GOVERNOR_PANIC: {"loss": 12.5, "consecutive_panics": 1, "reason": "spike"},
+    E.GOVERNOR_ROLLBACK: {"reason": "nan loss", "loss_at_panic": float("nan"), "restored_epoch": 10},
+    E.CHECKPOINT_SAVED: {"path": "runs/x/checkpoints/latest.pt", "kind": "latest", "batch": 3},
+    E.COMPARISON_EPISODE_COMPLETED: {"controller": "heuristic", "episode": 2, "final_accuracy": 70.1},
+}
+
+
+def _backend(level: TelemetryLevel = TelemetryLevel.NORMAL) -> tuple[ConsoleBackend, io.StringIO]:
+    out = io.StringIO()
+    return ConsoleBackend(Console(file=out, width=200, color_system=None), level=level), out
+
+
+def test_line_format_with_env_prefix() -> None:
+    backend, out = _backend()
+    backend.emit(TelemetryEvent(E.SEED_GERMINATED, env_id=3, slot_id="mid", data={"blueprint_id": "conv_light"}))
+    line = out.getvalue().rstrip("\n")
+    assert re.fullmatch(r"\[\d\d:\d\d:\d\d\] env3 germinated conv_light in mid", line)
+
+
+def test_run_level_events_have_no_env_prefix() -> None:
+    backend, out = _backend()
+    backend.emit(TelemetryEvent(E.RUN_COMPLETED, message="run finished"))
+    match = LINE.match(out.getvalue().rstrip("\n"))
+    assert match is not None and match.group(1) is None
+    assert match.group("summary") == "run finished"
+
+
+@pytest.mark.parametrize(
+    ("etype", "data", "slot", "expected"),
+    [
+        (
+            E.SEED_STAGE_CHANGED,
+            {"from": SeedStage.TRAINING, "to": SeedStage.BLENDING},
+            "mid",
+            "mid TRAINING → BLENDING",
+        ),
+        (E.SEED_STAGE_CHANGED, {"from": 4, "to": "probationary"}, "late", "late BLENDING → PROBATIONARY"),
+        (E.EPISODE_COMPLETED, {"final_accuracy": 72.34}, None, "episode done: final 72.3%"),
+        (E.GOVERNOR_ROLLBACK, {"restored_epoch": 10, "reason": "nan"}, None, "governor rollback to epoch 10: nan"),
+        (E.ACTION_TAKEN, {"op": 0}, None, "WAIT"),
+    ],
+)
+def test_summaries(etype: TelemetryEventType, data: dict[str, Any], slot: str | None, expected: str) -> None:
+    assert summarize(TelemetryEvent(etype, slot_id=slot, data=data)) == expected
+
+
+@pytest.mark.parametrize("etype", list(PAYLOADS))
+def test_documented_payloads_get_a_real_summary(etype: TelemetryEventType) -> None:
+    event = TelemetryEvent(etype, data=PAYLOADS[etype], message="FALLBACK")
+    text = summarize(event)
+    assert text and text != "FALLBACK"
+
+
+def test_missing_keys_fall_back_to_message_then_type() -> None:
+    assert summarize(TelemetryEvent(E.BATCH_COMPLETED, data={}, message="batch 1 done")) == "batch 1 done"
+    assert summarize(TelemetryEvent(E.GOVERNOR_SNAPSHOT)) == "governor_snapshot"
+
+
+def test_debug_severity_only_at_debug_level() -> None:
+    quiet, quiet_out = _backend(TelemetryLevel.NORMAL)
+    loud, loud_out = _backend(TelemetryLevel.DEBUG)
+    event = TelemetryEvent(E.GRADIENT_STATS, message="grads", severity="debug")
+    quiet.emit(event)
+    loud.emit(event)
+    assert quiet_out.getvalue() == ""
+    assert loud_out.getvalue().rstrip("\n").endswith("grads")
+
+
+def test_markup_in_messages_is_printed_verbatim() -> None:
+    backend, out = _backend()
+    backend.emit(TelemetryEvent(E.RUN_COMPLETED, message="[bold]not markup[/bold]", severity="warning"))
+    assert "[bold]not markup[/bold]" in out.getvalue()
