@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -19,7 +19,7 @@ class MorphogeneticModel(nn.Module):
 
     def __init__(
         self,
-        host: HostProtocol,
+        host: nn.Module,
         *,
         slots: list[str] | tuple[str, ...],
         lifecycle: LifecycleConfig,
@@ -27,8 +27,8 @@ class MorphogeneticModel(nn.Module):
         on_event: EventCallback | None = None,
     ) -> None:
         super().__init__()
-        if not isinstance(host, nn.Module):
-            raise TypeError("host must be an nn.Module implementing HostProtocol")
+        if not isinstance(host, HostProtocol):
+            raise TypeError(f"{type(host).__name__} does not implement HostProtocol (segmented forward)")
         available = list(host.segment_channels)
         for name in slots:
             if name not in available:
@@ -45,14 +45,19 @@ class MorphogeneticModel(nn.Module):
             for s in self.slot_ids
         })
 
+    @property
+    def segments(self) -> HostProtocol:
+        """The host seen through its segmented-forward protocol (checked at construction)."""
+        return cast(HostProtocol, self.host)
+
     # ------------------------------------------------------------------ forward
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         prev, prev_slot = x, None
         for s in self.slot_ids:
-            h = self.host.forward_to_segment(s, prev, from_segment=prev_slot)
+            h = self.segments.forward_to_segment(s, prev, from_segment=prev_slot)
             prev, prev_slot = self.seed_slots[s](h), s
-        return self.host.forward_from_segment(self.slot_ids[-1], prev)
+        return self.segments.forward_from_segment(self.slot_ids[-1], prev)
 
     def forward_with_ablations(
         self, x: torch.Tensor, ablate: list[str] | tuple[str, ...]
@@ -65,19 +70,19 @@ class MorphogeneticModel(nn.Module):
         cached: dict[str, torch.Tensor] = {}
         prev, prev_slot = x, None
         for s in self.slot_ids:
-            h = self.host.forward_to_segment(s, prev, from_segment=prev_slot)
+            h = self.segments.forward_to_segment(s, prev, from_segment=prev_slot)
             cached[s] = h
             prev, prev_slot = self.seed_slots[s](h), s
-        full = self.host.forward_from_segment(self.slot_ids[-1], prev)
+        full = self.segments.forward_from_segment(self.slot_ids[-1], prev)
         ablated: dict[str, torch.Tensor] = {}
         for k in ordered_slots(ablate):
             self._slot(k)
             start = self.slot_ids.index(k)
             prev, prev_slot = cached[k], k
             for s in self.slot_ids[start + 1:]:
-                h = self.host.forward_to_segment(s, prev, from_segment=prev_slot)
+                h = self.segments.forward_to_segment(s, prev, from_segment=prev_slot)
                 prev, prev_slot = self.seed_slots[s](h), s
-            ablated[k] = self.host.forward_from_segment(self.slot_ids[-1], prev)
+            ablated[k] = self.segments.forward_from_segment(self.slot_ids[-1], prev)
         return full, ablated
 
     # ------------------------------------------------------------------ slots

@@ -79,7 +79,7 @@ def masks_from_validity(validity: ActionValidity, device: str | torch.device | N
     slot_blueprint = t(validity.slot_blueprint)
     return {
         "op": t(validity.op),
-        "slot": op_slot[LifecycleOp.WAIT + 1 :].any(dim=0),
+        "slot": op_slot[1:].any(dim=0),  # rows 1.. are the non-WAIT ops
         "blueprint": slot_blueprint.any(dim=0),
         "blend": t(validity.blend),
         "op_slot": op_slot,

@@ -159,10 +159,9 @@ class PPOAgent:
         returns, advantages = self.buffer.compute_returns_and_advantages(
             last_value, self.gamma, self.gae_lambda, device=self.device
         )
+        # Explained variance of the rollout's value estimates, before any step (advantages = R − V).
         var_returns = float(returns.var(correction=0))
-        explained_variance = (
-            1.0 - float(advantages.var(correction=0)) / var_returns if var_returns > 1e-8 else 0.0
-        )  # advantages = R − V
+        explained_variance = 1.0 - float(advantages.var(correction=0)) / var_returns if var_returns > 1e-8 else 0.0
         entropy_coef = self.get_entropy_coef()
 
         stats = _UpdateStats()

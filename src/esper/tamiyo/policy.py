@@ -103,7 +103,7 @@ def check_decision(decision: TamiyoDecision, obs: EnvObservation) -> None:
         raise InvalidDecisionError(f"{cmd.describe()} is invalid under the observation's validity ({where})")
     if decision.factored is None:
         if FactoredAction.from_command(cmd, obs.topology) is not None:
-            raise InvalidDecisionError(f"{cmd.describe()} maps to the policy head but carries no factored action")
+            raise InvalidDecisionError(f"{cmd.describe()} maps to the policy head but has no factored action ({where})")
         return
     if not obs.validity.is_valid(decision.factored):
         raise InvalidDecisionError(f"factored action {decision.factored} is invalid ({where})")

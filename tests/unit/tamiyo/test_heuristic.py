@@ -260,7 +260,7 @@ def test_seeds_culled_by_kasmina_are_treated_as_culls_at_the_previous_decision()
     waiting = make_report("early", PROBATIONARY, counterfactual=0.5, blueprint_id="norm")
     assert _describe(policy, make_obs([waiting], epoch=10, enabled=["early"])) == "WAIT"
     assert _describe(policy, _ready(epoch=11, enabled=["early"])) == "WAIT"  # vanished: probation timeout
-    assert policy.penalties == {"norm": 1.0}  # 2.0 at epoch 10, decayed once
+    assert policy.penalties == {"norm": 2.0}  # charged at epoch 10; no germination since, so not decayed
     assert policy.embargoed_slots(15) == ("early",) and policy.embargoed_slots(16) == ()
     fossilized = make_report("early", SeedStage.FOSSILIZED, seed_id="seed-early")
     other = HeuristicTamiyo(topology="cnn")
@@ -269,13 +269,15 @@ def test_seeds_culled_by_kasmina_are_treated_as_culls_at_the_previous_decision()
     assert other.penalties == {} and other.embargoed_slots(11) == ()
 
 
-def test_penalty_decays_by_half_per_epoch_and_is_dropped_below_point_one() -> None:
+def test_penalty_decays_by_half_per_germination_and_is_dropped_below_point_one() -> None:
     policy = HeuristicTamiyo(topology="cnn")
-    _decide(policy, make_obs([_stalled("mid")], epoch=10))
+    assert _describe(policy, make_obs([_stalled("mid")], epoch=10)) == "CULL mid"
+    for epoch in (11, 12):  # epochs without a germination do not decay penalties
+        assert _describe(policy, make_obs(epoch=epoch)) == "WAIT"
     history = [policy.penalties]
-    for epoch in range(11, 16):
-        _decide(policy, make_obs(epoch=epoch))
-        _decide(policy, make_obs(epoch=epoch))  # a second call in the same epoch does not decay again
+    for epoch in range(13, 28, 3):
+        assert _describe(policy, _ready(epoch=epoch)).startswith("GERMINATE early")
+        assert _describe(policy, make_obs(epoch=epoch + 1)) == "WAIT"  # nor does a WAIT between germinations
         history.append(policy.penalties)
     assert history == [
         {"conv_light": 2.0},
@@ -283,7 +285,7 @@ def test_penalty_decays_by_half_per_epoch_and_is_dropped_below_point_one() -> No
         {"conv_light": 0.5},
         {"conv_light": 0.25},
         {"conv_light": 0.125},
-        {},
+        {},  # 0.0625 < 0.1 is forgotten
     ]
 
 
@@ -291,27 +293,51 @@ def test_two_consecutive_culls_of_a_blueprint_reach_the_threshold() -> None:
     policy = HeuristicTamiyo(topology="cnn")
     _decide(policy, make_obs([_stalled("early"), make_report("mid", TRAINING)], epoch=10))
     assert _describe(policy, make_obs([_stalled("mid")], epoch=11)) == "CULL mid"
-    assert policy.penalties == {"conv_light": 3.0}
+    assert policy.penalties == {"conv_light": 4.0}  # no germination in between: 2.0 + 2.0 >= 3.0
+
+
+def test_at_default_config_a_blueprint_culled_twice_between_germinations_is_skipped() -> None:
+    # conv_light (rotation head) is culled twice -> 4.0 >= 3.0; conv_heavy once -> 2.0 < 3.0.
+    policy = HeuristicTamiyo(topology="cnn")
+    late = make_report("late", TRAINING, blueprint_id="conv_heavy")
+    assert _describe(policy, make_obs([_stalled("early"), make_report("mid", TRAINING), late], epoch=10)) == (
+        "CULL early"
+    )
+    assert _describe(policy, make_obs([_stalled("mid"), late], epoch=11)) == "CULL mid"
+    assert _describe(policy, make_obs([_stalled("late", "conv_heavy")], epoch=12)) == "CULL late"
+    assert policy.penalties == {"conv_light": 4.0, "conv_heavy": 2.0}
+    assert _describe(policy, _ready(epoch=15)) == "WAIT"  # every slot still embargoed
+    assert _describe(policy, _ready(epoch=16)) == "GERMINATE early conv_heavy/sigmoid"
+    assert policy.penalties == {"conv_light": 2.0, "conv_heavy": 1.0}  # decayed right after the germination
+    # A single cull (2.0) of the rotation head does not make the next germination skip it.
+    once = HeuristicTamiyo(topology="cnn")
+    assert _describe(once, make_obs([_stalled("early")], epoch=10)) == "CULL early"
+    assert _describe(once, _ready(epoch=11)) == "GERMINATE mid conv_light/sigmoid"
+    assert once.penalties == {"conv_light": 1.0}
 
 
 def test_heavily_penalized_blueprint_is_skipped_until_it_decays() -> None:
-    # Penalty 10 decays 10 -> 5 -> 2.5: skipped at 5 (>= 3), used again at 2.5.
-    for skip_epoch, expected in ((11, "conv_heavy"), (12, "conv_light")):
-        policy = _heuristic(blueprint_penalty_on_cull=10.0, embargo_epochs_after_cull=0)
-        _decide(policy, make_obs([_stalled("early")], epoch=10))
-        if skip_epoch == 12:
-            _decide(policy, make_obs(epoch=11))
-            assert policy.penalties == {"conv_light": 5.0}
-        decision = _decide(policy, _ready(epoch=skip_epoch))
-        assert decision.command.blueprint_id == expected
+    # Penalty 10 decays 10 -> 5 -> 2.5 over germinations: skipped at 10 and 5 (>= 3), used again at 2.5.
+    policy = _heuristic(
+        blueprint_rotation={"cnn": ("conv_light", "norm")}, blueprint_penalty_on_cull=10.0, embargo_epochs_after_cull=0
+    )
+    _decide(policy, make_obs([_stalled("early")], epoch=10))
+    chosen, penalties = [], []
+    for epoch in (11, 14, 17):
+        decision = _decide(policy, _ready(epoch=epoch))
         assert decision.command.slot_id == "early"
+        chosen.append(decision.command.blueprint_id)
+        penalties.append(policy.penalties)
+    assert chosen == ["norm", "norm", "conv_light"]
+    assert penalties == [{"conv_light": 5.0}, {"conv_light": 2.5}, {"conv_light": 1.25}]
 
 
 def test_penalty_exactly_at_the_threshold_is_skipped() -> None:
-    policy = _heuristic(blueprint_penalty_on_cull=6.0, embargo_epochs_after_cull=0)
+    policy = _heuristic(blueprint_penalty_on_cull=3.0, embargo_epochs_after_cull=0)
     _decide(policy, make_obs([_stalled("early")], epoch=10))
-    assert _describe(policy, _ready(epoch=11)) == "GERMINATE early conv_heavy/sigmoid"
     assert policy.penalties == {"conv_light": 3.0}
+    assert _describe(policy, _ready(epoch=11)) == "GERMINATE early conv_heavy/sigmoid"
+    assert policy.penalties == {"conv_light": 1.5}
 
 
 def test_when_every_blueprint_is_penalized_the_least_penalized_is_used() -> None:
@@ -319,11 +345,15 @@ def test_when_every_blueprint_is_penalized_the_least_penalized_is_used() -> None
         blueprint_rotation={"cnn": ("norm", "conv_light")},
         blueprint_penalty_on_cull=10.0,
         blueprint_penalty_threshold=1.0,
+        embargo_epochs_after_cull=0,
     )
-    _decide(policy, make_obs([_stalled("early", "conv_light"), make_report("mid", TRAINING)], epoch=10))
-    _decide(policy, make_obs([_stalled("mid", "norm")], epoch=11))
-    assert _describe(policy, _ready(epoch=12)) == "GERMINATE late conv_light/sigmoid"
-    assert policy.penalties == {"conv_light": 2.5, "norm": 5.0}
+    late = make_report("late", TRAINING, blueprint_id="conv_light")
+    _decide(policy, make_obs([_stalled("early", "norm"), make_report("mid", TRAINING, blueprint_id="norm"), late]))
+    _decide(policy, make_obs([_stalled("mid", "norm"), late], epoch=11))
+    _decide(policy, make_obs([_stalled("late", "conv_light")], epoch=12))
+    assert policy.penalties == {"norm": 20.0, "conv_light": 10.0}
+    assert _describe(policy, _ready(epoch=13)) == "GERMINATE early conv_light/sigmoid"  # not the rotation head
+    assert policy.penalties == {"norm": 10.0, "conv_light": 5.0}
 
 
 def test_reset_restores_rotation_penalties_embargoes_and_counters() -> None:

@@ -1,0 +1,177 @@
+"""Task registry: what a task trains (host, data, optimizers, lifecycle thresholds, loss scales) (DESIGN §9.1).
+
+`DataCache` owns the device-resident datasets of one run, keyed by every parameter that affects their content.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import torch
+from torch import nn
+
+from esper.kasmina.hosts import CNNHost, TransformerHost
+from esper.kasmina.state import LifecycleConfig
+from esper.runtime.data import Augmentation, DeviceDataset, Normalization
+from esper.runtime.optim import OptimizerSpec
+from esper.runtime.readers import (
+    VOCAB_SIZE,
+    Split,
+    TokenWindows,
+    download_cifar10,
+    load_cifar10,
+    load_fashion_mnist,
+    load_tinystories,
+)
+from esper.runtime.synthetic import generate_synthetic_images, load_synthetic_text
+
+TaskType = Literal["classification", "lm"]
+SYNTHETIC_DATA_SEED = 0
+"""The synthetic tasks are one fixed dataset each: the data seed is part of the task, not of the run."""
+
+
+@dataclass(frozen=True, slots=True)
+class DataOptions:
+    """Where a run's data comes from (CLI: --data-dir, --data-path, --download)."""
+
+    data_dir: Path = Path("data")
+    data_path: Path | None = None
+    download: bool = False
+
+
+Loader = Callable[[DataOptions, Split, "int | None", int], "tuple[torch.Tensor, torch.Tensor] | TokenWindows"]
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    name: str
+    topology: Literal["cnn", "transformer"]
+    task_type: TaskType
+    num_outputs: int  # classes (classification) or vocabulary size (lm)
+    input_shape: tuple[int, ...]
+    host_factory: Callable[[], nn.Module]
+    loader: Loader
+    host_optimizer: OptimizerSpec
+    seed_optimizer: OptimizerSpec
+    target_loss: float
+    typical_loss_delta_std: float
+    default_batch_size: int
+    val_batch_size: int
+    lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
+    block_size: int | None = None
+    augment: Augmentation | None = None
+    normalization: Normalization | None = None
+
+    @property
+    def random_guess_loss(self) -> float:
+        """Loss of a uniform prediction: ln(classes) or ln(vocabulary)."""
+        return math.log(self.num_outputs)
+
+    def load(self, options: DataOptions, split: Split, max_samples: int | None = None
+             ) -> tuple[torch.Tensor, torch.Tensor] | TokenWindows:
+        """CPU tensors of a split (a deterministic prefix when capped); raises DatasetNotFoundError when absent."""
+        return self.loader(options, split, max_samples, self.block_size or 0)
+
+    def dataset(self, options: DataOptions, split: Split, device: torch.device | str,
+                max_samples: int | None = None) -> DeviceDataset:
+        data = self.load(options, split, max_samples)
+        if isinstance(data, TokenWindows):
+            return DeviceDataset.from_windows(data, device)
+        inputs, targets = data
+        return DeviceDataset(inputs, targets, device, self.normalization)
+
+
+def _synthetic(options: DataOptions, split: Split, max_samples: int | None, _: int
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    return generate_synthetic_images(SYNTHETIC_DATA_SEED, split, max_samples)
+
+
+def _cifar10(options: DataOptions, split: Split, max_samples: int | None, _: int) -> tuple[torch.Tensor, torch.Tensor]:
+    if options.download:
+        download_cifar10(options.data_dir)
+    return load_cifar10(options.data_dir, split, max_samples)
+
+
+def _fashion_mnist(options: DataOptions, split: Split, max_samples: int | None, _: int
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    return load_fashion_mnist(options.data_dir, split, max_samples)
+
+
+def _tinystories(options: DataOptions, split: Split, max_samples: int | None, block_size: int) -> TokenWindows:
+    return load_tinystories(options.data_dir, split, block_size, max_samples, data_path=options.data_path)
+
+
+def _synthetic_text(options: DataOptions, split: Split, max_samples: int | None, block_size: int) -> TokenWindows:
+    return load_synthetic_text(SYNTHETIC_DATA_SEED, split, block_size, max_samples)
+
+
+_CNN_SGD = OptimizerSpec("sgd", lr=0.01, momentum=0.9, weight_decay=5e-4)
+_SEED_SGD = OptimizerSpec("sgd", lr=0.01, momentum=0.9)
+_LM_LIFECYCLE = LifecycleConfig(min_training_epochs=5)
+_CIFAR_NORM: Normalization = ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
+
+
+def _cnn_task(name: str, loader: Loader, channels: tuple[int, ...], in_channels: int, size: int,
+              target_loss: float, normalization: Normalization | None, augment: bool = True) -> TaskSpec:
+    return TaskSpec(
+        name=name, topology="cnn", task_type="classification", num_outputs=10,
+        input_shape=(in_channels, size, size),
+        host_factory=lambda: CNNHost(in_channels=in_channels, num_classes=10, channels=channels),
+        loader=loader, host_optimizer=_CNN_SGD, seed_optimizer=_SEED_SGD, target_loss=target_loss,
+        typical_loss_delta_std=0.05, default_batch_size=128, val_batch_size=512,
+        augment=Augmentation.for_image_size(size) if augment else None, normalization=normalization,
+    )
+
+
+TASKS: dict[str, TaskSpec] = {
+    "synthetic": _cnn_task("synthetic", _synthetic, (8, 16, 32), 3, 32, 0.5, None),
+    "cifar10": _cnn_task("cifar10", _cifar10, (8, 16, 32), 3, 32, 0.3, _CIFAR_NORM),
+    "cifar10_deep": _cnn_task("cifar10_deep", _cifar10, (8, 16, 32, 64, 128), 3, 32, 0.3, _CIFAR_NORM),
+    "fashion_mnist": _cnn_task("fashion_mnist", _fashion_mnist, (8, 16, 32), 1, 28, 0.25, ((0.2860,), (0.3530,))),
+    "tinystories": TaskSpec(
+        name="tinystories", topology="transformer", task_type="lm", num_outputs=VOCAB_SIZE, input_shape=(256,),
+        host_factory=lambda: TransformerHost(vocab_size=VOCAB_SIZE, n_embd=256, n_head=4, n_layer=6, block_size=256,
+                                             dropout=0.1),
+        loader=_tinystories,
+        host_optimizer=OptimizerSpec("adamw", lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1),
+        seed_optimizer=OptimizerSpec("adamw", lr=3e-4, weight_decay=0.0),
+        target_loss=1.2, typical_loss_delta_std=0.15, default_batch_size=32, val_batch_size=64,
+        lifecycle=_LM_LIFECYCLE, block_size=256,
+    ),
+    "synthetic_text": TaskSpec(
+        name="synthetic_text", topology="transformer", task_type="lm", num_outputs=VOCAB_SIZE, input_shape=(64,),
+        host_factory=lambda: TransformerHost(vocab_size=VOCAB_SIZE, n_embd=64, n_head=4, n_layer=3, block_size=64,
+                                             dropout=0.0),
+        loader=_synthetic_text,
+        host_optimizer=OptimizerSpec("adamw", lr=1e-3),
+        seed_optimizer=OptimizerSpec("adamw", lr=1e-3),
+        target_loss=0.6, typical_loss_delta_std=0.15, default_batch_size=32, val_batch_size=64,
+        lifecycle=_LM_LIFECYCLE, block_size=64,
+    ),
+}
+
+
+def get_task_spec(name: str) -> TaskSpec:
+    key = name.lower()
+    if key not in TASKS:
+        raise ValueError(f"Unknown task '{name}'. Available: {sorted(TASKS)}")
+    return TASKS[key]
+
+
+class DataCache:
+    """Device-resident datasets of one run, built once per (task, split, device, sample cap)."""
+
+    def __init__(self, options: DataOptions) -> None:
+        self.options = options
+        self._cache: dict[tuple[str, str, str, int | None], DeviceDataset] = {}
+
+    def get(self, task: TaskSpec, split: Split, device: torch.device | str, max_samples: int | None = None
+            ) -> DeviceDataset:
+        key = (task.name, split, str(torch.device(device)), max_samples)
+        if key not in self._cache:
+            self._cache[key] = task.dataset(self.options, split, device, max_samples)
+        return self._cache[key]
