@@ -25,6 +25,10 @@ TEXTURE_PAIRS: tuple[tuple[int, int], ...] = tuple(itertools.combinations(range(
 """Class index → unordered texture pair (a < b) in lexicographic order: (0,1)=0, (0,2)=1, …, (3,4)=9."""
 
 IMAGE_SIZE = 32
+NOISE_STD = 0.9
+"""Pixel noise. DESIGN §9.2 says 0.5, but with precise BatchNorm statistics the base-8 host then keeps climbing to
+~90 % within 25 epochs, leaving no plateau for seeds; at 0.9 it plateaus near 75 % by epoch ~10 while a
+(32, 64, 128) host reaches ~81 %, which is the calibration §9.2 asks for (70–80 %, about 5 pp of headroom)."""
 _CHUNK = 128
 _PAIR_TABLE = torch.tensor(TEXTURE_PAIRS)
 
@@ -61,7 +65,7 @@ def _chunk(seed: int, split: Split, chunk_index: int) -> tuple[Tensor, Tensor]:
 
     contrast = 0.5 + 0.7 * torch.rand(n, 1, 1, 1, generator=g)
     brightness = 0.3 * torch.randn(n, 3, 1, 1, generator=g)
-    noise = torch.randn(n, 3, IMAGE_SIZE, IMAGE_SIZE, generator=g).mul_(0.5)
+    noise = torch.randn(n, 3, IMAGE_SIZE, IMAGE_SIZE, generator=g).mul_(NOISE_STD)
     return noise.add_(brightness).addcmul_(mix, contrast), labels
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -41,12 +42,14 @@ from esper.simic.rewards import (
 )
 from esper.tamiyo import SignalTracker, TamiyoDecision
 from esper.tolaria import (
+    BN_RECALIBRATION_BATCHES,
     TolariaGovernor,
     TrainEpochStats,
     TrainState,
     ValStats,
     finish_train_epoch,
     finish_validation,
+    recalibrate_batchnorm,
     train_step,
     validate_batch,
 )
@@ -149,6 +152,7 @@ class MorphoEnv:
         self.episode_reward = 0.0
         self.prev_snapshot = self.model.lifecycle_snapshot()
         self._grad_stats: dict[str, torch.Tensor] = {}
+        self._recent_inputs: deque[torch.Tensor] = deque(maxlen=BN_RECALIBRATION_BATCHES)
         self._epoch_start = 0.0
         self.governor.snapshot(self.ts, epoch=0, bookkeeping=self._bookkeeping())
 
@@ -183,6 +187,13 @@ class MorphoEnv:
         with self.ts.stream_context():
             self.ts.post_backward_hooks = [self._collect_gradients] if collect_gradients else []
             train_step(self.ts, x, y)
+        self._recent_inputs.append(x)
+
+    def finish_train_pass(self) -> None:
+        """Re-estimate normalization statistics at the final weights before validation (see Tolaria)."""
+        with self.ts.stream_context():
+            recalibrate_batchnorm(self.ts, self._recent_inputs)
+        self._recent_inputs.clear()
 
     def _collect_gradients(self, ts: TrainState) -> None:
         """Post-backward hook on the epoch's last batch: seed gradient statistics, always on (telemetry + health)."""

@@ -59,6 +59,8 @@ def run_epoch(envs: Sequence[MorphoEnv], controllers: Sequence[TamiyoPolicy], da
         for env in envs:
             x, y = batch[env.device_key]
             env.train_batch(x, y, collect_gradients=b == last)
+    for env in envs:
+        env.finish_train_pass()
     ablations = [counterfactual_slots(env.model) for env in envs]
     for batch in data.val:
         for env, ablate in zip(envs, ablations, strict=True):

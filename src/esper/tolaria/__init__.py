@@ -2,6 +2,7 @@
 
 from esper.tolaria.governor import GovernorReport, TolariaGovernor, export_train_state, restore_train_state
 from esper.tolaria.trainer import (
+    BN_RECALIBRATION_BATCHES,
     TrainEpochStats,
     TrainState,
     ValStats,
@@ -9,6 +10,7 @@ from esper.tolaria.trainer import (
     counterfactual_slots,
     finish_train_epoch,
     finish_validation,
+    recalibrate_batchnorm,
     train_epoch,
     train_step,
     validate,
@@ -16,6 +18,7 @@ from esper.tolaria.trainer import (
 )
 
 __all__ = [
+    "BN_RECALIBRATION_BATCHES",
     "GovernorReport",
     "TolariaGovernor",
     "TrainEpochStats",
@@ -26,6 +29,7 @@ __all__ = [
     "export_train_state",
     "finish_train_epoch",
     "finish_validation",
+    "recalibrate_batchnorm",
     "restore_train_state",
     "train_epoch",
     "train_step",

@@ -7,6 +7,7 @@ so many environments can share a GPU without stalling each other.
 from __future__ import annotations
 
 import contextlib
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -191,6 +192,33 @@ def train_step(ts: TrainState, x: torch.Tensor, y: torch.Tensor) -> None:
     acc["steps"] += 1
 
 
+BN_RECALIBRATION_BATCHES = 8
+
+
+def recalibrate_batchnorm(ts: TrainState, inputs: Iterable[torch.Tensor]) -> None:
+    """Re-estimate BatchNorm running statistics with the epoch's final weights ("precise BN").
+
+    The running averages mix statistics of many recent weight versions; on small hosts that lag makes eval-mode
+    accuracy swing by several pp from epoch to epoch, which would turn plateau detection, the governor and every
+    counterfactual into noise. A cumulative average over a few training batches at the final weights removes it.
+    """
+    norms = [m for m in ts.model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    if not norms:
+        return
+    momenta = [m.momentum for m in norms]
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None  # cumulative average
+    was_training = ts.model.training
+    ts.model.train()
+    with torch.no_grad(), ts.autocast():
+        for x in inputs:
+            ts.model(x)
+    ts.model.train(was_training)
+    for m, momentum in zip(norms, momenta, strict=True):
+        m.momentum = momentum
+
+
 def finish_train_epoch(ts: TrainState) -> TrainEpochStats:
     """Sample-weighted epoch metrics and per-slot mean gradient ratios (one host sync), then reset."""
     acc = ts._acc
@@ -254,8 +282,11 @@ def counterfactual_slots(model: MorphogeneticModel) -> tuple[str, ...]:
 
 
 def train_epoch(ts: TrainState, batches: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> TrainEpochStats:
+    recent: deque[torch.Tensor] = deque(maxlen=BN_RECALIBRATION_BATCHES)
     for x, y in batches:
         train_step(ts, x, y)
+        recent.append(x)
+    recalibrate_batchnorm(ts, recent)
     return finish_train_epoch(ts)
 
 
