@@ -10,8 +10,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import torch
+
 from esper.leyline import EnvObservation, TelemetryEventType
 from esper.runtime.data import SharedBatchIterator, derive_seed
+from esper.runtime.tasks import DataCache, TaskSpec
 from esper.simic.env import EnvStep, EpisodeResult, MorphoEnv, RewardFn
 from esper.tamiyo import BatchTamiyoPolicy, TamiyoDecision, TamiyoPolicy, check_decision
 from esper.tolaria import counterfactual_slots
@@ -26,6 +29,16 @@ class EpochData:
     train: SharedBatchIterator[str]
     val: SharedBatchIterator[str]
     seed: int  # the data order of epoch e is drawn from derive_seed(seed, e)
+
+    @classmethod
+    def build(cls, task: TaskSpec, cache: DataCache, devices: Sequence[torch.device], *, batch_size: int, seed: int,
+              max_train_samples: int | None = None, max_val_samples: int | None = None) -> EpochData:
+        """Iterators over device-resident data: each batch is materialized once per device, for every env on it."""
+        keys = sorted({str(d) for d in devices})
+        train = {k: cache.get(task, "train", k, max_train_samples) for k in keys}
+        val = {k: cache.get(task, "val", k, max_val_samples) for k in keys}
+        return cls(SharedBatchIterator(train, batch_size, shuffle=True, seed=seed, augment=task.augment),
+                   SharedBatchIterator(val, task.val_batch_size, shuffle=False), seed)
 
 
 def decide_all(envs: Sequence[MorphoEnv], controllers: Sequence[TamiyoPolicy],
@@ -127,14 +140,15 @@ def _emit_step(step: EnvStep) -> None:
 def run_episodes(envs: Sequence[MorphoEnv], controllers: Sequence[TamiyoPolicy], data: EpochData,
                  reward_fn: RewardFn, on_step: StepCallback | None = None,
                  should_stop: Callable[[], bool] | None = None) -> list[EpisodeResult]:
-    """Run whole episodes (all envs in lock-step) and return one result per env."""
+    """Run whole episodes (all envs in lock-step) and return one result per env.
+
+    Callers reset their controllers first (each controller kind knows how its episode seed is derived).
+    """
     if len(envs) != len(controllers):
         raise ValueError(f"{len(envs)} envs but {len(controllers)} controllers")
     max_epochs = {env.spec.max_epochs for env in envs}
     if len(max_epochs) != 1:
         raise ValueError(f"Envs advancing together must share max_epochs, got {sorted(max_epochs)}")
-    for env, controller in zip(envs, controllers, strict=True):
-        controller.reset(env.spec.env_seed)
     for epoch in range(1, max_epochs.pop() + 1):
         steps = run_epoch(envs, controllers, data, epoch, reward_fn)
         if on_step is not None:

@@ -1,0 +1,254 @@
+"""Overhead of Kasmina's segmented forward, TRAINING seeds and cached-prefix counterfactuals (DESIGN §3.8, §3.9, §4.1).
+
+Run (a standalone script, not a test):
+
+    .venv/bin/python benchmarks/bench_kasmina.py [--device cpu|cuda] [--repeats N] [--batch-size B] [--threads T]
+
+Host: the synthetic/cifar10 `CNNHost(in_channels=3, num_classes=10, channels=(8, 16, 32))`, 32×32 inputs. A training
+step is zero_grad → forward → cross-entropy → backward → SGD(lr 0.01, momentum 0.9) step on one fixed batch.
+
+Ratios (each one is the median over the repeats of the paired per-repeat ratio A_r / B_r):
+
+1. `model / host`: MorphogeneticModel with slots early, mid, late enabled and no seeds vs the plain host (target
+   ≤ 1.03). `train_step / host`: Tolaria's `train_step` (adds the always-on host gradient-norm measurement and the
+   on-device loss/accuracy accumulators) on the same unseeded model vs the plain host.
+2. `seed model / host+seed`: the model with one TRAINING conv_light seed in `mid` vs a plain nn.Module that runs the
+   host and the same seed module on the detached mid activation, its output joined by the straight-through identity
+   (the irreducible cost of computing and training the seed). Also Tolaria's `train_step` on the seeded model (adds
+   the gradient-ratio measurement and a separate seed optimizer) vs the same baseline.
+3. Validation over 2,000 samples in batches of 512, eval mode, no_grad, with three blended-in seeds (α = 1.0):
+   conv_light/early, attention/mid, depthwise/late. `extra = (t_ablations − t_plain) / t_plain` where t_ablations
+   times `model.forward_with_ablations(x, ("early", "mid", "late"))` and t_plain times `model(x)`: the
+   counterfactuals' cost in validation passes (target ≤ 1.5). `naive extra` is the same quantity for the naive
+   alternative (one full forward plus three full forwards, each with one seed removed).
+
+Method: every variant is warmed up, the number of steps per timed loop is calibrated to ~0.25 s, then `--repeats`
+rounds each time one loop of every variant of a section, alternating the order each round to cancel drift. Timers
+are `time.perf_counter`; on CUDA the device is synchronized before every timer read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from rich.console import Console
+from rich.table import Table
+from torch import nn
+
+from esper.kasmina.hosts import CNNHost
+from esper.kasmina.model import MorphogeneticModel
+from esper.kasmina.state import LifecycleConfig
+from esper.leyline import SeedStage
+from esper.runtime.optim import OptimizerSpec
+from esper.tolaria import TrainState, train_step
+
+SLOTS = ("early", "mid", "late")
+VAL_SAMPLES, VAL_BATCH = 2000, 512
+LOOP_SECONDS = 0.25
+Step = Callable[[], object]
+
+
+def make_host(device: torch.device) -> CNNHost:
+    torch.manual_seed(0)
+    return CNNHost(in_channels=3, num_classes=10, channels=(8, 16, 32)).to(device)
+
+
+def make_model(device: torch.device) -> MorphogeneticModel:
+    return MorphogeneticModel(make_host(device), slots=SLOTS, lifecycle=LifecycleConfig())
+
+
+def sgd(module: nn.Module) -> torch.optim.Optimizer:
+    return torch.optim.SGD(module.parameters(), lr=0.01, momentum=0.9)
+
+
+def plain_step(module: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> Step:
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(module(x), y).backward()
+        opt.step()
+
+    module.train()
+    return step
+
+
+def tolaria_step(model: MorphogeneticModel, x: torch.Tensor, y: torch.Tensor) -> Step:
+    spec = OptimizerSpec("sgd", 0.01, momentum=0.9)
+    ts = TrainState(model, spec, spec, "classification", x.device)
+    return lambda: train_step(ts, x, y)
+
+
+class HostPlusSeed(nn.Module):
+    """Baseline: host forward with the seed applied to the detached mid activation, joined by STE (value = host)."""
+
+    def __init__(self, host: CNNHost, seed: nn.Module) -> None:
+        super().__init__()
+        self.host, self.seed = host, seed
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.host.forward_to_segment("mid", x)
+        s = self.seed(h.detach())
+        return self.host.forward_from_segment("mid", h + (s - s.detach()))
+
+
+def timed(fn: Step, n: int, sync: Callable[[], None]) -> float:
+    """Seconds per call of `n` back-to-back calls, the device synchronized before each timer read."""
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    sync()
+    return (time.perf_counter() - t0) / n
+
+
+def bench(variants: dict[str, Step], repeats: int, sync: Callable[[], None]) -> dict[str, list[float]]:
+    """Per-call seconds of each variant, one timed loop per variant per repeat, order alternating per repeat."""
+    per_call = [(timed(fn, 2, sync), timed(fn, 2, sync))[1] for fn in variants.values()]  # warm-up, then estimate
+    steps = max(1, math.ceil(LOOP_SECONDS / max(per_call)))
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    names = list(variants)
+    for r in range(repeats):
+        for name in names if r % 2 == 0 else names[::-1]:
+            times[name].append(timed(variants[name], steps, sync))
+    return times
+
+
+def ratio(times: dict[str, list[float]], a: str, b: str) -> float:
+    return statistics.median(ta / tb for ta, tb in zip(times[a], times[b], strict=True))
+
+
+def blend_in_three_seeds(model: MorphogeneticModel) -> None:
+    """Germinate three seeds and drive `step_epoch` with stubbed measurements until all blend at α = 1.0."""
+    for slot, blueprint in zip(SLOTS, ("conv_light", "attention", "depthwise"), strict=True):
+        model.germinate_seed(blueprint, f"bench-{slot}", slot=slot, baseline_accuracy=50.0, epoch=0)
+    model.step_epoch(0)
+    epoch = 0
+    while not all(s.state is not None and s.state.stage == SeedStage.BLENDING and s.alpha == 1.0
+                  for s in model.slots()):
+        epoch += 1
+        if epoch > 50:
+            raise RuntimeError(f"Seeds did not reach BLENDING at alpha 1.0: {model.lifecycle_snapshot()}")
+        model.record_accuracy(50.0 + epoch)
+        for s in model.slots():
+            s.update_gradient_ratio(1.0)
+        model.step_epoch(epoch)
+
+
+def naive_ablation(model: MorphogeneticModel, x: torch.Tensor, skip: str) -> torch.Tensor:
+    """A full chained forward with one seed removed (identity at `skip`)."""
+    prev, prev_slot = x, None
+    for s in model.slot_ids:
+        h = model.segments.forward_to_segment(s, prev, from_segment=prev_slot)
+        prev, prev_slot = (h if s == skip else model.slot(s)(h)), s
+    return model.segments.forward_from_segment(model.slot_ids[-1], prev)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    args = parser.parse_args()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    sync: Callable[[], None] = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(args.batch_size, 3, 32, 32, generator=gen).to(device)
+    y = torch.randint(0, 10, (args.batch_size,), generator=gen).to(device)
+
+    # 1. Host-only overhead: no seeds.
+    host, model = make_host(device), make_model(device)
+    s1 = bench({
+        "plain host": plain_step(host, sgd(host), x, y),
+        "model, 3 empty slots": plain_step(model, sgd(model), x, y),
+        "Tolaria train_step, no seeds": tolaria_step(make_model(device), x, y),
+    }, args.repeats, sync)
+
+    # 2. One TRAINING seed vs host + the same seed module alone.
+    seeded = make_model(device)
+    seeded.germinate_seed("conv_light", "bench-mid", slot="mid", baseline_accuracy=50.0, epoch=0)
+    seeded.step_epoch(0)
+    mid = seeded.slot("mid")
+    assert mid.state is not None and mid.state.stage == SeedStage.TRAINING and mid.seed is not None
+    baseline = HostPlusSeed(make_host(device), copy.deepcopy(mid.seed))
+    seeded_ts = copy.deepcopy(seeded)
+    s2 = bench({
+        "host + seed module (baseline)": plain_step(baseline, sgd(baseline), x, y),
+        "model, TRAINING seed in mid": plain_step(seeded, sgd(seeded), x, y),
+        "Tolaria train_step, TRAINING seed": tolaria_step(seeded_ts, x, y),
+    }, args.repeats, sync)
+
+    # 3. Counterfactuals of three blended-in seeds vs one plain validation pass.
+    cf = make_model(device)
+    blend_in_three_seeds(cf)
+    cf.eval()
+    vx = torch.randn(VAL_SAMPLES, 3, 32, 32, generator=gen).to(device)
+    batches = list(vx.split(VAL_BATCH))
+
+    def plain_pass() -> None:
+        for b in batches:
+            cf(b)
+
+    def ablation_pass() -> None:
+        for b in batches:
+            cf.forward_with_ablations(b, SLOTS)
+
+    def naive_pass() -> None:
+        for b in batches:
+            cf(b)
+            for k in SLOTS:
+                naive_ablation(cf, b, k)
+
+    with torch.no_grad():
+        _, cached = cf.forward_with_ablations(batches[0], SLOTS)
+        max_diff = max((cached[k] - naive_ablation(cf, batches[0], k)).abs().max().item() for k in SLOTS)
+        s3 = bench({"plain validation pass": plain_pass, "forward_with_ablations pass": ablation_pass,
+                    "naive: 1 + 3 full forwards": naive_pass}, args.repeats, sync)
+
+    console = Console()
+    threads = torch.get_num_threads()
+    table = Table(title=f"bench_kasmina — torch {torch.__version__}, device {device}, threads {threads}, "
+                        f"batch {args.batch_size}, val {VAL_SAMPLES}/{VAL_BATCH}, repeats {args.repeats}")
+    for col in ("section", "variant", "median ms", "min ms", "max ms"):
+        table.add_column(col, justify="left" if col in ("section", "variant") else "right")
+    for section, times, unit in (("1 train", s1, "step"), ("2 train", s2, "step"), ("3 val", s3, "2k pass")):
+        for name, ts in times.items():
+            ms = [t * 1e3 for t in ts]
+            table.add_row(f"{section} ({unit})", name, f"{statistics.median(ms):.3f}", f"{min(ms):.3f}",
+                          f"{max(ms):.3f}")
+        table.add_section()
+    console.print(table)
+
+    extra = ratio(s3, "forward_with_ablations pass", "plain validation pass") - 1.0
+    naive_extra = ratio(s3, "naive: 1 + 3 full forwards", "plain validation pass") - 1.0
+    rows = [
+        ("model (no seeds) / plain host", ratio(s1, "model, 3 empty slots", "plain host"), 1.03, "×"),
+        ("Tolaria train_step (no seeds) / plain host", ratio(s1, "Tolaria train_step, no seeds", "plain host"),
+         None, "×"),
+        ("model (TRAINING seed) / host + seed", ratio(s2, "model, TRAINING seed in mid",
+                                                      "host + seed module (baseline)"), None, "×"),
+        ("Tolaria train_step (TRAINING seed) / host + seed", ratio(s2, "Tolaria train_step, TRAINING seed",
+                                                                   "host + seed module (baseline)"), None, "×"),
+        ("counterfactual extra cost (t_abl − t_plain) / t_plain", extra, 1.5, " passes"),
+        ("naive extra cost (3 full forwards)", naive_extra, None, " passes"),
+    ]
+    summary = Table(title="ratios (median of paired per-repeat ratios)")
+    for col in ("metric", "value", "target", "status"):
+        summary.add_column(col, justify="left" if col == "metric" else "right")
+    for name, value, target, unit in rows:
+        status = "—" if target is None else ("[green]OK[/]" if value <= target else "[red]MISSED[/]")
+        summary.add_row(name, f"{value:.3f}{unit}", "—" if target is None else f"≤ {target}", status)
+    console.print(summary)
+    console.print(f"cached-prefix vs naive ablated logits, max |diff| = {max_diff:.2e}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""Run directories: every command leaves a self-describing folder (DESIGN §1.6).
+
+Small files are written atomically (temp file + rename); line logs are append-only JSONL flushed per write, so an
+interrupted run never corrupts what it already wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+import torch
+
+import esper
+
+
+class RunDirectoryError(ValueError):
+    """The run directory cannot be used as asked (exists without --resume, or is missing for a resume)."""
+
+
+def json_safe(value: Any) -> Any:
+    """Plain JSON values: non-finite floats become "NaN"/"Infinity"/"-Infinity", unknown objects their str()."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "Infinity" if value > 0 else "-Infinity"
+        return value
+    if isinstance(value, bool | int | str) or value is None:
+        return value
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return str(value)
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(json_safe(obj), f, indent=2)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """All complete lines of a JSONL file (a torn last line from a crash is ignored)."""
+    rows: list[dict[str, Any]] = []
+    if not path.exists():
+        return rows
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                break
+    return rows
+
+
+def default_run_dir(runs_root: Path, command: str, task: str, seed: int) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return runs_root / f"{command}_{task}_{stamp}_s{seed}"
+
+
+class RunDirectory:
+    """A run's folder: config.json, JSONL logs and checkpoints/."""
+
+    def __init__(self, path: Path, *, resume: bool = False) -> None:
+        self.path = Path(path)
+        if resume:
+            if not (self.path / "config.json").exists():
+                raise RunDirectoryError(f"Cannot resume: {self.path} has no config.json")
+        elif self.path.exists() and any(self.path.iterdir()):
+            raise RunDirectoryError(
+                f"Run directory {self.path} already exists and is not empty. Choose another --run-dir, or pass "
+                f"--resume to continue that run."
+            )
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.checkpoints.mkdir(exist_ok=True)
+        self._logs: dict[str, TextIO] = {}
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    def write_config(self, command: str, argv: list[str], config: dict[str, Any], runtime: dict[str, Any]) -> None:
+        write_json_atomic(self.path / "config.json", {
+            "command": command,
+            "argv": argv,
+            "config": config,
+            "runtime": runtime,
+            "versions": {"esper": esper.__version__, "torch": torch.__version__, "python": platform.python_version()},
+            "started_at": datetime.now(UTC).isoformat(),
+            "python_executable": sys.executable,
+        })
+
+    def read_config(self) -> dict[str, Any]:
+        with open(self.path / "config.json", encoding="utf-8") as f:
+            data: dict[str, Any] = json.load(f)
+        return data
+
+    def append(self, name: str, row: dict[str, Any]) -> None:
+        """Append one JSON line to `name` (e.g. "steps.jsonl") and flush it."""
+        f = self._logs.get(name)
+        if f is None:
+            f = self._logs[name] = open(self.path / name, "a", encoding="utf-8")  # noqa: SIM115
+        f.write(json.dumps(json_safe(row)) + "\n")
+        f.flush()
+
+    def write_json(self, name: str, obj: Any) -> None:
+        write_json_atomic(self.path / name, obj)
+
+    def close(self) -> None:
+        for f in self._logs.values():
+            f.close()
+        self._logs = {}

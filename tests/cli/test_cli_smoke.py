@@ -1,0 +1,97 @@
+"""End-to-end CLI smoke tests on tiny budgets (DESIGN §11.5)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from esper.kasmina.model import MorphogeneticModel
+from esper.runtime.checkpoint import load_model_checkpoint
+from esper.runtime.rundir import read_jsonl
+from esper.runtime.tasks import get_task_spec
+from esper.scripts.train import main
+
+TINY = ["--max-train-samples", "256", "--max-val-samples", "128", "--no-tui", "--no-tensorboard",
+        "--telemetry-level", "minimal"]
+
+
+def test_train_heuristic_writes_a_complete_run_dir(tmp_path: Path) -> None:
+    run = tmp_path / "h"
+    assert main(["train", "heuristic", "--task", "synthetic", "--episodes", "1", "--max-epochs", "3",
+                 "--run-dir", str(run), *TINY]) == 0
+    config = json.loads((run / "config.json").read_text())
+    assert config["command"] == "heuristic" and config["config"]["max_epochs"] == 3
+    assert set(config) >= {"argv", "runtime", "versions", "started_at"}
+    steps = read_jsonl(run / "steps.jsonl")
+    assert [s["epoch"] for s in steps] == [1, 2, 3]
+    assert all(abs(s["reward"] - s["reward_components"]["total"]) < 1e-12 for s in steps)
+    [episode] = read_jsonl(run / "episodes.jsonl")
+    assert episode["controller"] == "heuristic" and len(episode["accuracy_curve"]) == 3
+    task = get_task_spec("synthetic")
+    fresh = MorphogeneticModel(task.host_factory(), slots=["early", "mid", "late"], lifecycle=task.lifecycle)
+    load_model_checkpoint(fresh, run / "checkpoints" / "model_final.pt")
+    torch.load(run / "checkpoints" / "model_final.pt", weights_only=True)
+    assert (run / "events.jsonl").exists()
+
+
+def test_existing_run_dir_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "h"
+    run.mkdir()
+    (run / "keep.txt").write_text("precious")
+    code = main(["train", "heuristic", "--max-epochs", "2", "--run-dir", str(run), *TINY])
+    assert code == 2 and "already exists" in capsys.readouterr().err
+    assert (run / "keep.txt").read_text() == "precious"
+
+
+def test_compare_runs_controllers_on_identical_seeds(tmp_path: Path) -> None:
+    run = tmp_path / "c"
+    assert main(["compare", "--controllers", "static", "random", "heuristic", "--task", "synthetic", "--episodes",
+                 "2", "--max-epochs", "3", "--run-dir", str(run), *TINY]) == 0
+    results = json.loads((run / "results.json").read_text())
+    assert results["controllers"] == ["static", "random", "heuristic"]
+    for label in ("random", "heuristic"):
+        pair = results["pairwise"][label]["static"]
+        assert pair["wins"] + pair["losses"] + pair["ties"] == 2
+    episodes = read_jsonl(run / "episodes.jsonl")
+    assert len(episodes) == 6
+    for i in range(2):
+        seeds = {e["env_seed"] for e in episodes if e["episode"] == i}
+        assert seeds == {42 + 1000 * i}
+    # identical host init and data: static and heuristic agree until the heuristic first acts
+    static = [e for e in episodes if e["controller"] == "static"]
+    assert static[0]["accuracy_curve"] != static[1]["accuracy_curve"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["train", "heuristic", "--task", "imagenet"],
+    ["train", "heuristic", "--max-epochs", "0"],
+    ["compare", "--controllers", "static", "oracle"],
+    ["train", "heuristic", "--slots", "deep"],
+])
+def test_bad_input_exits_nonzero_with_message(argv: list[str], tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        code = main([*argv, "--run-dir", str(tmp_path / "x"), *TINY])
+    except SystemExit as exc:  # argparse usage errors
+        code = int(exc.code or 0)
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "imagenet" in err or "0" in err or "oracle" in err or "deep" in err
+
+
+def test_missing_dataset_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["train", "heuristic", "--task", "cifar10", "--max-epochs", "2", "--data-dir", str(tmp_path / "d"),
+                 "--run-dir", str(tmp_path / "r"), *TINY])
+    err = capsys.readouterr().err
+    assert code == 2 and "cifar-10-batches-py" in err and "--download" in err
+    assert not (tmp_path / "r").exists()  # nothing is left behind, so the same command can be rerun
+
+
+def test_module_entry_point_help() -> None:
+    out = subprocess.run([sys.executable, "-m", "esper", "--help"], capture_output=True, text=True, check=True)
+    assert "train" in out.stdout and "compare" in out.stdout and "report" in out.stdout
