@@ -78,6 +78,10 @@ def _seed_weights(model: MorphogeneticModel) -> dict[str, dict[str, torch.Tensor
     return {s.slot_id: _clone(s.state_dict()) for s in model.slots() if s.state is not None}
 
 
+def _reports(model: MorphogeneticModel) -> dict[str, tuple[str, SeedStage, float]]:
+    return {k: (r.seed_id, r.stage, r.metrics.current_alpha) for k, r in model.get_slot_reports().items()}
+
+
 def _lifecycle(model: MorphogeneticModel) -> dict[str, Any]:
     return {s.slot_id: s.state.to_dict() for s in model.slots() if s.state is not None}
 
@@ -118,7 +122,7 @@ def test_rollback_restores_snapshot_exactly() -> None:
     host_snap = _clone(model.host.state_dict())
     seeds_snap = _seed_weights(model)
     lifecycle_snap = _lifecycle(model)
-    reports_snap = {k: (r.seed_id, r.stage, r.metrics.current_alpha) for k, r in model.get_slot_reports().items()}
+    reports_snap = _reports(model)
     host_opt_snap = _clone(ts.host_optimizer.state_dict())
     seed_opt_snap = {k: (sid, _clone(opt.state_dict())) for k, (sid, opt) in ts.seed_optimizers.items()}
     slot_keys_snap = {s.slot_id: set(s.state_dict()) for s in model.slots()}
@@ -149,7 +153,7 @@ def test_rollback_restores_snapshot_exactly() -> None:
     _assert_same(model.host.state_dict(), host_snap, "host")
     _assert_same(_seed_weights(model), seeds_snap, "seeds")
     _assert_same(_lifecycle(model), lifecycle_snap, "lifecycle")
-    assert {k: (r.seed_id, r.stage, r.metrics.current_alpha) for k, r in model.get_slot_reports().items()} == reports_snap
+    assert _reports(model) == reports_snap
     assert reports_snap["mid"][1] == SeedStage.FOSSILIZED and reports_snap["early"][1] == SeedStage.BLENDING
     assert model.slot("mid").gate is not None
 
@@ -181,8 +185,7 @@ def test_rollback_restores_snapshot_exactly() -> None:
     assert gov.check_vital_signs(1.0) is False and len(gov.loss_history) == 1
 
 
-def test_rollback_in_a_real_env_continues_the_episode() -> None:
-    """MorphoEnv on `synthetic`: NaN in a host weight mid-episode → rollback step, penalized record, episode goes on."""
+def _synthetic_env() -> tuple[MorphoEnv, EpochData]:
     task = get_task_spec("synthetic")
     device = torch.device("cpu")
     cache = DataCache(DataOptions())
@@ -194,19 +197,43 @@ def test_rollback_in_a_real_env_continues_the_episode() -> None:
     )
     env = MorphoEnv(EnvSpec(task=task, slots=("early", "mid", "late"), max_epochs=4, env_seed=3, device=device),
                     "static")
-    controllers = [StaticPolicy()]
-    reward_fn = make_reward_fn("contribution", task, 0.99)
-    first = run_epoch([env], controllers, data, 1, reward_fn)[0]
-    assert not first.rollback and math.isfinite(first.val.val_loss)
+    return env, data
+
+
+def _poison(env: MorphoEnv) -> None:
     with torch.no_grad():
         env.model.host.blocks[0][0].weight[0, 0, 0, 0] = math.nan
+
+
+def test_rollback_in_a_real_env_continues_the_episode() -> None:
+    """MorphoEnv on `synthetic`: NaN in a host weight mid-episode → rollback step, penalized record, episode goes on."""
+    env, data = _synthetic_env()
+    controllers = [StaticPolicy()]
+    reward_fn = make_reward_fn("contribution", env.spec.task, 0.99)
+    first = run_epoch([env], controllers, data, 1, reward_fn)[0]
+    assert not first.rollback and math.isfinite(first.val.val_loss)
+    _poison(env)
     step = run_epoch([env], controllers, data, 2, reward_fn)[0]
     assert step.rollback is True and step.record.rollback is True
     assert env.rollbacks == 1
-    assert step.reward.total() <= -10.0 + 1.0  # the death penalty dominates the rollback step's reward
+    assert step.reward.governor_penalty == -10.0 and step.reward.total() <= -9.0
     assert all(torch.isfinite(p).all() for p in env.model.parameters())
     for epoch in (3, 4):
         later = run_epoch([env], controllers, data, epoch, reward_fn)[0]
-        assert not later.rollback and math.isfinite(later.val.val_loss) and later.val.n_samples == 128
+        assert not later.rollback and not later.record.rollback and later.reward.governor_penalty == 0.0
+        assert math.isfinite(later.val.val_loss) and later.val.n_samples == 128
     assert env.rollbacks == 1 and len(env.accuracy_curve) == 4
     assert env.result().rollbacks == 1
+
+
+def test_step_after_rollback_has_a_finite_loss_delta() -> None:
+    env, data = _synthetic_env()
+    controllers = [StaticPolicy()]
+    reward_fn = make_reward_fn("loss", env.spec.task, 0.99)
+    run_epoch([env], controllers, data, 1, reward_fn)
+    _poison(env)
+    assert run_epoch([env], controllers, data, 2, reward_fn)[0].rollback
+    after = run_epoch([env], controllers, data, 3, reward_fn)[0]
+    assert not after.rollback and math.isfinite(after.val.val_loss)
+    assert math.isfinite(after.record.loss_delta)
+    assert after.reward.loss_primary > -12.5

@@ -67,6 +67,17 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def rewrite_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Atomically replace a JSONL file's content."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(json_safe(row)) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
 def default_run_dir(runs_root: Path, command: str, task: str, seed: int) -> Path:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     return runs_root / f"{command}_{task}_{stamp}_s{seed}"
@@ -86,12 +97,14 @@ class RunDirectory:
                 f"--resume to continue that run."
             )
         self.path.mkdir(parents=True, exist_ok=True)
-        self.checkpoints.mkdir(exist_ok=True)
         self._logs: dict[str, TextIO] = {}
 
     @property
     def checkpoints(self) -> Path:
-        return self.path / "checkpoints"
+        """checkpoints/ (created on first use, so an aborted start leaves the directory reusable)."""
+        path = self.path / "checkpoints"
+        path.mkdir(exist_ok=True)
+        return path
 
     def write_config(self, command: str, argv: list[str], config: dict[str, Any], runtime: dict[str, Any]) -> None:
         write_json_atomic(self.path / "config.json", {

@@ -27,7 +27,7 @@ console = Console()
 err_console = Console(stderr=True, soft_wrap=True)
 
 
-def add_shared_options(p: argparse.ArgumentParser, *, seed_default: int = 42) -> None:
+def add_shared_options(p: argparse.ArgumentParser, *, seed_default: int | None = 42) -> None:
     g = p.add_argument_group("run and telemetry")
     g.add_argument("--run-dir", type=Path, help="run directory (default: <runs-root>/<command>_<task>_<time>_s<seed>)")
     g.add_argument("--runs-root", type=Path, default=Path("runs"), help="parent of default run directories")
@@ -38,7 +38,8 @@ def add_shared_options(p: argparse.ArgumentParser, *, seed_default: int = 42) ->
     g.add_argument("--telemetry-level", choices=[lv.name.lower() for lv in TelemetryLevel], default="normal")
     g.add_argument("--no-tui", action="store_true", help="plain console lines instead of the live dashboard")
     g.add_argument("--no-tensorboard", action="store_true", help="do not write TensorBoard logs")
-    g.add_argument("--seed", type=int, default=seed_default)
+    seed_help = f"base seed (default {seed_default})" if seed_default is not None else "base seed (default: config)"
+    g.add_argument("--seed", type=int, default=seed_default, help=seed_help)
     g.add_argument("--debug", action="store_true", help="show tracebacks on errors")
 
 

@@ -106,7 +106,8 @@ def _heuristic(steps: list[dict], episodes: list[dict], out: Path) -> list[Path]
     for e, color in zip(eps, colors):
         curve = [rp.num(v) for v in e.get("accuracy_curve") or []]
         label = f"episode {e.get('episode')} (final {rp.num(e.get('final_accuracy')):.1f}%)"
-        ax.plot(range(1, len(curve) + 1), curve, color=color, linewidth=1.6, label=label if len(eps) <= 12 else None)
+        show = len(eps) <= 12 or e is eps[0] or e is eps[-1]
+        ax.plot(range(1, len(curve) + 1), curve, color=color, linewidth=1.6, label=label if show else None)
     _op_markers(ax, steps, rp)
     rp.style(ax, "Validation accuracy per episode", "epoch", "validation accuracy (%)")
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
@@ -135,9 +136,10 @@ def _heuristic(steps: list[dict], episodes: list[dict], out: Path) -> list[Path]
     fig, axes = rp.new_figure(10, 5.2)
     ax = axes[0, 0]
     for k, color in zip(keys, rp.series_colors(len(keys))):
-        rows = by_ep[k]
+        rows, show = by_ep[k], len(keys) <= 12 or k in (keys[0], keys[-1])
         ax.step([rp.num(r.get("epoch")) for r in rows], [rp.num(r.get("seed_params")) for r in rows], where="post",
-                color=color, linewidth=1.6, label=f"episode {k[0]}" if len(keys) <= 12 else None)
+                color=color, linewidth=1.6, label=f"episode {k[0]}" if show else None)
+    ax.set_ylim(bottom=0)
     rp.style(ax, "Seed parameters over time", "epoch", "parameters added by seeds")
     ax.yaxis.set_major_formatter(rp.THOUSANDS)
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
@@ -208,7 +210,8 @@ def _compare(results: dict[str, Any], steps: list[dict], out: Path) -> list[Path
     ax.bar(xs, means, 0.6, yerr=cis, capsize=6, color=[colors[c] for c in labels], alpha=0.85, edgecolor="black")
     for i, c in enumerate(labels):
         pts = [rp.num(e.get("final_accuracy")) for e in episodes if e.get("controller") == c]
-        ax.scatter([i + 0.12 * ((j % 5) - 2) / 2 for j in range(len(pts))], pts, s=14, color="black", zorder=4,
+        ax.scatter([i + 0.2 * (j / max(len(pts) - 1, 1) - 0.5) for j in range(len(pts))], pts, s=14, color="black",
+                   zorder=4,
                    label="episodes" if i == 0 and pts else None)
         ax.text(i, means[i] + cis[i], f"{means[i]:.2f}\n±{cis[i]:.2f}", ha="center", va="bottom", fontsize=8)
     lo = min([m - c for m, c in zip(means, cis)] + [p for e in episodes if not math.isnan(p := rp.num(
@@ -240,7 +243,7 @@ def _compare(results: dict[str, Any], steps: list[dict], out: Path) -> list[Path
     ax.legend(fontsize=9, loc="lower right")
     written.append(rp.save(fig, out / "compare_curves.png"))
 
-    fig, axes = rp.new_figure(max(10.0, 2.2 * len(labels) + 5), 5)
+    fig, axes = rp.new_figure(max(10.0, 2.2 * len(labels) + 5), 5, 1, 2)
     ax = axes[0, 0]
     pm = [rp.num(per[c]["params_added"]["mean"]) for c in labels]
     ps = [rp.num(per[c]["params_added"]["std"]) for c in labels]
@@ -272,8 +275,8 @@ def _compare(results: dict[str, Any], steps: list[dict], out: Path) -> list[Path
 
     groups = rp.group_tracks(steps, ("controller", "episode", "env"))
     first: dict[str, tuple[Any, ...]] = {}
-    for key in sorted(groups, key=lambda k: rp.num(k[1])):
-        first.setdefault(str(key[0]), key)
+    for group in sorted(groups, key=lambda k: rp.num(k[1])):
+        first.setdefault(str(group[0]), group)
     order = [c for c in labels if c in first] + [c for c in first if c not in labels]
     tracks = [(f"{c} ep {first[c][1]}{rp.final_acc(groups[first[c]])}", groups[first[c]]) for c in order]
     written.append(rp.lifecycle_figure([("First episode of each controller", tracks)], out / "lifecycle.png"))
@@ -322,7 +325,7 @@ def _ppo(history: list[dict], steps: list[dict], episodes: list[dict], out: Path
     acc = {rp.num(h.get("batch")): rp.num(h.get("avg_accuracy")) for h in hist}
     scored = [b for b in batches if not math.isnan(acc.get(rp.num(b), math.nan))]
     best = max(scored, key=lambda b: acc[rp.num(b)]) if scored else batches[-1]
-    panels = []
+    panels: list[tuple[str, list[Any]]] = []
     for title, b in ((f"Last batch ({batches[-1]})", batches[-1]), (f"Best batch ({best})", best)):
         if panels and b == batches[-1]:
             panels[0] = (f"Last batch = best batch ({b})", panels[0][1])
@@ -352,38 +355,5 @@ def _ppo(history: list[dict], steps: list[dict], episodes: list[dict], out: Path
     rp.reward_panel(axes[0, 0], x, comps, total, "rollout batch", "Mean reward components per rollout batch")
     written.append(rp.save(fig, out / "rewards.png"))
 
-    written.append(_ppo_health(hist, x, out, rp))
+    written.append(rp.ppo_health_figure(hist, x, out / "ppo_health.png"))
     return written
-
-
-def _ppo_health(hist: list[dict], x: list[float], out: Path, rp: Any) -> Path:
-    mk = rp.mark_markers(len(x))
-    fig, axes = rp.new_figure(13, 7.5, 2, 3)
-
-    def line(ax: Any, key: str, label: str | None = None, **kw: Any) -> bool:
-        ys = [rp.num(h.get(key)) for h in hist]
-        if all(math.isnan(y) for y in ys):
-            return False
-        ax.plot(x, ys, label=label or key, **{**mk, **kw})
-        return True
-
-    panels = (("Entropy", "nats", ("entropy", "entropy_op", "entropy_slot", "entropy_blueprint", "entropy_blend")),
-              ("Approximate KL", "KL (nats)", ("approx_kl",)), ("Clip fraction", "fraction of samples",
-                                                                 ("clip_fraction",)),
-              ("Explained variance", "explained variance", ("explained_variance",)),
-              ("Probability ratio extremes", "ratio new/old", ("ratio_max", "ratio_min")),
-              ("Losses", "loss", ("value_loss", "policy_loss")))
-    for ax, (title, ylabel, keys) in zip(axes.flat, panels):
-        drawn = [k for i, k in enumerate(keys) if line(ax, k, linewidth=2.0 if i == 0 else 1.0)]
-        if not drawn:
-            ax.text(0.5, 0.5, "not recorded", transform=ax.transAxes, ha="center", va="center", color="#7f7f7f")
-        if title == "Probability ratio extremes":
-            ax.axhline(1.0, color="black", linewidth=0.6)
-        if title == "Explained variance":
-            ax.axhline(0.0, color="black", linewidth=0.6)
-        rp.style(ax, title, "rollout batch", ylabel)
-        if len(drawn) > 1:
-            ax.legend(fontsize=7)
-    fig.suptitle("PPO update health per rollout batch", fontsize=12)
-    return rp.save(fig, out / "ppo_health.png")
-

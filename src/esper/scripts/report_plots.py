@@ -67,6 +67,7 @@ def style(ax: Axes, title: str, xlabel: str, ylabel: str, *, int_x: bool = True)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(True, alpha=0.3)
+    ax.set_axisbelow(True)
     if int_x:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
@@ -175,8 +176,9 @@ def _draw_slot_row(ax: Axes, rows: Sequence[Mapping[str, Any]], slot: str, y: fl
     for r in rows:
         epoch = int(num(r.get("epoch")))
         state = (r.get("slots") or {}).get(slot)
+        cur: dict[str, Any] = state if isinstance(state, dict) else {}
         if _alive(prev) and prev.get("stage") != "FOSSILIZED" and (
-                not _alive(state) or state.get("blueprint") != prev.get("blueprint")):
+                not _alive(state) or cur.get("blueprint") != prev.get("blueprint")):
             ax.plot([epoch], [y], marker="x", color="red", markersize=9, markeredgewidth=2.2, zorder=5)
             culled = True
         if isinstance(state, dict) and state.get("stage") not in (None, "DORMANT", "UNKNOWN"):
@@ -250,3 +252,39 @@ def group_tracks(steps: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> dic
 def final_acc(rows: Sequence[Mapping[str, Any]]) -> str:
     acc = num(rows[-1].get("val_acc")) if rows else math.nan
     return "" if math.isnan(acc) else f" ({acc:.1f}%)"
+
+
+HEALTH_PANELS = (
+    ("Entropy", "nats", ("entropy", "entropy_op", "entropy_slot", "entropy_blueprint", "entropy_blend")),
+    ("Approximate KL", "KL (nats)", ("approx_kl",)),
+    ("Clip fraction", "fraction of samples clipped", ("clip_fraction",)),
+    ("Explained variance", "explained variance (1 = perfect)", ("explained_variance",)),
+    ("Probability ratio extremes", "ratio new / old policy", ("ratio_max", "ratio_min")),
+    ("Policy loss", "loss", ("policy_loss",)),
+    ("Value loss", "loss", ("value_loss",)),
+    ("Gradient norm (pre-clip)", "norm", ("grad_norm",)),
+)
+
+
+def ppo_health_figure(hist: Sequence[Mapping[str, Any]], x: Sequence[float], path: Path) -> Path:
+    """Small multiples of the §6.8 update metrics per rollout batch; a metric never recorded says so."""
+    fig, axes = new_figure(15, 7.5, 2, 4)
+    mk = mark_markers(len(x))
+    for ax, (title, ylabel, keys) in zip(axes.flat, HEALTH_PANELS):
+        drawn = []
+        for i, key in enumerate(keys):
+            ys = [num(h.get(key)) for h in hist]
+            if not all(math.isnan(y) for y in ys):
+                ax.plot(list(x), ys, label=key, linewidth=2.0 if i == 0 else 1.0, **mk)
+                drawn.append(key)
+        if not drawn:
+            ax.text(0.5, 0.5, "not recorded", transform=ax.transAxes, ha="center", va="center", color="#7f7f7f")
+        if keys[0] == "ratio_max":
+            ax.axhline(1.0, color="black", linewidth=0.6)
+        if keys[0] in ("explained_variance", "policy_loss"):
+            ax.axhline(0.0, color="black", linewidth=0.6)
+        style(ax, title, "rollout batch", ylabel)
+        if len(drawn) > 1:
+            ax.legend(fontsize=7)
+    fig.suptitle("PPO update health per rollout batch", fontsize=12)
+    return save(fig, path)

@@ -1,11 +1,13 @@
 """esper command line: grow networks during training and compare the controllers that grow them.
 
 Examples (CPU, minutes):
+    esper train ppo --preset quick --run-dir runs/quick
     esper train heuristic --task synthetic --episodes 1 --max-epochs 25 --seed 42
     esper compare --controllers static heuristic random --task synthetic --episodes 5 --seed 42
     esper report runs/<run-dir>
 
 Full GPU run:
+    esper train ppo --preset cifar10 --devices cuda:0 cuda:1 --set n_envs=8 --run-dir runs/cifar10
     esper compare --controllers static heuristic random --task cifar10 --episodes 20 --devices cuda:0 cuda:1
 
 `python -m esper` and `python -m esper.scripts.train` run the same `main(argv)`.
@@ -18,6 +20,7 @@ import sys
 
 from esper.scripts.common import run_guarded
 from esper.scripts.episodes_cmd import add_compare_parser, add_heuristic_parser
+from esper.scripts.ppo_cmd import add_ppo_parser
 from esper.scripts.report import add_report_parser
 
 
@@ -27,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     train = sub.add_parser("train", help="train or run a controller")
     train_sub = train.add_subparsers(dest="controller", required=True, metavar="CONTROLLER")
+    add_ppo_parser(train_sub)
     add_heuristic_parser(train_sub)
     add_compare_parser(sub)
     add_report_parser(sub)

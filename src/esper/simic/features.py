@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from esper.leyline.actions import BlueprintAction, ordered_slots
 from esper.leyline.constants import BASE_FEATURE_DIM, CANONICAL_SLOTS, NUM_BLUEPRINTS, OBS_DIM, SEED_TELEMETRY_DIM
 from esper.leyline.reports import SeedStateReport
-from esper.leyline.signals import TrainingSignals
+from esper.leyline.signals import EnvObservation, TrainingSignals
 
 __all__ = ["FEATURE_NAMES", "obs_dim", "safe", "signals_to_features"]
 
@@ -167,3 +167,20 @@ def signals_to_features(
             features.extend(_telemetry_block(report))
     assert len(features) == obs_dim(use_telemetry)
     return features
+
+
+def observation_features(obs: EnvObservation, *, use_telemetry: bool = True) -> list[float]:
+    """The policy input for an environment observation (the same features in training, comparison and datasets)."""
+    return signals_to_features(
+        obs.signals,
+        slot_reports=obs.slot_reports,
+        enabled_slots=obs.enabled_slots,
+        topology=obs.topology,
+        max_epochs=obs.max_epochs,
+        host_param_count=obs.host_param_count,
+        seed_param_count_total=obs.total_param_count - obs.host_param_count,
+        seeds_present=obs.seeds_present,
+        max_seeds=obs.max_seeds,
+        random_guess_loss=obs.random_guess_loss,
+        use_telemetry=use_telemetry,
+    )

@@ -118,7 +118,8 @@ class SignalTracker:
             raise RuntimeError(f"Duplicate seed ids across slots: {dict(zip(slots, seed_ids))}")
 
         prev_loss = self._prev_val_loss
-        loss_delta = 0.0 if prev_loss is None else prev_loss - val_loss
+        # A diverged (non-finite) previous loss is no baseline: the epoch after a rollback reports no delta.
+        loss_delta = 0.0 if prev_loss is None or not math.isfinite(prev_loss) else prev_loss - val_loss
         accuracy_delta = val_accuracy - self._prev_accuracy
 
         self._plateau_count = self._plateau_count + 1 if accuracy_delta < self.plateau_threshold else 0
