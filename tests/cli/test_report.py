@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from esper.scripts import report_plots
 from esper.scripts.report import render_report
 from esper.scripts.train import main
 
@@ -18,6 +19,12 @@ OPS = ("WAIT", "GERMINATE", "FOSSILIZE", "CULL")
 EARLY = {1: "GERMINATED", 2: "TRAINING", 3: "BLENDING", 4: "PROBATIONARY", 5: "FOSSILIZED"}
 MID = {2: "GERMINATED", 3: "TRAINING"}
 ACTIONS = {1: ("GERMINATE", "early"), 2: ("GERMINATE", "mid"), 4: ("CULL", "mid"), 5: ("FOSSILIZE", "early")}
+
+
+@pytest.fixture(autouse=True)
+def _low_dpi(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Same figures at a lower resolution: rasterizing is most of the cost and these tests check files, not pixels."""
+    monkeypatch.setattr(report_plots, "DPI", 50)
 
 
 def _seed(stage: str | None, blueprint: str) -> dict[str, Any] | None:
@@ -143,13 +150,6 @@ def test_report_writes_valid_pngs(tmp_path: Path, kind: str) -> None:
         assert len(data) > 1000 and data.startswith(PNG_MAGIC), path
 
 
-def test_report_out_option(tmp_path: Path) -> None:
-    run = make_heuristic(tmp_path)
-    written = render_report(run, tmp_path / "plots")
-    assert all(p.parent == tmp_path / "plots" and p.is_file() for p in written)
-    assert not (run / "report").exists()
-
-
 @pytest.mark.parametrize(("kind", "missing"), [("heuristic", "steps.jsonl"), ("compare", "results.json"),
                                                ("ppo", "history.jsonl"), ("compare", "config.json")])
 def test_missing_file_is_named(tmp_path: Path, kind: str, missing: str) -> None:
@@ -171,8 +171,12 @@ def test_empty_log_and_unknown_run_type(tmp_path: Path) -> None:
 
 def test_cli_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = make_heuristic(tmp_path)
-    assert main(["report", str(run)]) == 0
+    assert main(["report", str(run), "--out", str(tmp_path / "plots")]) == 0
     assert "lifecycle.png" in capsys.readouterr().out
+    assert {p.name for p in (tmp_path / "plots").iterdir()} == EXPECTED["heuristic"][1]
+    assert not (run / "report").exists()
     assert main(["report", str(tmp_path / "nope")]) == 2
+    assert "does not exist" in capsys.readouterr().err
     (run / "episodes.jsonl").unlink()
-    assert main(["report", str(run), "--out", str(tmp_path / "o")]) == 2
+    assert main(["report", str(run)]) == 2
+    assert "episodes.jsonl" in capsys.readouterr().err

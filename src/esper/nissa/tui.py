@@ -219,7 +219,8 @@ class TuiBackend:
             if self._batches_seen == 0:  # batch rolling accuracy supersedes the episode-based estimate
                 self._best_rolling = None
             self._batches_seen += 1
-            self._batch = d.get("batch", self._batch)
+            if (index := _num(d.get("batch"))) is not None:
+                self._batch = int(index) + 1  # batches completed (the event carries the 0-based batch index)
             self._episodes_done = max(self._episodes_done, int(d.get("episodes_completed") or 0))
             if (rolling := _num(d.get("rolling_accuracy"))) is not None:
                 self._set_rolling(rolling)
@@ -311,7 +312,7 @@ class TuiBackend:
         parts = [
             f"task {r.get('task', '?')} ({r.get('topology', '?')})",
             f"preset {r.get('preset') or _DASH}",
-            f"batch {self._batch if self._batch is not None else _DASH}/{r.get('total_batches') or _DASH}",
+            f"batches {self._batch if self._batch is not None else _DASH}/{r.get('total_batches') or _DASH}",
             f"episodes {self._episodes_done}/{r.get('n_episodes') or _DASH}",
             f"rolling {rolling} (best {best})",
             f"elapsed {elapsed // 3600:d}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}",

@@ -48,7 +48,7 @@ def add_heuristic_parser(sub: Any) -> None:
 def add_compare_parser(sub: Any) -> None:
     p = sub.add_parser("compare", help="run several controllers on identical seeds and data order")
     p.add_argument("--controllers", nargs="+", required=True, metavar="SPEC",
-                   help="static, random, heuristic (the first is the reference)")
+                   help="static, random, heuristic or ppo:PATH (checkpoint or run dir); the first is the reference")
     add_episode_options(p, episodes=5)
     p.add_argument("--devices", nargs="+", help="env devices, round-robin (default: --device)")
     p.add_argument("--tie-threshold", type=float, default=0.5, help="|Δ final accuracy| in pp counted as a tie")

@@ -108,7 +108,7 @@ def _heuristic(steps: list[dict], episodes: list[dict], out: Path) -> list[Path]
         label = f"episode {e.get('episode')} (final {rp.num(e.get('final_accuracy')):.1f}%)"
         show = len(eps) <= 12 or e is eps[0] or e is eps[-1]
         ax.plot(range(1, len(curve) + 1), curve, color=color, linewidth=1.6, label=label if show else None)
-    _op_markers(ax, steps, rp)
+    _op_markers(ax, steps, rp, size=70 if len(eps) <= 4 else 35)
     rp.style(ax, "Validation accuracy per episode", "epoch", "validation accuracy (%)")
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     written.append(rp.save(fig, out / "accuracy.png"))
@@ -138,7 +138,15 @@ def _heuristic(steps: list[dict], episodes: list[dict], out: Path) -> list[Path]
     for k, color in zip(keys, rp.series_colors(len(keys))):
         rows, show = by_ep[k], len(keys) <= 12 or k in (keys[0], keys[-1])
         ax.step([rp.num(r.get("epoch")) for r in rows], [rp.num(r.get("seed_params")) for r in rows], where="post",
-                color=color, linewidth=1.6, label=f"episode {k[0]}" if show else None)
+                color=color, linewidth=1.6 if len(keys) <= 8 else 0.8, alpha=1.0 if len(keys) <= 8 else 0.5,
+                label=f"episode {k[0]}" if show else None)
+    if len(keys) > 8:
+        per_epoch: dict[float, list[float]] = {}
+        for r in steps:
+            per_epoch.setdefault(rp.num(r.get("epoch")), []).append(rp.num(r.get("seed_params")))
+        epochs = sorted(per_epoch)
+        ax.step(epochs, [_mean(per_epoch[e]) for e in epochs], where="post", color="black", linewidth=2.4,
+                label="mean over episodes")
     ax.set_ylim(bottom=0)
     rp.style(ax, "Seed parameters over time", "epoch", "parameters added by seeds")
     ax.yaxis.set_major_formatter(rp.THOUSANDS)
@@ -152,14 +160,14 @@ def _ops(rows: list[dict], rp: Any, key: str = "action_counts") -> list[str]:
     return list(rp.OPS) + sorted(extra)
 
 
-def _op_markers(ax: Any, steps: list[dict], rp: Any) -> None:
+def _op_markers(ax: Any, steps: list[dict], rp: Any, size: float) -> None:
     """Successful lifecycle ops as markers on the accuracy curves."""
     marks = {"GERMINATE": ("^", "germinate"), "FOSSILIZE": ("*", "fossilize"), "CULL": ("X", "cull")}
     for op, (marker, label) in marks.items():
         pts = [(rp.num(r.get("epoch")), rp.num(r.get("val_acc"))) for r in steps if r.get("op") == op
                and r.get("success")]
         if pts:
-            ax.scatter(*zip(*pts), marker=marker, s=70, color=rp.OP_COLORS[op], edgecolor="black", linewidth=0.6,
+            ax.scatter(*zip(*pts), marker=marker, s=size, color=rp.OP_COLORS[op], edgecolor="black", linewidth=0.6,
                        zorder=5, label=label)
 
 
@@ -211,19 +219,17 @@ def _compare(results: dict[str, Any], steps: list[dict], out: Path) -> list[Path
     for i, c in enumerate(labels):
         pts = [rp.num(e.get("final_accuracy")) for e in episodes if e.get("controller") == c]
         ax.scatter([i + 0.2 * (j / max(len(pts) - 1, 1) - 0.5) for j in range(len(pts))], pts, s=14, color="black",
-                   zorder=4,
-                   label="episodes" if i == 0 and pts else None)
-        ax.text(i, means[i] + cis[i], f"{means[i]:.2f}\n±{cis[i]:.2f}", ha="center", va="bottom", fontsize=8)
+                   zorder=4)
     lo = min([m - c for m, c in zip(means, cis)] + [p for e in episodes if not math.isnan(p := rp.num(
         e.get("final_accuracy")))])
     hi = max(m + c for m, c in zip(means, cis))
     pad = max(1.0, 0.15 * (hi - lo))
-    ax.set_ylim(max(0.0, lo - pad), min(100.0, hi + 2.5 * pad))
-    ax.set_xticks(xs, [_verdict_label(results, c, ref) for c in labels], fontsize=9)
-    rp.style(ax, "Final validation accuracy (bars: mean, whiskers: 95% CI; y axis zoomed)", "controller",
-             "final accuracy (%)", int_x=False)
-    if episodes:
-        ax.legend(fontsize=8, loc="upper right")
+    ax.set_ylim(max(0.0, lo - pad), min(100.0, hi + pad))
+    ticks = [f"{c}\n{m:.2f} ± {ci:.2f} %\n{_verdict(results, c, ref)}" for c, m, ci in zip(labels, means, cis)]
+    ax.set_xticks(xs, ticks, fontsize=9)
+    rp.style(ax, "Final validation accuracy per controller\n"
+             "(bar: mean, whiskers: 95% CI, dots: episodes; y axis zoomed)", "controller", "final accuracy (%)",
+             int_x=False)
     written.append(rp.save(fig, out / "compare_final_accuracy.png"))
 
     fig, axes = rp.new_figure(10, 5.2)
@@ -283,13 +289,14 @@ def _compare(results: dict[str, Any], steps: list[dict], out: Path) -> list[Path
     return written
 
 
-def _verdict_label(results: dict[str, Any], c: str, ref: str) -> str:
+def _verdict(results: dict[str, Any], c: str, ref: str) -> str:
+    """Tick-label line: the pairwise verdict of `c` against the reference controller."""
     if c == ref:
-        return f"{c}\n(reference)"
+        return "(reference)"
     p = ((results.get("pairwise") or {}).get(c) or {}).get(ref)
     if not p:
-        return c
-    return f"{c}\n{_num(p.get('mean_delta')):+.2f} pp vs {ref}\n{p.get('verdict', '')}"
+        return ""
+    return f"{_num(p.get('mean_delta')):+.2f} pp vs {ref}: {p.get('verdict', '')}"
 
 
 def _num(v: Any) -> float:
@@ -331,7 +338,7 @@ def _ppo(history: list[dict], steps: list[dict], episodes: list[dict], out: Path
             panels[0] = (f"Last batch = best batch ({b})", panels[0][1])
             continue
         keys = sorted((k for k in by_batch if k[0] == b), key=lambda k: rp.num(k[1]))
-        shown = keys[:6]
+        shown = keys[:4]
         more = f", first {len(shown)} of {len(keys)} envs" if len(keys) > len(shown) else ""
         avg = acc.get(rp.num(b), math.nan)
         panels.append((f"{title}: avg accuracy {avg:.1f}%{more}",

@@ -21,18 +21,19 @@ from esper.runtime.devices import env_device_map
 from esper.runtime.rundir import RunDirectory
 from esper.runtime.tasks import DataCache, TaskSpec
 from esper.simic.env import EnvSpec, EnvStep, EpisodeResult, MorphoEnv, make_reward_fn
+from esper.simic.ppo_controller import PPOController
 from esper.simic.recording import step_row
 from esper.simic.rewards import RewardFamily
 from esper.simic.runner import EpochData, run_episodes
 from esper.tamiyo import HeuristicTamiyo, RandomPolicy, StaticPolicy, TamiyoPolicy
 
-CONTROLLER_KINDS = ("static", "random", "heuristic")
+CONTROLLER_KINDS = ("static", "random", "heuristic", "ppo:PATH")
 BOOTSTRAP_RESAMPLES = 1000
 
 
 @dataclass(frozen=True)
 class ControllerSpec:
-    """A controller named on the command line: static, random or heuristic."""
+    """A controller named on the command line: static, random, heuristic or ppo:PATH (checkpoint or run dir)."""
 
     kind: str
     path: Path | None = None
@@ -43,13 +44,24 @@ class ControllerSpec:
 
     @classmethod
     def parse(cls, text: str) -> ControllerSpec:
-        kind, _, rest = text.partition(":")
-        if kind not in CONTROLLER_KINDS or rest:
+        kind, sep, rest = text.partition(":")
+        if kind == "ppo" and rest:
+            return cls(kind, Path(rest))
+        if kind not in CONTROLLER_KINDS or sep:
             raise ValueError(f"Unknown controller '{text}'. Available: {', '.join(CONTROLLER_KINDS)}")
         return cls(kind)
 
-    def build(self, task: TaskSpec, *, seed: int, episode: int, index: int) -> TamiyoPolicy:
+    def check(self, task: TaskSpec, slots: Sequence[str]) -> None:
+        """Fail before any training when a learned controller cannot drive this setup."""
+        if self.kind == "ppo":
+            self.build(task, seed=0, episode=0, index=0, slots=slots)
+
+    def build(self, task: TaskSpec, *, seed: int, episode: int, index: int, slots: Sequence[str] = ()
+              ) -> TamiyoPolicy:
         """A controller ready for episode `episode` (random controllers get their own seed per episode)."""
+        if self.kind == "ppo":
+            assert self.path is not None
+            return PPOController.from_checkpoint(self.path, topology=task.topology, slots=slots, deterministic=True)
         if self.kind == "static":
             return StaticPolicy()
         if self.kind == "random":
@@ -93,7 +105,8 @@ def run_controller_episodes(
         data = EpochData.build(task, cache, plan.devices, batch_size=plan.batch_size,
                                seed=derive_seed(plan.seed, episode), max_train_samples=plan.max_train_samples,
                                max_val_samples=plan.max_val_samples)
-        controllers = [spec.build(task, seed=plan.seed, episode=episode, index=i) for i, spec in enumerate(specs)]
+        controllers = [spec.build(task, seed=plan.seed, episode=episode, index=i, slots=plan.slots)
+                       for i, spec in enumerate(specs)]
         envs = [
             MorphoEnv(EnvSpec(task, plan.slots, plan.max_epochs, env_seed, device_of[i], env_id=i, episode=episode,
                               max_seeds=plan.max_seeds, amp=plan.amp, sink=sink), spec.label)
@@ -209,6 +222,8 @@ def run_comparison(specs: Sequence[ControllerSpec], plan: EpisodePlan, episodes:
     labels = [s.label for s in specs]
     if len(set(labels)) != len(labels):
         raise ValueError(f"Controllers must be distinct, got {labels}")
+    for spec in specs:
+        spec.check(plan.task, plan.slots)
     results = run_controller_episodes(specs, plan, episodes, cache, sink=sink, run_dir=run_dir, on_step=on_step)
     comparison = ComparisonResult.from_episodes(labels, results, tie_threshold=tie_threshold, seed=plan.seed)
     if run_dir is not None:

@@ -36,7 +36,7 @@ from esper.simic.ppo import PPOAgent
 from esper.simic.ppo_checkpoint import RESUMABLE_FIELDS, LearnerState, load_learner, save_learner, trim_logs
 from esper.simic.ppo_controller import PPOController
 from esper.simic.recording import step_row
-from esper.simic.rewards import RewardFamily, SparseRewardConfig
+from esper.simic.rewards import SUMMED_FIELDS, RewardFamily, SparseRewardConfig
 from esper.simic.runner import EpochData, run_episodes
 
 ROLLING_WINDOW = 10
@@ -239,9 +239,8 @@ class _Rollout:
             self.raw_observations.append(info["raw_features"])
             total = step.reward.total()
             self.rewards.append(total)
-            for name, value in step.reward.to_dict().items():
-                if isinstance(value, float) and name != "total":
-                    self.components.setdefault(name, []).append(value)
+            for name in SUMMED_FIELDS:
+                self.components.setdefault(name, []).append(getattr(step.reward, name))
             self.agent.store_factored_transition(
                 info["state"], info["action"], info["log_prob"], info["value"],
                 self.reward_normalizer.update_and_normalize(total), step.record.is_terminal, info["used_masks"],

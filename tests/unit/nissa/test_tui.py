@@ -103,7 +103,7 @@ def test_single_env_ppo_run_renders_all_panels() -> None:
     for expected in (
         "esper ppo",
         "task cifar10 (cnn)",
-        "batch 1/10",
+        "batches 2/10",
         "episodes 1/10",
         "rolling 66.0% (best 66.0%)",
         "Prob:conv_light α1.00 c+0.8",
@@ -145,7 +145,7 @@ def test_heuristic_run_without_ppo_or_batches_shows_dashes() -> None:
     assert "entropy           —" in text
     assert "100.0%" in text  # action mix derived from the epochs' ops
     assert "rolling 50.0%" in text
-    assert "batch —/10" in text
+    assert "batches —/10" in text
 
 
 def test_empty_backend_renders() -> None:
