@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/esper demo
+	$(VENV)/bin/esper train ppo --preset quick
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
@@ -26,6 +26,7 @@ test-slow: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_kasmina.py
+	$(PY) benchmarks/bench_vectorized.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache

@@ -268,7 +268,7 @@ HEALTH_PANELS = (
 
 def ppo_health_figure(hist: Sequence[Mapping[str, Any]], x: Sequence[float], path: Path) -> Path:
     """Small multiples of the §6.8 update metrics per rollout batch; a metric never recorded says so."""
-    fig, axes = new_figure(15, 7.5, 2, 4)
+    fig, axes = new_figure(15, 7.5, 2, 4, sharex=True)
     mk = mark_markers(len(x))
     for ax, (title, ylabel, keys) in zip(axes.flat, HEALTH_PANELS):
         drawn = []
@@ -283,7 +283,7 @@ def ppo_health_figure(hist: Sequence[Mapping[str, Any]], x: Sequence[float], pat
             ax.axhline(1.0, color="black", linewidth=0.6)
         if keys[0] in ("explained_variance", "policy_loss"):
             ax.axhline(0.0, color="black", linewidth=0.6)
-        style(ax, title, "rollout batch", ylabel)
+        style(ax, title, "rollout batch" if ax in axes[-1] else "", ylabel)
         if len(drawn) > 1:
             ax.legend(fontsize=7)
     fig.suptitle("PPO update health per rollout batch", fontsize=12)

@@ -241,3 +241,48 @@ def test_slot_follows_host_device_and_dtype() -> None:
     assert seed is not None and next(seed.parameters()).dtype == torch.float64
     x = torch.randn(2, 3, 32, 32, dtype=torch.float64)
     assert m(x).dtype == torch.float64
+
+
+def _segmented(m: MorphogeneticModel, x: torch.Tensor, boundary: str) -> torch.Tensor:
+    """Run the model up to `boundary` (slots applied), then resume from there: must equal the full forward."""
+    prev, prev_slot = x, None
+    for s in m.slot_ids:
+        h = m.segments.forward_to_segment(s, prev, from_segment=prev_slot)
+        prev, prev_slot = m.slot(s)(h), s
+        if s == boundary:
+            break
+    for s in m.slot_ids[m.slot_ids.index(boundary) + 1:]:
+        h = m.segments.forward_to_segment(s, prev, from_segment=prev_slot)
+        prev, prev_slot = m.slot(s)(h), s
+    return m.segments.forward_from_segment(m.slot_ids[-1], prev)
+
+
+@pytest.mark.parametrize("topology", ["cnn", "transformer"])
+def test_segmented_forward_equals_full_forward_with_seeds(topology: str) -> None:
+    from esper.kasmina.hosts import TransformerHost
+
+    if topology == "cnn":
+        host: torch.nn.Module = CNNHost(channels=(8, 16, 32))
+        x = torch.randn(3, 3, 32, 32)
+        seeds = ("conv_light", "attention", "norm")
+    else:
+        host = TransformerHost(vocab_size=50, n_embd=32, n_head=4, n_layer=3, block_size=16, dropout=0.0)
+        x = torch.randint(0, 50, (2, 16))
+        seeds = ("lora", "mlp", "attention")
+    m = MorphogeneticModel(host, slots=["early", "mid", "late"], lifecycle=LifecycleConfig())
+    for slot, bp in zip(("early", "mid", "late"), seeds, strict=True):
+        m.germinate_seed(bp, slot, slot=slot, blend_id="gated", baseline_accuracy=0.0, epoch=1)
+    m.step_epoch(1)
+    m.slot("mid").state.stage, m.slot("mid").state.alpha = SeedStage.BLENDING, 0.6  # type: ignore[union-attr]
+    m.slot("late").state.stage, m.slot("late").state.alpha = SeedStage.BLENDING, 1.0  # type: ignore[union-attr]
+    m.eval()
+    with torch.no_grad():
+        full = m(x)
+        for boundary in ("early", "mid", "late"):
+            assert torch.equal(_segmented(m, x, boundary), full)
+        _, ablated = m.forward_with_ablations(x, ("mid", "late"))
+        for slot in ("mid", "late"):
+            saved = m.slot(slot).state.alpha  # type: ignore[union-attr]
+            m.slot(slot).state.alpha = 0.0  # type: ignore[union-attr]
+            assert torch.allclose(ablated[slot], m(x), atol=1e-6)
+            m.slot(slot).state.alpha = saved  # type: ignore[union-attr]
