@@ -104,7 +104,7 @@ def cmd_train_heuristic(args: argparse.Namespace) -> int:
               "slots": list(args.slots), "max_seeds": args.max_seeds, "seed": args.seed,
               "max_train_samples": args.max_train_samples, "max_val_samples": args.max_val_samples,
               "reward_family": args.reward_family}
-    run_dir.write_config("heuristic", sys.argv[1:], config, _runtime(args, plan))
+    run_dir.write_config("heuristic", args.argv, config, _runtime(args, plan))
     hub = make_hub(args, run_dir, config)
     with closing_hub(hub, run_dir), _progress() as progress:
         emit(hub, TelemetryEventType.TRAINING_STARTED, f"heuristic on {plan.task.name}", {
@@ -162,7 +162,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
               "max_epochs": args.max_epochs, "slots": list(args.slots), "max_seeds": args.max_seeds,
               "seed": args.seed, "tie_threshold": args.tie_threshold, "max_train_samples": args.max_train_samples,
               "max_val_samples": args.max_val_samples}
-    run_dir.write_config("compare", sys.argv[1:], config, _runtime(args, plan))
+    run_dir.write_config("compare", args.argv, config, _runtime(args, plan))
     hub = make_hub(args, run_dir, config)
     with closing_hub(hub, run_dir), _progress() as progress:
         emit(hub, TelemetryEventType.TRAINING_STARTED, f"compare on {plan.task.name}", {

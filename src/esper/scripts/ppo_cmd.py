@@ -142,7 +142,7 @@ def cmd_train_ppo(args: argparse.Namespace) -> int:
         with closing_hub(hub, run_dir):
             result = train_ppo_vectorized(**config.to_train_kwargs(), run_dir=run_dir, sink=hub,
                                           resume_path=checkpoint, data_cache=cache,
-                                          preset=args.preset, should_stop=lambda: stop.requested)
+                                          preset=args.preset, argv=args.argv, should_stop=lambda: stop.requested)
             emit(hub, TelemetryEventType.RUN_COMPLETED, "PPO training finished" if not stop.requested else
                  "PPO training stopped", {"batches_completed": result.batches_completed,
                                           "episodes_completed": result.episodes_completed,

@@ -186,6 +186,10 @@ def _mean(values: list[float]) -> float:
     return sum(clean) / len(clean) if clean else math.nan
 
 
+def _zero_nan(v: float) -> float:
+    return 0.0 if math.isnan(v) else v
+
+
 def _std(values: list[float]) -> float:
     clean = [v for v in values if not math.isnan(v)]
     if len(clean) < 2:
@@ -213,7 +217,7 @@ def _compare(results: dict[str, Any], steps: list[dict], out: Path) -> list[Path
     fig, axes = rp.new_figure(max(6.5, 1.6 * len(labels) + 3), 5.2)
     ax = axes[0, 0]
     means = [rp.num(per[c]["final_accuracy"]["mean"]) for c in labels]
-    cis = [1.96 * rp.num(per[c]["final_accuracy"]["std"]) / math.sqrt(max(1, per[c].get("episodes", 1)))
+    cis = [1.96 * _zero_nan(rp.num(per[c]["final_accuracy"].get("std"))) / math.sqrt(max(1, per[c].get("episodes", 1)))
            for c in labels]
     ax.bar(xs, means, 0.6, yerr=cis, capsize=6, color=[colors[c] for c in labels], alpha=0.85, edgecolor="black")
     for i, c in enumerate(labels):
@@ -252,7 +256,7 @@ def _compare(results: dict[str, Any], steps: list[dict], out: Path) -> list[Path
     fig, axes = rp.new_figure(max(10.0, 2.2 * len(labels) + 5), 5, 1, 2)
     ax = axes[0, 0]
     pm = [rp.num(per[c]["params_added"]["mean"]) for c in labels]
-    ps = [rp.num(per[c]["params_added"]["std"]) for c in labels]
+    ps = [_zero_nan(rp.num(per[c]["params_added"].get("std"))) for c in labels]
     ax.bar(xs, pm, 0.6, yerr=ps, capsize=6, color=[colors[c] for c in labels], alpha=0.85, edgecolor="black")
     for i, c in enumerate(labels):
         pts = [rp.num(e.get("params_added")) for e in episodes if e.get("controller") == c]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import matplotlib
 
@@ -51,8 +51,9 @@ def num(value: Any) -> float:
     return float(value)
 
 
-def new_figure(width: float, height: float, nrows: int = 1, ncols: int = 1, **kw: Any) -> tuple[Figure, Any]:
-    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+def new_figure(width: float, height: float, nrows: int = 1, ncols: int = 1, *,
+               layout: Literal["constrained"] | None = "constrained", **kw: Any) -> tuple[Figure, Any]:
+    fig = Figure(figsize=(width, height), dpi=DPI, layout=layout)
     axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
     return fig, axes
 
@@ -69,7 +70,11 @@ def style(ax: Axes, title: str, xlabel: str, ylabel: str, *, int_x: bool = True)
     ax.grid(True, alpha=0.3)
     ax.set_axisbelow(True)
     if int_x:
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        lo, hi = ax.get_xlim()
+        if hi - lo < 4:  # a single batch or epoch: MaxNLocator would fall back to fractional ticks
+            ax.set_xticks(range(math.ceil(lo), math.floor(hi) + 1))
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def series_colors(n: int) -> list[Any]:
@@ -243,7 +248,8 @@ def group_tracks(steps: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> dic
     """Step rows grouped by `keys` (e.g. controller, episode, env), each group sorted by epoch, insertion-ordered."""
     groups: dict[tuple[Any, ...], list[dict]] = {}
     for r in steps:
-        groups.setdefault(tuple(r.get(k) for k in keys), []).append(dict(r))
+        if not math.isnan(num(r.get("epoch"))):
+            groups.setdefault(tuple(r.get(k) for k in keys), []).append(dict(r))
     for rows in groups.values():
         rows.sort(key=lambda r: num(r.get("epoch")))
     return groups
@@ -268,7 +274,9 @@ HEALTH_PANELS = (
 
 def ppo_health_figure(hist: Sequence[Mapping[str, Any]], x: Sequence[float], path: Path) -> Path:
     """Small multiples of the §6.8 update metrics per rollout batch; a metric never recorded says so."""
-    fig, axes = new_figure(15, 7.5, 2, 4, sharex=True)
+    # Fixed margins instead of constrained layout: eight panels make the layout solver the slowest part of the report.
+    fig, axes = new_figure(15, 7.5, 2, 4, layout=None, sharex=True)
+    fig.subplots_adjust(left=0.05, right=0.99, bottom=0.08, top=0.9, wspace=0.32, hspace=0.25)
     mk = mark_markers(len(x))
     for ax, (title, ylabel, keys) in zip(axes.flat, HEALTH_PANELS):
         drawn = []
@@ -279,12 +287,13 @@ def ppo_health_figure(hist: Sequence[Mapping[str, Any]], x: Sequence[float], pat
                 drawn.append(key)
         if not drawn:
             ax.text(0.5, 0.5, "not recorded", transform=ax.transAxes, ha="center", va="center", color="#7f7f7f")
+            ax.set_yticks([])
         if keys[0] == "ratio_max":
             ax.axhline(1.0, color="black", linewidth=0.6)
         if keys[0] in ("explained_variance", "policy_loss"):
             ax.axhline(0.0, color="black", linewidth=0.6)
         style(ax, title, "rollout batch" if ax in axes[-1] else "", ylabel)
-        if len(drawn) > 1:
+        if len(drawn) > 1 or (drawn and drawn[0] != keys[0]):
             ax.legend(fontsize=7)
     fig.suptitle("PPO update health per rollout batch", fontsize=12)
     return save(fig, path)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from esper.leyline import LifecycleOp, TelemetryEvent, TelemetryEventType, TelemetrySink
+from esper.leyline import LifecycleOp, TelemetryEvent, TelemetryEventType, TelemetryLevel, TelemetrySink
 from esper.runtime.data import derive_seed
 from esper.runtime.devices import env_device_map, resolve_device, resolve_devices
 from esper.runtime.rundir import RunDirectory
@@ -71,7 +71,7 @@ def train_ppo_vectorized(
     entropy_coef_min: float, entropy_anneal_episodes: int, hidden_dim: int, use_telemetry: bool,
     reward_family: RewardFamily | str, param_budget: int, param_penalty_weight: float, sparse_reward_scale: float,
     run_dir: RunDirectory, sink: TelemetrySink | None = None, resume_path: Path | None = None,
-    data_cache: DataCache | None = None, preset: str | None = None,
+    data_cache: DataCache | None = None, preset: str | None = None, argv: list[str] | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> PPOTrainingResult:
     """Train the Tamiyo policy; every keyword of `TrainingConfig` is a parameter (the config surface is honest)."""
@@ -118,9 +118,10 @@ def train_ppo_vectorized(
         _emit(sink, TelemetryEventType.CHECKPOINT_LOADED, f"resumed from {resume_path}",
               {"path": str(resume_path), "kind": "resume", "batch": learner.batches_completed})
     else:
-        run_dir.write_config("ppo", sys.argv[1:], config.to_dict(), {
+        run_dir.write_config("ppo", sys.argv[1:] if argv is None else argv, config.to_dict(), {
             "data_dir": str(cache.options.data_dir), "devices": [str(d) for d in env_devices],
-            "policy_device": str(policy_device), "preset": preset})
+            "policy_device": str(policy_device), "preset": preset,
+            "telemetry_level": TelemetryLevel.NORMAL.name.lower() if sink is None else _sink_level(sink)})
 
     reward_fn = make_reward_fn(reward_family, spec, gamma, SparseRewardConfig(param_budget, param_penalty_weight,
                                                                                  sparse_reward_scale))
@@ -246,6 +247,11 @@ class _Rollout:
                 self.reward_normalizer.update_and_normalize(total), step.record.is_terminal, info["used_masks"],
                 env_id=step.env.env_id)
             self.run_dir.append("steps.jsonl", step_row(step))
+
+
+def _sink_level(sink: TelemetrySink) -> str:
+    level = getattr(sink, "level", None)
+    return level.name.lower() if isinstance(level, TelemetryLevel) else "custom"
 
 
 def _ppo_updates(agent: PPOAgent, updates: int, sink: TelemetrySink | None) -> dict[str, Any]:
