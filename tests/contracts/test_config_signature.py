@@ -22,7 +22,7 @@ from esper.simic.vectorized import train_ppo_vectorized
 FIELDS = set(TrainingConfig.model_fields)
 PARAMS = inspect.signature(train_ppo_vectorized).parameters
 # Parameters that are not config fields (runtime plumbing). A new one needs a conscious update here.
-RUNTIME_PARAMS = {"run_dir", "sink", "resume_path", "data_cache", "preset", "should_stop"}
+RUNTIME_PARAMS = {"run_dir", "sink", "resume_path", "data_cache", "preset", "argv", "should_stop"}
 
 # Every long option of `esper train ppo --help`. A new flag needs a conscious update here (and a test of its effect).
 EXPECTED_PPO_FLAGS = {

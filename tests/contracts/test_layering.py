@@ -33,6 +33,7 @@ ALLOWED_ESPER: dict[str, frozenset[str]] = {
     "simic": frozenset(SUBPACKAGES) - {"datagen", "scripts", "nissa"},
     "datagen": frozenset(SUBPACKAGES) - {"scripts", "nissa"},
     "scripts": frozenset(SUBPACKAGES),
+    "__main__": frozenset({"scripts"}),  # `python -m esper`: the top of the stack, like scripts
 }
 STDLIB_ONLY = frozenset({"leyline"})
 # Third-party top-level modules forbidden per layer (in addition to STDLIB_ONLY layers).

@@ -9,6 +9,7 @@ telescoping identity are then recomputed from the records' snapshots alone.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -113,7 +114,7 @@ def _check_episode(rec: Recorded, weight: float) -> None:
     assert records[0].prev_snapshot == tuple((slot, 0, 0) for slot in SLOTS)
     assert _phi(records[0].prev_snapshot) == 0.0
     # chain: S_e is reused unchanged as the previous state of step e + 1 (rollback steps included)
-    for before, after in zip(records, records[1:]):
+    for before, after in itertools.pairwise(records):
         assert after.prev_snapshot == before.next_snapshot, f"snapshot chain broken at epoch {after.epoch}"
 
     for step in steps:

@@ -35,7 +35,7 @@ from esper.leyline import (
 )
 from esper.leyline.constants import MIN_CULL_AGE
 from esper.runtime.tasks import TaskSpec, get_task_spec
-from esper.simic.env import MorphoEnv, EnvSpec
+from esper.simic.env import EnvSpec, MorphoEnv
 from esper.simic.masks import build_slot_states, compute_batch_masks
 from esper.simic.network import FactoredActorCritic
 from esper.tamiyo import TamiyoDecision, check_decision
