@@ -98,6 +98,7 @@ def train_ppo_vectorized(
         cache.get(spec, "train", d, max_train_samples)
         cache.get(spec, "val", d, max_val_samples)
 
+    _seed_everything(seed)  # the policy's initial weights depend only on the seed
     agent = PPOAgent(
         obs_dim(use_telemetry), lr=lr, gamma=gamma, gae_lambda=gae_lambda, clip_ratio=clip_ratio,
         value_coef=value_coef, clip_value=value_clip is not None, value_clip=value_clip or 0.0,
