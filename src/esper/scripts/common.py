@@ -23,7 +23,8 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 13
 USER_ERRORS = (ValueError, DatasetNotFoundError, DatasetFormatError, RunDirectoryError, CheckpointFormatError,
                FileNotFoundError)
 
-console = Console()
+# Piped output (CI logs, files) gets a wide fixed width so result tables stay on one line per row.
+console = Console(width=None if sys.stdout.isatty() else 160)
 err_console = Console(stderr=True, soft_wrap=True)
 
 

@@ -300,7 +300,7 @@ def _verdict(results: dict[str, Any], c: str, ref: str) -> str:
     p = ((results.get("pairwise") or {}).get(c) or {}).get(ref)
     if not p:
         return ""
-    return f"{_num(p.get('mean_delta')):+.2f} pp vs {ref}: {p.get('verdict', '')}"
+    return f"{_num(p.get('mean_delta')):+.2f} pp vs {ref}\n{p.get('verdict', '')}"
 
 
 def _num(v: Any) -> float:

@@ -1,0 +1,38 @@
+"""The README stays true: every command-line flag it names exists, and its set-up commands are the Makefile's."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from esper.scripts.train import build_parser
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def _options(parser: argparse.ArgumentParser) -> set[str]:
+    found: set[str] = set()
+    for action in parser._actions:
+        found.update(o for o in action.option_strings if o.startswith("--"))
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found |= _options(sub)
+    return found
+
+
+def test_every_flag_in_the_readme_exists() -> None:
+    named = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", README))
+    assert named, "the README documents no flags?"
+    missing = sorted(named - _options(build_parser()))
+    assert not missing, f"README names flags the CLI does not have: {missing}"
+
+
+def test_readme_opens_with_the_two_setup_commands() -> None:
+    block = README.split("```bash", 1)[1].split("```", 1)[0]
+    commands = [line.split("#")[0].strip() for line in block.strip().splitlines()]
+    assert commands == ["make demo", "make test"]
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert re.search(r"^demo:", makefile, re.M) and re.search(r"^test:", makefile, re.M)
+    assert "make test" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
