@@ -7,26 +7,25 @@ Run (a standalone script, not a test):
 Host: the synthetic/cifar10 `CNNHost(in_channels=3, num_classes=10, channels=(8, 16, 32))`, 32×32 inputs. A training
 step is zero_grad → forward → cross-entropy → backward → SGD(lr 0.01, momentum 0.9) step on one fixed batch.
 
-Ratios (each one is the median over the repeats of the paired per-repeat ratio A_r / B_r):
+Ratios are medians over the repeats of the paired per-repeat ratio A_r / B_r. The A/A row (a second copy of the
+plain host against the first) shows how small a difference the machine can resolve.
 
-1. `model / host`: MorphogeneticModel with slots early, mid, late enabled and no seeds vs the plain host (target
-   ≤ 1.03). `train_step / host`: Tolaria's `train_step` (adds the always-on host gradient-norm measurement and the
-   on-device loss/accuracy accumulators) on the same unseeded model vs the plain host.
-2. `seed model / host+seed`: the model with one TRAINING conv_light seed in `mid` vs a plain nn.Module that runs the
-   host and the same seed module on the detached mid activation, its output joined by the straight-through identity
-   (the irreducible cost of computing and training the seed). Also Tolaria's `train_step` on the seeded model (adds
-   the gradient-ratio measurement and a separate seed optimizer) vs the same baseline.
-3. Validation over 2,000 samples in batches of 512, eval mode, no_grad, with three blended-in seeds (α = 1.0):
-   conv_light/early, attention/mid, depthwise/late. `extra = (t_ablations − t_plain) / t_plain` where t_ablations
-   times `model.forward_with_ablations(x, ("early", "mid", "late"))` and t_plain times `model(x)`: the
-   counterfactuals' cost in validation passes (target ≤ 1.5). `naive extra` is the same quantity for the naive
-   alternative (one full forward plus three full forwards, each with one seed removed).
+1. `model / host`: MorphogeneticModel with slots early, mid, late and no seeds vs the plain host (target ≤ 1.03);
+   `train_step / host`: Tolaria's `train_step` on the unseeded model (adds the always-on host gradient norm and the
+   on-device loss/accuracy accumulators) vs the plain host.
+2. `seed model / host+seed`: the model with one TRAINING conv_light seed in `mid` vs a plain nn.Module running the
+   host and the same seed module on the detached mid activation, joined by the straight-through identity (the
+   irreducible cost of the seed); also Tolaria's `train_step` (adds the gradient ratio and a seed optimizer).
+3. Validation of 2,000 samples in batches of 512 (eval, no_grad) with three seeds blended in at α = 1.0
+   (conv_light/early, attention/mid, depthwise/late): `extra = (t_ablations − t_plain) / t_plain`, with t_ablations
+   for `model.forward_with_ablations(x, ("early", "mid", "late"))` and t_plain for `model(x)`, is the cost of the
+   counterfactuals in validation passes (target ≤ 1.5); `naive extra` is the same for three extra full forwards,
+   each with one seed removed.
 
-Method: every variant is warmed up, the steps per timed loop are calibrated to ~0.25 s, then `--repeats` rounds
-each time one loop of every variant of a section, alternating the order each round to cancel drift. Wall time
-(`time.perf_counter`, the device synchronized before every read on CUDA) decides the targets; process CPU time
-(`time.process_time`) is shown too: with `--threads 1` on a shared CPU it is far less sensitive to other processes.
-The 1-minute load average is printed: with load near the core count, multi-threaded timings are not meaningful.
+Method: after a warm-up, the steps per variant and repeat are calibrated to ~0.25 s and split into up to 5 loops
+that interleave with the other variants' loops (order reversed each time) to cancel drift. Wall time
+(`time.perf_counter`; CUDA is synchronized before each read) decides the targets; process CPU time is shown too (with
+`--threads 1` on a shared CPU it is much less sensitive to other processes), and so is the 1-minute load average.
 """
 
 from __future__ import annotations
@@ -54,7 +53,7 @@ from esper.tolaria import TrainState, train_step
 
 SLOTS = ("early", "mid", "late")
 VAL_SAMPLES, VAL_BATCH = 2000, 512
-LOOP_SECONDS = 0.25
+LOOP_SECONDS, SUB_LOOPS = 0.25, 5  # per variant and repeat: ~0.25 s split into up to 5 interleaved loops
 Step = Callable[[], object]
 Times = dict[str, list[tuple[float, float]]]  # variant -> per-repeat (wall, CPU) s
 
@@ -111,17 +110,22 @@ def timed(fn: Step, n: int, sync: Callable[[], None]) -> tuple[float, float]:
 
 
 def bench(variants: dict[str, Step], repeats: int, sync: Callable[[], None]) -> Times:
-    """Per-call times of each variant, one timed loop per variant per repeat, order alternating per repeat."""
+    """Per-call (wall, CPU) times of each variant per repeat; variants interleave in short sub-loops."""
     per_call: list[float] = []
     for fn in variants.values():
         timed(fn, 2, sync)  # warm-up (allocator, oneDNN primitive cache), then estimate the per-call time
         per_call.append(timed(fn, 2, sync)[0])
-    steps = max(1, math.ceil(LOOP_SECONDS / max(per_call)))
+    steps = max(1, math.ceil(LOOP_SECONDS / max(per_call)))  # per variant and repeat
+    n_sub = min(SUB_LOOPS, steps)
     times: Times = {name: [] for name in variants}
     names = list(variants)
     for r in range(repeats):
-        for name in names if r % 2 == 0 else names[::-1]:
-            times[name].append(timed(variants[name], steps, sync))
+        sub: Times = {name: [] for name in names}
+        for k in range(n_sub):
+            for name in names if (r * n_sub + k) % 2 == 0 else names[::-1]:
+                sub[name].append(timed(variants[name], math.ceil(steps / n_sub), sync))
+        for name, ts in sub.items():
+            times[name].append((statistics.fmean(w for w, _ in ts), statistics.fmean(c for _, c in ts)))
     return times
 
 
@@ -176,6 +180,7 @@ def main() -> None:
     host, model = make_host(device), make_model(device)
     s1 = bench({
         "plain host": plain_step(host, x, y),
+        "plain host, 2nd copy (A/A)": plain_step(make_host(device), x, y),
         "model, 3 empty slots": plain_step(model, x, y),
         "Tolaria train_step, no seeds": tolaria_step(make_model(device), x, y),
     }, args.repeats, sync)
@@ -197,8 +202,7 @@ def main() -> None:
     cf = make_model(device)
     blend_in_three_seeds(cf)
     cf.eval()
-    vx = torch.randn(VAL_SAMPLES, 3, 32, 32, generator=gen).to(device)
-    batches = list(vx.split(VAL_BATCH))
+    batches = list(torch.randn(VAL_SAMPLES, 3, 32, 32, generator=gen).to(device).split(VAL_BATCH))
 
     with torch.no_grad():
         _, cached = cf.forward_with_ablations(batches[0], SLOTS)
@@ -210,9 +214,7 @@ def main() -> None:
                                                    for b in batches],
         }, args.repeats, sync)
 
-    console = Console()
-    threads = torch.get_num_threads()
-    table = Table(title=f"bench_kasmina — torch {torch.__version__}, device {device}, threads {threads}, "
+    table = Table(title=f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, "
                         f"batch {args.batch_size}, val {VAL_SAMPLES}/{VAL_BATCH}, repeats {args.repeats}, "
                         f"1-min load {load_before:.2f} → {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     for col in ("section", "variant", "wall median ms", "wall min ms", "wall max ms", "CPU median ms"):
@@ -223,29 +225,27 @@ def main() -> None:
             table.add_row(f"{section} ({unit})", name, f"{statistics.median(ms):.3f}", f"{min(ms):.3f}",
                           f"{max(ms):.3f}", f"{statistics.median(c * 1e3 for _, c in ts):.3f}")
         table.add_section()
+    console = Console()
     console.print(table)
 
-    base2, val = "host + seed module (baseline)", "plain validation pass"
-    rows: list[tuple[str, Times, str, str, float, float | None, str]] = [
-        ("model (no seeds) / plain host", s1, "model, 3 empty slots", "plain host", 0.0, 1.03, "×"),
-        ("Tolaria train_step (no seeds) / plain host", s1, "Tolaria train_step, no seeds", "plain host", 0.0, None,
-         "×"),
-        ("model (TRAINING seed) / host + seed", s2, "model, TRAINING seed in mid", base2, 0.0, None, "×"),
-        ("Tolaria train_step (TRAINING seed) / host + seed", s2, "Tolaria train_step, TRAINING seed", base2, 0.0,
-         None, "×"),
-        ("counterfactual extra (t_abl − t_plain) / t_plain", s3, "forward_with_ablations pass", val, 1.0, 1.5, ""),
-        ("naive extra (3 more full forwards)", s3, "naive: 1 + 3 full forwards", val, 1.0, None, ""),
+    h, b2, v = "plain host", "host + seed module (baseline)", "plain validation pass"
+    rows: list[tuple[str, Times, str, str, float, float | None]] = [
+        ("A/A noise floor: plain host copy / plain host", s1, "plain host, 2nd copy (A/A)", h, 0.0, None),
+        ("model (no seeds) / plain host", s1, "model, 3 empty slots", h, 0.0, 1.03),
+        ("Tolaria train_step (no seeds) / plain host", s1, "Tolaria train_step, no seeds", h, 0.0, None),
+        ("model (TRAINING seed) / host + seed", s2, "model, TRAINING seed in mid", b2, 0.0, None),
+        ("Tolaria train_step (TRAINING seed) / host + seed", s2, "Tolaria train_step, TRAINING seed", b2, 0.0, None),
+        ("counterfactual extra (t_abl − t_plain) / t_plain", s3, "forward_with_ablations pass", v, 1.0, 1.5),
+        ("naive extra (3 more full forwards)", s3, "naive: 1 + 3 full forwards", v, 1.0, None),
     ]
-    summary = Table(title="ratios (extras in validation passes): median of paired per-repeat ratios; "
-                          "status from wall time")
-    for col in ("metric", "wall", "wall, from minima", "process CPU", "target", "status"):
+    summary = Table(title="median paired ratios (× = slowdown; extras in validation passes); status from wall time")
+    for col in ("metric", "wall", "process CPU", "target", "status"):
         summary.add_column(col, justify="left" if col == "metric" else "right")
-    for name, times, a, b, offset, target, unit in rows:
+    for name, times, a, b, offset, target in rows:
         wall, cpu = ratio(times, a, b) - offset, ratio(times, a, b, clock=1) - offset
-        from_min = min(t for t, _ in times[a]) / min(t for t, _ in times[b]) - offset
         status = "—" if target is None else ("[green]OK[/]" if wall <= target else "[red]MISSED[/]")
-        summary.add_row(name, f"{wall:.3f}{unit}", f"{from_min:.3f}{unit}", f"{cpu:.3f}{unit}",
-                        "—" if target is None else f"≤ {target}", status)
+        unit = "×" if offset == 0.0 else ""
+        summary.add_row(name, f"{wall:.3f}{unit}", f"{cpu:.3f}{unit}", "—" if target is None else f"≤ {target}", status)
     console.print(summary)
     console.print(f"cached-prefix vs naive ablated logits, max |diff| = {max_diff:.2e}")
 

@@ -270,7 +270,7 @@ class PPOAgent:
         self.network.load_state_dict(state["network"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.train_steps = int(state["train_steps"])
-        self.action_generator.set_state(state["action_generator"].cpu())
+        _restore_generator(self.action_generator, state["action_generator"], self.seed + int(state["train_steps"]))
         self.minibatch_generator.set_state(state["minibatch_generator"].cpu())
 
     def save(self, path: str | Path) -> None:
@@ -282,6 +282,17 @@ class PPOAgent:
         agent = cls(**data["hparams"], device=device)
         agent.load_state_dict(data)
         return agent
+
+
+def _restore_generator(generator: torch.Generator, state: torch.Tensor, fallback_seed: int) -> None:
+    """Restore a generator; a state saved on another device type (CUDA vs CPU) cannot be, so reseed instead.
+
+    That only happens when a run moves between CPU and GPU, where bit-exact continuation is impossible anyway.
+    """
+    try:
+        generator.set_state(state.cpu())
+    except RuntimeError:
+        generator.manual_seed(fallback_seed)
 
 
 _MEAN_METRICS: tuple[str, ...] = (

@@ -122,7 +122,7 @@ def train_ppo_vectorized(
         run_dir.write_config("ppo", sys.argv[1:] if argv is None else argv, config.to_dict(), {
             "data_dir": str(cache.options.data_dir), "devices": [str(d) for d in env_devices],
             "policy_device": str(policy_device), "preset": preset,
-            "telemetry_level": TelemetryLevel.NORMAL.name.lower() if sink is None else _sink_level(sink)})
+            "telemetry_level": "off" if sink is None else _sink_level(sink)})
 
     reward_fn = make_reward_fn(reward_family, spec, gamma, SparseRewardConfig(param_budget, param_penalty_weight,
                                                                                  sparse_reward_scale))

@@ -75,7 +75,9 @@ class TrainState:
         return torch.float16 if self.device.type == "cuda" else torch.bfloat16
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
-        return torch.autocast(self.device.type, dtype=self.autocast_dtype, enabled=self.amp)
+        if not self.amp:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
     def stream_context(self) -> contextlib.AbstractContextManager[Any]:
         return torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
@@ -144,7 +146,8 @@ def reset_train_accumulators(ts: TrainState) -> None:
 def train_step(ts: TrainState, x: torch.Tensor, y: torch.Tensor) -> None:
     """One optimization step of host and live seeds, with the always-on gradient-ratio measurement."""
     model = ts.model
-    model.train()
+    if not model.training:
+        model.train()
     optimizers = ts.optimizers()
     for opt in optimizers:
         opt.zero_grad(set_to_none=True)

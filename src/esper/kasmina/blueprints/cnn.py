@@ -87,7 +87,9 @@ class GroupNormSeed(nn.Module):
         self.strength = nn.Parameter(torch.ones(()))
 
     def forward(self, x: Tensor) -> Tensor:
-        return x + torch.tanh(self.strength) * (self.norm(x) - x)
+        # NCHW for the norm: torch's CPU GroupNorm backward crashes (segfault) on a channels_last input that needs
+        # no gradient, which is exactly the TRAINING incubator's detached input.
+        return x + torch.tanh(self.strength) * (self.norm(x.contiguous()) - x)
 
 
 class DepthwiseSeparable(nn.Module):
