@@ -169,7 +169,7 @@ def _args_attributes(source: str, functions: set[str] | None = None) -> set[str]
 def test_every_runtime_flag_is_read_by_the_ppo_command() -> None:
     """Flags that are not config fields must be read by `esper train ppo` or the shared helpers it calls."""
     read = _args_attributes(inspect.getsource(ppo_cmd))
-    read |= _args_attributes(inspect.getsource(common), {"data_options", "make_hub", "run_guarded"})
+    read |= _args_attributes(inspect.getsource(common), {"data_options", "make_hub", "run_guarded", "uses_tui"})
     dests = {a.dest for a in _ppo_parser()._actions if a.option_strings and a.dest != "help"}
     unread = dests - read
     assert not unread, f"flags of `esper train ppo` that nothing reads: {sorted(unread)}"

@@ -1,1 +1,32 @@
-"""kasmina"""
+"""Kasmina: the body. Hosts, blueprints, blending, isolation, the seed lifecycle and MorphogeneticModel."""
+
+from esper.kasmina.blending import BLEND_IDS, GatedBlend, schedule_alpha
+from esper.kasmina.blueprints import DEFAULT_REGISTRY, BlueprintRegistry, BlueprintSpec, default_registry
+from esper.kasmina.hosts import CNNHost, HostProtocol, TransformerHost, slot_boundaries
+from esper.kasmina.isolation import blend_lerp, ste_forward
+from esper.kasmina.model import MorphogeneticModel
+from esper.kasmina.slot import SeedSlot, StageChange
+from esper.kasmina.state import LifecycleConfig, QualityGates, SeedProgress, SeedState
+
+__all__ = [
+    "BLEND_IDS",
+    "DEFAULT_REGISTRY",
+    "BlueprintRegistry",
+    "BlueprintSpec",
+    "CNNHost",
+    "GatedBlend",
+    "HostProtocol",
+    "LifecycleConfig",
+    "MorphogeneticModel",
+    "QualityGates",
+    "SeedProgress",
+    "SeedSlot",
+    "SeedState",
+    "StageChange",
+    "TransformerHost",
+    "blend_lerp",
+    "default_registry",
+    "schedule_alpha",
+    "slot_boundaries",
+    "ste_forward",
+]

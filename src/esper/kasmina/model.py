@@ -101,10 +101,6 @@ class MorphogeneticModel(nn.Module):
     def slot(self, slot: str) -> SeedSlot:
         return self._slot(slot)
 
-    def set_event_callback(self, on_event: EventCallback | None) -> None:
-        for s in self.slots():
-            s.on_event = on_event
-
     def _host_device_dtype(self) -> tuple[torch.device, torch.dtype]:
         p = next(self.host.parameters())
         return p.device, p.dtype

@@ -81,10 +81,6 @@ class SeedSlot(nn.Module):
     # ------------------------------------------------------------------ queries
 
     @property
-    def is_empty(self) -> bool:
-        return self.state is None
-
-    @property
     def alpha(self) -> float:
         return 0.0 if self.state is None else self.state.alpha
 
@@ -161,17 +157,17 @@ class SeedSlot(nn.Module):
         self._probe_shape(seed, seed_id, device, dtype)
 
         state = SeedState(seed_id=seed_id, blueprint_id=blueprint_id, slot_id=self.slot_id, blend_id=blend_id)
-        g0 = self.gates.check_gate(state, SeedStage.GERMINATED)
-        if not g0.passed:
-            raise ValueError(f"Seed failed G0: {g0.message}")
+        if not self.gates.check_gate(state, SeedStage.GERMINATED).passed:
+            raise ValueError(f"Seed '{seed_id}' failed G0 (seed and blueprint ids must be non-empty)")
         m = state.metrics
         m.initial_val_accuracy = m.accuracy_at_stage_start = m.current_val_accuracy = float(baseline_accuracy)
         m.best_val_accuracy = float(baseline_accuracy)
         m.host_param_count = host_param_count
         m.seed_param_count = _count_params(seed) + _count_params(gate)
-        state.transition(SeedStage.GERMINATED, epoch)
 
         self.seed, self.gate, self.state = seed, gate, state
+        self._gate(SeedStage.GERMINATED, epoch)  # observable like every other gate (passes: checked above)
+        self._transition(SeedStage.GERMINATED, epoch, "g0")
         self._emit(TelemetryEventType.SEED_GERMINATED, epoch, f"germinated {blueprint_id} in {self.slot_id}", {
             "blueprint_id": blueprint_id, "blend_id": blend_id, "seed_id": seed_id, "params": m.seed_param_count,
         })

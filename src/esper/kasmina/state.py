@@ -251,6 +251,8 @@ class SeedState:
             "blending_steps_total": self.blending_steps_total,
             "is_healthy": self.is_healthy,
             "stage_history": [[int(s), int(e)] for s, e in self.stage_history],
+            "telemetry": {**{f.name: getattr(self.telemetry, f.name) for f in dataclasses.fields(self.telemetry)
+                             if f.name != "captured_at"}, "captured_at": self.telemetry.captured_at.isoformat()},
         }
 
     @classmethod
@@ -271,6 +273,9 @@ class SeedState:
             is_healthy=bool(d["is_healthy"]),
             stage_history=[(SeedStage(s), int(e)) for s, e in d["stage_history"]],
         )
+        telemetry = dict(d["telemetry"])
+        telemetry["captured_at"] = datetime.fromisoformat(telemetry["captured_at"])
+        state.telemetry = SeedTelemetry(**telemetry)
         return state
 
 

@@ -116,6 +116,7 @@ class TensorBoardBackend:
         self.log_dir = Path(log_dir)
         self._writer = SummaryWriter(log_dir=str(self.log_dir))
         self._closed = False
+        self._per_controller = False  # set by a comparison's TRAINING_STARTED
         if hparams:
             self._writer.add_text("hparams", hparams_markdown(hparams), 0)
             self._writer.flush()
@@ -137,8 +138,13 @@ class TensorBoardBackend:
                         self._scalar(template.format(str(name).lower()), value, step)
             elif etype == _E.PPO_UPDATE_COMPLETED:
                 self._scalars(data, PPO_SCALARS, step)
-            else:
-                self._scalars(data, EPISODE_SCALARS, step)
+            else:  # in a comparison, one curve per controller (they share episode indices)
+                controller = str(data.get("controller") or "") if self._per_controller else ""
+                mapping = EPISODE_SCALARS if not controller else {
+                    k: tag.replace("episode/", f"episode/{controller}/", 1) for k, tag in EPISODE_SCALARS.items()}
+                self._scalars(data, mapping, step)
+        elif etype == _E.TRAINING_STARTED:
+            self._per_controller = event.data.get("command") == "compare"
         if etype in _FLUSH_TYPES:
             self._writer.flush()
 

@@ -82,6 +82,12 @@ _DROP_PP = 1.0
 _DASH = "—"
 
 
+def _footer(command: str) -> str:
+    if "ppo" in command:
+        return "Ctrl+C stops after the current step; the last batch checkpoint is kept."
+    return "Ctrl+C stops the run; finished episodes stay in the run directory."
+
+
 def sparkline(values: Iterable[float]) -> str:
     """One block character per value, scaled to the window's min..max (flat windows sit mid-height)."""
     vals = list(values)
@@ -300,7 +306,7 @@ class TuiBackend:
             top.add_column(ratio=1)
             top.add_row(self._ppo_panel(), self._mix_panel())
             top.add_row(self._log_panel(), self._throughput_panel())
-            footer = Text("Ctrl+C stops after the current step; the last batch checkpoint is kept.", style="dim")
+            footer = Text(_footer(str(self._run.get("command", ""))), style="dim")
             return Group(self._header(), self._env_table(), top, footer)
 
     def _header(self) -> Panel:

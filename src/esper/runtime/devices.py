@@ -7,6 +7,10 @@ from collections.abc import Sequence
 import torch
 
 
+class DeviceError(ValueError):
+    """A device string that names no usable device on this machine."""
+
+
 def resolve_device(name: str) -> torch.device:
     """"auto" (cuda:0 when available, else cpu), "cpu", "cuda" or "cuda:N" with N < device_count."""
     if name == "auto":
@@ -14,15 +18,15 @@ def resolve_device(name: str) -> torch.device:
     try:
         device = torch.device(name)
     except RuntimeError as exc:
-        raise RuntimeError(f"Invalid device '{name}': use 'auto', 'cpu' or 'cuda:N'") from exc
+        raise DeviceError(f"Invalid device '{name}': use 'auto', 'cpu' or 'cuda:N'") from exc
     if device.type == "cpu":
         return torch.device("cpu")
     if device.type != "cuda":
-        raise RuntimeError(f"Unsupported device '{name}': use 'auto', 'cpu' or 'cuda:N'")
+        raise DeviceError(f"Unsupported device '{name}': use 'auto', 'cpu' or 'cuda:N'")
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     index = 0 if device.index is None else device.index
     if index >= count:
-        raise RuntimeError(f"Device '{name}' is not available: this machine has {count} CUDA device(s)")
+        raise DeviceError(f"Device '{name}' is not available: this machine has {count} CUDA device(s)")
     return torch.device("cuda", index)
 
 
@@ -30,7 +34,7 @@ def resolve_devices(device: str, devices: Sequence[str] | None) -> list[torch.de
     """Env devices: `devices` when given, else [device]. Duplicates are rejected."""
     resolved = [resolve_device(d) for d in (devices if devices else [device])]
     if len(set(resolved)) != len(resolved):
-        raise RuntimeError(f"Duplicate devices in {list(devices or [])}")
+        raise DeviceError(f"Duplicate devices in {list(devices or [])}")
     return resolved
 
 

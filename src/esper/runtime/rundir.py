@@ -93,8 +93,8 @@ class RunDirectory:
                 raise RunDirectoryError(f"Cannot resume: {self.path} has no config.json")
         elif self.path.exists() and any(self.path.iterdir()):
             raise RunDirectoryError(
-                f"Run directory {self.path} already exists and is not empty. Choose another --run-dir, or pass "
-                f"--resume to continue that run."
+                f"Run directory {self.path} already exists and is not empty: choose another --run-dir "
+                f"(or delete this one)."
             )
         self.path.mkdir(parents=True, exist_ok=True)
         self._logs: dict[str, TextIO] = {}
@@ -116,11 +116,6 @@ class RunDirectory:
             "started_at": datetime.now(UTC).isoformat(),
             "python_executable": sys.executable,
         })
-
-    def read_config(self) -> dict[str, Any]:
-        with open(self.path / "config.json", encoding="utf-8") as f:
-            data: dict[str, Any] = json.load(f)
-        return data
 
     def append(self, name: str, row: dict[str, Any]) -> None:
         """Append one JSON line to `name` (e.g. "steps.jsonl") and flush it."""

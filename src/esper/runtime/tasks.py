@@ -16,6 +16,7 @@ from torch import nn
 
 from esper.kasmina.hosts import CNNHost, TransformerHost
 from esper.kasmina.state import LifecycleConfig
+from esper.leyline.constants import DEFAULT_BATCH_SIZE_TRAINING, DEFAULT_DROPOUT, DEFAULT_HOST_LR, DEFAULT_SEED_LR
 from esper.runtime.data import Augmentation, DeviceDataset, Normalization
 from esper.runtime.optim import OptimizerSpec
 from esper.runtime.readers import (
@@ -109,8 +110,8 @@ def _synthetic_text(options: DataOptions, split: Split, max_samples: int | None,
     return load_synthetic_text(SYNTHETIC_DATA_SEED, split, block_size, max_samples)
 
 
-_CNN_SGD = OptimizerSpec("sgd", lr=0.01, momentum=0.9, weight_decay=5e-4)
-_SEED_SGD = OptimizerSpec("sgd", lr=0.01, momentum=0.9)
+_CNN_SGD = OptimizerSpec("sgd", lr=DEFAULT_HOST_LR, momentum=0.9, weight_decay=5e-4)
+_SEED_SGD = OptimizerSpec("sgd", lr=DEFAULT_SEED_LR, momentum=0.9)
 _LM_LIFECYCLE = LifecycleConfig(min_training_epochs=5)
 _SYNTHETIC_SGD = OptimizerSpec("sgd", lr=0.05, momentum=0.9, weight_decay=5e-4)
 """DESIGN §9.1 gives lr 0.01; at 0.01 the host on `synthetic` is still climbing at epoch 20, so a 25-epoch episode
@@ -126,7 +127,7 @@ def _cnn_task(name: str, loader: Loader, channels: tuple[int, ...], in_channels:
         input_shape=(in_channels, size, size),
         host_factory=lambda: CNNHost(in_channels=in_channels, num_classes=10, channels=channels),
         loader=loader, host_optimizer=host_optimizer, seed_optimizer=_SEED_SGD, target_loss=target_loss,
-        typical_loss_delta_std=0.05, default_batch_size=128, val_batch_size=512,
+        typical_loss_delta_std=0.05, default_batch_size=DEFAULT_BATCH_SIZE_TRAINING, val_batch_size=512,
         augment=Augmentation.for_image_size(size), normalization=normalization,
     )
 
@@ -139,7 +140,7 @@ TASKS: dict[str, TaskSpec] = {
     "tinystories": TaskSpec(
         name="tinystories", topology="transformer", task_type="lm", num_outputs=VOCAB_SIZE, input_shape=(256,),
         host_factory=lambda: TransformerHost(vocab_size=VOCAB_SIZE, n_embd=256, n_head=4, n_layer=6, block_size=256,
-                                             dropout=0.1),
+                                             dropout=DEFAULT_DROPOUT),
         loader=_tinystories,
         host_optimizer=OptimizerSpec("adamw", lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1),
         seed_optimizer=OptimizerSpec("adamw", lr=3e-4, weight_decay=0.0),
@@ -172,6 +173,13 @@ class DataCache:
     def __init__(self, options: DataOptions) -> None:
         self.options = options
         self._cache: dict[tuple[str, str, str, int | None], DeviceDataset] = {}
+
+    def preload(self, task: TaskSpec, devices: list[torch.device], max_train_samples: int | None,
+                max_val_samples: int | None) -> None:
+        """Load every split a run needs up front, so a missing dataset fails before anything is written."""
+        for device in devices:
+            self.get(task, "train", device, max_train_samples)
+            self.get(task, "val", device, max_val_samples)
 
     def get(self, task: TaskSpec, split: Split, device: torch.device | str, max_samples: int | None = None
             ) -> DeviceDataset:

@@ -15,13 +15,14 @@ from rich.console import Console
 from esper.leyline import CANONICAL_SLOTS, TelemetryEvent, TelemetryEventType, TelemetryLevel
 from esper.nissa import NissaHub, build_hub
 from esper.runtime.checkpoint import CheckpointFormatError
+from esper.runtime.devices import DeviceError
 from esper.runtime.readers import DatasetFormatError, DatasetNotFoundError
 from esper.runtime.rundir import RunDirectory, RunDirectoryError, default_run_dir
 from esper.runtime.tasks import TASKS, DataOptions
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-USER_ERRORS = (ValueError, DatasetNotFoundError, DatasetFormatError, RunDirectoryError, CheckpointFormatError,
-               FileNotFoundError)
+USER_ERRORS = (ValueError, DeviceError, DatasetNotFoundError, DatasetFormatError, RunDirectoryError,
+               CheckpointFormatError, FileNotFoundError)
 
 # Piped output (CI logs, files) gets a wide fixed width so result tables stay on one line per row.
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -55,6 +56,18 @@ def add_episode_options(p: argparse.ArgumentParser, *, episodes: int, task: str 
     p.add_argument("--max-val-samples", type=positive_int, help="use a deterministic prefix of the val split")
 
 
+def non_negative_float(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def uses_tui(args: argparse.Namespace) -> bool:
+    """The live dashboard draws on a terminal unless --no-tui (or telemetry is off)."""
+    return not args.no_tui and sys.stdout.isatty() and args.telemetry_level != "off"
+
+
 def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -74,7 +87,7 @@ def open_run_dir(args: argparse.Namespace, command: str, task: str, *, resume: b
 def make_hub(args: argparse.Namespace, run_dir: RunDirectory, hparams: dict[str, Any]) -> NissaHub:
     """The run's telemetry hub: JSONL always, TensorBoard unless disabled, live TUI on a TTY else console lines."""
     level = TelemetryLevel[args.telemetry_level.upper()]
-    tui = not args.no_tui and sys.stdout.isatty()
+    tui = uses_tui(args)
     return build_hub(level, run_dir.path, console=not tui, tui=tui, tensorboard=not args.no_tensorboard,
                      hparams=hparams)
 

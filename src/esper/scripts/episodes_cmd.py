@@ -9,7 +9,7 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from esper.leyline import LifecycleOp, TelemetryEventType
+from esper.leyline import LifecycleOp, TelemetryEventType, ordered_slots
 from esper.runtime.checkpoint import atomic_save, model_checkpoint
 from esper.runtime.devices import resolve_devices
 from esper.runtime.tasks import DataCache, get_task_spec
@@ -22,13 +22,16 @@ from esper.scripts.common import (
     data_options,
     emit,
     make_hub,
+    non_negative_float,
     open_run_dir,
     print_next_steps,
+    uses_tui,
 )
 from esper.simic.comparison import (
     ComparisonResult,
     ControllerSpec,
     EpisodePlan,
+    check_controllers,
     run_comparison,
     run_controller_episodes,
 )
@@ -51,7 +54,8 @@ def add_compare_parser(sub: Any) -> None:
                    help="static, random, heuristic or ppo:PATH (checkpoint or run dir); the first is the reference")
     add_episode_options(p, episodes=5)
     p.add_argument("--devices", nargs="+", help="env devices, round-robin (default: --device)")
-    p.add_argument("--tie-threshold", type=float, default=0.5, help="|Δ final accuracy| in pp counted as a tie")
+    p.add_argument("--tie-threshold", type=non_negative_float, default=0.5,
+                   help="|Δ final accuracy| in pp counted as a tie")
     add_shared_options(p)
     p.set_defaults(func=cmd_compare)
 
@@ -59,7 +63,8 @@ def add_compare_parser(sub: Any) -> None:
 def _plan(args: argparse.Namespace, devices: list[str] | None, reward_family: str) -> EpisodePlan:
     task = get_task_spec(args.task)
     return EpisodePlan(
-        task=task, slots=tuple(args.slots), max_epochs=args.max_epochs, max_seeds=args.max_seeds, seed=args.seed,
+        task=task, slots=ordered_slots(args.slots), max_epochs=args.max_epochs, max_seeds=args.max_seeds,
+        seed=args.seed,
         devices=resolve_devices(args.device, devices), batch_size=task.default_batch_size,
         max_train_samples=args.max_train_samples, max_val_samples=args.max_val_samples, reward_family=reward_family,
     )
@@ -68,9 +73,7 @@ def _plan(args: argparse.Namespace, devices: list[str] | None, reward_family: st
 def _load_data(args: argparse.Namespace, plan: EpisodePlan) -> DataCache:
     """Load every split before the run directory exists, so a missing dataset leaves nothing behind."""
     cache = DataCache(data_options(args))
-    for device in plan.devices:
-        cache.get(plan.task, "train", device, plan.max_train_samples)
-        cache.get(plan.task, "val", device, plan.max_val_samples)
+    cache.preload(plan.task, list(plan.devices), plan.max_train_samples, plan.max_val_samples)
     return cache
 
 
@@ -79,9 +82,11 @@ def _runtime(args: argparse.Namespace, plan: EpisodePlan) -> dict[str, Any]:
             "telemetry_level": args.telemetry_level}
 
 
-def _progress() -> Progress:
+def _progress(args: argparse.Namespace) -> Progress:
+    """A progress bar on a terminal, unless the live dashboard already owns it."""
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TextColumn("{task.fields[status]}"), console=console, disable=not sys.stdout.isatty())
+                    TextColumn("{task.fields[status]}"), console=console,
+                    disable=not sys.stdout.isatty() or uses_tui(args))
 
 
 def _episode_table(results: list[EpisodeResult]) -> Table:
@@ -106,7 +111,7 @@ def cmd_train_heuristic(args: argparse.Namespace) -> int:
               "reward_family": args.reward_family}
     run_dir.write_config("heuristic", args.argv, config, _runtime(args, plan))
     hub = make_hub(args, run_dir, config)
-    with closing_hub(hub, run_dir), _progress() as progress:
+    with closing_hub(hub, run_dir), _progress(args) as progress:
         emit(hub, TelemetryEventType.TRAINING_STARTED, f"heuristic on {plan.task.name}", {
             "command": "train heuristic", "task": plan.task.name, "topology": plan.task.topology, "n_envs": 1,
             "env_devices": {0: str(plan.devices[0])}, "n_episodes": args.episodes, "config": config})
@@ -156,6 +161,7 @@ def comparison_table(result: ComparisonResult) -> Table:
 def cmd_compare(args: argparse.Namespace) -> int:
     specs = [ControllerSpec.parse(text) for text in args.controllers]
     plan = _plan(args, args.devices, RewardFamily.CONTRIBUTION.value)
+    check_controllers(specs, plan)  # a checkpoint that cannot drive this setup fails before anything is written
     cache = _load_data(args, plan)
     run_dir = open_run_dir(args, "compare", plan.task.name)
     config = {"controllers": [s.label for s in specs], "task": plan.task.name, "episodes": args.episodes,
@@ -164,7 +170,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
               "max_val_samples": args.max_val_samples}
     run_dir.write_config("compare", args.argv, config, _runtime(args, plan))
     hub = make_hub(args, run_dir, config)
-    with closing_hub(hub, run_dir), _progress() as progress:
+    with closing_hub(hub, run_dir), _progress(args) as progress:
         emit(hub, TelemetryEventType.TRAINING_STARTED, f"compare on {plan.task.name}", {
             "command": "compare", "task": plan.task.name, "topology": plan.task.topology, "n_envs": len(specs),
             "env_devices": {i: str(plan.devices[i % len(plan.devices)]) for i in range(len(specs))},

@@ -80,7 +80,11 @@ def effective_config(args: argparse.Namespace) -> TrainingConfig:
 def _resume_target(args: argparse.Namespace) -> Path | None:
     """--resume, or an existing run directory of an interrupted PPO run (rerunning the command resumes it)."""
     if args.resume is not None:
-        return resolve_resume_path(args.resume)
+        target = resolve_resume_path(args.resume)
+        if args.run_dir is not None and args.run_dir.resolve() != target.parent.parent.resolve():
+            raise ValueError(f"--resume {args.resume} continues in its own run directory {target.parent.parent}; "
+                             f"drop --run-dir {args.run_dir}")
+        return target
     if args.run_dir is not None and (args.run_dir / "checkpoints" / "latest.pt").exists():
         return args.run_dir / "checkpoints" / "latest.pt"
     return None
@@ -122,10 +126,8 @@ def cmd_train_ppo(args: argparse.Namespace) -> int:
     checkpoint = _resume_target(args)
     config = _config_for_resume(args, checkpoint) if checkpoint is not None else effective_config(args)
     cache = DataCache(data_options(args))
-    task = get_task_spec(config.task)
-    for device in resolve_devices(config.device, config.devices):  # a missing dataset fails before any file exists
-        cache.get(task, "train", device, config.max_train_samples)
-        cache.get(task, "val", device, config.max_val_samples)
+    cache.preload(get_task_spec(config.task), resolve_devices(config.device, config.devices),
+                  config.max_train_samples, config.max_val_samples)
     if checkpoint is not None:
         run_dir = RunDirectory(checkpoint.parent.parent, resume=True)
         console.print(f"Resuming from [bold]{checkpoint}[/bold]")
@@ -149,13 +151,18 @@ def cmd_train_ppo(args: argparse.Namespace) -> int:
                                           "best_rolling_accuracy": result.best_rolling_accuracy})
     finally:
         signal.signal(signal.SIGINT, previous)
+    best = f"{result.best_rolling_accuracy:.2f}%" if result.batches_completed else "—"
     console.print(f"Batches: {result.batches_completed}, episodes: {result.episodes_completed}, best rolling "
-                  f"accuracy: {result.best_rolling_accuracy:.2f}%")
+                  f"accuracy: {best}")
     if stop.requested:
-        console.print(f"Stopped. Resume with: esper train ppo --resume {run_dir.path}")
+        if (run_dir.checkpoints / "latest.pt").exists():
+            console.print(f"Stopped. Resume with: esper train ppo --resume {run_dir.path}")
+        else:
+            console.print("Stopped before the first rollout batch finished: nothing to resume.")
         return EXIT_INTERRUPTED
     print_next_steps(run_dir.path, tensorboard=not args.no_tensorboard)
     console.print(f"Compare:       esper compare --controllers static heuristic "
-                  f"ppo:{run_dir.path / 'checkpoints' / 'final.pt'} --task {config.task}")
+                  f"ppo:{run_dir.path / 'checkpoints' / 'final.pt'} --task {config.task} "
+                  f"--max-epochs {config.max_epochs} --slots {' '.join(config.slots)}")
     return EXIT_OK
 

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from esper.leyline import LifecycleOp, TelemetryEvent, TelemetryEventType, TelemetrySink
+from esper.leyline.constants import DEFAULT_GAMMA
 from esper.runtime.data import derive_seed
 from esper.runtime.devices import env_device_map
 from esper.runtime.rundir import RunDirectory
@@ -86,7 +87,7 @@ class EpisodePlan:
     max_val_samples: int | None = None
     amp: bool = False
     reward_family: str = RewardFamily.CONTRIBUTION.value
-    gamma: float = 0.995
+    gamma: float = DEFAULT_GAMMA
 
 
 def run_controller_episodes(
@@ -215,15 +216,21 @@ class ComparisonResult:
         }
 
 
-def run_comparison(specs: Sequence[ControllerSpec], plan: EpisodePlan, episodes: int, cache: DataCache, *,
-                   tie_threshold: float = 0.5, sink: TelemetrySink | None = None,
-                   run_dir: RunDirectory | None = None,
-                   on_step: Callable[[list[EnvStep]], None] | None = None) -> ComparisonResult:
+def check_controllers(specs: Sequence[ControllerSpec], plan: EpisodePlan) -> list[str]:
+    """Distinct controllers that can all drive this setup; returns their labels."""
     labels = [s.label for s in specs]
     if len(set(labels)) != len(labels):
         raise ValueError(f"Controllers must be distinct, got {labels}")
     for spec in specs:
         spec.check(plan.task, plan.slots)
+    return labels
+
+
+def run_comparison(specs: Sequence[ControllerSpec], plan: EpisodePlan, episodes: int, cache: DataCache, *,
+                   tie_threshold: float = 0.5, sink: TelemetrySink | None = None,
+                   run_dir: RunDirectory | None = None,
+                   on_step: Callable[[list[EnvStep]], None] | None = None) -> ComparisonResult:
+    labels = check_controllers(specs, plan)
     results = run_controller_episodes(specs, plan, episodes, cache, sink=sink, run_dir=run_dir, on_step=on_step)
     comparison = ComparisonResult.from_episodes(labels, results, tie_threshold=tie_threshold, seed=plan.seed)
     if run_dir is not None:

@@ -14,9 +14,11 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, mo
 
 from esper.leyline import CANONICAL_SLOTS, ordered_slots
 from esper.leyline.constants import (
+    DEFAULT_BATCH_SIZE_TRAINING,
     DEFAULT_CLIP_RATIO,
     DEFAULT_ENTROPY_COEF,
     DEFAULT_ENTROPY_COEF_MIN,
+    DEFAULT_EPISODE_LENGTH,
     DEFAULT_GAE_LAMBDA,
     DEFAULT_GAMMA,
     DEFAULT_HIDDEN_DIM,
@@ -36,7 +38,7 @@ _SPARSE_DEFAULTS = SparseRewardConfig()
 
 PRESETS: dict[str, dict[str, Any]] = {
     "quick": {"task": "synthetic", "n_episodes": 8, "n_envs": 2, "max_epochs": 8, "n_epochs": 4,
-              "minibatch_size": 32, "max_train_samples": 2048, "max_val_samples": 512, "checkpoint_every": 1},
+              "minibatch_size": 32, "max_train_samples": 2048, "max_val_samples": 512},
     "cifar10": {"task": "cifar10", "entropy_coef": 0.1},
     "cifar10_deep": {"task": "cifar10_deep", "entropy_coef": 0.08},
     "tinystories": {"task": "tinystories", "batch_size": 32, "entropy_anneal_episodes": 40},
@@ -50,8 +52,8 @@ class TrainingConfig(BaseModel):
     task: str = "cifar10"
     slots: list[str] = list(CANONICAL_SLOTS)
     max_seeds: int | None = None
-    max_epochs: int = 25
-    batch_size: int = 128
+    max_epochs: int = DEFAULT_EPISODE_LENGTH
+    batch_size: int = DEFAULT_BATCH_SIZE_TRAINING
     max_train_samples: int | None = None
     max_val_samples: int | None = None
     n_episodes: int = 200
@@ -60,7 +62,7 @@ class TrainingConfig(BaseModel):
     device: str = "auto"
     devices: list[str] | None = None
     amp: bool = False
-    checkpoint_every: int = 10
+    checkpoint_every: int = 1  # DESIGN §6.14 says 10; the issue asks for a checkpoint after every rollout batch
     lr: float = DEFAULT_LEARNING_RATE
     gamma: float = DEFAULT_GAMMA
     gae_lambda: float = DEFAULT_GAE_LAMBDA

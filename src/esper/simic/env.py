@@ -7,10 +7,11 @@ together, batch-first: each shared batch is materialized once per device and eve
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,7 @@ from esper.leyline import (
     TelemetrySink,
     compute_action_validity,
 )
+from esper.leyline.constants import GOVERNOR_SNAPSHOT_INTERVAL
 from esper.runtime.tasks import TaskSpec
 from esper.simic.gradient_collector import GradientStats, SeedGradientCollector
 from esper.simic.masks import build_slot_states
@@ -55,7 +57,6 @@ from esper.tolaria import (
 )
 
 RewardFn = Callable[[StepRecord], ShapedRewardComponents]
-SNAPSHOT_INTERVAL = 5
 
 
 def make_reward_fn(family: RewardFamily | str, task: TaskSpec, gamma: float,
@@ -136,6 +137,10 @@ class MorphoEnv:
         task = spec.task
         torch.manual_seed(spec.env_seed)  # identical env seeds give identical host initializations
         host = task.host_factory().to(spec.device)
+        # The env's own RNG stream (seed initialization, dropout): envs advancing in lock-step must not draw from
+        # each other's, or a controller's results would depend on which other controllers run beside it.
+        self._rng = torch.get_rng_state()
+        self._cuda_rng = torch.cuda.get_rng_state(spec.device) if spec.device.type == "cuda" else None
         self.model = MorphogeneticModel(host, slots=spec.slots, lifecycle=task.lifecycle, on_event=self._emit)
         stream = torch.cuda.Stream(spec.device) if spec.device.type == "cuda" else None
         self.ts = TrainState(self.model, task.host_optimizer, task.seed_optimizer, task.task_type, spec.device,
@@ -176,15 +181,34 @@ class MorphoEnv:
             sink.emit(TelemetryEvent(event_type=event_type, env_id=self.env_id, epoch=epoch, slot_id=slot_id,
                                      message=message, data=data))
 
+    @contextlib.contextmanager
+    def _own_rng(self) -> Iterator[None]:
+        """Swap the env's RNG state in for the duration of the block (and save where it got to)."""
+        cpu, cuda = torch.get_rng_state(), None
+        torch.set_rng_state(self._rng)
+        if self._cuda_rng is not None:
+            cuda = torch.cuda.get_rng_state(self.spec.device)
+            torch.cuda.set_rng_state(self._cuda_rng, self.spec.device)
+        try:
+            yield
+        finally:
+            self._rng = torch.get_rng_state()
+            torch.set_rng_state(cpu)
+            if cuda is not None:
+                self._cuda_rng = torch.cuda.get_rng_state(self.spec.device)
+                torch.cuda.set_rng_state(cuda, self.spec.device)
+
     def _bookkeeping(self) -> dict[str, Any]:
+        """Per-episode state a rollback must rewind with the model (seed ids stay unique: creations are not)."""
         return {"acc_at_germination": dict(self.acc_at_germination),
-                "fossil_improvement": dict(self.fossil_improvement)}
+                "fossil_improvement": dict(self.fossil_improvement),
+                "seeds_fossilized": self.seeds_fossilized, "seeds_culled": self.seeds_culled}
 
     # ------------------------------------------------------------------ per-batch work
 
     def train_batch(self, x: torch.Tensor, y: torch.Tensor, *, collect_gradients: bool) -> None:
         _claim_for_stream(self.ts.stream, x, y)
-        with self.ts.stream_context():
+        with self.ts.stream_context(), self._own_rng():
             self.ts.post_backward_hooks = [self._collect_gradients] if collect_gradients else []
             train_step(self.ts, x, y)
         self._recent_inputs.append(x)
@@ -218,8 +242,10 @@ class MorphoEnv:
         if rollback:
             report = self.governor.execute_rollback(self.ts)
             self.rollbacks += 1
-            self.acc_at_germination = dict(report.restored_bookkeeping["acc_at_germination"])
-            self.fossil_improvement = dict(report.restored_bookkeeping["fossil_improvement"])
+            restored = report.restored_bookkeeping
+            self.acc_at_germination = dict(restored["acc_at_germination"])
+            self.fossil_improvement = dict(restored["fossil_improvement"])
+            self.seeds_fossilized, self.seeds_culled = restored["seeds_fossilized"], restored["seeds_culled"]
             return train, val, True
         self.model.record_accuracy(val.val_accuracy)
         for slot in ablate:
@@ -231,8 +257,10 @@ class MorphoEnv:
         for slot, ratio in train.gradient_ratios.items():
             self.model.slot(slot).update_gradient_ratio(ratio)
         for slot, stats in grad_stats.items():
+            if stats["has_nonfinite"] and self.ts.scaler is not None:
+                continue  # an fp16 overflow step (the scaler skips it): not a statement about seed health
             self._sync_slot(slot, stats, epoch)
-        if epoch % SNAPSHOT_INTERVAL == 0:
+        if epoch % GOVERNOR_SNAPSHOT_INTERVAL == 0:
             self.governor.snapshot(self.ts, epoch=epoch, bookkeeping=self._bookkeeping())
         return train, val, False
 
@@ -269,9 +297,10 @@ class MorphoEnv:
         if command.op == LifecycleOp.GERMINATE:
             assert slot is not None and command.blueprint_id is not None and command.blend_id is not None
             self.seeds_created += 1
-            self.model.germinate_seed(command.blueprint_id, f"env{self.env_id}_seed_{self.seeds_created}", slot=slot,
-                                      blend_id=command.blend_id, baseline_accuracy=obs.signals.metrics.val_accuracy,
-                                      epoch=epoch)
+            with self._own_rng():
+                self.model.germinate_seed(command.blueprint_id, f"env{self.env_id}_seed_{self.seeds_created}",
+                                          slot=slot, blend_id=command.blend_id,
+                                          baseline_accuracy=obs.signals.metrics.val_accuracy, epoch=epoch)
             self.acc_at_germination[slot] = obs.signals.metrics.val_accuracy
         elif command.op == LifecycleOp.FOSSILIZE:
             assert slot is not None
@@ -300,18 +329,18 @@ class MorphoEnv:
     def slot_reward_info(self, obs: EnvObservation) -> dict[str, SlotRewardInfo | None]:
         """Pre-action per-slot facts the reward needs."""
         info: dict[str, SlotRewardInfo | None] = {}
-        min_c = self.spec.task.lifecycle.min_fossilize_contribution
-        for slot in obs.enabled_slots:
+        states = build_slot_states(obs.slot_reports, obs.enabled_slots,
+                                   self.spec.task.lifecycle.min_fossilize_contribution)
+        for slot, mask_info in states.items():
             r = obs.slot_reports.get(slot)
-            if r is None:
+            if r is None or mask_info is None:
                 info[slot] = None
                 continue
-            c = r.metrics.counterfactual_contribution
             info[slot] = SlotRewardInfo(
                 stage=int(r.stage), epochs_in_stage=r.metrics.epochs_in_current_stage,
                 seed_age_epochs=r.metrics.epochs_total, total_improvement=r.metrics.total_improvement,
-                counterfactual=c, acc_at_germination=self.acc_at_germination.get(slot),
-                fossilize_ready=c is not None and c >= min_c and r.is_healthy,
+                counterfactual=r.metrics.counterfactual_contribution,
+                acc_at_germination=self.acc_at_germination.get(slot), fossilize_ready=mask_info.fossilize_ready,
             )
         return info
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from esper.leyline import OBS_SCHEMA, EnvObservation, FactoredAction
+from esper.leyline import OBS_SCHEMA, EnvObservation, FactoredAction, ordered_slots
 from esper.runtime.checkpoint import load_checkpoint
 from esper.simic.features import obs_dim, observation_features
 from esper.simic.masks import compute_batch_masks
@@ -81,8 +81,8 @@ class PPOController:
         if topology is not None and data["agent"]["hparams"]["topology"] != topology:
             raise ValueError(f"{path} was trained for topology '{data['agent']['hparams']['topology']}', "
                              f"not '{topology}'")
-        trained_slots = data["config"]["slots"]
-        if slots is not None and list(slots) != list(trained_slots):
+        trained_slots = list(ordered_slots(data["config"]["slots"]))
+        if slots is not None and list(ordered_slots(slots)) != trained_slots:
             raise ValueError(f"{path} was trained with slots {trained_slots}, not {list(slots)}")
         agent = PPOAgent(**data["agent"]["hparams"], device=device)
         agent.load_state_dict(data["agent"])

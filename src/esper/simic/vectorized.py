@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from esper.leyline import LifecycleOp, TelemetryEvent, TelemetryEventType, TelemetryLevel, TelemetrySink
+from esper.leyline.constants import ANOMALY_ESCALATION_EPOCHS
 from esper.runtime.data import derive_seed
 from esper.runtime.devices import env_device_map, resolve_device, resolve_devices
 from esper.runtime.rundir import RunDirectory
@@ -94,9 +95,7 @@ def train_ppo_vectorized(
     device_of = env_device_map(n_envs, env_devices)
     n_batches = math.ceil(n_episodes / n_envs)
     cache = data_cache if data_cache is not None else DataCache(DataOptions())
-    for d in env_devices:  # fail on missing data before anything is trained
-        cache.get(spec, "train", d, max_train_samples)
-        cache.get(spec, "val", d, max_val_samples)
+    cache.preload(spec, env_devices, max_train_samples, max_val_samples)
 
     _seed_everything(seed)  # the policy's initial weights depend only on the seed
     agent = PPOAgent(
@@ -136,6 +135,8 @@ def train_ppo_vectorized(
         "envs_per_device": {str(d): sum(1 for x in device_of if x == d) for d in env_devices}})
 
     history: list[dict[str, Any]] = []
+    saved_batches = learner.batches_completed
+    gradient_stats_pending = False  # set by an anomaly: the next update reports per-layer policy gradients
     while learner.batches_completed < n_batches:
         if should_stop is not None and should_stop():
             break
@@ -157,7 +158,7 @@ def train_ppo_vectorized(
         rollout_seconds = time.perf_counter() - started
 
         update_started = time.perf_counter()
-        metrics = _ppo_updates(agent, ppo_updates_per_batch, sink)
+        metrics = _ppo_updates(agent, ppo_updates_per_batch, sink, gradient_stats_pending)
         learner.obs_normalizer.update(torch.stack(rollout.raw_observations))
         update_seconds = time.perf_counter() - update_started
 
@@ -173,14 +174,15 @@ def train_ppo_vectorized(
             learner.best_rolling_accuracy = learner.rolling_accuracy
 
         report = detector.check_all(metrics.get("ratio_max", 1.0), metrics.get("ratio_min", 1.0),
-                                    metrics.get("explained_variance", 0.0), bool(metrics.get("skipped_update")),
+                                    metrics.get("explained_variance", 1.0), bool(metrics.get("skipped_update")),
                                     False, learner.episodes_completed, n_episodes)
         for anomaly in report.anomaly_types:
             _emit(sink, TelemetryEventType[f"{anomaly.upper()}_DETECTED"], report.details[anomaly],
                   {"detail": report.details[anomaly], "batch": b, "episodes_completed": learner.episodes_completed,
                    "diagnostic": metrics.get("ratio_diagnostic")}, severity="warning")
+        gradient_stats_pending = report.has_anomaly
         if report.has_anomaly and sink is not None:
-            sink.escalate(5)
+            sink.escalate(ANOMALY_ESCALATION_EPOCHS)
 
         action_totals = {op.name: sum(r.action_counts[op.name] for r in results) for op in LifecycleOp}
         n_actions = max(1, sum(action_totals.values()))
@@ -218,8 +220,11 @@ def train_ppo_vectorized(
             save_learner(run_dir.checkpoints / "best.pt", learner, config, sink, "best")
         if learner.batches_completed % checkpoint_every == 0 or last:
             save_learner(run_dir.checkpoints / "latest.pt", learner, config, sink, "latest")
+            saved_batches = learner.batches_completed
         if last:
             save_learner(run_dir.checkpoints / "final.pt", learner, config, sink, "final")
+    if learner.batches_completed > saved_batches:  # stopped early: keep every completed batch resumable
+        save_learner(run_dir.checkpoints / "latest.pt", learner, config, sink, "latest")
     return PPOTrainingResult(learner.batches_completed, learner.episodes_completed, learner.best_rolling_accuracy,
                              history)
 
@@ -255,12 +260,14 @@ def _sink_level(sink: TelemetrySink) -> str:
     return level.name.lower() if isinstance(level, TelemetryLevel) else "custom"
 
 
-def _ppo_updates(agent: PPOAgent, updates: int, sink: TelemetrySink | None) -> dict[str, Any]:
+def _ppo_updates(agent: PPOAgent, updates: int, sink: TelemetrySink | None, gradient_stats: bool) -> dict[str, Any]:
     """`updates` PPO update calls on one rollout batch (stopping after an early stop), aggregated (§6.8).
 
-    An update that leaves non-finite policy parameters is reverted from an in-memory copy.
+    An update that leaves non-finite policy parameters is reverted from an in-memory copy. `gradient_stats` (after
+    an anomaly) emits per-layer policy gradient statistics even when the run is not at debug level.
     """
     before = copy.deepcopy((agent.network.state_dict(), agent.optimizer.state_dict()))
+    train_steps = agent.train_steps
     runs: list[dict[str, Any]] = []
     for k in range(1, updates + 1):
         m = agent.update_factored(clear_buffer=(k == updates))
@@ -271,9 +278,12 @@ def _ppo_updates(agent: PPOAgent, updates: int, sink: TelemetrySink | None) -> d
     if not all(torch.isfinite(p).all() for p in agent.network.parameters()):
         agent.network.load_state_dict(before[0])
         agent.optimizer.load_state_dict(before[1])
+        agent.train_steps = train_steps  # the entropy schedule does not advance on a reverted update
         _emit(sink, TelemetryEventType.NUMERICAL_INSTABILITY_DETECTED, "non-finite policy after update: reverted",
               {"detail": "non-finite policy parameters", "diagnostic": None}, severity="warning")
         return {"skipped_update": 1.0, "updates_run": len(runs)}
+    if sink is not None and gradient_stats and not sink.wants(TelemetryEventType.GRADIENT_STATS):
+        sink.escalate(1)  # the anomaly's escalation window has passed by now; reopen it for this report
     if sink is not None and sink.wants(TelemetryEventType.GRADIENT_STATS):
         _emit(sink, TelemetryEventType.GRADIENT_STATS, "policy gradient statistics",
               {"layers": collect_per_layer_gradients(agent.network)})

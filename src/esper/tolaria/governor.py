@@ -73,7 +73,6 @@ class TolariaGovernor:
         sensitivity: float = DEFAULT_GOVERNOR_SENSITIVITY,
         multiplier: float = DEFAULT_GOVERNOR_LOSS_MULTIPLIER,
         absolute_threshold: float = DEFAULT_GOVERNOR_ABSOLUTE_THRESHOLD,
-        death_penalty: float = DEFAULT_GOVERNOR_DEATH_PENALTY,
         history_window: int = DEFAULT_GOVERNOR_HISTORY_WINDOW,
         min_panics_before_rollback: int = DEFAULT_MIN_PANICS_BEFORE_ROLLBACK,
         on_event: Callable[[TelemetryEvent], None] | None = None,
@@ -84,7 +83,6 @@ class TolariaGovernor:
         self.sensitivity = sensitivity
         self.multiplier = multiplier
         self.absolute_threshold = absolute_threshold
-        self.death_penalty = death_penalty
         self.min_panics_before_rollback = min_panics_before_rollback
         self.on_event = on_event
         self.loss_history: deque[float] = deque(maxlen=history_window)
@@ -135,10 +133,6 @@ class TolariaGovernor:
         self._emit(TelemetryEventType.GOVERNOR_SNAPSHOT, f"snapshot at epoch {epoch}", {"epoch": epoch}, "debug",
                    epoch=epoch)
 
-    @property
-    def has_snapshot(self) -> bool:
-        return self._snapshot is not None
-
     def execute_rollback(self, ts: TrainState) -> GovernorReport:
         """Restore the last snapshot exactly and clear the panic state."""
         if self._snapshot is None:
@@ -155,5 +149,7 @@ class TolariaGovernor:
             "restored_epoch": report.restored_epoch}, "critical")
         return report
 
-    def punishment_reward(self) -> float:
-        return -self.death_penalty
+    @staticmethod
+    def punishment_reward() -> float:
+        """The reward of a step whose epoch was rolled back (the rewards' `governor_penalty` term)."""
+        return -DEFAULT_GOVERNOR_DEATH_PENALTY

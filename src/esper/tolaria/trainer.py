@@ -170,12 +170,15 @@ def train_step(ts: TrainState, x: torch.Tensor, y: torch.Tensor) -> None:
                 continue
             seed_norm, seed_n = _grad_norm(s.seed_parameters())
             ratio = torch.zeros((), device=ts.device)
+            counted = torch.ones((), device=ts.device)
             if seed_norm is not None:
                 raw = (seed_norm / seed_n**0.5) / (host_norm / host_n**0.5 + GRADIENT_EPSILON)
                 usable = (seed_norm >= GRADIENT_EPSILON) & (host_norm >= GRADIENT_EPSILON)
-                ratio = torch.where(usable, raw, ratio)
+                # A non-finite step (an fp16 overflow the scaler will skip) says nothing: leave it out entirely.
+                counted = (torch.isfinite(seed_norm) & torch.isfinite(host_norm)).float()
+                ratio = torch.where(usable & (counted > 0), raw, ratio)
             acc["ratio_sum"][s.slot_id] = acc["ratio_sum"].get(s.slot_id, 0) + ratio.detach()
-            acc["ratio_count"][s.slot_id] = acc["ratio_count"].get(s.slot_id, 0) + 1
+            acc["ratio_count"][s.slot_id] = acc["ratio_count"].get(s.slot_id, 0) + counted
 
     for hook in ts.post_backward_hooks:
         hook(ts)
@@ -227,13 +230,15 @@ def finish_train_epoch(ts: TrainState) -> TrainEpochStats:
     acc = ts._acc
     slots = list(acc["ratio_sum"])
     values = torch.stack([acc["loss"], acc["correct"].float(), acc["host_norm"],
-                          *(acc["ratio_sum"][s].float() for s in slots)]).tolist()
+                          *(acc["ratio_sum"][s].float() for s in slots),
+                          *(acc["ratio_count"][s].float() for s in slots)]).tolist()
     n, steps = acc["n"], acc["steps"]
     stats = TrainEpochStats(
         train_loss=values[0] / n if n else 0.0,
         train_accuracy=100.0 * values[1] / n if n else 0.0,
         n_samples=n,
-        gradient_ratios={s: values[3 + i] / acc["ratio_count"][s] for i, s in enumerate(slots)},
+        gradient_ratios={s: values[3 + i] / values[3 + len(slots) + i] for i, s in enumerate(slots)
+                         if values[3 + len(slots) + i] > 0},
         grad_norm_host=values[2] / steps if steps else 0.0,
     )
     reset_train_accumulators(ts)

@@ -15,7 +15,7 @@ from esper.simic.rewards import RewardFamily
 SPEC_DEFAULTS: dict[str, Any] = {
     "task": "cifar10", "slots": ["early", "mid", "late"], "max_seeds": None, "max_epochs": 25, "batch_size": 128,
     "max_train_samples": None, "max_val_samples": None, "n_episodes": 200, "n_envs": 4, "seed": 42,
-    "device": "auto", "devices": None, "amp": False, "checkpoint_every": 10, "lr": 3e-4, "gamma": 0.995,
+    "device": "auto", "devices": None, "amp": False, "checkpoint_every": 1, "lr": 3e-4, "gamma": 0.995,
     "gae_lambda": 0.97, "clip_ratio": 0.2, "value_coef": 0.5, "value_clip": 10.0, "max_grad_norm": 0.5,
     "n_epochs": 10, "minibatch_size": 64, "target_kl": 0.015, "ppo_updates_per_batch": 1, "entropy_coef": 0.05,
     "entropy_coef_min": 0.01, "entropy_anneal_episodes": 0, "hidden_dim": 256, "use_telemetry": True,
@@ -25,7 +25,7 @@ SPEC_DEFAULTS: dict[str, Any] = {
 
 SPEC_PRESETS: dict[str, dict[str, Any]] = {
     "quick": {"task": "synthetic", "n_episodes": 8, "n_envs": 2, "max_epochs": 8, "n_epochs": 4,
-              "minibatch_size": 32, "max_train_samples": 2048, "max_val_samples": 512, "checkpoint_every": 1},
+              "minibatch_size": 32, "max_train_samples": 2048, "max_val_samples": 512},
     "cifar10": {"task": "cifar10", "entropy_coef": 0.1},
     "cifar10_deep": {"task": "cifar10_deep", "entropy_coef": 0.08},
     "tinystories": {"task": "tinystories", "batch_size": 32, "entropy_anneal_episodes": 40},

@@ -171,6 +171,7 @@ def test_rollback_without_snapshot_raises() -> None:
         _governor().execute_rollback(_train_state())
 
 
-def test_punishment_reward() -> None:
-    assert _governor().punishment_reward() == -10.0
-    assert _governor(death_penalty=4.0).punishment_reward() == -4.0
+def test_punishment_reward_matches_the_reward_term() -> None:
+    from esper.leyline.constants import DEFAULT_GOVERNOR_DEATH_PENALTY
+
+    assert _governor().punishment_reward() == -DEFAULT_GOVERNOR_DEATH_PENALTY == -10.0
