@@ -39,6 +39,16 @@ def test_train_heuristic_writes_a_complete_run_dir(tmp_path: Path) -> None:
     assert (run / "events.jsonl").exists()
 
 
+def test_console_prints_real_actions_but_not_each_wait(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "h"
+    argv = [a for a in TINY if a not in ("--telemetry-level", "minimal")]
+    assert main(["train", "heuristic", "--max-epochs", "2", "--run-dir", str(run), *argv]) == 0
+    actions = [e for e in read_jsonl(run / "events.jsonl") if e["event_type"] == "ACTION_TAKEN"]
+    assert actions and all((e["severity"] == "debug") == (e["data"]["op"] == "WAIT") for e in actions)
+    out = capsys.readouterr().out
+    assert "epoch 2/2" in out and "env0 WAIT" not in out  # the epoch line already names the op
+
+
 def test_existing_run_dir_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = tmp_path / "h"
     run.mkdir()

@@ -30,6 +30,7 @@ from esper.leyline import (
     compute_action_validity,
 )
 from esper.leyline.constants import GOVERNOR_SNAPSHOT_INTERVAL
+from esper.leyline.telemetry import Severity
 from esper.runtime.tasks import TaskSpec
 from esper.simic.gradient_collector import GradientStats, SeedGradientCollector
 from esper.simic.masks import build_slot_states
@@ -175,11 +176,11 @@ class MorphoEnv:
             sink.emit(dataclasses.replace(event, env_id=self.env_id))
 
     def emit(self, event_type: TelemetryEventType, epoch: int, message: str, data: dict[str, Any],
-             slot_id: str | None = None) -> None:
+             slot_id: str | None = None, severity: Severity = "info") -> None:
         sink = self.spec.sink
         if sink is not None and sink.wants(event_type):
             sink.emit(TelemetryEvent(event_type=event_type, env_id=self.env_id, epoch=epoch, slot_id=slot_id,
-                                     message=message, data=data))
+                                     message=message, data=data, severity=severity))
 
     @contextlib.contextmanager
     def _own_rng(self) -> Iterator[None]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from esper.leyline import EnvObservation, TelemetryEventType
+from esper.leyline import EnvObservation, LifecycleOp, TelemetryEventType
 from esper.runtime.data import SharedBatchIterator, derive_seed
 from esper.runtime.tasks import DataCache, TaskSpec
 from esper.simic.env import EnvStep, EpisodeResult, MorphoEnv, RewardFn
@@ -111,7 +111,8 @@ def _emit_step(step: EnvStep) -> None:
     op = cmd.op.name
     env.emit(TelemetryEventType.ACTION_TAKEN, step.epoch, f"{cmd.describe()} ({step.decision.reason})", {
         "op": op, "slot": cmd.slot_id, "blueprint": cmd.blueprint_id, "blend": cmd.blend_id,
-        "success": step.action_success, "reason": step.decision.reason}, slot_id=cmd.slot_id)
+        "success": step.action_success, "reason": step.decision.reason}, slot_id=cmd.slot_id,
+        severity="debug" if cmd.op == LifecycleOp.WAIT else "info")  # the epoch line already says WAIT
     env.emit(TelemetryEventType.REWARD_COMPUTED, step.epoch, f"reward {step.reward.total():+.3f}",
              step.reward.to_dict())
     slots = {}
