@@ -131,10 +131,11 @@ def make_ppo(root: Path) -> Path:
 
 
 EXPECTED = {
-    "heuristic": (make_heuristic, {"accuracy.png", "lifecycle.png", "actions.png", "rewards.png", "params.png"}),
-    "compare": (make_compare, {"compare_final_accuracy.png", "compare_curves.png", "compare_params.png",
-                               "compare_actions.png", "lifecycle.png"}),
-    "ppo": (make_ppo, {"accuracy.png", "lifecycle.png", "actions.png", "rewards.png", "ppo_health.png"}),
+    "heuristic": (make_heuristic, {"accuracy.png", "loss.png", "lifecycle.png", "actions.png", "rewards.png",
+                                   "params.png"}),
+    "compare": (make_compare, {"compare_final_accuracy.png", "compare_curves.png", "compare_loss.png",
+                               "compare_params.png", "compare_actions.png", "lifecycle.png"}),
+    "ppo": (make_ppo, {"accuracy.png", "loss.png", "lifecycle.png", "actions.png", "rewards.png", "ppo_health.png"}),
 }
 
 

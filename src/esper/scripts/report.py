@@ -112,6 +112,12 @@ def _heuristic(steps: list[dict], episodes: list[dict], out: Path) -> list[Path]
     rp.style(ax, "Validation accuracy per episode", "epoch", "validation accuracy (%)")
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     written.append(rp.save(fig, out / "accuracy.png"))
+    if len(by_ep) <= 8:
+        loss_groups = {f"episode {k[0]}": rows for k, rows in sorted(by_ep.items(), key=lambda kv: rp.num(kv[0][0]))}
+    else:
+        loss_groups = {f"mean of {len(by_ep)} episodes": steps}
+    written.append(rp.loss_figure(loss_groups, "Loss per epoch (solid: validation, dashed: training)",
+                                  out / "loss.png"))
 
     last = sorted(by_ep, key=lambda k: rp.num(k[0]))[-4:]
     tracks = [(f"ep {k[0]}{rp.final_acc(by_ep[k])}", by_ep[k]) for k in last]
@@ -252,6 +258,9 @@ def _compare(results: dict[str, Any], steps: list[dict], out: Path) -> list[Path
              "validation accuracy (%)")
     ax.legend(fontsize=9, loc="lower right")
     written.append(rp.save(fig, out / "compare_curves.png"))
+    by_controller = {c: [r for r in steps if r.get("controller") == c] for c in labels}
+    written.append(rp.loss_figure(by_controller, "Loss per epoch, mean over episodes (solid: validation, dashed: "
+                                  "training)", out / "compare_loss.png"))
 
     fig, axes = rp.new_figure(max(10.0, 2.2 * len(labels) + 5), 5, 1, 2)
     ax = axes[0, 0]
@@ -330,6 +339,11 @@ def _ppo(history: list[dict], steps: list[dict], episodes: list[dict], out: Path
     rp.style(ax, "Accuracy per rollout batch", "rollout batch", "final validation accuracy (%)")
     ax.legend(fontsize=9, loc="lower right")
     written.append(rp.save(fig, out / "accuracy.png"))
+    step_batches = sorted({r.get("batch") for r in steps if not math.isnan(rp.num(r.get("batch")))}, key=rp.num)
+    loss_groups = {f"batch {b}": [r for r in steps if r.get("batch") == b] for b in dict.fromkeys(step_batches[:1]
+                                                                                                  + step_batches[-1:])}
+    written.append(rp.loss_figure(loss_groups, "Loss per epoch in the first and last rollout batch, mean over envs "
+                                  "(solid: validation, dashed: training)", out / "loss.png"))
 
     by_batch = rp.group_tracks(steps, ("batch", "env"))
     batches = sorted({k[0] for k in by_batch}, key=rp.num)

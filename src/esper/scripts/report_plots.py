@@ -255,6 +255,25 @@ def group_tracks(steps: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> dic
     return groups
 
 
+def loss_figure(groups: Mapping[str, Sequence[Mapping[str, Any]]], title: str, path: Path) -> Path:
+    """Per group, the mean validation loss (solid) and training loss (dashed) at each epoch over the group's rows."""
+    fig, axes = new_figure(10, 5.2)
+    ax = axes[0, 0]
+    for (label, rows), color in zip(groups.items(), series_colors(len(groups))):
+        for key, dash, what in (("val_loss", "-", "val"), ("train_loss", "--", "train")):
+            per_epoch: dict[float, list[float]] = {}
+            for r in rows:
+                value = num(r.get(key))
+                if not math.isnan(value):
+                    per_epoch.setdefault(num(r.get("epoch")), []).append(value)
+            epochs = sorted(e for e in per_epoch if not math.isnan(e))
+            ax.plot(epochs, [sum(per_epoch[e]) / len(per_epoch[e]) for e in epochs], linestyle=dash, color=color,
+                    linewidth=1.6 if dash == "-" else 1.1, label=f"{label} · {what}")
+    style(ax, title, "epoch", "loss")
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    return save(fig, path)
+
+
 def final_acc(rows: Sequence[Mapping[str, Any]]) -> str:
     acc = num(rows[-1].get("val_acc")) if rows else math.nan
     return "" if math.isnan(acc) else f" ({acc:.1f}%)"
