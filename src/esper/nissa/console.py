@@ -80,7 +80,8 @@ def _batch(e: TelemetryEvent) -> str:
     if d.get("avg_reward") is not None:
         text += f" reward {d['avg_reward']:+.3f}"
     if d.get("fps") is not None:
-        text += f" ({d['fps']:.0f} fps)"
+        rate = d["fps"]  # env-epochs per second
+        text += f" ({rate:.3g} env-epochs/s)" if rate < 100 else f" ({rate:,.0f} env-epochs/s)"
     return text
 
 

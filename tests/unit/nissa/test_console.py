@@ -79,6 +79,10 @@ def test_run_level_events_have_no_env_prefix() -> None:
         (E.EPISODE_COMPLETED, {"final_accuracy": 72.34}, None, "episode done: final 72.3%"),
         (E.GOVERNOR_ROLLBACK, {"restored_epoch": 10, "reason": "nan"}, None, "governor rollback to epoch 10: nan"),
         (E.ACTION_TAKEN, {"op": 0}, None, "WAIT"),
+        (E.BATCH_COMPLETED, {"batch": 2, "avg_accuracy": 70.0, "rolling_accuracy": 69.5, "fps": 1.337}, None,
+         "batch 2: avg 70.0% rolling 69.5% (1.34 env-epochs/s)"),
+        (E.BATCH_COMPLETED, {"batch": 2, "avg_accuracy": 70.0, "rolling_accuracy": 69.5, "fps": 1234.5}, None,
+         "batch 2: avg 70.0% rolling 69.5% (1,234 env-epochs/s)"),
     ],
 )
 def test_summaries(etype: TelemetryEventType, data: dict[str, Any], slot: str | None, expected: str) -> None:
