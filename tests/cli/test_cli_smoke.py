@@ -56,6 +56,9 @@ def test_existing_run_dir_is_refused(tmp_path: Path, capsys: pytest.CaptureFixtu
     code = main(["train", "heuristic", "--max-epochs", "2", "--run-dir", str(run), *TINY])
     assert code == 2 and "already exists" in capsys.readouterr().err
     assert (run / "keep.txt").read_text() == "precious"
+    file = run / "keep.txt"
+    assert main(["train", "heuristic", "--max-epochs", "2", "--run-dir", str(file), *TINY]) == 2
+    assert "is a file" in capsys.readouterr().err and file.read_text() == "precious"
 
 
 def test_compare_runs_controllers_on_identical_seeds(tmp_path: Path) -> None:

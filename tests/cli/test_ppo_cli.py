@@ -199,6 +199,10 @@ def test_resume_is_exact(straight_run: Path, tmp_path: Path) -> None:
     assert len(read_jsonl(straight_run / "history.jsonl")) == 2
     assert_same_as_straight(run, straight_run)
     assert load(run / "checkpoints" / "final.pt")["config"]["n_episodes"] == 4
+    config = json.loads((run / "config.json").read_text())
+    assert config["config"]["n_episodes"] == 4 and config["argv"][:2] == ["train", "ppo"]
+    [resume] = config["resumes"]
+    assert resume["from_batch"] == 1 and resume["changed"] == {"n_episodes": [2, 4]} and "--resume" in resume["argv"]
 
 
 def test_rerunning_an_interrupted_command_resumes_it(straight_run: Path, tmp_path: Path,
@@ -232,6 +236,13 @@ def test_resume_refuses_a_changed_field(mini_run: Path) -> None:
     result = run_cli(["train", "ppo", "--resume", str(mini_run), "--set", "lr=0.001", "--episodes", "4", *OUTPUT])
     assert result.code == 2
     assert "lr" in result.err and "Traceback" not in result.err
+    assert (mini_run / "history.jsonl").read_text() == before
+
+
+def test_rerunning_a_finished_run_says_there_is_nothing_to_train(mini_run: Path) -> None:
+    before = (mini_run / "history.jsonl").read_text()
+    result = ppo(mini_run, "--set", "n_episodes=2")
+    assert result.code == 0 and "Nothing to train" in result.out and "--episodes" in result.out
     assert (mini_run / "history.jsonl").read_text() == before
 
 

@@ -53,12 +53,13 @@ def load_checkpoint(path: str | Path, expected_format: str, map_location: str | 
     """Load a checkpoint safely and check its format; errors name the file and what was wrong."""
     path = Path(path)
     if not path.is_file():
-        raise CheckpointFormatError(f"Checkpoint not found: {path}")
+        raise CheckpointFormatError(f"Checkpoint not found: {path} (an interrupted run has only "
+                                    f"checkpoints/latest.pt; pass that file instead)")
     try:
         data = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as exc:  # torch raises many types for truncated or foreign files
-        raise CheckpointFormatError(f"Cannot read checkpoint {path}: {exc}. The file is corrupt or not a "
-                                    f"checkpoint; use another file (e.g. checkpoints/latest.pt).") from exc
+    except Exception as exc:  # torch raises many types for truncated or foreign files; its text suggests unsafe loads
+        raise CheckpointFormatError(f"Cannot read checkpoint {path} ({type(exc).__name__}): the file is corrupt or "
+                                    f"not an esper checkpoint; use another file (e.g. checkpoints/latest.pt)") from exc
     found = data.get("format") if isinstance(data, dict) else None
     if found != expected_format:
         raise CheckpointFormatError(f"Checkpoint {path} has format {found!r}, expected {expected_format!r}")

@@ -34,7 +34,8 @@ def resolve_devices(device: str, devices: Sequence[str] | None) -> list[torch.de
     """Env devices: `devices` when given, else [device]. Duplicates are rejected."""
     resolved = [resolve_device(d) for d in (devices if devices else [device])]
     if len(set(resolved)) != len(resolved):
-        raise DeviceError(f"Duplicate devices in {list(devices or [])}")
+        raise DeviceError(f"Duplicate devices in {list(devices or [])}: list each device once (envs are "
+                          f"spread round-robin over the listed devices; n_envs sets how many)")
     return resolved
 
 

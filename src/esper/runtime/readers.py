@@ -182,6 +182,10 @@ def download_cifar10(data_dir: str | Path) -> Path:
             with os.fdopen(fd, "wb") as out, urllib.request.urlopen(CIFAR10_URL) as response:
                 shutil.copyfileobj(response, out)
             os.replace(tmp_name, archive)
+        except OSError as exc:  # URLError, timeouts, resets: all OSError
+            raise DatasetNotFoundError("cifar10", [target], (
+                f"the download from {CIFAR10_URL} failed ({exc}); check the network, or put cifar-10-python.tar.gz "
+                f"or its {CIFAR10_DIRNAME}/ folder into {data_dir} yourself")) from exc
         finally:
             Path(tmp_name).unlink(missing_ok=True)
     actual = _md5(archive)

@@ -88,6 +88,8 @@ class RunDirectory:
 
     def __init__(self, path: Path, *, resume: bool = False) -> None:
         self.path = Path(path)
+        if self.path.exists() and not self.path.is_dir():
+            raise RunDirectoryError(f"Run directory {self.path} is a file, not a directory: choose another --run-dir")
         if resume:
             if not (self.path / "config.json").exists():
                 raise RunDirectoryError(f"Cannot resume: {self.path} has no config.json")
@@ -116,6 +118,17 @@ class RunDirectory:
             "started_at": datetime.now(UTC).isoformat(),
             "python_executable": sys.executable,
         })
+
+    def record_resume(self, argv: list[str], config: dict[str, Any], batch: int) -> None:
+        """Keep config.json the effective config after a resume that changed resumable fields; log each resume."""
+        path = self.path / "config.json"
+        record = json.loads(path.read_text(encoding="utf-8"))
+        changed = {k: [record["config"].get(k), v] for k, v in json_safe(config).items()
+                   if record["config"].get(k) != v}
+        record["config"] = config
+        record.setdefault("resumes", []).append(
+            {"argv": argv, "at": datetime.now(UTC).isoformat(), "from_batch": batch, "changed": changed})
+        write_json_atomic(path, record)
 
     def append(self, name: str, row: dict[str, Any]) -> None:
         """Append one JSON line to `name` (e.g. "steps.jsonl") and flush it."""

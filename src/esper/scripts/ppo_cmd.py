@@ -151,6 +151,9 @@ def cmd_train_ppo(args: argparse.Namespace) -> int:
                                           "best_rolling_accuracy": result.best_rolling_accuracy})
     finally:
         signal.signal(signal.SIGINT, previous)
+    if checkpoint is not None and not result.history and not stop.requested:
+        console.print(f"[yellow]Nothing to train: this run already completed {result.episodes_completed} episodes "
+                      f"(--episodes {config.n_episodes}); pass a larger --episodes to continue it.[/yellow]")
     best = f"{result.best_rolling_accuracy:.2f}%" if result.batches_completed else "—"
     console.print(f"Batches: {result.batches_completed}, episodes: {result.episodes_completed}, best rolling "
                   f"accuracy: {best}")

@@ -164,7 +164,7 @@ class TrainingConfig(BaseModel):
         """Build from a dict (on top of `base`); unknown keys and invalid values raise ValueError."""
         unknown = sorted(set(d) - set(cls.model_fields))
         if unknown:
-            raise ValueError(f"Unknown config keys: {unknown}")
+            raise ValueError(f"Unknown config keys: {unknown}. Valid keys: {', '.join(cls.model_fields)}")
         merged = {**(base.to_dict() if base is not None else {}), **d}
         try:
             return cls(**merged)
@@ -198,6 +198,7 @@ class TrainingConfig(BaseModel):
 def _describe(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
-        where = ".".join(str(x) for x in err["loc"]) or "config"
-        parts.append(f"{where}: {err['msg']}")
-    return "Invalid config: " + "; ".join(parts)
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        where = ".".join(str(x) for x in err["loc"])
+        parts.append(f"{where}: {msg}" if where else msg)
+    return "Invalid config: " + "; ".join(parts) + " (set it with --set KEY=VALUE or in --config-json)"

@@ -115,6 +115,7 @@ def train_ppo_vectorized(
             raise ValueError(f"--resume may only change {sorted(RESUMABLE_FIELDS)}; these differ from the "
                              f"checkpoint: {differing}")
         trim_logs(run_dir, learner.batches_completed)
+        run_dir.record_resume(sys.argv[1:] if argv is None else argv, config.to_dict(), learner.batches_completed)
         _emit(sink, TelemetryEventType.CHECKPOINT_LOADED, f"resumed from {resume_path}",
               {"path": str(resume_path), "kind": "resume", "batch": learner.batches_completed})
     else:

@@ -158,6 +158,14 @@ def test_download_verifies_and_extracts(tmp_path: Path, monkeypatch: pytest.Monk
     assert download_cifar10(data_dir) == data_dir / "cifar-10-batches-py"  # complete data: no fetch
 
 
+def test_failed_download_is_a_dataset_error_with_a_remedy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(readers, "CIFAR10_URL", (tmp_path / "gone.tar.gz").as_uri())
+    with pytest.raises(DatasetNotFoundError, match=r"download .* failed") as info:
+        download_cifar10(tmp_path / "data")
+    assert "cifar-10-python.tar.gz" in str(info.value)
+    assert not [p for p in (tmp_path / "data").iterdir()]  # no partial file left behind
+
+
 def test_download_checksum_mismatch_deletes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     archive = _cifar_archive(tmp_path)
     monkeypatch.setattr(readers, "CIFAR10_URL", archive.as_uri())

@@ -88,8 +88,9 @@ def test_preset_names_and_alias() -> None:
     ({"sparse_reward_scale": 2.0}, "sparse_reward_scale"),
 ])
 def test_validation_rejects(changes: dict[str, Any], field: str) -> None:
-    with pytest.raises(ValueError, match=field):
+    with pytest.raises(ValueError, match=field) as info:
         TrainingConfig.from_dict(changes)
+    assert "Value error" not in str(info.value) and "--set KEY=VALUE" in str(info.value)
     with pytest.raises(ValueError):  # the pydantic error is a ValueError too
         TrainingConfig(**changes)
 
@@ -125,7 +126,9 @@ def test_task_is_case_insensitive() -> None:
 def test_unknown_keys_are_listed() -> None:
     with pytest.raises(ValueError) as info:
         TrainingConfig.from_dict({"lr": 1e-3, "learning_rate": 1e-3, "batchsize": 4})
-    assert str(info.value) == "Unknown config keys: ['batchsize', 'learning_rate']"
+    message = str(info.value)
+    assert message.startswith("Unknown config keys: ['batchsize', 'learning_rate']. Valid keys: task, slots,")
+    assert all(name in message for name in TrainingConfig.model_fields)
     with pytest.raises(ValueError, match=r"Unknown config keys: \['nope'\]"):
         TrainingConfig().with_overrides(nope=1)
 
