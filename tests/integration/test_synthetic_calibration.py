@@ -9,7 +9,7 @@ import torch
 
 from esper.kasmina.hosts import CNNHost
 from esper.kasmina.model import MorphogeneticModel
-from esper.runtime.data import derive_seed
+from esper.leyline.seeding import derive_seed
 from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 from esper.simic.runner import EpochData
 from esper.tolaria import TrainState, train_epoch, validate

@@ -7,7 +7,6 @@ generator per epoch, so every device sees identical batches.
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,12 +24,6 @@ _CROP_PADDING_BY_SIZE = {32: 4, 28: 2}
 
 K = TypeVar("K", bound=Hashable)
 """Consumer key of a shared batch, usually a device string such as "cuda:0"."""
-
-
-def derive_seed(*parts: int | str) -> int:
-    """Stable 63-bit seed from a tuple such as (seed, batch, epoch); independent of Python's hash randomization."""
-    digest = hashlib.blake2b(repr(parts).encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") >> 1
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import random
 import torch
 from torch import Tensor
 
-from esper.runtime.data import derive_seed
+from esper.leyline.seeding import derive_seed
 from esper.runtime.readers import Split, TokenWindows, encode_stories, make_windows
 
 # ------------------------------------------------------------------------------------------------ images (§9.2)

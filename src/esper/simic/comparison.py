@@ -17,7 +17,7 @@ import torch
 
 from esper.leyline import LifecycleOp, TelemetryEvent, TelemetryEventType, TelemetrySink
 from esper.leyline.constants import DEFAULT_GAMMA
-from esper.runtime.data import derive_seed
+from esper.leyline.seeding import derive_seed
 from esper.runtime.devices import env_device_map
 from esper.runtime.rundir import RunDirectory
 from esper.runtime.tasks import DataCache, TaskSpec

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import torch
 
 from esper.leyline import EnvObservation, LifecycleOp, TelemetryEventType
-from esper.runtime.data import SharedBatchIterator, derive_seed
+from esper.leyline.seeding import derive_seed
+from esper.runtime.data import SharedBatchIterator
 from esper.runtime.tasks import DataCache, TaskSpec
 from esper.simic.env import EnvStep, EpisodeResult, MorphoEnv, RewardFn
 from esper.tamiyo import BatchTamiyoPolicy, TamiyoDecision, TamiyoPolicy, check_decision

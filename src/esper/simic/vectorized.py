@@ -24,7 +24,7 @@ import torch
 
 from esper.leyline import LifecycleOp, TelemetryEvent, TelemetryEventType, TelemetryLevel, TelemetrySink
 from esper.leyline.constants import ANOMALY_ESCALATION_EPOCHS
-from esper.runtime.data import derive_seed
+from esper.leyline.seeding import derive_seed
 from esper.runtime.devices import env_device_map, resolve_device, resolve_devices
 from esper.runtime.rundir import RunDirectory
 from esper.runtime.tasks import DataCache, DataOptions, get_task_spec

@@ -13,11 +13,24 @@ from esper.tamiyo.policy import (
     TamiyoPolicy,
     check_decision,
 )
+from esper.tamiyo.registry import (
+    CONTROLLERS,
+    ControllerContext,
+    ControllerEntry,
+    ControllerRegistry,
+    ControllerSpec,
+    register_controller,
+)
 from esper.tamiyo.tracker import SignalTracker
 
 __all__ = [
+    "CONTROLLERS",
     "DEFAULT_BLUEPRINT_ROTATION",
     "BatchTamiyoPolicy",
+    "ControllerContext",
+    "ControllerEntry",
+    "ControllerRegistry",
+    "ControllerSpec",
     "HeuristicPolicyConfig",
     "HeuristicTamiyo",
     "InvalidDecisionError",
@@ -27,4 +40,5 @@ __all__ = [
     "TamiyoDecision",
     "TamiyoPolicy",
     "check_decision",
+    "register_controller",
 ]

@@ -35,6 +35,7 @@ from esper.leyline.constants import (
     DEFAULT_PLATEAU_EPOCHS_TO_GERMINATE,
 )
 from esper.tamiyo.policy import TamiyoDecision
+from esper.tamiyo.registry import ControllerContext, register_controller
 
 __all__ = ["DEFAULT_BLUEPRINT_ROTATION", "HeuristicPolicyConfig", "HeuristicTamiyo"]
 
@@ -247,6 +248,11 @@ class HeuristicTamiyo:
 
     def _decision(self, command: LifecycleCommand, reason: str, confidence: float = 1.0) -> TamiyoDecision:
         return TamiyoDecision.from_command(command, topology=self.topology, reason=reason, confidence=confidence)
+
+
+@register_controller("heuristic", summary="rules: germinate on a plateau, fossilize proven seeds, cull failing ones")
+def _heuristic(argument: str | None, context: ControllerContext) -> HeuristicTamiyo:
+    return HeuristicTamiyo(topology=context.topology)
 
 
 def _contribution(report: SeedStateReport, *, missing: float) -> float:

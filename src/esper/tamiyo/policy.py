@@ -20,6 +20,8 @@ from esper.leyline import (
     LifecycleOp,
     SlotAction,
 )
+from esper.leyline.seeding import derive_seed
+from esper.tamiyo.registry import ControllerContext, register_controller
 
 __all__ = [
     "BatchTamiyoPolicy",
@@ -125,6 +127,11 @@ class StaticPolicy:
         )
 
 
+@register_controller("static", summary="always WAIT: the host trained without growth")
+def _static(argument: str | None, context: ControllerContext) -> StaticPolicy:
+    return StaticPolicy()
+
+
 class RandomPolicy:
     """Uniform dependent sampling over valid actions (op, then slot, then blueprint and blend for GERMINATE).
 
@@ -161,3 +168,8 @@ class RandomPolicy:
         factored = FactoredAction(slot=slot, blueprint=blueprint, blend=blend, op=op)
         command = factored.to_command(obs.topology)
         return TamiyoDecision(command, factored, f"Random: {command.describe()}", prob, {"behavior_prob": prob})
+
+
+@register_controller("random", summary="uniform over the valid actions (its own seeded stream per episode)")
+def _random(argument: str | None, context: ControllerContext) -> RandomPolicy:
+    return RandomPolicy(derive_seed(context.seed, context.episode, context.index))

@@ -1,0 +1,122 @@
+"""The controller registry: every controller a command can name (`static`, `heuristic`, `ppo:PATH`, ...).
+
+A controller spec is `name` or `name:ARG`. Each package registers its own controllers next to their definitions with
+`@register_controller(...)`, so adding one (a behaviour policy, a learned policy) never means editing a command.
+The registry lives here, below everything that defines controllers, and is plain Python (no torch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # policy.py registers its controllers here, so the import would be circular at runtime
+    from esper.tamiyo.policy import TamiyoPolicy
+
+__all__ = [
+    "CONTROLLERS",
+    "ControllerContext",
+    "ControllerEntry",
+    "ControllerRegistry",
+    "ControllerSpec",
+    "register_controller",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerContext:
+    """Where a controller will run: what it must be compatible with, and the seeds of its own randomness.
+
+    `seed` is the run's base seed, `episode` the paired episode index and `index` the controller's position among
+    those run side by side, so stochastic controllers get independent, reproducible streams.
+    """
+
+    topology: str
+    slots: tuple[str, ...]
+    seed: int = 0
+    episode: int = 0
+    index: int = 0
+    device: str = "cpu"
+
+
+ControllerFactory = Callable[[str | None, ControllerContext], "TamiyoPolicy"]
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerEntry:
+    """One registered controller. `argument` names what follows the colon (e.g. "PATH"), None if it takes none."""
+
+    name: str
+    factory: ControllerFactory
+    argument: str | None
+    summary: str
+
+    @property
+    def usage(self) -> str:
+        return self.name if self.argument is None else f"{self.name}:{self.argument}"
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSpec:
+    """A parsed controller spec; `label` is how tables, files and telemetry name it."""
+
+    name: str
+    argument: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.name if self.argument is None else f"{self.name}:{self.argument}"
+
+
+class ControllerRegistry:
+    """Controller factories keyed by name."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, ControllerEntry] = {}
+
+    def register(self, name: str, *, argument: str | None = None, summary: str = ""
+                 ) -> Callable[[ControllerFactory], ControllerFactory]:
+        """Decorator: register `factory(argument, context) -> TamiyoPolicy` under `name`."""
+        if not name or ":" in name:
+            raise ValueError(f"Controller names are non-empty and contain no ':', got {name!r}")
+
+        def decorate(factory: ControllerFactory) -> ControllerFactory:
+            if name in self._entries:
+                raise ValueError(f"Controller '{name}' is already registered")
+            self._entries[name] = ControllerEntry(name, factory, argument, summary)
+            return factory
+
+        return decorate
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def entries(self) -> Iterator[ControllerEntry]:
+        yield from (self._entries[n] for n in self.names())
+
+    def usages(self) -> list[str]:
+        return [e.usage for e in self.entries()]
+
+    def parse(self, text: str) -> ControllerSpec:
+        """`name` or `name:ARG`; an unknown name, a missing or an unexpected argument is a ValueError."""
+        name, sep, argument = text.partition(":")
+        entry = self._entries.get(name)
+        if entry is None:
+            raise ValueError(f"Unknown controller '{text}'. Available: {', '.join(self.usages())}")
+        if entry.argument is None and sep:
+            raise ValueError(f"Controller '{name}' takes no argument, got '{text}'")
+        if entry.argument is not None and not argument:
+            raise ValueError(f"Controller '{name}' needs an argument: {entry.usage}")
+        return ControllerSpec(name, argument if sep else None)
+
+    def build(self, spec: ControllerSpec | str, context: ControllerContext) -> TamiyoPolicy:
+        """A controller ready for `context`; its factory raises ValueError when it cannot drive that setup."""
+        parsed = self.parse(spec) if isinstance(spec, str) else spec
+        return self._entries[parsed.name].factory(parsed.argument, context)
+
+
+CONTROLLERS = ControllerRegistry()
+"""The registry every command resolves specs through; packages add to it when imported."""
+
+register_controller = CONTROLLERS.register

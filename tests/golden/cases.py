@@ -1,0 +1,94 @@
+"""Golden runs: fixed-seed CPU commands whose logs pin esper's behaviour.
+
+`python tests/golden/cases.py record` reruns every case and rewrites `tests/golden/data/`; do that only when a change
+is *meant* to alter behaviour, and say so in the commit. `test_golden.py` reruns the cases and compares.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DATA = Path(__file__).parent / "data"
+# Wall-clock measurements differ run to run; everything else must not.
+VOLATILE_KEYS = frozenset({"rollout_seconds", "update_seconds", "env_epochs_per_second"})
+CAPS = ["--max-train-samples", "512", "--max-val-samples", "256"]
+
+
+@dataclass(frozen=True)
+class GoldenCase:
+    name: str
+    argv: tuple[str, ...]
+    logs: tuple[str, ...]
+    slow: bool = False
+
+
+CASES = (
+    GoldenCase("ppo_quick", ("train", "ppo", "--preset", "quick"), ("history.jsonl", "episodes.jsonl"), slow=True),
+    GoldenCase("heuristic_2ep", ("train", "heuristic", "--episodes", "2", "--seed", "7", "--max-train-samples",
+                                 "2048", "--max-val-samples", "512"), ("episodes.jsonl",), slow=True),
+    GoldenCase("ppo_tiny", ("train", "ppo", "--preset", "quick", "--set", "n_episodes=4", "--set", "max_epochs=5",
+                            "--set", "max_train_samples=512", "--set", "max_val_samples=256"),
+               ("history.jsonl", "episodes.jsonl", "steps.jsonl")),
+    GoldenCase("compare_tiny", ("compare", "--controllers", "static", "heuristic", "random", "--episodes", "1",
+                                "--max-epochs", "8", "--seed", "3", *CAPS), ("episodes.jsonl", "steps.jsonl")),
+)
+
+
+def run_case(case: GoldenCase, run_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    """Run the case's command into `run_dir` and return its normalized logs."""
+    cmd = [sys.executable, "-m", "esper", *case.argv, "--run-dir", str(run_dir), "--no-tui", "--no-tensorboard",
+           "--telemetry-level", "minimal"]
+    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=1800)
+    return {name: [normalize(json.loads(line)) for line in (run_dir / name).read_text().splitlines() if line]
+            for name in case.logs}
+
+
+def normalize(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: normalize(v) for k, v in value.items() if k not in VOLATILE_KEYS}
+    if isinstance(value, list):
+        return [normalize(v) for v in value]
+    return value
+
+
+def differences(expected: Any, actual: Any, where: str = "") -> list[str]:
+    """Where two normalized logs differ: exact for everything but floats, which may differ in the last digits."""
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        if set(expected) != set(actual):
+            return [f"{where}: keys {sorted(set(expected) ^ set(actual))} differ"]
+        return [d for k in expected for d in differences(expected[k], actual[k], f"{where}.{k}")]
+    if isinstance(expected, list) and isinstance(actual, list):
+        if len(expected) != len(actual):
+            return [f"{where}: {len(expected)} entries expected, got {len(actual)}"]
+        return [d for i, (e, a) in enumerate(zip(expected, actual)) for d in differences(e, a, f"{where}[{i}]")]
+    if isinstance(expected, float) and isinstance(actual, float):
+        if math.isclose(expected, actual, rel_tol=1e-5, abs_tol=1e-6):
+            return []
+    elif expected == actual and type(expected) is type(actual):
+        return []
+    return [f"{where}: expected {expected!r}, got {actual!r}"]
+
+
+def record(names: list[str], scratch: Path) -> None:
+    DATA.mkdir(exist_ok=True)
+    for case in CASES:
+        if names and case.name not in names:
+            continue
+        logs = run_case(case, scratch / case.name)
+        (DATA / f"{case.name}.json").write_text(json.dumps(logs, indent=1, sort_keys=True) + "\n")
+        print(f"recorded {case.name}")
+
+
+if __name__ == "__main__":
+    import tempfile
+
+    if len(sys.argv) < 2 or sys.argv[1] != "record":
+        sys.exit(__doc__)
+    with tempfile.TemporaryDirectory() as tmp:
+        record(sys.argv[2:], Path(tmp))
