@@ -41,12 +41,12 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from esper.env.loop import EpochData
 from esper.runtime.devices import resolve_device
 from esper.runtime.rundir import RunDirectory
 from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
-from esper.simic.config import TrainingConfig
-from esper.simic.runner import EpochData
-from esper.simic.vectorized import train_ppo_vectorized
+from esper.simic.ppo.config import TrainingConfig
+from esper.simic.ppo.train import train_ppo_vectorized
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,6 @@
 
 import sys
 
-from esper.scripts.train import main
+from esper.cli.main import main
 
 sys.exit(main())

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from esper.cli.main import main
 from esper.kasmina.model import MorphogeneticModel
 from esper.runtime.checkpoint import load_model_checkpoint
 from esper.runtime.rundir import read_jsonl
 from esper.runtime.tasks import get_task_spec
-from esper.scripts.train import main
 
 TINY = ["--max-train-samples", "256", "--max-val-samples", "128", "--no-tui", "--no-tensorboard",
         "--telemetry-level", "minimal"]

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import torch
 
+from esper.cli import train_ppo as ppo_cmd
+from esper.cli.main import main
 from esper.runtime.rundir import read_jsonl
-from esper.scripts import ppo_cmd
-from esper.scripts.train import main
 
 pytestmark = pytest.mark.smoke
 

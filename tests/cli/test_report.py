@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from esper.scripts import report_plots
-from esper.scripts.report import render_report
-from esper.scripts.train import main
+from esper.cli import report_plots
+from esper.cli.main import main
+from esper.cli.report import render_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 EPOCHS = 5

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from esper.scripts import common, ppo_cmd
-from esper.scripts.ppo_cmd import effective_config
-from esper.scripts.train import build_parser, main
-from esper.simic.config import TrainingConfig
-from esper.simic.vectorized import train_ppo_vectorized
+from esper.cli import common
+from esper.cli import train_ppo as ppo_cmd
+from esper.cli.main import build_parser, main
+from esper.cli.train_ppo import effective_config
+from esper.simic.ppo.config import TrainingConfig
+from esper.simic.ppo.train import train_ppo_vectorized
 
 FIELDS = set(TrainingConfig.model_fields)
 PARAMS = inspect.signature(train_ppo_vectorized).parameters

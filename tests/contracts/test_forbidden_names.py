@@ -141,7 +141,7 @@ def test_ppo_agent_has_no_factored_switch_ast() -> None:
 
 
 def test_ppo_agent_has_no_factored_switch_runtime() -> None:
-    ppo = pytest.importorskip("esper.simic.ppo")
+    ppo = pytest.importorskip("esper.simic.ppo.agent")
     agent_cls = ppo.PPOAgent
     for name, member in inspect.getmembers(agent_cls, callable):
         if name.startswith("__") and name != "__init__":

@@ -1,4 +1,4 @@
-"""Import layering (DESIGN §1.3): parse every module under src/esper and check its imports against the layer table.
+"""Import layering: parse every module under src/esper and check its imports against the layer table.
 
 Both `import x` and `from x import y` forms are checked, including relative imports and imports nested in functions
 or `if TYPE_CHECKING:` blocks. `import esper` / `from esper import __version__` (the top-level package, which only
@@ -19,22 +19,36 @@ import esper
 
 PACKAGE_ROOT = Path(esper.__file__).resolve().parent
 SRC_ROOT = PACKAGE_ROOT.parent
-SUBPACKAGES = ("leyline", "kasmina", "nissa", "runtime", "tolaria", "tamiyo", "simic", "datagen", "scripts")
+# Layers, bottom up. A package may import packages of lower layers only (its own package is always allowed); nissa
+# (telemetry backends) is imported by the command line alone: everything else receives a TelemetrySink object.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("leyline",),  # contracts
+    ("kasmina", "nissa"),  # the body; telemetry hub and backends
+    ("runtime",),  # tasks, data, devices, checkpoints, run directories
+    ("tolaria",),  # train/validate steps, counterfactuals, governor
+    ("tamiyo",),  # controller protocol, registry, heuristic, static, random (pure Python)
+    ("env",),  # the episode layer: MorphoEnv, the epoch loop, features, masks, rewards
+    ("datagen",),  # behaviour policies, presets, episode files, orchestration
+    ("simic",),  # learners (PPO, IQL)
+    ("evaluation",),  # comparison, statistics, off-policy evaluation, studies
+    ("cli",),  # one module per command
+)
+SUBPACKAGES = tuple(p for layer in LAYERS for p in layer)
+LEARNERS = "simic"
 
-# Esper subpackages each layer may import (its own package is always allowed). Rule 1 of §1.3 ("components never
-# import nissa; scripts is the only place that constructs the hub and backends") removes nissa from simic/datagen.
-ALLOWED_ESPER: dict[str, frozenset[str]] = {
-    "leyline": frozenset(),
-    "kasmina": frozenset({"leyline"}),
-    "nissa": frozenset({"leyline"}),
-    "runtime": frozenset({"leyline", "kasmina"}),
-    "tolaria": frozenset({"leyline", "kasmina", "runtime"}),
-    "tamiyo": frozenset({"leyline"}),
-    "simic": frozenset(SUBPACKAGES) - {"datagen", "scripts", "nissa"},
-    "datagen": frozenset(SUBPACKAGES) - {"scripts", "nissa"},
-    "scripts": frozenset(SUBPACKAGES),
-    "__main__": frozenset({"scripts"}),  # `python -m esper`: the top of the stack, like scripts
-}
+
+def _allowed() -> dict[str, frozenset[str]]:
+    allowed: dict[str, frozenset[str]] = {}
+    for i, layer in enumerate(LAYERS):
+        below = frozenset(p for lower in LAYERS[:i] for p in lower)
+        for package in layer:
+            allowed[package] = below if package == "cli" else below - {"nissa"}
+    allowed["tamiyo"] = frozenset({"leyline"})  # pure decision logic on contracts: no torch, no body, no data
+    allowed["__main__"] = frozenset({"cli"})  # `python -m esper`: the top of the stack
+    return allowed
+
+
+ALLOWED_ESPER: dict[str, frozenset[str]] = _allowed()
 STDLIB_ONLY = frozenset({"leyline"})
 # Third-party top-level modules forbidden per layer (in addition to STDLIB_ONLY layers).
 FORBIDDEN_THIRD_PARTY: dict[str, frozenset[str]] = {"tamiyo": frozenset({"torch", "numpy"})}
@@ -70,7 +84,7 @@ def imported_modules(source: str, modname: str, is_package: bool) -> list[tuple[
 
 
 def violations(source: str, modname: str, is_package: bool = False) -> list[str]:
-    """Layering violations of one module (empty when it follows DESIGN §1.3)."""
+    """Layering violations of one module (empty when it follows the layer table)."""
     parts = modname.split(".")
     if parts[0] != "esper" or len(parts) < 2:
         return []  # top-level esper modules are checked separately
@@ -133,7 +147,7 @@ FAKE_CASES = [
     ("esper.leyline.fake", "from numpy import array\n", "non-stdlib"),
     ("esper.leyline.fake", "from esper.kasmina import slot\n", "'kasmina'"),
     ("esper.leyline.fake", "from esper import kasmina\n", "'kasmina'"),
-    ("esper.kasmina.fake", "from esper.simic.features import obs_dim\n", "'simic'"),
+    ("esper.kasmina.fake", "from esper.env.features import obs_dim\n", "'env'"),
     ("esper.kasmina.fake", "from ..tolaria import trainer\n", "'tolaria'"),
     ("esper.kasmina.sub.fake", "from ...nissa.hub import NissaHub\n", "'nissa'"),
     ("esper.nissa.fake", "import esper.kasmina.model\n", "'kasmina'"),
@@ -142,9 +156,13 @@ FAKE_CASES = [
     ("esper.tamiyo.fake", "import torch.nn as nn\n", "forbidden module torch"),
     ("esper.tamiyo.fake", "import numpy as np\n", "forbidden module numpy"),
     ("esper.tamiyo.fake", "from esper.kasmina.state import SeedState\n", "'kasmina'"),
-    ("esper.simic.fake", "from esper.scripts.train import main\n", "'scripts'"),
-    ("esper.simic.fake", "from esper.datagen.configs import EnvironmentConfig\n", "'datagen'"),
-    ("esper.datagen.fake", "from esper.scripts import train\n", "'scripts'"),
+    ("esper.simic.fake", "from esper.cli.main import main\n", "'cli'"),
+    ("esper.simic.fake", "from esper.evaluation.comparison import run_comparison\n", "'evaluation'"),
+    ("esper.datagen.fake", "from esper.simic.ppo import PPOAgent\n", "'simic'"),
+    ("esper.env.fake", "from esper.simic.normalization import RunningMeanStd\n", "'simic'"),
+    ("esper.env.fake", "from esper.datagen import policies\n", "'datagen'"),
+    ("esper.tamiyo.fake", "from esper.env.features import obs_dim\n", "'env'"),
+    ("esper.datagen.fake", "from esper.cli import main\n", "'cli'"),
     ("esper.simic.fake", "from esper.nissa.hub import NissaHub\n", "'nissa'"),
     ("esper.datagen.fake", "import esper.nissa\n", "'nissa'"),
     ("esper.leyline.fake", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\n", "non-stdlib"),
@@ -168,7 +186,9 @@ ALLOWED_CASES = [
         "esper.simic.fake",
         "import torch\nfrom esper.tolaria import a\nfrom esper.tamiyo import b\nimport esper.runtime\n",
     ),
-    ("esper.scripts.fake", "from esper.datagen import generate\nfrom esper.nissa import NissaHub\n"),
+    ("esper.cli.fake", "from esper.datagen import generate\nfrom esper.nissa import NissaHub\n"),
+    ("esper.evaluation.fake", "from esper.simic.ppo import PPOController\nfrom esper.env import MorphoEnv\n"),
+    ("esper.datagen.fake", "from esper.env.loop import run_episodes\nfrom esper.tamiyo import CONTROLLERS\n"),
 ]
 
 
@@ -182,3 +202,10 @@ def test_relative_import_resolution_in_package_init() -> None:
     names = [n for _, n in imported_modules("from . import hub\nfrom .tui import T\n", "esper.nissa", True)]
     assert "esper.nissa.hub" in names and "esper.nissa.tui" in names
     assert violations("from ..simic import masks\n", "esper.tamiyo", True)
+
+
+def test_nothing_below_the_learners_imports_them() -> None:
+    below = [p for layer in LAYERS[: [LEARNERS in layer for layer in LAYERS].index(True)] for p in layer]
+    assert {"leyline", "kasmina", "runtime", "tolaria", "tamiyo", "env", "datagen"} <= set(below)
+    for package in below:
+        assert LEARNERS not in ALLOWED_ESPER[package]

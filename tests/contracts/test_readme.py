@@ -6,7 +6,7 @@ import argparse
 import re
 from pathlib import Path
 
-from esper.scripts.train import build_parser
+from esper.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")

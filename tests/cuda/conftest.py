@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-import esper.simic.vectorized as vectorized
+import esper.simic.ppo.train as vectorized
+from esper.env.env import MorphoEnv
 from esper.leyline import TelemetryEvent, TelemetryEventType
 from esper.runtime.rundir import RunDirectory
-from esper.simic.config import TrainingConfig
-from esper.simic.env import MorphoEnv
-from esper.simic.vectorized import PPOTrainingResult, train_ppo_vectorized
+from esper.simic.ppo.config import TrainingConfig
+from esper.simic.ppo.train import PPOTrainingResult, train_ppo_vectorized
 
 
 class RecordingSink:

@@ -17,18 +17,18 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
+from esper.env.env import EnvSpec, EnvStep, MorphoEnv
+from esper.env.features import obs_dim
+from esper.env.loop import EpochData, run_episodes
+from esper.env.potential import LifecycleSnapshot, lifecycle_potential
+from esper.env.rewards import ContributionRewardConfig, LossRewardConfig, make_reward_fn
+from esper.env.step_record import SUMMED_FIELDS, ShapedRewardComponents, StepRecord
 from esper.kasmina.state import LifecycleConfig
 from esper.leyline import LifecycleOp, SeedStage
 from esper.runtime.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
-from esper.simic.env import EnvSpec, EnvStep, MorphoEnv, make_reward_fn
-from esper.simic.features import obs_dim
 from esper.simic.normalization import RunningMeanStd
-from esper.simic.potential import LifecycleSnapshot, lifecycle_potential
-from esper.simic.ppo import PPOAgent
-from esper.simic.ppo_controller import PPOController
-from esper.simic.reward_records import SUMMED_FIELDS, ShapedRewardComponents, StepRecord
-from esper.simic.rewards import ContributionRewardConfig, LossRewardConfig
-from esper.simic.runner import EpochData, run_episodes
+from esper.simic.ppo.agent import PPOAgent
+from esper.simic.ppo.controller import PPOController
 from esper.tamiyo import RandomPolicy, TamiyoPolicy
 
 GAMMA = 0.9  # far from the default 0.995, so a shaping term that ignores the configured gamma is caught

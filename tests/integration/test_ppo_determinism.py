@@ -7,8 +7,8 @@ from pathlib import Path
 import torch
 
 from esper.runtime.rundir import RunDirectory
-from esper.simic.config import TrainingConfig
-from esper.simic.vectorized import train_ppo_vectorized
+from esper.simic.ppo.config import TrainingConfig
+from esper.simic.ppo.train import train_ppo_vectorized
 
 CONFIG = TrainingConfig.preset("quick").with_overrides(
     n_episodes=2, max_epochs=2, max_train_samples=128, max_val_samples=64, device="cpu")

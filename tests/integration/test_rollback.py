@@ -11,14 +11,15 @@ from typing import Any
 
 import torch
 
+from esper.env.env import EnvSpec, MorphoEnv
+from esper.env.loop import EpochData, run_epoch
+from esper.env.rewards import make_reward_fn
 from esper.kasmina.hosts import CNNHost
 from esper.kasmina.model import MorphogeneticModel
 from esper.kasmina.state import LifecycleConfig
 from esper.leyline import SeedStage
 from esper.runtime.data import SharedBatchIterator
 from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
-from esper.simic.env import EnvSpec, MorphoEnv, make_reward_fn
-from esper.simic.runner import EpochData, run_epoch
 from esper.tamiyo.policy import StaticPolicy
 from esper.tolaria import TolariaGovernor, TrainState, train_step, validate
 

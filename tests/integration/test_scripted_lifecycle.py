@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import torch
 
+from esper.env.env import EnvSpec, EnvStep, MorphoEnv
+from esper.env.loop import EpochData, run_episodes
+from esper.env.rewards import make_reward_fn
 from esper.leyline import EnvObservation, LifecycleCommand, LifecycleOp, SeedStage
 from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
-from esper.simic.env import EnvSpec, EnvStep, MorphoEnv, make_reward_fn
-from esper.simic.runner import EpochData, run_episodes
 from esper.tamiyo import TamiyoDecision
 
 

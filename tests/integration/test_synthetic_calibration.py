@@ -7,11 +7,11 @@ import statistics
 import pytest
 import torch
 
+from esper.env.loop import EpochData
 from esper.kasmina.hosts import CNNHost
 from esper.kasmina.model import MorphogeneticModel
 from esper.leyline.seeding import derive_seed
 from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
-from esper.simic.runner import EpochData
 from esper.tolaria import TrainState, train_epoch, validate
 
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+from esper.env.env import EnvSpec, MorphoEnv
+from esper.env.masks import build_slot_states, compute_batch_masks
 from esper.kasmina.hosts import CNNHost
 from esper.kasmina.state import LifecycleConfig
 from esper.leyline import (
@@ -35,9 +37,7 @@ from esper.leyline import (
 )
 from esper.leyline.constants import MIN_CULL_AGE
 from esper.runtime.tasks import TaskSpec, get_task_spec
-from esper.simic.env import EnvSpec, MorphoEnv
-from esper.simic.masks import build_slot_states, compute_batch_masks
-from esper.simic.network import FactoredActorCritic
+from esper.simic.ppo.network import FactoredActorCritic
 from esper.tamiyo import TamiyoDecision, check_decision
 from esper.tolaria import TrainEpochStats, ValStats
 

@@ -6,7 +6,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from esper.simic.buffer import FactoredRolloutBuffer
+from esper.simic.ppo.buffer import FactoredRolloutBuffer
 
 WAIT = {"slot": 0, "blueprint": 0, "blend": 0, "op": 0}
 MASKS = {

@@ -8,8 +8,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from esper.leyline import CANONICAL_SLOTS, LifecycleCommand, LifecycleOp, SeedStage, is_live_stage
-from esper.simic.rewards import (
+from esper.env.rewards import (
     SUMMED_FIELDS,
     ContributionRewardConfig,
     LifecycleSnapshot,
@@ -20,6 +19,7 @@ from esper.simic.rewards import (
     compute_reward,
     lifecycle_potential,
 )
+from esper.leyline import CANONICAL_SLOTS, LifecycleCommand, LifecycleOp, SeedStage, is_live_stage
 
 OCCUPIED = (SeedStage.GERMINATED, SeedStage.TRAINING, SeedStage.BLENDING, SeedStage.PROBATIONARY, SeedStage.FOSSILIZED)
 SNAPSHOT_STAGES = (0, *(int(s) for s in OCCUPIED))

@@ -9,6 +9,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from esper.env.masks import compute_batch_masks, masks_from_validity
 from esper.leyline import (
     CANONICAL_SLOTS,
     ActionValidity,
@@ -20,9 +21,8 @@ from esper.leyline import (
     from_joint_index,
 )
 from esper.leyline.constants import NUM_JOINT_ACTIONS
-from esper.simic.distributions import InvalidStateMachineError, MaskedCategorical
-from esper.simic.masks import compute_batch_masks, masks_from_validity
-from esper.simic.network import FactoredActorCritic
+from esper.simic.ppo.distributions import InvalidStateMachineError, MaskedCategorical
+from esper.simic.ppo.network import FactoredActorCritic
 
 SEED_STAGES = (SeedStage.GERMINATED, SeedStage.TRAINING, SeedStage.BLENDING, SeedStage.PROBATIONARY,
                SeedStage.FOSSILIZED)

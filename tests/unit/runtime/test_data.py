@@ -6,13 +6,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from esper.leyline.seeding import derive_seed
 from esper.runtime.data import (
     Augmentation,
     AugmentDraw,
     DeviceDataset,
     SharedBatchIterator,
     apply_augmentation,
-    derive_seed,
 )
 from esper.runtime.readers import make_windows
 

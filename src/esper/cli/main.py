@@ -1,0 +1,48 @@
+"""esper command line: grow networks during training and compare the controllers that grow them.
+
+Examples (CPU, minutes):
+    esper train ppo --preset quick --run-dir runs/quick
+    esper train heuristic --task synthetic --episodes 1 --max-epochs 25 --seed 42
+    esper compare --controllers static heuristic random --task synthetic --episodes 5 --seed 42
+    esper report runs/<run-dir>
+
+Full GPU run:
+    esper train ppo --preset cifar10 --devices cuda:0 cuda:1 --set n_envs=8 --run-dir runs/cifar10
+    esper compare --controllers static heuristic random --task cifar10 --episodes 20 --devices cuda:0 cuda:1
+
+`python -m esper` and `python -m esper.cli.main` run the same `main(argv)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from esper.cli.common import run_guarded
+from esper.cli.episodes import add_compare_parser, add_heuristic_parser
+from esper.cli.report import add_report_parser
+from esper.cli.train_ppo import add_ppo_parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="esper", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    train = sub.add_parser("train", help="train or run a controller")
+    train_sub = train.add_subparsers(dest="controller", required=True, metavar="CONTROLLER")
+    add_ppo_parser(train_sub)
+    add_heuristic_parser(train_sub)
+    add_compare_parser(sub)
+    add_report_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(argv)
+    args.argv = argv  # recorded in config.json
+    return run_guarded(args.func, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

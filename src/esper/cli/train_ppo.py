@@ -1,0 +1,171 @@
+"""`esper train ppo`: train the Tamiyo policy with PPO (config-first; resumable)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from rich.table import Table
+
+from esper.cli.common import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    add_shared_options,
+    closing_hub,
+    console,
+    data_options,
+    emit,
+    make_hub,
+    print_next_steps,
+)
+from esper.env.rewards import RewardFamily
+from esper.leyline import TelemetryEventType
+from esper.runtime.devices import env_device_map, resolve_devices
+from esper.runtime.rundir import RunDirectory, default_run_dir
+from esper.runtime.tasks import TASKS, DataCache, get_task_spec
+from esper.simic.ppo.checkpoint import RESUMABLE_FIELDS, read_checkpoint_config, resolve_resume_path
+from esper.simic.ppo.config import PRESET_ALIASES, PRESETS, TrainingConfig
+from esper.simic.ppo.train import train_ppo_vectorized
+
+
+def add_ppo_parser(sub: Any) -> None:
+    p = sub.add_parser("ppo", help="train the Tamiyo policy with PPO on vectorized environments")
+    p.add_argument("--preset", choices=sorted([*PRESETS, *PRESET_ALIASES]), default="cifar10")
+    p.add_argument("--config-json", type=Path, help="JSON object of TrainingConfig fields (unknown keys rejected)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one config field; VALUE is parsed as JSON (repeatable)")
+    p.add_argument("--task", choices=sorted(TASKS), type=str.lower)
+    p.add_argument("--device", help="policy device: 'auto', 'cpu' or 'cuda:N'")
+    p.add_argument("--devices", nargs="+", help="env devices, round-robin (default: --device)")
+    p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None,
+                   help="mixed precision (fp16 + GradScaler on CUDA, bf16 on CPU)")
+    p.add_argument("--reward-family", choices=[f.value for f in RewardFamily])
+    p.add_argument("--episodes", type=int, help="n_episodes")
+    p.add_argument("--resume", type=Path, help="checkpoint file or run directory (its checkpoints/latest.pt)")
+    add_shared_options(p, seed_default=None)
+    p.set_defaults(func=cmd_train_ppo)
+
+
+def _flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    changes: dict[str, Any] = {}
+    for item in args.set:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise ValueError(f"--set expects KEY=VALUE, got '{item}'")
+        try:
+            changes[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            changes[key] = raw  # bare strings such as --set task=synthetic
+    for field, value in (("task", args.task), ("device", args.device), ("devices", args.devices), ("amp", args.amp),
+                         ("reward_family", args.reward_family), ("n_episodes", args.episodes)):
+        if value is not None:
+            changes[field] = value
+    if args.seed is not None:
+        changes["seed"] = args.seed
+    return changes
+
+
+def effective_config(args: argparse.Namespace) -> TrainingConfig:
+    """preset → --config-json → flags and --set."""
+    config = TrainingConfig.preset(args.preset)
+    if args.config_json is not None:
+        config = TrainingConfig.from_json_path(args.config_json, base=config)
+    return config.with_overrides(**_flag_overrides(args))
+
+
+def _resume_target(args: argparse.Namespace) -> Path | None:
+    """--resume, or an existing run directory of an interrupted PPO run (rerunning the command resumes it)."""
+    if args.resume is not None:
+        target = resolve_resume_path(args.resume)
+        if args.run_dir is not None and args.run_dir.resolve() != target.parent.parent.resolve():
+            raise ValueError(f"--resume {args.resume} continues in its own run directory {target.parent.parent}; "
+                             f"drop --run-dir {args.run_dir}")
+        return target
+    if args.run_dir is not None and (args.run_dir / "checkpoints" / "latest.pt").exists():
+        return args.run_dir / "checkpoints" / "latest.pt"
+    return None
+
+
+def _config_for_resume(args: argparse.Namespace, checkpoint: Path) -> TrainingConfig:
+    """The checkpoint's config is authoritative; flags may only change the resumable fields."""
+    saved = TrainingConfig.from_dict(read_checkpoint_config(checkpoint))
+    requested = effective_config(args) if args.resume is None else saved.with_overrides(**_flag_overrides(args))
+    differing = sorted(k for k, v in requested.to_dict().items()
+                       if k not in RESUMABLE_FIELDS and saved.to_dict()[k] != v)
+    if differing:
+        raise ValueError(f"Cannot resume {checkpoint}: only {sorted(RESUMABLE_FIELDS)} may change, but these "
+                         f"differ: {differing}. Use another --run-dir for a new run.")
+    return saved.with_overrides(**{k: requested.to_dict()[k] for k in RESUMABLE_FIELDS})
+
+
+def _config_table(config: TrainingConfig) -> Table:
+    table = Table(title="Effective TrainingConfig", show_header=False)
+    for key, value in config.to_dict().items():
+        table.add_row(key, json.dumps(value))
+    return table
+
+
+class _StopAfterStep:
+    """First Ctrl+C: finish the current env step and stop (the last batch checkpoint stays); second: abort."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        console.print("[yellow]Stopping after the current step (Ctrl+C again to abort)...[/yellow]")
+
+
+def cmd_train_ppo(args: argparse.Namespace) -> int:
+    checkpoint = _resume_target(args)
+    config = _config_for_resume(args, checkpoint) if checkpoint is not None else effective_config(args)
+    cache = DataCache(data_options(args))
+    cache.preload(get_task_spec(config.task), resolve_devices(config.device, config.devices),
+                  config.max_train_samples, config.max_val_samples)
+    if checkpoint is not None:
+        run_dir = RunDirectory(checkpoint.parent.parent, resume=True)
+        console.print(f"Resuming from [bold]{checkpoint}[/bold]")
+    else:
+        run_dir = RunDirectory(args.run_dir or default_run_dir(args.runs_root, "ppo", config.task, config.seed))
+    console.print(_config_table(config))
+    devices = resolve_devices(config.device, config.devices)
+    mapping = env_device_map(config.n_envs, devices)
+    console.print("Env → device: " + ", ".join(f"env{i}→{d}" for i, d in enumerate(mapping)))
+    hub = make_hub(args, run_dir, config.to_dict())
+    stop = _StopAfterStep()
+    previous = signal.signal(signal.SIGINT, stop)
+    try:
+        with closing_hub(hub, run_dir):
+            result = train_ppo_vectorized(**config.to_train_kwargs(), run_dir=run_dir, sink=hub,
+                                          resume_path=checkpoint, data_cache=cache,
+                                          preset=args.preset, argv=args.argv, should_stop=lambda: stop.requested)
+            emit(hub, TelemetryEventType.RUN_COMPLETED, "PPO training finished" if not stop.requested else
+                 "PPO training stopped", {"batches_completed": result.batches_completed,
+                                          "episodes_completed": result.episodes_completed,
+                                          "best_rolling_accuracy": result.best_rolling_accuracy})
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if checkpoint is not None and not result.history and not stop.requested:
+        console.print(f"[yellow]Nothing to train: this run already completed {result.episodes_completed} episodes "
+                      f"(--episodes {config.n_episodes}); pass a larger --episodes to continue it.[/yellow]")
+    best = f"{result.best_rolling_accuracy:.2f}%" if result.batches_completed else "—"
+    console.print(f"Batches: {result.batches_completed}, episodes: {result.episodes_completed}, best rolling "
+                  f"accuracy: {best}")
+    if stop.requested:
+        if (run_dir.checkpoints / "latest.pt").exists():
+            console.print(f"Stopped. Resume with: esper train ppo --resume {run_dir.path}")
+        else:
+            console.print("Stopped before the first rollout batch finished: nothing to resume.")
+        return EXIT_INTERRUPTED
+    print_next_steps(run_dir.path, tensorboard=not args.no_tensorboard)
+    console.print(f"Compare:       esper compare --controllers static heuristic "
+                  f"ppo:{run_dir.path / 'checkpoints' / 'final.pt'} --task {config.task} "
+                  f"--max-epochs {config.max_epochs} --slots {' '.join(config.slots)}")
+    return EXIT_OK
+

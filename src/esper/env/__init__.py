@@ -1,0 +1,35 @@
+"""The episode layer: one morphogenetic training episode as an environment, and the epoch loop every controller uses.
+
+`MorphoEnv` owns one episode (host, seeds, trainer, governor, tracker); `run_epoch` advances many envs together,
+batch-first, on shared data. Observation features, action masks, step records and the reward families live here
+too, so the heuristic, datagen and every learner run episodes through exactly the same code.
+"""
+
+from esper.env.env import EnvSpec, EnvStep, EpisodeResult, MorphoEnv
+from esper.env.features import FEATURE_NAMES, obs_dim, observation_features, signals_to_features
+from esper.env.loop import EpochData, run_episodes, run_epoch
+from esper.env.masks import build_slot_states, compute_action_masks, compute_batch_masks, condition_on_action
+from esper.env.rewards import RewardFamily, ShapedRewardComponents, StepRecord, compute_reward, make_reward_fn
+
+__all__ = [
+    "FEATURE_NAMES",
+    "EnvSpec",
+    "EnvStep",
+    "EpisodeResult",
+    "EpochData",
+    "MorphoEnv",
+    "RewardFamily",
+    "ShapedRewardComponents",
+    "StepRecord",
+    "build_slot_states",
+    "compute_action_masks",
+    "compute_batch_masks",
+    "compute_reward",
+    "condition_on_action",
+    "make_reward_fn",
+    "obs_dim",
+    "observation_features",
+    "run_episodes",
+    "run_epoch",
+    "signals_to_features",
+]

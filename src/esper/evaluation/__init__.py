@@ -1,0 +1,1 @@
+"""Evaluation: controllers compared head to head on paired seeds, with the statistics that make the verdicts."""

@@ -1,0 +1,8 @@
+"""PPO for the factored lifecycle policy: config, network, buffer, update, training loop, checkpoint, controller."""
+
+from esper.simic.ppo.agent import PPOAgent
+from esper.simic.ppo.config import PRESETS, TrainingConfig
+from esper.simic.ppo.controller import PPOController
+from esper.simic.ppo.train import PPOTrainingResult, train_ppo_vectorized
+
+__all__ = ["PRESETS", "PPOAgent", "PPOController", "PPOTrainingResult", "TrainingConfig", "train_ppo_vectorized"]

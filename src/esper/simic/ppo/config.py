@@ -1,0 +1,204 @@
+"""TrainingConfig: the single source of truth for a PPO run (DESIGN §6.14).
+
+Every field reaches `train_ppo_vectorized`; unknown keys are rejected, so a typo in a JSON config is an error, not
+a silently ignored knob. Precedence: preset → --config-json → CLI flags and --set KEY=VALUE.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+
+from esper.env.rewards import RewardFamily, SparseRewardConfig
+from esper.leyline import CANONICAL_SLOTS, ordered_slots
+from esper.leyline.constants import (
+    DEFAULT_BATCH_SIZE_TRAINING,
+    DEFAULT_CLIP_RATIO,
+    DEFAULT_ENTROPY_COEF,
+    DEFAULT_ENTROPY_COEF_MIN,
+    DEFAULT_EPISODE_LENGTH,
+    DEFAULT_GAE_LAMBDA,
+    DEFAULT_GAMMA,
+    DEFAULT_HIDDEN_DIM,
+    DEFAULT_LEARNING_RATE,
+    DEFAULT_MAX_GRAD_NORM,
+    DEFAULT_MINIBATCH_SIZE,
+    DEFAULT_N_ENVS,
+    DEFAULT_N_PPO_EPOCHS,
+    DEFAULT_TARGET_KL,
+    DEFAULT_VALUE_CLIP,
+    DEFAULT_VALUE_COEF,
+)
+from esper.runtime.tasks import TASKS
+
+_SPARSE_DEFAULTS = SparseRewardConfig()
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "quick": {"task": "synthetic", "n_episodes": 8, "n_envs": 2, "max_epochs": 8, "n_epochs": 4,
+              "minibatch_size": 32, "max_train_samples": 2048, "max_val_samples": 512},
+    "cifar10": {"task": "cifar10", "entropy_coef": 0.1},
+    "cifar10_deep": {"task": "cifar10_deep", "entropy_coef": 0.08},
+    "tinystories": {"task": "tinystories", "batch_size": 32, "entropy_anneal_episodes": 40},
+}
+PRESET_ALIASES = {"synthetic": "quick"}
+
+
+class TrainingConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    task: str = "cifar10"
+    slots: list[str] = list(CANONICAL_SLOTS)
+    max_seeds: int | None = None
+    max_epochs: int = DEFAULT_EPISODE_LENGTH
+    batch_size: int = DEFAULT_BATCH_SIZE_TRAINING
+    max_train_samples: int | None = None
+    max_val_samples: int | None = None
+    n_episodes: int = 200
+    n_envs: int = DEFAULT_N_ENVS
+    seed: int = 42
+    device: str = "auto"
+    devices: list[str] | None = None
+    amp: bool = False
+    checkpoint_every: int = 1  # DESIGN §6.14 says 10; the issue asks for a checkpoint after every rollout batch
+    lr: float = DEFAULT_LEARNING_RATE
+    gamma: float = DEFAULT_GAMMA
+    gae_lambda: float = DEFAULT_GAE_LAMBDA
+    clip_ratio: float = DEFAULT_CLIP_RATIO
+    value_coef: float = DEFAULT_VALUE_COEF
+    value_clip: float | None = DEFAULT_VALUE_CLIP
+    max_grad_norm: float = DEFAULT_MAX_GRAD_NORM
+    n_epochs: int = DEFAULT_N_PPO_EPOCHS
+    minibatch_size: int = DEFAULT_MINIBATCH_SIZE
+    target_kl: float | None = DEFAULT_TARGET_KL
+    ppo_updates_per_batch: int = 1
+    entropy_coef: float = DEFAULT_ENTROPY_COEF
+    entropy_coef_min: float = DEFAULT_ENTROPY_COEF_MIN
+    entropy_anneal_episodes: int = 0
+    hidden_dim: int = DEFAULT_HIDDEN_DIM
+    use_telemetry: bool = True
+    reward_family: RewardFamily = RewardFamily.CONTRIBUTION
+    param_budget: int = _SPARSE_DEFAULTS.param_budget
+    param_penalty_weight: float = _SPARSE_DEFAULTS.param_penalty_weight
+    sparse_reward_scale: float = _SPARSE_DEFAULTS.sparse_reward_scale
+
+    @field_validator("task")
+    @classmethod
+    def _task(cls, v: str) -> str:
+        if v.lower() not in TASKS:
+            raise ValueError(f"unknown task '{v}'. Available: {sorted(TASKS)}")
+        return v.lower()
+
+    @field_validator("slots")
+    @classmethod
+    def _slots(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("at least one slot must be enabled")
+        return list(ordered_slots(v))
+
+    @field_validator("max_seeds", "max_train_samples", "max_val_samples")
+    @classmethod
+    def _optional_positive(cls, v: int | None) -> int | None:
+        if v is not None and v < 1:
+            raise ValueError("must be >= 1 or null")
+        return v
+
+    @field_validator("batch_size", "n_episodes", "n_envs", "checkpoint_every", "n_epochs", "minibatch_size",
+                     "ppo_updates_per_batch")
+    @classmethod
+    def _positive(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError("must be >= 1")
+        return v
+
+    @field_validator("max_epochs")
+    @classmethod
+    def _max_epochs(cls, v: int) -> int:
+        if v < 2:
+            raise ValueError("must be >= 2")
+        return v
+
+    @field_validator("hidden_dim")
+    @classmethod
+    def _hidden(cls, v: int) -> int:
+        if v < 8 or v % 2:
+            raise ValueError("must be an even number >= 8")
+        return v
+
+    @model_validator(mode="after")
+    def _consistency(self) -> TrainingConfig:
+        checks = [
+            (self.lr > 0, "lr must be > 0"),
+            (0 < self.gamma <= 1, "gamma must be in (0, 1]"),
+            (0 <= self.gae_lambda <= 1, "gae_lambda must be in [0, 1]"),
+            (self.clip_ratio > 0, "clip_ratio must be > 0"),
+            (self.value_clip is None or self.value_clip > 0, "value_clip must be > 0 or null"),
+            (self.target_kl is None or self.target_kl > 0, "target_kl must be > 0 or null"),
+            (0 <= self.entropy_coef_min <= self.entropy_coef, "need 0 <= entropy_coef_min <= entropy_coef"),
+            (self.entropy_anneal_episodes >= 0, "entropy_anneal_episodes must be >= 0"),
+            (self.devices is None or self.n_envs >= len(self.devices), "n_envs must be >= the number of devices"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+        if self.reward_family != RewardFamily.SPARSE:
+            changed = [k for k in ("param_budget", "param_penalty_weight", "sparse_reward_scale")
+                       if getattr(self, k) != getattr(_SPARSE_DEFAULTS, k)]
+            if changed:
+                raise ValueError(f"{changed} only apply to reward_family 'sparse' (got '{self.reward_family.value}')")
+        return self
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def preset(cls, name: str) -> TrainingConfig:
+        key = PRESET_ALIASES.get(name, name)
+        if key not in PRESETS:
+            raise ValueError(f"Unknown preset '{name}'. Available: {sorted([*PRESETS, *PRESET_ALIASES])}")
+        return cls(**PRESETS[key])
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], base: TrainingConfig | None = None) -> TrainingConfig:
+        """Build from a dict (on top of `base`); unknown keys and invalid values raise ValueError."""
+        unknown = sorted(set(d) - set(cls.model_fields))
+        if unknown:
+            raise ValueError(f"Unknown config keys: {unknown}. Valid keys: {', '.join(cls.model_fields)}")
+        merged = {**(base.to_dict() if base is not None else {}), **d}
+        try:
+            return cls(**merged)
+        except ValidationError as exc:
+            raise ValueError(_describe(exc)) from None
+
+    @classmethod
+    def from_json_path(cls, path: str | Path, base: TrainingConfig | None = None) -> TrainingConfig:
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ValueError(f"Config file not found: {path}") from None
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"Config file {path} is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"Config file {path} must hold a JSON object at the top level")
+        return cls.from_dict(data, base)
+
+    def with_overrides(self, **changes: Any) -> TrainingConfig:
+        return TrainingConfig.from_dict(changes, base=self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def to_train_kwargs(self) -> dict[str, Any]:
+        """Every field, as keyword arguments of `train_ppo_vectorized`."""
+        return {name: getattr(self, name) for name in type(self).model_fields}
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        where = ".".join(str(x) for x in err["loc"])
+        parts.append(f"{where}: {msg}" if where else msg)
+    return "Invalid config: " + "; ".join(parts) + " (set it with --set KEY=VALUE or in --config-json)"

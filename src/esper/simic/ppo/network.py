@@ -1,0 +1,164 @@
+"""Factored actor-critic for Tamiyo (DESIGN §6.5).
+
+Four policy heads (op, slot, blueprint, blend) share a feed-forward trunk; the observation already carries 5-epoch
+histories, so there is no recurrence. Sampling is dependent (op → slot → blueprint/blend) through joint masks, and
+log-probabilities and entropies count only the heads that matter for the sampled op, so PPO ratios never move
+because of a head whose choice had no effect.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from esper.env.masks import HEAD_KEYS, condition_on_action, full_masks
+from esper.leyline.actions import LifecycleOp
+from esper.leyline.constants import DEFAULT_HIDDEN_DIM, NUM_BLENDS, NUM_BLUEPRINTS, NUM_OPS, NUM_SLOTS
+from esper.simic.ppo.distributions import MaskedCategorical
+
+__all__ = ["ActionEvaluation", "FactoredActorCritic", "head_relevance"]
+
+
+class ActionEvaluation(NamedTuple):
+    """Grad-carrying evaluation of stored actions. `head_entropies` are per-step normalized entropies of every head
+    (relevant or not); combine them with `head_relevance` for per-head statistics."""
+
+    log_probs: torch.Tensor
+    values: torch.Tensor
+    entropy: torch.Tensor
+    head_entropies: dict[str, torch.Tensor]
+
+
+def head_relevance(op: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Which heads influence the executed command: op always, slot unless WAIT, blueprint/blend for GERMINATE."""
+    germinate = op == LifecycleOp.GERMINATE
+    return {
+        "op": torch.ones_like(op, dtype=torch.bool),
+        "slot": op != LifecycleOp.WAIT,
+        "blueprint": germinate,
+        "blend": germinate,
+    }
+
+
+def _grad_safe(t: torch.Tensor) -> torch.Tensor:
+    """Outputs of `get_action_batch` are inference tensors, which autograd refuses to save; copy those."""
+    return t.clone() if t.is_inference() else t
+
+
+def _linear(in_dim: int, out_dim: int, gain: float) -> nn.Linear:
+    """Orthogonal init with zero bias (√2 for hidden layers; 0.01 policy outputs start near-uniform; value 1.0)."""
+    layer = nn.Linear(in_dim, out_dim)
+    nn.init.orthogonal_(layer.weight, gain=gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+def _mlp_head(hidden_dim: int, out_dim: int, output_gain: float) -> nn.Sequential:
+    return nn.Sequential(
+        _linear(hidden_dim, hidden_dim // 2, math.sqrt(2)), nn.ReLU(), _linear(hidden_dim // 2, out_dim, output_gain)
+    )
+
+
+class FactoredActorCritic(nn.Module):
+    def __init__(
+        self,
+        state_dim: int,
+        num_slots: int = NUM_SLOTS,
+        num_blueprints: int = NUM_BLUEPRINTS,
+        num_blends: int = NUM_BLENDS,
+        num_ops: int = NUM_OPS,
+        hidden_dim: int = DEFAULT_HIDDEN_DIM,
+    ) -> None:
+        super().__init__()
+        if state_dim < 1 or hidden_dim < 2 or hidden_dim % 2:
+            raise ValueError(f"Need state_dim ≥ 1 and an even hidden_dim ≥ 2, got {state_dim}, {hidden_dim}")
+        self.state_dim = state_dim
+        self.trunk = nn.Sequential(
+            _linear(state_dim, hidden_dim, math.sqrt(2)),
+            nn.LayerNorm(hidden_dim),
+            nn.ReLU(),
+            _linear(hidden_dim, hidden_dim, math.sqrt(2)),
+            nn.LayerNorm(hidden_dim),
+            nn.ReLU(),
+        )
+        sizes = {"op": num_ops, "slot": num_slots, "blueprint": num_blueprints, "blend": num_blends}
+        self.heads = nn.ModuleDict({name: _mlp_head(hidden_dim, sizes[name], 0.01) for name in HEAD_KEYS})
+        self.value_head = _mlp_head(hidden_dim, 1, 1.0)
+
+    def forward(self, states: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        features = self.trunk(states)
+        logits = {name: head(features) for name, head in self.heads.items()}
+        return logits, self.value_head(features).squeeze(-1)
+
+    @torch.inference_mode()
+    def get_action_batch(
+        self,
+        states: torch.Tensor,
+        masks: Mapping[str, torch.Tensor],
+        deterministic: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """Dependent sampling for states [B, D] → (actions {head: LongTensor[B]}, log_probs, values, used masks).
+
+        Heads irrelevant to the sampled op store the placeholder 0 (WAIT: slot, blueprint, blend; CULL/FOSSILIZE:
+        blueprint, blend).
+        """
+        full = {k: v.to(states.device) for k, v in full_masks(masks).items()}
+        logits, values = self(states)
+
+        def choose(head: str, mask: torch.Tensor) -> torch.Tensor:
+            dist = MaskedCategorical(logits[head], mask)
+            return dist.mode() if deterministic else dist.sample(generator)
+
+        op = choose("op", full["op"])
+        zeros = torch.zeros_like(op)
+        slot = choose("slot", condition_on_action(full, {"op": op, "slot": zeros})["slot"])
+        used = condition_on_action(full, {"op": op, "slot": slot})
+        relevant = head_relevance(op)
+        actions = {
+            "op": op,
+            "slot": torch.where(relevant["slot"], slot, zeros),
+            "blueprint": torch.where(relevant["blueprint"], choose("blueprint", used["blueprint"]), zeros),
+            "blend": torch.where(relevant["blend"], choose("blend", used["blend"]), zeros),
+        }
+        evaluation = self._evaluate(logits, values, actions, used)
+        return actions, evaluation.log_probs, values, used
+
+    def evaluate_heads(
+        self, states: torch.Tensor, actions: Mapping[str, torch.Tensor], used_masks: Mapping[str, torch.Tensor]
+    ) -> ActionEvaluation:
+        """Joint log-prob, value, joint entropy and per-head entropies of stored actions (with gradients)."""
+        logits, values = self(states)
+        used = {k: _grad_safe(used_masks[k].to(states.device)) for k in HEAD_KEYS}
+        chosen = {k: _grad_safe(actions[k].to(states.device)) for k in HEAD_KEYS}
+        return self._evaluate(logits, values, chosen, used)
+
+    def evaluate_actions(
+        self, states: torch.Tensor, actions: Mapping[str, torch.Tensor], used_masks: Mapping[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        evaluation = self.evaluate_heads(states, actions, used_masks)
+        return evaluation.log_probs, evaluation.values, evaluation.entropy
+
+    @staticmethod
+    def _evaluate(
+        logits: Mapping[str, torch.Tensor],
+        values: torch.Tensor,
+        actions: Mapping[str, torch.Tensor],
+        used: Mapping[str, torch.Tensor],
+    ) -> ActionEvaluation:
+        """log p = Σ over relevant heads of log p(head); entropy = Σ over relevant heads of normalized H(head)."""
+        relevant = head_relevance(actions["op"])
+        log_probs = torch.zeros_like(values)
+        entropy = torch.zeros_like(values)
+        head_entropies: dict[str, torch.Tensor] = {}
+        for head in HEAD_KEYS:
+            dist = MaskedCategorical(logits[head], used[head])
+            head_entropy = dist.entropy()
+            log_probs = log_probs + torch.where(relevant[head], dist.log_prob(actions[head]), 0.0)
+            entropy = entropy + torch.where(relevant[head], head_entropy, 0.0)
+            head_entropies[head] = head_entropy
+        return ActionEvaluation(log_probs, values, entropy, head_entropies)
