@@ -7,7 +7,7 @@ Run (a standalone script, not a test):
 
 Setup: `TrainingConfig.preset("quick")` (synthetic task, CNN host) with `max_epochs`, `max_train_samples` and
 `max_val_samples` overridden (defaults 3, 1024, 256); `--threads` sets torch's intra-op threads. For every k in
-`--envs`, `train_ppo_vectorized` runs with `n_envs = n_episodes = k`, i.e. exactly one rollout batch of k envs
+`--envs`, `train_ppo` runs with `n_envs = n_episodes = k`, i.e. exactly one rollout batch of k envs
 advancing together on one device, into a fresh `RunDirectory` under a temporary directory, telemetry off
 (`sink=None`). One `DataCache` is shared by all runs (and filled before timing), so no run pays for building the
 dataset; an untimed 1-env warm-up run comes first.
@@ -46,7 +46,7 @@ from esper.runtime.devices import resolve_device
 from esper.runtime.rundir import RunDirectory
 from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 from esper.simic.ppo.config import TrainingConfig
-from esper.simic.ppo.train import train_ppo_vectorized
+from esper.simic.ppo.train import PPORun, train_ppo
 
 
 @dataclass(frozen=True)
@@ -62,8 +62,7 @@ def run_once(config: TrainingConfig, n_envs: int, cache: DataCache, root: Path, 
     run_dir = RunDirectory(root / label)
     try:
         started = time.perf_counter()
-        result = train_ppo_vectorized(**cfg.to_train_kwargs(), run_dir=run_dir, sink=None, data_cache=cache,
-                                      preset="quick")
+        result = train_ppo(cfg, PPORun(run_dir, data=cache))
         if cfg.device.startswith("cuda"):
             torch.cuda.synchronize()
         wall = time.perf_counter() - started
@@ -71,7 +70,7 @@ def run_once(config: TrainingConfig, n_envs: int, cache: DataCache, root: Path, 
         run_dir.close()
     if len(result.history) != 1:
         raise RuntimeError(f"expected one rollout batch for n_envs={n_envs}, got {len(result.history)}")
-    return Measurement(n_envs, wall, result.history[0])
+    return Measurement(n_envs, wall, result.history[0].to_dict())
 
 
 def main() -> None:
@@ -95,7 +94,7 @@ def main() -> None:
     spec = get_task_spec(config.task)
     device = resolve_device(config.device)
     cache = DataCache(DataOptions())
-    # Public layout of one epoch on one device: the same iterators train_ppo_vectorized builds.
+    # Public layout of one epoch on one device: the same iterators train_ppo builds.
     layout = EpochData.build(spec, cache, [device], batch_size=config.batch_size, seed=config.seed,
                              max_train_samples=config.max_train_samples, max_val_samples=config.max_val_samples)
     train_batches, val_batches = len(layout.train), len(layout.val)

@@ -50,8 +50,8 @@ def test_sigkill_then_rerun_resumes_exactly(tmp_path: Path) -> None:
     a = torch.load(straight / "checkpoints" / "final.pt", weights_only=True)
     b = torch.load(killed / "checkpoints" / "final.pt", weights_only=True)
     assert a["batches_completed"] == b["batches_completed"] == 3
-    for name, tensor in a["network"].items():
-        assert torch.equal(tensor, b["network"][name]), name
+    for name, tensor in a["agent"]["network"].items():
+        assert torch.equal(tensor, b["agent"]["network"][name]), name
     lines_a = (straight / "episodes.jsonl").read_text().splitlines()
     lines_b = (killed / "episodes.jsonl").read_text().splitlines()
     assert lines_a == lines_b

@@ -17,7 +17,7 @@ from esper.env.env import MorphoEnv
 from esper.leyline import TelemetryEvent, TelemetryEventType
 from esper.runtime.rundir import RunDirectory
 from esper.simic.ppo.config import TrainingConfig
-from esper.simic.ppo.train import PPOTrainingResult, train_ppo_vectorized
+from esper.simic.ppo.train import PPORun, PPOTrainingResult, train_ppo
 
 
 class RecordingSink:
@@ -55,7 +55,7 @@ QuickRunner = Callable[..., QuickRun]
 
 @pytest.fixture
 def quick_ppo_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> QuickRunner:
-    """Run `train_ppo_vectorized` (quick preset, synthetic, one env per device, 2 epochs, tiny caps)."""
+    """Run `train_ppo` (quick preset, synthetic, one env per device, 2 epochs, tiny caps)."""
 
     def run(devices: Sequence[str], *, amp: bool = False) -> QuickRun:
         config = TrainingConfig.preset("quick").with_overrides(
@@ -79,7 +79,7 @@ def quick_ppo_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> QuickRunne
         path = tmp_path / "run"
         run_dir = RunDirectory(path)
         try:
-            result = train_ppo_vectorized(**config.to_train_kwargs(), run_dir=run_dir, sink=sink, preset="quick")
+            result = train_ppo(config, PPORun(run_dir, sink=sink))
         finally:
             run_dir.close()
             monkeypatch.undo()

@@ -5,7 +5,7 @@
   and G2 passes (TRAINING → BLENDING) occur in both. A forward hook on the host's first conv records, per forward,
   whether grad was enabled, the output dtype and the current CUDA stream: training forwards are fp16 under AMP
   (fp32 without) and always run on the env's own, non-default `torch.cuda.Stream`.
-* A quick `train_ppo_vectorized` run with amp=True on cuda:0 completes with a finite history.
+* A quick `train_ppo` run with amp=True on cuda:0 completes with a finite history.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Multi-GPU smoke (DESIGN §11.5 row "multi-GPU smoke", §6.10 device mapping): 2 envs on cuda:0 and cuda:1.
 
-Runs `train_ppo_vectorized` with the quick preset on `synthetic` (n_episodes 2, max_epochs 2, tiny caps; fixture
+Runs `train_ppo` with the quick preset on `synthetic` (n_episodes 2, max_epochs 2, tiny caps; fixture
 `quick_ppo_run` in conftest.py) and checks that each device received an env and that env's model: the
 TRAINING_STARTED mapping, the EPOCH_COMPLETED devices, and the parameters and streams of the envs actually built
 (captured by wrapping `run_episodes`); and that the history is non-empty and finite. Skips without two GPUs.

@@ -28,6 +28,7 @@ from esper.leyline import LifecycleOp, SeedStage
 from esper.runtime.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
 from esper.simic.normalization import RunningMeanStd
 from esper.simic.ppo.agent import PPOAgent
+from esper.simic.ppo.config import TrainingConfig
 from esper.simic.ppo.controller import PPOController
 from esper.tamiyo import RandomPolicy, TamiyoPolicy
 
@@ -55,7 +56,7 @@ def _task() -> TaskSpec:
 
 def _ppo_controller(seed: int) -> PPOController:
     torch.manual_seed(seed)
-    agent = PPOAgent(obs_dim(True), hidden_dim=32, seed=seed)
+    agent = PPOAgent(TrainingConfig(hidden_dim=32, seed=seed), state_dim=obs_dim(True), topology="cnn")
     return PPOController(agent, RunningMeanStd(obs_dim(True)), use_telemetry=True)
 
 

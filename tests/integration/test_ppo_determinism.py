@@ -8,7 +8,7 @@ import torch
 
 from esper.runtime.rundir import RunDirectory
 from esper.simic.ppo.config import TrainingConfig
-from esper.simic.ppo.train import train_ppo_vectorized
+from esper.simic.ppo.train import PPORun, train_ppo
 
 CONFIG = TrainingConfig.preset("quick").with_overrides(
     n_episodes=2, max_epochs=2, max_train_samples=128, max_val_samples=64, device="cpu")
@@ -16,8 +16,9 @@ CONFIG = TrainingConfig.preset("quick").with_overrides(
 
 def _final_network(run: Path, process_seed: int) -> dict[str, torch.Tensor]:
     torch.manual_seed(process_seed)
-    train_ppo_vectorized(**CONFIG.to_train_kwargs(), run_dir=RunDirectory(run))
-    network: dict[str, torch.Tensor] = torch.load(run / "checkpoints" / "final.pt", weights_only=True)["network"]
+    train_ppo(CONFIG, PPORun(RunDirectory(run)))
+    final = torch.load(run / "checkpoints" / "final.pt", weights_only=True)
+    network: dict[str, torch.Tensor] = final["agent"]["network"]
     return network
 
 

@@ -19,8 +19,9 @@ import argparse
 import sys
 
 from esper.cli.common import run_guarded
-from esper.cli.episodes import add_compare_parser, add_heuristic_parser
+from esper.cli.compare import add_compare_parser
 from esper.cli.report import add_report_parser
+from esper.cli.train_heuristic import add_heuristic_parser
 from esper.cli.train_ppo import add_ppo_parser
 
 

@@ -24,12 +24,12 @@ from esper.cli.common import (
 )
 from esper.env.rewards import RewardFamily
 from esper.leyline import TelemetryEventType
-from esper.runtime.devices import env_device_map, resolve_devices
-from esper.runtime.rundir import RunDirectory, default_run_dir
+from esper.runtime.devices import env_device_map, resolve_device, resolve_devices
+from esper.runtime.rundir import RunDirectory, checkpoint_file, default_run_dir
 from esper.runtime.tasks import TASKS, DataCache, get_task_spec
-from esper.simic.ppo.checkpoint import RESUMABLE_FIELDS, read_checkpoint_config, resolve_resume_path
+from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config
 from esper.simic.ppo.config import PRESET_ALIASES, PRESETS, TrainingConfig
-from esper.simic.ppo.train import train_ppo_vectorized
+from esper.simic.ppo.train import PPORun, train_ppo
 
 
 def add_ppo_parser(sub: Any) -> None:
@@ -80,7 +80,7 @@ def effective_config(args: argparse.Namespace) -> TrainingConfig:
 def _resume_target(args: argparse.Namespace) -> Path | None:
     """--resume, or an existing run directory of an interrupted PPO run (rerunning the command resumes it)."""
     if args.resume is not None:
-        target = resolve_resume_path(args.resume)
+        target = checkpoint_file(args.resume, "latest.pt")
         if args.run_dir is not None and args.run_dir.resolve() != target.parent.parent.resolve():
             raise ValueError(f"--resume {args.resume} continues in its own run directory {target.parent.parent}; "
                              f"drop --run-dir {args.run_dir}")
@@ -92,14 +92,9 @@ def _resume_target(args: argparse.Namespace) -> Path | None:
 
 def _config_for_resume(args: argparse.Namespace, checkpoint: Path) -> TrainingConfig:
     """The checkpoint's config is authoritative; flags may only change the resumable fields."""
-    saved = TrainingConfig.from_dict(read_checkpoint_config(checkpoint))
+    saved = TrainingConfig.from_dict(read_policy_checkpoint(checkpoint)["config"])
     requested = effective_config(args) if args.resume is None else saved.with_overrides(**_flag_overrides(args))
-    differing = sorted(k for k, v in requested.to_dict().items()
-                       if k not in RESUMABLE_FIELDS and saved.to_dict()[k] != v)
-    if differing:
-        raise ValueError(f"Cannot resume {checkpoint}: only {sorted(RESUMABLE_FIELDS)} may change, but these "
-                         f"differ: {differing}. Use another --run-dir for a new run.")
-    return saved.with_overrides(**{k: requested.to_dict()[k] for k in RESUMABLE_FIELDS})
+    return resume_config(saved, requested)
 
 
 def _config_table(config: TrainingConfig) -> Table:
@@ -128,13 +123,18 @@ def cmd_train_ppo(args: argparse.Namespace) -> int:
     cache = DataCache(data_options(args))
     cache.preload(get_task_spec(config.task), resolve_devices(config.device, config.devices),
                   config.max_train_samples, config.max_val_samples)
+    devices = resolve_devices(config.device, config.devices)
     if checkpoint is not None:
         run_dir = RunDirectory(checkpoint.parent.parent, resume=True)
         console.print(f"Resuming from [bold]{checkpoint}[/bold]")
+        run_dir.record_resume(args.argv, config.to_dict(), int(read_policy_checkpoint(checkpoint)["batches_completed"]))
     else:
         run_dir = RunDirectory(args.run_dir or default_run_dir(args.runs_root, "ppo", config.task, config.seed))
+        run_dir.write_config("ppo", args.argv, config.to_dict(), {
+            "data_dir": str(cache.options.data_dir), "devices": [str(d) for d in devices],
+            "policy_device": str(resolve_device(config.device)), "preset": args.preset,
+            "telemetry_level": args.telemetry_level})
     console.print(_config_table(config))
-    devices = resolve_devices(config.device, config.devices)
     mapping = env_device_map(config.n_envs, devices)
     console.print("Env → device: " + ", ".join(f"env{i}→{d}" for i, d in enumerate(mapping)))
     hub = make_hub(args, run_dir, config.to_dict())
@@ -142,9 +142,8 @@ def cmd_train_ppo(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGINT, stop)
     try:
         with closing_hub(hub, run_dir):
-            result = train_ppo_vectorized(**config.to_train_kwargs(), run_dir=run_dir, sink=hub,
-                                          resume_path=checkpoint, data_cache=cache,
-                                          preset=args.preset, argv=args.argv, should_stop=lambda: stop.requested)
+            result = train_ppo(config, PPORun(run_dir, sink=hub, data=cache, resume_from=checkpoint,
+                                              should_stop=lambda: stop.requested))
             emit(hub, TelemetryEventType.RUN_COMPLETED, "PPO training finished" if not stop.requested else
                  "PPO training stopped", {"batches_completed": result.batches_completed,
                                           "episodes_completed": result.episodes_completed,
@@ -165,7 +164,7 @@ def cmd_train_ppo(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     print_next_steps(run_dir.path, tensorboard=not args.no_tensorboard)
     console.print(f"Compare:       esper compare --controllers static heuristic "
-                  f"ppo:{run_dir.path / 'checkpoints' / 'final.pt'} --task {config.task} "
+                  f"ppo:{run_dir.path} --task {config.task} "
                   f"--max-epochs {config.max_epochs} --slots {' '.join(config.slots)}")
     return EXIT_OK
 

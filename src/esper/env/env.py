@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from esper.env.gradients import GradientStats, SeedGradientCollector
+from esper.env.logs import EpisodeResult, StepRow, slot_summaries
 from esper.env.masks import build_slot_states
 from esper.env.rewards import ShapedRewardComponents, SlotRewardInfo, StepRecord
 from esper.kasmina.model import MorphogeneticModel
@@ -83,27 +84,18 @@ class EnvStep:
     rollback: bool
     changes: list[StageChange]
 
-
-@dataclass
-class EpisodeResult:
-    controller: str
-    env_id: int
-    episode: int
-    batch: int
-    env_seed: int
-    final_accuracy: float
-    best_accuracy: float
-    seeds_created: int
-    seeds_fossilized: int
-    seeds_culled: int
-    params_added: int
-    action_counts: dict[str, int]
-    accuracy_curve: list[float]
-    total_reward: float
-    rollbacks: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+    def row(self) -> StepRow:
+        """This step as a line of steps.jsonl."""
+        env, cmd = self.env, self.decision.command
+        return StepRow(
+            batch=env.spec.batch, env=env.env_id, episode=env.spec.episode, epoch=self.epoch,
+            controller=env.controller_name, op=cmd.op.name, slot=cmd.slot_id, blueprint=cmd.blueprint_id,
+            blend=cmd.blend_id, success=self.action_success, reason=self.decision.reason,
+            train_loss=self.train.train_loss, train_acc=self.train.train_accuracy, val_loss=self.val.val_loss,
+            val_acc=self.val.val_accuracy, rollback=self.rollback, slots=slot_summaries(env.model),
+            seed_params=env.model.seed_param_count_total, reward_components=self.reward.to_dict(),
+            reward=self.reward.total(),
+        )
 
 
 class MorphoEnv:

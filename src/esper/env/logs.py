@@ -1,27 +1,101 @@
-"""Rows of the run directory's line logs: one per env step (steps.jsonl) and one per episode (episodes.jsonl)."""
+"""The typed rows of an episode's line logs: one per env step (`steps.jsonl`), one per episode (`episodes.jsonl`).
+
+Writers build these from the live env; `esper report` and the evaluation layer read them back with
+`esper.runtime.rows.read_rows`, so both sides share one schema.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
-from esper.env.env import EnvStep
+from esper.kasmina.model import MorphogeneticModel
+
+__all__ = ["EpisodeResult", "SlotSummary", "StepRow", "slot_summaries"]
 
 
-def step_row(step: EnvStep) -> dict[str, Any]:
-    """steps.jsonl: what was decided, what happened, and every reward component (whose total is the reward)."""
-    env, cmd = step.env, step.decision.command
-    slots: dict[str, Any] = {}
-    for s in env.model.slots():
+@dataclass(frozen=True, slots=True)
+class SlotSummary:
+    """An occupied slot at the end of a step (an empty slot is logged as null)."""
+
+    stage: str
+    blueprint: str
+    alpha: float
+    counterfactual: float | None
+
+
+def slot_summaries(model: MorphogeneticModel) -> dict[str, SlotSummary | None]:
+    """Every enabled slot of the model, in canonical order."""
+    out: dict[str, SlotSummary | None] = {}
+    for s in model.slots():
         state = s.state
-        slots[s.slot_id] = None if state is None else {
-            "stage": state.stage.name, "blueprint": state.blueprint_id, "alpha": round(state.alpha, 6),
-            "counterfactual": state.metrics.counterfactual_contribution}
-    return {
-        "batch": env.spec.batch, "env": env.env_id, "episode": env.spec.episode, "epoch": step.epoch,
-        "controller": env.controller_name, "op": cmd.op.name, "slot": cmd.slot_id, "blueprint": cmd.blueprint_id,
-        "blend": cmd.blend_id, "success": step.action_success, "reason": step.decision.reason,
-        "train_loss": step.train.train_loss, "train_acc": step.train.train_accuracy,
-        "val_loss": step.val.val_loss, "val_acc": step.val.val_accuracy, "rollback": step.rollback,
-        "slots": slots, "seed_params": env.model.seed_param_count_total,
-        "reward_components": step.reward.to_dict(), "reward": step.reward.total(),
-    }
+        out[s.slot_id] = None if state is None else SlotSummary(
+            state.stage.name, state.blueprint_id, state.alpha, state.metrics.counterfactual_contribution)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class StepRow:
+    """steps.jsonl: what was decided, what happened, and every reward component (whose total is `reward`)."""
+
+    FILE: ClassVar[str] = "steps.jsonl"
+
+    batch: int
+    env: int
+    episode: int
+    epoch: int
+    controller: str
+    op: str
+    slot: str | None
+    blueprint: str | None
+    blend: str | None
+    success: bool
+    reason: str
+    train_loss: float
+    train_acc: float
+    val_loss: float
+    val_acc: float
+    rollback: bool
+    slots: dict[str, SlotSummary | None]
+    seed_params: int
+    reward_components: dict[str, Any]
+    reward: float
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["slots"] = {slot: None if s is None else {"stage": s.stage, "blueprint": s.blueprint,
+                                                       "alpha": round(s.alpha, 6), "counterfactual": s.counterfactual}
+                        for slot, s in self.slots.items()}
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> StepRow:
+        slots = {slot: None if s is None else SlotSummary(**s) for slot, s in d["slots"].items()}
+        return cls(**{**d, "slots": slots})
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeResult:
+    """episodes.jsonl: one finished episode of one controller."""
+
+    FILE: ClassVar[str] = "episodes.jsonl"
+
+    controller: str
+    env_id: int
+    episode: int
+    batch: int
+    env_seed: int
+    final_accuracy: float
+    best_accuracy: float
+    seeds_created: int
+    seeds_fossilized: int
+    seeds_culled: int
+    params_added: int
+    action_counts: dict[str, int]
+    accuracy_curve: list[float]
+    total_reward: float
+    rollbacks: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)

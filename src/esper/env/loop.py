@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from esper.env.env import EnvStep, EpisodeResult, MorphoEnv
+from esper.env.env import EnvStep, MorphoEnv
+from esper.env.logs import EpisodeResult, slot_summaries
 from esper.env.rewards import RewardFn
 from esper.leyline import EnvObservation, LifecycleOp, TelemetryEventType
 from esper.leyline.seeding import derive_seed
@@ -117,12 +118,9 @@ def _emit_step(step: EnvStep) -> None:
         severity="debug" if cmd.op == LifecycleOp.WAIT else "info")  # the epoch line already says WAIT
     env.emit(TelemetryEventType.REWARD_COMPUTED, step.epoch, f"reward {step.reward.total():+.3f}",
              step.reward.to_dict())
-    slots = {}
-    for s in env.model.slots():
-        state = s.state
-        slots[s.slot_id] = None if state is None else {
-            "stage": state.stage.name, "blueprint": state.blueprint_id, "alpha": state.alpha,
-            "contribution": state.metrics.counterfactual_contribution}
+    slots = {slot: None if s is None else {"stage": s.stage, "blueprint": s.blueprint, "alpha": s.alpha,
+                                           "contribution": s.counterfactual}
+             for slot, s in slot_summaries(env.model).items()}
     m = obs.signals.metrics
     env.emit(TelemetryEventType.EPOCH_COMPLETED, step.epoch, f"epoch {step.epoch}: val {m.val_accuracy:.2f}%", {
         "batch": env.spec.batch, "episode": env.spec.episode, "epoch": step.epoch, "max_epochs": env.spec.max_epochs,

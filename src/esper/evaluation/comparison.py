@@ -6,72 +6,24 @@ advance together, batch-first, on the same shared batches, so differences come f
 
 from __future__ import annotations
 
-import random
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from esper.env.env import EnvSpec, EnvStep, EpisodeResult, MorphoEnv
-from esper.env.logs import step_row
-from esper.env.loop import EpochData, run_episodes
+from esper.env import EnvSpec, EnvStep, EpisodeResult, EpochData, MorphoEnv, run_episodes
 from esper.env.rewards import RewardFamily, make_reward_fn
+from esper.evaluation.controllers import all_controllers
+from esper.evaluation.stats import compare_pair, mean_std
 from esper.leyline import LifecycleOp, TelemetryEvent, TelemetryEventType, TelemetrySink
 from esper.leyline.constants import DEFAULT_GAMMA
 from esper.leyline.seeding import derive_seed
 from esper.runtime.devices import env_device_map
 from esper.runtime.rundir import RunDirectory
 from esper.runtime.tasks import DataCache, TaskSpec
-from esper.simic.ppo.controller import PPOController
-from esper.tamiyo import HeuristicTamiyo, RandomPolicy, StaticPolicy, TamiyoPolicy
-
-CONTROLLER_KINDS = ("static", "random", "heuristic", "ppo:PATH")
-BOOTSTRAP_RESAMPLES = 1000
-
-
-@dataclass(frozen=True)
-class ControllerSpec:
-    """A controller named on the command line: static, random, heuristic or ppo:PATH (checkpoint or run dir)."""
-
-    kind: str
-    path: Path | None = None
-
-    @property
-    def label(self) -> str:
-        return self.kind if self.path is None else f"{self.kind}:{self.path}"
-
-    @classmethod
-    def parse(cls, text: str) -> ControllerSpec:
-        kind, sep, rest = text.partition(":")
-        if kind == "ppo" and rest:
-            return cls(kind, Path(rest))
-        if kind not in CONTROLLER_KINDS or sep:
-            raise ValueError(f"Unknown controller '{text}'. Available: {', '.join(CONTROLLER_KINDS)}")
-        return cls(kind)
-
-    def check(self, task: TaskSpec, slots: Sequence[str]) -> None:
-        """Fail before any training when a learned controller cannot drive this setup."""
-        if self.kind == "ppo":
-            self.build(task, seed=0, episode=0, index=0, slots=slots)
-
-    def build(self, task: TaskSpec, *, seed: int, episode: int, index: int, slots: Sequence[str] = ()
-              ) -> TamiyoPolicy:
-        """A controller ready for episode `episode` (random controllers get their own seed per episode)."""
-        if self.kind == "ppo":
-            assert self.path is not None
-            return PPOController.from_checkpoint(self.path, topology=task.topology, slots=slots, deterministic=True)
-        if self.kind == "static":
-            return StaticPolicy()
-        if self.kind == "random":
-            policy = RandomPolicy()
-            policy.reset(derive_seed(seed, episode, index))
-            return policy
-        heuristic = HeuristicTamiyo(topology=task.topology)
-        heuristic.reset(seed)
-        return heuristic
+from esper.tamiyo import ControllerContext, ControllerSpec, TamiyoPolicy
 
 
 @dataclass
@@ -106,8 +58,7 @@ def run_controller_episodes(
         data = EpochData.build(task, cache, plan.devices, batch_size=plan.batch_size,
                                seed=derive_seed(plan.seed, episode), max_train_samples=plan.max_train_samples,
                                max_val_samples=plan.max_val_samples)
-        controllers = [spec.build(task, seed=plan.seed, episode=episode, index=i, slots=plan.slots)
-                       for i, spec in enumerate(specs)]
+        controllers = [build_controller(spec, plan, episode=episode, index=i) for i, spec in enumerate(specs)]
         envs = [
             MorphoEnv(EnvSpec(task, plan.slots, plan.max_epochs, env_seed, device_of[i], env_id=i, episode=episode,
                               max_seeds=plan.max_seeds, amp=plan.amp, sink=sink), spec.label)
@@ -117,7 +68,7 @@ def run_controller_episodes(
         def record(steps: list[EnvStep]) -> None:
             if run_dir is not None:
                 for step in steps:
-                    run_dir.append("steps.jsonl", step_row(step))
+                    run_dir.append("steps.jsonl", step.row().to_dict())
             if on_step is not None:
                 on_step(steps)
 
@@ -134,36 +85,6 @@ def run_controller_episodes(
             on_episode(episode, episode_results, envs)
         results.extend(episode_results)
     return results
-
-
-def _mean_std(values: Sequence[float]) -> dict[str, float]:
-    return {"mean": statistics.fmean(values), "std": statistics.pstdev(values) if len(values) > 1 else 0.0}
-
-
-def paired_bootstrap_ci(deltas: Sequence[float], *, seed: int, resamples: int = BOOTSTRAP_RESAMPLES
-                        ) -> tuple[float, float]:
-    """95 % percentile interval of the mean paired difference."""
-    rng = random.Random(seed)
-    n = len(deltas)
-    means = sorted(statistics.fmean(rng.choices(deltas, k=n)) for _ in range(resamples))
-    return means[int(0.025 * resamples)], means[min(resamples - 1, int(0.975 * resamples))]
-
-
-def compare_pair(a: Sequence[float], b: Sequence[float], *, tie_threshold: float, seed: int) -> dict[str, Any]:
-    """Controller a against reference b on paired episodes: wins/losses/ties, mean Δ, 95 % CI and a verdict."""
-    deltas = [x - y for x, y in zip(a, b, strict=True)]
-    low, high = paired_bootstrap_ci(deltas, seed=seed)
-    mean = statistics.fmean(deltas)
-    verdict = "no significant difference"
-    if mean > tie_threshold and low > 0:
-        verdict = "better"
-    elif mean < -tie_threshold and high < 0:
-        verdict = "worse"
-    return {
-        "wins": sum(d > tie_threshold for d in deltas), "losses": sum(d < -tie_threshold for d in deltas),
-        "ties": sum(abs(d) <= tie_threshold for d in deltas), "mean_delta": mean, "ci95": [low, high],
-        "verdict": verdict,
-    }
 
 
 @dataclass
@@ -185,13 +106,13 @@ class ComparisonResult:
                                                  for e in eps) for op in LifecycleOp}
             result.per_controller[c] = {
                 "episodes": len(eps),
-                "final_accuracy": _mean_std([e.final_accuracy for e in eps]),
-                "best_accuracy": _mean_std([e.best_accuracy for e in eps]),
-                "params_added": _mean_std([float(e.params_added) for e in eps]),
+                "final_accuracy": mean_std([e.final_accuracy for e in eps]),
+                "best_accuracy": mean_std([e.best_accuracy for e in eps]),
+                "params_added": mean_std([float(e.params_added) for e in eps]),
                 "seeds_created": statistics.fmean(e.seeds_created for e in eps),
                 "seeds_fossilized": statistics.fmean(e.seeds_fossilized for e in eps),
                 "seeds_culled": statistics.fmean(e.seeds_culled for e in eps),
-                "total_reward": _mean_std([e.total_reward for e in eps]),
+                "total_reward": mean_std([e.total_reward for e in eps]),
                 "action_mix": actions,
                 "accuracy_curve_mean": [statistics.fmean(vals) for vals in zip(*(e.accuracy_curve for e in eps))],
             }
@@ -216,14 +137,27 @@ class ComparisonResult:
         }
 
 
-def check_controllers(specs: Sequence[ControllerSpec], plan: EpisodePlan) -> list[str]:
-    """Distinct controllers that can all drive this setup; returns their labels."""
+def build_controller(spec: ControllerSpec, plan: EpisodePlan, *, episode: int, index: int) -> TamiyoPolicy:
+    """A controller ready for episode `episode`, seeded from (plan seed, episode, its position among the specs)."""
+    context = ControllerContext(topology=plan.task.topology, slots=plan.slots, seed=plan.seed, episode=episode,
+                                index=index)
+    return all_controllers().build(spec, context)
+
+
+def parse_controllers(texts: Sequence[str]) -> list[ControllerSpec]:
+    """Registered controller specs; unknown names and duplicates are errors."""
+    specs = [all_controllers().parse(text) for text in texts]
     labels = [s.label for s in specs]
     if len(set(labels)) != len(labels):
         raise ValueError(f"Controllers must be distinct, got {labels}")
-    for spec in specs:
-        spec.check(plan.task, plan.slots)
-    return labels
+    return specs
+
+
+def check_controllers(specs: Sequence[ControllerSpec], plan: EpisodePlan) -> list[str]:
+    """Build every controller once, so one that cannot drive this setup fails before any training."""
+    for i, spec in enumerate(specs):
+        build_controller(spec, plan, episode=0, index=i)
+    return [s.label for s in specs]
 
 
 def run_comparison(specs: Sequence[ControllerSpec], plan: EpisodePlan, episodes: int, cache: DataCache, *,

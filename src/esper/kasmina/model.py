@@ -11,7 +11,7 @@ from esper.kasmina.blueprints import BlueprintRegistry
 from esper.kasmina.hosts import HostProtocol
 from esper.kasmina.slot import EventCallback, SeedSlot, StageChange
 from esper.kasmina.state import LifecycleConfig
-from esper.leyline import GateResult, SeedStage, SeedStateReport, is_live_stage, ordered_slots
+from esper.leyline import GateResult, SeedStage, SeedStateReport, ordered_slots
 
 
 class MorphogeneticModel(nn.Module):
@@ -181,9 +181,6 @@ class MorphogeneticModel(nn.Module):
     @property
     def total_params(self) -> int:
         return self.host_param_count + self.seed_param_count_total
-
-    def count_live_seeds(self) -> int:
-        return sum(1 for s in self.slots() if s.state is not None and is_live_stage(s.state.stage))
 
     def count_fossilized_seeds(self) -> int:
         return sum(1 for s in self.slots() if s.state is not None and s.state.stage == SeedStage.FOSSILIZED)

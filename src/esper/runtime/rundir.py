@@ -78,6 +78,11 @@ def rewrite_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
     os.replace(tmp, path)
 
 
+def checkpoint_file(path: Path, name: str) -> Path:
+    """A checkpoint file as given, or a run directory meaning its `checkpoints/<name>`."""
+    return path / "checkpoints" / name if path.is_dir() else path
+
+
 def default_run_dir(runs_root: Path, command: str, task: str, seed: int) -> Path:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     return runs_root / f"{command}_{task}_{stamp}_s{seed}"

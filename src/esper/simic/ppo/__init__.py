@@ -3,6 +3,6 @@
 from esper.simic.ppo.agent import PPOAgent
 from esper.simic.ppo.config import PRESETS, TrainingConfig
 from esper.simic.ppo.controller import PPOController
-from esper.simic.ppo.train import PPOTrainingResult, train_ppo_vectorized
+from esper.simic.ppo.train import PPORun, PPOTrainingResult, train_ppo
 
-__all__ = ["PRESETS", "PPOAgent", "PPOController", "PPOTrainingResult", "TrainingConfig", "train_ppo_vectorized"]
+__all__ = ["PRESETS", "PPOAgent", "PPOController", "PPORun", "PPOTrainingResult", "TrainingConfig", "train_ppo"]

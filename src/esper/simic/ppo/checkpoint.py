@@ -1,26 +1,46 @@
-"""PPO learner state and its checkpoint (`esper-ppo-v1`, DESIGN §1.7, §6.15): everything an exact resume needs."""
+"""PPO learner state and its checkpoint (`esper-ppo-v2`): everything an exact resume needs, in plain values.
+
+The checkpoint holds the run's `TrainingConfig`, which rebuilds the agent, so a policy file is self-describing.
+"""
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import torch
+
 import esper
-from esper.leyline import OBS_SCHEMA, TelemetryEvent, TelemetryEventType, TelemetrySink
+from esper.env.features import obs_dim
+from esper.leyline import OBS_SCHEMA
 from esper.runtime.checkpoint import atomic_save, capture_rng_state, load_checkpoint, restore_rng_state
 from esper.runtime.rundir import RunDirectory, read_jsonl, rewrite_jsonl
+from esper.runtime.tasks import get_task_spec
 from esper.simic.normalization import RewardNormalizer, RunningMeanStd
 from esper.simic.ppo.agent import PPOAgent
 from esper.simic.ppo.config import TrainingConfig
-from esper.simic.ppo.controller import PPO_FORMAT
 
+__all__ = ["PPO_FORMAT", "RESUMABLE_FIELDS", "LearnerState", "read_policy_checkpoint", "resume_config",
+           "seed_everything", "trim_logs"]
+
+PPO_FORMAT = "esper-ppo-v2"
 RESUMABLE_FIELDS = frozenset({"n_episodes", "device", "devices", "amp"})
 """The only config fields a resume may change: extend the run, or move it to other hardware."""
 
 
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
 @dataclass
 class LearnerState:
+    """The agent plus the normalizers and counters that make a run resumable."""
+
     agent: PPOAgent
     obs_normalizer: RunningMeanStd
     reward_normalizer: RewardNormalizer
@@ -29,68 +49,72 @@ class LearnerState:
     rolling_window: list[float] = field(default_factory=list)
     best_rolling_accuracy: float = float("-inf")
 
+    @classmethod
+    def new(cls, config: TrainingConfig, device: torch.device) -> LearnerState:
+        """A fresh learner; the policy's initial weights depend only on `config.seed`."""
+        seed_everything(config.seed)
+        dim = obs_dim(config.use_telemetry)
+        agent = PPOAgent(config, state_dim=dim, topology=get_task_spec(config.task).topology, device=device)
+        return cls(agent, RunningMeanStd(dim, device=device), RewardNormalizer())
+
     @property
     def rolling_accuracy(self) -> float:
-        """Mean of the last 10 batch accuracies (0 before the first batch)."""
+        """Mean of the last batch accuracies (0 before the first batch)."""
         return sum(self.rolling_window) / len(self.rolling_window) if self.rolling_window else 0.0
 
+    def save(self, path: Path) -> None:
+        agent_state = self.agent.state_dict()
+        rng = capture_rng_state()
+        rng.update(action_generator=agent_state["action_generator"],
+                   minibatch_generator=agent_state["minibatch_generator"])
+        atomic_save({
+            "format": PPO_FORMAT,
+            "esper_version": esper.__version__,
+            "obs_schema": OBS_SCHEMA,
+            "config": self.agent.config.to_dict(),
+            "agent": agent_state,
+            "batches_completed": self.batches_completed,
+            "episodes_completed": self.episodes_completed,
+            "obs_normalizer": self.obs_normalizer.state_dict(),
+            "reward_normalizer": self.reward_normalizer.state_dict(),
+            "rng": rng,
+            "best_rolling_accuracy": self.best_rolling_accuracy,
+            "rolling_window": list(self.rolling_window),
+        }, path)
 
-def save_learner(path: Path, learner: LearnerState, config: TrainingConfig, sink: TelemetrySink | None,
-                 kind: str) -> None:
-    agent_state = learner.agent.state_dict()
-    rng = capture_rng_state()
-    rng.update(action_generator=agent_state["action_generator"], minibatch_generator=agent_state["minibatch_generator"])
-    atomic_save({
-        "format": PPO_FORMAT,
-        "esper_version": esper.__version__,
-        "obs_schema": OBS_SCHEMA,
-        "config": config.to_dict(),
-        "agent": agent_state,
-        "network": agent_state["network"],
-        "optimizer": agent_state["optimizer"],
-        "train_steps": agent_state["train_steps"],
-        "batches_completed": learner.batches_completed,
-        "episodes_completed": learner.episodes_completed,
-        "obs_normalizer": learner.obs_normalizer.state_dict(),
-        "reward_normalizer": learner.reward_normalizer.state_dict(),
-        "rng": rng,
-        "best_rolling_accuracy": learner.best_rolling_accuracy,
-        "rolling_window": list(learner.rolling_window),
-    }, path)
-    if sink is not None and sink.wants(TelemetryEventType.CHECKPOINT_SAVED):
-        sink.emit(TelemetryEvent(TelemetryEventType.CHECKPOINT_SAVED, message=f"saved {kind} checkpoint {path}",
-                                 data={"path": str(path), "kind": kind, "batch": learner.batches_completed}))
-
-
-def resolve_resume_path(path: Path) -> Path:
-    """A checkpoint file, or a run directory meaning its checkpoints/latest.pt."""
-    return path / "checkpoints" / "latest.pt" if path.is_dir() else path
-
-
-def read_checkpoint_config(path: Path) -> dict[str, Any]:
-    config: dict[str, Any] = load_checkpoint(resolve_resume_path(path), PPO_FORMAT)["config"]
-    return config
+    def restore(self, data: dict[str, Any]) -> None:
+        """Every piece of learner state from a checkpoint read with `read_policy_checkpoint`."""
+        self.agent.load_state_dict(data["agent"])
+        self.obs_normalizer.load_state_dict(data["obs_normalizer"])
+        self.reward_normalizer.load_state_dict(data["reward_normalizer"])
+        self.batches_completed = int(data["batches_completed"])
+        self.episodes_completed = int(data["episodes_completed"])
+        self.rolling_window = [float(x) for x in data["rolling_window"]]
+        self.best_rolling_accuracy = float(data["best_rolling_accuracy"])
+        restore_rng_state(data["rng"])
 
 
-def load_learner(path: Path, learner: LearnerState) -> dict[str, Any]:
-    """Restore every piece of learner state from a checkpoint; returns the checkpoint's config dict."""
-    data = load_checkpoint(resolve_resume_path(path), PPO_FORMAT)
-    learner.agent.load_state_dict(data["agent"])
-    learner.obs_normalizer.load_state_dict(data["obs_normalizer"])
-    learner.reward_normalizer.load_state_dict(data["reward_normalizer"])
-    learner.batches_completed = int(data["batches_completed"])
-    learner.episodes_completed = int(data["episodes_completed"])
-    learner.rolling_window = [float(x) for x in data["rolling_window"]]
-    learner.best_rolling_accuracy = float(data["best_rolling_accuracy"])
-    restore_rng_state(data["rng"])
-    config: dict[str, Any] = data["config"]
-    return config
+def read_policy_checkpoint(path: Path) -> dict[str, Any]:
+    """A PPO checkpoint's contents, refusing another format or observation schema."""
+    data = load_checkpoint(path, PPO_FORMAT, map_location="cpu")
+    if data.get("obs_schema") != OBS_SCHEMA:
+        raise ValueError(f"{path} uses observation schema {data.get('obs_schema')!r}, expected {OBS_SCHEMA!r}")
+    return data
+
+
+def resume_config(saved: TrainingConfig, requested: TrainingConfig) -> TrainingConfig:
+    """The saved config with the requested values of the resumable fields; any other difference is an error."""
+    saved_dict, requested_dict = saved.to_dict(), requested.to_dict()
+    differing = sorted(k for k, v in requested_dict.items() if k not in RESUMABLE_FIELDS and saved_dict[k] != v)
+    if differing:
+        raise ValueError(f"A resumed run may only change {sorted(RESUMABLE_FIELDS)}, but these differ from the "
+                         f"checkpoint: {differing}. Use another --run-dir for a new run.")
+    return saved.with_overrides(**{k: requested_dict[k] for k in RESUMABLE_FIELDS})
 
 
 def trim_logs(run_dir: RunDirectory, batches_completed: int) -> None:
     """Drop log lines of a batch that was interrupted, so the resumed batch is not recorded twice."""
     for name in ("steps.jsonl", "episodes.jsonl", "history.jsonl"):
         path = run_dir.path / name
-        if not path.exists():
-            continue
-        rewrite_jsonl(path, [row for row in read_jsonl(path) if row.get("batch", 0) < batches_completed])
+        if path.exists():
+            rewrite_jsonl(path, [row for row in read_jsonl(path) if row.get("batch", 0) < batches_completed])

@@ -190,10 +190,6 @@ class TrainingConfig(BaseModel):
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
 
-    def to_train_kwargs(self) -> dict[str, Any]:
-        """Every field, as keyword arguments of `train_ppo_vectorized`."""
-        return {name: getattr(self, name) for name in type(self).model_fields}
-
 
 def _describe(exc: ValidationError) -> str:
     parts = []

@@ -16,13 +16,14 @@ import torch
 
 from esper.env.features import obs_dim, observation_features
 from esper.env.masks import compute_batch_masks
-from esper.leyline import OBS_SCHEMA, EnvObservation, FactoredAction, ordered_slots
-from esper.runtime.checkpoint import load_checkpoint
+from esper.leyline import EnvObservation, FactoredAction, ordered_slots
+from esper.runtime.rundir import checkpoint_file
+from esper.runtime.tasks import get_task_spec
 from esper.simic.normalization import RunningMeanStd
 from esper.simic.ppo.agent import PPOAgent
-from esper.tamiyo import TamiyoDecision
-
-PPO_FORMAT = "esper-ppo-v1"
+from esper.simic.ppo.checkpoint import read_policy_checkpoint
+from esper.simic.ppo.config import TrainingConfig
+from esper.tamiyo import ControllerContext, TamiyoDecision, register_controller
 
 
 class PPOController:
@@ -52,7 +53,7 @@ class PPOController:
                            dtype=torch.float32, device=device)
         states = self.obs_normalizer.normalize(raw)
         masks = compute_batch_masks([o.validity for o in observations], device=device)
-        actions, log_probs, values, used = self.agent.get_action_batch(states, masks, self.deterministic)
+        actions, log_probs, values, used = self.agent.act(states, masks, self.deterministic)
         rows = torch.stack([actions["slot"], actions["blueprint"], actions["blend"], actions["op"]], 1).tolist()
         lp, v = log_probs.tolist(), values.tolist()
         decisions = []
@@ -69,24 +70,26 @@ class PPOController:
         return decisions
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path, *, device: str | torch.device = "cpu", deterministic: bool = True,
+    def from_checkpoint(cls, path: Path, *, device: str | torch.device = "cpu", deterministic: bool = True,
                         topology: str | None = None, slots: Sequence[str] | None = None) -> PPOController:
-        """Load a trained policy (`esper-ppo-v1`), rejecting one trained for another topology, slots or schema."""
-        path = Path(path)
-        if path.is_dir():
-            path = path / "checkpoints" / "final.pt"
-        data = load_checkpoint(path, PPO_FORMAT, map_location="cpu")
-        if data.get("obs_schema") != OBS_SCHEMA:
-            raise ValueError(f"{path} uses observation schema {data.get('obs_schema')!r}, expected {OBS_SCHEMA!r}")
-        if topology is not None and data["agent"]["hparams"]["topology"] != topology:
-            raise ValueError(f"{path} was trained for topology '{data['agent']['hparams']['topology']}', "
-                             f"not '{topology}'")
-        trained_slots = list(ordered_slots(data["config"]["slots"]))
-        if slots is not None and list(ordered_slots(slots)) != trained_slots:
-            raise ValueError(f"{path} was trained with slots {trained_slots}, not {list(slots)}")
-        agent = PPOAgent(**data["agent"]["hparams"], device=device)
+        """Load a trained policy, rejecting one trained for another topology, slots or observation schema."""
+        data = read_policy_checkpoint(path)
+        config = TrainingConfig.from_dict(data["config"])
+        trained_topology = get_task_spec(config.task).topology
+        if topology is not None and trained_topology != topology:
+            raise ValueError(f"{path} was trained for topology '{trained_topology}', not '{topology}'")
+        if slots is not None and list(ordered_slots(slots)) != config.slots:
+            raise ValueError(f"{path} was trained with slots {config.slots}, not {list(slots)}")
+        dim = obs_dim(config.use_telemetry)
+        agent = PPOAgent(config, state_dim=dim, topology=trained_topology, device=device)
         agent.load_state_dict(data["agent"])
-        use_telemetry = bool(data["config"]["use_telemetry"])
-        normalizer = RunningMeanStd(obs_dim(use_telemetry), device=device)
+        normalizer = RunningMeanStd(dim, device=device)
         normalizer.load_state_dict(data["obs_normalizer"])
-        return cls(agent, normalizer, use_telemetry=use_telemetry, deterministic=deterministic)
+        return cls(agent, normalizer, use_telemetry=config.use_telemetry, deterministic=deterministic)
+
+
+@register_controller("ppo", argument="PATH", summary="a PPO policy: checkpoint file or run directory (final.pt)")
+def _ppo(argument: str | None, context: ControllerContext) -> PPOController:
+    assert argument is not None
+    path = checkpoint_file(Path(argument), "final.pt")
+    return PPOController.from_checkpoint(path, device=context.device, topology=context.topology, slots=context.slots)

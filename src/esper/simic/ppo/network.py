@@ -137,12 +137,6 @@ class FactoredActorCritic(nn.Module):
         chosen = {k: _grad_safe(actions[k].to(states.device)) for k in HEAD_KEYS}
         return self._evaluate(logits, values, chosen, used)
 
-    def evaluate_actions(
-        self, states: torch.Tensor, actions: Mapping[str, torch.Tensor], used_masks: Mapping[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        evaluation = self.evaluate_heads(states, actions, used_masks)
-        return evaluation.log_probs, evaluation.values, evaluation.entropy
-
     @staticmethod
     def _evaluate(
         logits: Mapping[str, torch.Tensor],

@@ -203,8 +203,3 @@ def test_to_dict_is_json_safe_and_round_trips() -> None:
     assert TrainingConfig.from_dict(data).to_dict() == config.to_dict()
 
 
-def test_to_train_kwargs_returns_every_field_with_typed_values() -> None:
-    config = TrainingConfig(reward_family="loss")
-    kwargs = config.to_train_kwargs()
-    assert set(kwargs) == set(TrainingConfig.model_fields) == set(SPEC_DEFAULTS)
-    assert kwargs["reward_family"] is RewardFamily.LOSS

@@ -111,12 +111,13 @@ def test_generator_reproducibility_and_deterministic_mode() -> None:
     assert torch.equal(d1["op"], op_mode)
 
 
-def test_sampled_log_probs_match_evaluate_actions() -> None:
+def test_sampled_log_probs_match_evaluate_heads() -> None:
     masks, _ = mixed_batch(48)
     states = torch.randn(48, D)
     model = net()
     actions, log_probs, values, used = model.get_action_batch(states, masks)
-    new_log_probs, new_values, entropy = model.evaluate_actions(states, actions, used)
+    ev = model.evaluate_heads(states, actions, used)
+    new_log_probs, new_values, entropy = ev.log_probs, ev.values, ev.entropy
     assert torch.allclose(new_log_probs, log_probs, atol=1e-6)
     assert torch.allclose(new_values, values, atol=1e-6)
     assert entropy.shape == (48,) and new_log_probs.requires_grad
@@ -159,7 +160,8 @@ def test_irrelevant_heads_get_no_gradient() -> None:
     actions = {h: torch.zeros(8, dtype=torch.long) for h in HEADS}  # all WAIT
     used = {"op": torch.ones(8, 4, dtype=torch.bool), "slot": torch.ones(8, 3, dtype=torch.bool),
             "blueprint": torch.ones(8, 5, dtype=torch.bool), "blend": torch.ones(8, 3, dtype=torch.bool)}
-    log_probs, _, entropy = model.evaluate_actions(states, actions, used)
+    ev = model.evaluate_heads(states, actions, used)
+    log_probs, entropy = ev.log_probs, ev.entropy
     (log_probs.sum() + entropy.sum()).backward()
     for head in ("slot", "blueprint", "blend"):
         assert all(p.grad is None or torch.count_nonzero(p.grad) == 0 for p in model.heads[head].parameters())

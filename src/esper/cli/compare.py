@@ -1,0 +1,93 @@
+"""`esper compare`: several controllers on identical seeds and data order, with paired statistics."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.table import Table
+
+from esper.cli.common import (
+    EXIT_OK,
+    add_episode_options,
+    add_shared_options,
+    closing_hub,
+    console,
+    emit,
+    make_hub,
+    non_negative_float,
+    open_run_dir,
+    print_next_steps,
+)
+from esper.cli.episodes import episode_plan, load_data, progress_bar, runtime_info
+from esper.env import EnvStep
+from esper.env.rewards import RewardFamily
+from esper.evaluation.comparison import ComparisonResult, check_controllers, parse_controllers, run_comparison
+from esper.evaluation.controllers import all_controllers
+from esper.leyline import LifecycleOp, TelemetryEventType
+
+
+def add_compare_parser(sub: Any) -> None:
+    p = sub.add_parser("compare", help="run several controllers on identical seeds and data order")
+    p.add_argument("--controllers", nargs="+", required=True, metavar="SPEC",
+                   help=f"registered controllers ({', '.join(all_controllers().usages())}); the first is the reference")
+    add_episode_options(p, episodes=5)
+    p.add_argument("--devices", nargs="+", help="env devices, round-robin (default: --device)")
+    p.add_argument("--tie-threshold", type=non_negative_float, default=0.5,
+                   help="|Δ final accuracy| in pp counted as a tie")
+    add_shared_options(p)
+    p.set_defaults(func=cmd_compare)
+
+
+def comparison_table(result: ComparisonResult) -> Table:
+    ref = result.reference
+    table = Table(title=f"Comparison over {result.per_controller[ref]['episodes']} episode(s) (reference: {ref})")
+    for col in ("controller", "final %", "best %", "params added", "seeds c/f/x", "W/L/T vs ref", "Δ vs ref [95% CI]",
+                "verdict", "action mix"):
+        table.add_column(col, justify="right" if col not in ("controller", "verdict", "action mix") else "left")
+    for c in result.controllers:
+        s = result.per_controller[c]
+        fa, ba, pa = s["final_accuracy"], s["best_accuracy"], s["params_added"]
+        seeds = f"{s['seeds_created']:.1f}/{s['seeds_fossilized']:.1f}/{s['seeds_culled']:.1f}"
+        mix = " ".join(f"{op.name[0]}{100 * s['action_mix'][op.name]:.0f}" for op in LifecycleOp)
+        if c == ref:
+            wlt, delta, verdict = "—", "—", "reference"
+        else:
+            p = result.pairwise[c][ref]
+            wlt = f"{p['wins']}/{p['losses']}/{p['ties']}"
+            delta = f"{p['mean_delta']:+.2f} [{p['ci95'][0]:+.2f}, {p['ci95'][1]:+.2f}]"
+            verdict = p["verdict"]
+        table.add_row(c, f"{fa['mean']:.2f} ± {fa['std']:.2f}", f"{ba['mean']:.2f} ± {ba['std']:.2f}",
+                      f"{pa['mean']:,.0f}", seeds, wlt, delta, verdict, mix)
+    return table
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    specs = parse_controllers(args.controllers)
+    plan = episode_plan(args, args.devices, RewardFamily.CONTRIBUTION.value)
+    check_controllers(specs, plan)  # a checkpoint that cannot drive this setup fails before anything is written
+    cache = load_data(args, plan)
+    run_dir = open_run_dir(args, "compare", plan.task.name)
+    config = {"controllers": [s.label for s in specs], "task": plan.task.name, "episodes": args.episodes,
+              "max_epochs": args.max_epochs, "slots": list(args.slots), "max_seeds": args.max_seeds,
+              "seed": args.seed, "tie_threshold": args.tie_threshold, "max_train_samples": args.max_train_samples,
+              "max_val_samples": args.max_val_samples}
+    run_dir.write_config("compare", args.argv, config, runtime_info(args, plan))
+    hub = make_hub(args, run_dir, config)
+    with closing_hub(hub, run_dir), progress_bar(args) as progress:
+        emit(hub, TelemetryEventType.TRAINING_STARTED, f"compare on {plan.task.name}", {
+            "command": "compare", "task": plan.task.name, "topology": plan.task.topology, "n_envs": len(specs),
+            "env_devices": {i: str(plan.devices[i % len(plan.devices)]) for i in range(len(specs))},
+            "n_episodes": args.episodes, "config": config})
+        bar = progress.add_task("epochs", total=args.episodes * args.max_epochs, status="")
+
+        def on_step(steps: list[EnvStep]) -> None:
+            status = " ".join(f"{s.env.controller_name} {s.val.val_accuracy:.1f}%" for s in steps)
+            progress.update(bar, advance=1, status=f"ep {steps[0].env.spec.episode}: {status}")
+
+        result = run_comparison(specs, plan, args.episodes, cache,
+                                tie_threshold=args.tie_threshold, sink=hub, run_dir=run_dir, on_step=on_step)
+        emit(hub, TelemetryEventType.RUN_COMPLETED, "comparison completed", {"controllers": result.controllers})
+    console.print(comparison_table(result))
+    print_next_steps(run_dir.path, tensorboard=not args.no_tensorboard)
+    return EXIT_OK
