@@ -1,0 +1,146 @@
+"""Every blueprint in every slot of every registered task host, as the trainer runs it on CPU.
+
+`test_blueprint_contracts.py` checks the blueprint contract on small stand-in hosts; this file covers the real task
+hosts, whose slots include shapes the stand-ins never produce (a 1x1 map at the late slot of `cifar10_deep`, a
+channels_last activation there that counts as contiguous in both memory formats). Hosts are built once per task and
+batches are tiny, so the whole sweep costs a few seconds.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import esper
+from esper.kasmina.blueprints import DEFAULT_REGISTRY
+from esper.kasmina.model import MorphogeneticModel
+from esper.leyline import CANONICAL_SLOTS, SeedStage
+from esper.runtime.tasks import TASKS, TaskSpec
+from esper.tolaria import compute_task_loss
+
+INITIALIZATIONS = 50
+CASES = [(task, slot) for task in sorted(TASKS) for slot in CANONICAL_SLOTS]
+
+
+def _batch(task: TaskSpec) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(7)
+    if task.topology == "cnn":
+        return (torch.randn(2, *task.input_shape, generator=g),
+                torch.randint(0, task.num_outputs, (2,), generator=g))
+    return (torch.randint(0, task.num_outputs, (1, 8), generator=g),
+            torch.randint(0, task.num_outputs, (1, 8), generator=g))
+
+
+@functools.cache
+def _model(task_name: str) -> MorphogeneticModel:
+    """The task's own host (built once per task) with all canonical slots, in training mode as the trainer uses it."""
+    task = TASKS[task_name]
+    torch.manual_seed(0)
+    model = MorphogeneticModel(task.host_factory(), slots=list(CANONICAL_SLOTS), lifecycle=task.lifecycle)
+    return model.train()
+
+
+@functools.cache
+def _slot_activation(task_name: str, slot: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The host activation at `slot` and the loss gradient arriving there: what a TRAINING seed sees and receives.
+
+    In TRAINING the seed's input is the detached activation and its output gets exactly the upstream gradient (the
+    straight-through incubator), so these two tensors determine a fresh seed's first gradient.
+    """
+    task, model = TASKS[task_name], _model(task_name)
+    x, y = _batch(task)
+    h = model.host.forward_to_segment(slot, x).detach().requires_grad_()
+    compute_task_loss(model.host.forward_from_segment(slot, h), y, task.task_type).backward()
+    assert h.grad is not None
+    model.zero_grad(set_to_none=True)
+    return h.detach(), h.grad
+
+
+def _backward(model: MorphogeneticModel, task: TaskSpec, slot: str) -> None:
+    """Forward and backward of the whole model; every parameter the stage uses gets a finite gradient."""
+    x, y = _batch(task)
+    model.zero_grad(set_to_none=True)
+    out = model(x)
+    assert torch.isfinite(out).all()
+    compute_task_loss(out, y, task.task_type).backward()
+    s = model.slot(slot)
+    assert s.seed is not None and s.state is not None
+    # The gate only acts while blending; in TRAINING the straight-through incubator bypasses it.
+    used = model.seed_parameters(slot) if s.state.stage == SeedStage.BLENDING else list(s.seed.parameters())
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in used)
+    assert all(p.grad is None or torch.isfinite(p.grad).all() for p in model.host_parameters())
+
+
+def test_the_sweep_covers_a_one_by_one_channels_last_slot() -> None:
+    h, _ = _slot_activation("cifar10_deep", "late")
+    assert h.shape[-2:] == (1, 1)
+    assert h.is_contiguous(memory_format=torch.channels_last) and h.is_contiguous()
+
+
+@pytest.mark.parametrize(("task_name", "slot"), CASES)
+def test_every_blueprint_trains_and_blends_in_every_task_slot(task_name: str, slot: str) -> None:
+    task, model = TASKS[task_name], _model(task_name)
+    for name in DEFAULT_REGISTRY.names(task.topology):
+        model.germinate_seed(name, f"{name}-{slot}", slot=slot, blend_id="gated", baseline_accuracy=10.0, epoch=1)
+        model.step_epoch(1)
+        state = model.slot(slot).state
+        assert state is not None and state.stage == SeedStage.TRAINING
+        _backward(model, task, slot)
+        state.stage, state.alpha = SeedStage.BLENDING, 0.5
+        _backward(model, task, slot)
+        assert model.cull_seed(slot=slot, reason="test", epoch=1)
+    model.zero_grad(set_to_none=True)
+
+
+@pytest.mark.parametrize(("task_name", "slot"), CASES)
+def test_every_blueprint_gets_a_gradient_at_initialization(task_name: str, slot: str) -> None:
+    """A seed with an exactly zero first gradient has gradient ratio 0 forever and can never pass G2."""
+    task = TASKS[task_name]
+    h, upstream = _slot_activation(task_name, slot)
+    channels = _model(task_name).host.segment_channels[slot]
+    for name in DEFAULT_REGISTRY.names(task.topology):
+        for init in range(INITIALIZATIONS):
+            torch.manual_seed(init)
+            seed = DEFAULT_REGISTRY.create(task.topology, name, channels).train()
+            params = list(seed.parameters())
+            if not params:
+                continue  # noop: nothing to train
+            (seed(h) * upstream).sum().backward()
+            total = sum(float(p.grad.abs().sum()) for p in params if p.grad is not None)
+            assert total > 0, f"{name} at {task_name}/{slot}: zero gradient at initialization {init}"
+
+
+def test_norm_seed_at_a_one_by_one_slot_does_not_crash_cpu_backward() -> None:
+    """Regression: CPU GroupNorm backward segfaulted on the 1x1 channels_last detached input of the TRAINING seed.
+
+    Run in a child process, so that a crash fails this test instead of killing the test session.
+    """
+    script = textwrap.dedent("""
+        import torch
+        from esper.kasmina.model import MorphogeneticModel
+        from esper.leyline import CANONICAL_SLOTS
+        from esper.runtime.tasks import get_task_spec
+        from esper.tolaria import TrainState, train_step
+
+        task = get_task_spec("cifar10_deep")
+        torch.manual_seed(0)
+        model = MorphogeneticModel(task.host_factory(), slots=list(CANONICAL_SLOTS), lifecycle=task.lifecycle)
+        ts = TrainState(model, task.host_optimizer, task.seed_optimizer, task.task_type, torch.device("cpu"))
+        model.germinate_seed("norm", "s", slot="late", blend_id="linear", baseline_accuracy=10.0, epoch=1)
+        model.step_epoch(1)
+        ts.sync_optimizers()
+        train_step(ts, torch.randn(4, 3, 32, 32), torch.randint(0, 10, (4,)))
+        assert all(p.grad is not None for p in model.seed_parameters("late"))
+        print("ok")
+    """)
+    source_root = str(Path(esper.__file__).resolve().parents[1])  # the child imports this very checkout
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (source_root, os.environ.get("PYTHONPATH"))))}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", (done.returncode, done.stderr[-2000:])
