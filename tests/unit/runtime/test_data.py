@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from esper.leyline.seeding import derive_seed
 from esper.runtime.data import (
     Augmentation,
     AugmentDraw,
@@ -13,7 +14,6 @@ from esper.runtime.data import (
     SharedBatchIterator,
     apply_augmentation,
 )
-from esper.leyline.seeding import derive_seed
 from esper.runtime.readers import make_windows
 
 
