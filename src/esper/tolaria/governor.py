@@ -1,4 +1,4 @@
-"""The governor: detects a diverging environment and rolls it back to its last good snapshot (DESIGN §4.2)."""
+"""The governor: detects a diverging environment and rolls it back to its last healthy snapshot."""
 
 from __future__ import annotations
 
@@ -88,18 +88,14 @@ class TolariaGovernor:
         self.consecutive_panics = 0
         self._pending: tuple[str, float, float] | None = None
         self._snapshot: dict[str, Any] | None = None
-        self._healthy = True  # a fresh environment has not been measured yet and is the reference state
+        # Whether the latest vital check passed; a fresh environment is unmeasured and is the reference state.
+        self._healthy = True
 
     def _emit(self, event_type: TelemetryEventType, message: str, data: dict[str, Any], severity: str,
               epoch: int | None = None) -> None:
         if self.on_event is not None:
             self.on_event(TelemetryEvent(event_type=event_type, epoch=epoch, message=message, data=data,
                                          severity=severity))  # type: ignore[arg-type]
-
-    @property
-    def healthy(self) -> bool:
-        """Whether the latest vital check passed (True before the first check and after a rollback)."""
-        return self._healthy
 
     def _panic(self, reason: str, loss: float, threshold: float) -> None:
         self._healthy = False

@@ -177,15 +177,14 @@ def test_snapshot_is_refused_until_a_vital_check_passes_again(history: list[floa
     events: list[TelemetryEvent] = []
     gov = _governor(events, min_panics_before_rollback=3)
     ts = _train_state()
-    assert gov.healthy and gov.snapshot(ts, epoch=0)  # a fresh environment is the reference state
+    assert gov.snapshot(ts, epoch=0)  # a fresh environment is the reference state
     _fill(gov, history)
     gov.check_vital_signs(bad)
-    assert not gov.healthy
     assert gov.snapshot(ts, epoch=5) is False and gov.snapshot(ts, epoch=5) is False
     _fill(gov, [history[0]])
-    assert gov.healthy and gov.snapshot(ts, epoch=6)
+    assert gov.snapshot(ts, epoch=6)
     taken = [e.epoch for e in events if e.event_type == TelemetryEventType.GOVERNOR_SNAPSHOT]
     assert taken == [0, 6]
     gov.check_vital_signs(bad)
     assert gov.execute_rollback(ts).restored_epoch == 6  # not 5: that state was never stored
-    assert gov.healthy  # the restored state is a stored, healthy one
+    assert gov.snapshot(ts, epoch=7)  # the restored state is a stored, healthy one

@@ -1,4 +1,4 @@
-"""CNN blueprints (DESIGN §3.4): shape-preserving modules on (B, C, H, W).
+"""CNN blueprints: shape-preserving modules on (B, C, H, W).
 
 Standard (PyTorch default, kaiming-uniform) initialization: α = 0 already preserves the host function, so seeds must
 not start at zero output or they would receive no useful gradient.
@@ -120,7 +120,7 @@ def _identity(channels: int) -> nn.Module:
 
 
 def register_cnn_blueprints(registry: BlueprintRegistry) -> None:
-    """Adds the §3.4 CNN catalog to `registry`; `in_head` follows Leyline's BLUEPRINT_HEAD."""
+    """Adds the CNN catalog to `registry`; `in_head` follows Leyline's BLUEPRINT_HEAD."""
     catalog: tuple[tuple[str, Callable[[int], nn.Module], Callable[[int], int], str], ...] = (
         ("noop", _identity, lambda c: 0, "Identity: a placeholder seed with no parameters"),
         ("conv_light", ConvLight, lambda c: 9 * c * c + 2 * c, "Residual 3x3 conv block"),
