@@ -1,4 +1,4 @@
-"""The governor: detects a diverging environment and rolls it back to its last good snapshot (DESIGN §4.2)."""
+"""The governor: detects a diverging environment and rolls it back to its last healthy snapshot."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from typing import Any
 from esper.leyline import TelemetryEvent, TelemetryEventType
 from esper.leyline.constants import (
     DEFAULT_GOVERNOR_ABSOLUTE_THRESHOLD,
-    DEFAULT_GOVERNOR_DEATH_PENALTY,
     DEFAULT_GOVERNOR_HISTORY_WINDOW,
     DEFAULT_GOVERNOR_LOSS_MULTIPLIER,
     DEFAULT_GOVERNOR_SENSITIVITY,
@@ -89,6 +88,8 @@ class TolariaGovernor:
         self.consecutive_panics = 0
         self._pending: tuple[str, float, float] | None = None
         self._snapshot: dict[str, Any] | None = None
+        # Whether the latest vital check passed; a fresh environment is unmeasured and is the reference state.
+        self._healthy = True
 
     def _emit(self, event_type: TelemetryEventType, message: str, data: dict[str, Any], severity: str,
               epoch: int | None = None) -> None:
@@ -97,13 +98,15 @@ class TolariaGovernor:
                                          severity=severity))  # type: ignore[arg-type]
 
     def _panic(self, reason: str, loss: float, threshold: float) -> None:
+        self._healthy = False
         self._pending = (reason, loss, threshold)
         self._emit(TelemetryEventType.GOVERNOR_PANIC, f"governor panic: {reason} (loss {loss:.4g})",
                    {"loss": loss, "consecutive_panics": self.consecutive_panics, "reason": reason}, "warning")
 
     def check_vital_signs(self, loss: float) -> bool:
-        """True means: roll back now."""
+        """True means: roll back now. Any panic, even one below the rollback threshold, marks the state unhealthy."""
         L = self.random_guess_loss
+        self._healthy = True
         if not math.isfinite(loss):
             self._panic("non_finite_loss", loss, math.nan)
             return True
@@ -126,12 +129,20 @@ class TolariaGovernor:
         self.consecutive_panics = 0
         return False
 
-    def snapshot(self, ts: TrainState, *, epoch: int, bookkeeping: dict[str, Any] | None = None) -> None:
-        """Remember a known-good state: model, seeds, optimizers and the env's per-slot bookkeeping."""
+    def snapshot(self, ts: TrainState, *, epoch: int, bookkeeping: dict[str, Any] | None = None) -> bool:
+        """Remember a known-good state: model, seeds, optimizers and the env's per-slot bookkeeping.
+
+        Refused (returns False, the previous snapshot is kept) when the latest vital check panicked: a panic that
+        has not yet reached the rollback threshold still means the model may be diverging, and a later rollback to
+        that state would restore the divergence instead of undoing it.
+        """
+        if not self._healthy:
+            return False
         self._snapshot = {"train_state": export_train_state(ts), "epoch": epoch,
                           "bookkeeping": detached_cpu_copy(bookkeeping or {})}
         self._emit(TelemetryEventType.GOVERNOR_SNAPSHOT, f"snapshot at epoch {epoch}", {"epoch": epoch}, "debug",
                    epoch=epoch)
+        return True
 
     def execute_rollback(self, ts: TrainState) -> GovernorReport:
         """Restore the last snapshot exactly and clear the panic state."""
@@ -142,14 +153,10 @@ class TolariaGovernor:
         self.loss_history.clear()
         self.consecutive_panics = 0
         self._pending = None
+        self._healthy = True  # the model now equals a snapshot, and only healthy states are snapshotted
         report = GovernorReport(reason, loss, threshold, self._snapshot["epoch"],
                                 restored_bookkeeping=detached_cpu_copy(self._snapshot["bookkeeping"]))
         self._emit(TelemetryEventType.GOVERNOR_ROLLBACK, f"rolled back to epoch {report.restored_epoch} ({reason})", {
             "reason": reason, "loss_at_panic": loss, "loss_threshold": threshold,
             "restored_epoch": report.restored_epoch}, "critical")
         return report
-
-    @staticmethod
-    def punishment_reward() -> float:
-        """The reward of a step whose epoch was rolled back (the rewards' `governor_penalty` term)."""
-        return -DEFAULT_GOVERNOR_DEATH_PENALTY

@@ -74,8 +74,31 @@ def test_squeeze_excitation_only_rescales_channels() -> None:
     x = torch.randn(2, 16, 5, 5)
     with torch.no_grad():
         scale = se(x) / x
-    assert bool(((scale > 0) & (scale < 1)).all())
+    assert bool(((scale > 0) & (scale < 2)).all())
     torch.testing.assert_close(scale, scale[:, :, :1, :1].expand_as(scale))
+
+
+def test_squeeze_excitation_gate_is_centred_on_the_identity() -> None:
+    """A zero pre-activation gives gate 1, and a fresh seed stays close to it instead of halving its input."""
+    se = DEFAULT_REGISTRY.create("cnn", "attention", 16)
+    x = torch.relu(torch.randn(4, 16, 6, 6))  # a host activation after ReLU, as the CNN slots see it
+    with torch.no_grad():
+        fresh = se(x) / x.clamp_min(1e-6)
+        nn.init.zeros_(se.get_parameter("fc2.weight"))
+        assert torch.equal(se(x), x)
+    gate = fresh[x > 0]
+    assert gate.min() > 0.5 and gate.max() < 1.5 and abs(float(gate.mean()) - 1.0) < 0.1
+
+
+def test_squeeze_excitation_has_a_gradient_when_every_bottleneck_unit_is_negative() -> None:
+    """The bottleneck activation must not be dead: a ReLU there gave an exactly zero gradient to every weight."""
+    se = DEFAULT_REGISTRY.create("cnn", "attention", 8)
+    with torch.no_grad():
+        se.get_parameter("fc1.weight").copy_(-se.get_parameter("fc1.weight").abs())  # all pre-activations < 0
+    x = torch.relu(torch.randn(2, 8, 4, 4)) + 0.1
+    (se(x) * torch.randn(2, 8, 4, 4)).sum().backward()
+    for name, p in se.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
 
 
 def test_attention_blueprint_validates_width() -> None:

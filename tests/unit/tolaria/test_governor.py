@@ -171,7 +171,20 @@ def test_rollback_without_snapshot_raises() -> None:
         _governor().execute_rollback(_train_state())
 
 
-def test_punishment_reward_matches_the_reward_term() -> None:
-    from esper.leyline.constants import DEFAULT_GOVERNOR_DEATH_PENALTY
-
-    assert _governor().punishment_reward() == -DEFAULT_GOVERNOR_DEATH_PENALTY == -10.0
+@pytest.mark.parametrize(("history", "bad"), [(STABLE, 50.0), (STABLE, math.nan), ([0.5 * LN10] * 10, LN10)],
+                         ids=["loss_spike", "non_finite", "lobotomy"])
+def test_snapshot_is_refused_until_a_vital_check_passes_again(history: list[float], bad: float) -> None:
+    events: list[TelemetryEvent] = []
+    gov = _governor(events, min_panics_before_rollback=3)
+    ts = _train_state()
+    assert gov.snapshot(ts, epoch=0)  # a fresh environment is the reference state
+    _fill(gov, history)
+    gov.check_vital_signs(bad)
+    assert gov.snapshot(ts, epoch=5) is False and gov.snapshot(ts, epoch=5) is False
+    _fill(gov, [history[0]])
+    assert gov.snapshot(ts, epoch=6)
+    taken = [e.epoch for e in events if e.event_type == TelemetryEventType.GOVERNOR_SNAPSHOT]
+    assert taken == [0, 6]
+    gov.check_vital_signs(bad)
+    assert gov.execute_rollback(ts).restored_epoch == 6  # not 5: that state was never stored
+    assert gov.snapshot(ts, epoch=7)  # the restored state is a stored, healthy one

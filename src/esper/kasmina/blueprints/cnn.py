@@ -1,4 +1,4 @@
-"""CNN blueprints (DESIGN §3.4): shape-preserving modules on (B, C, H, W).
+"""CNN blueprints: shape-preserving modules on (B, C, H, W).
 
 Standard (PyTorch default, kaiming-uniform) initialization: α = 0 already preserves the host function, so seeds must
 not start at zero output or they would receive no useful gradient.
@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 from esper.kasmina.blueprints.registry import BlueprintRegistry, BlueprintSpec
 from esper.leyline import BLUEPRINT_HEAD
@@ -65,7 +66,13 @@ def _se_reduction(channels: int) -> int:
 
 
 class SqueezeExcitation(nn.Module):
-    """Channel attention: y = x · σ(W₂·ReLU(W₁·GAP(x))), no biases."""
+    """Channel attention: y = x · 2σ(W₂·SiLU(W₁·GAP(x))), no biases.
+
+    The 2σ gate is 1 at a zero pre-activation, so the seed starts close to the identity instead of halving its
+    input. SiLU instead of ReLU: with only C/4 hidden units fed by non-negative post-ReLU activations, a ReLU
+    bottleneck is dead for every sample in a sizeable fraction of initializations, and then no parameter ever
+    receives a gradient; SiLU is non-zero (with a non-zero slope) for every non-zero input.
+    """
 
     def __init__(self, channels: int) -> None:
         super().__init__()
@@ -74,7 +81,7 @@ class SqueezeExcitation(nn.Module):
         self.fc2 = nn.Linear(reduced, channels, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        scale = torch.sigmoid(self.fc2(torch.relu(self.fc1(x.mean(dim=(2, 3))))))
+        scale = 2.0 * torch.sigmoid(self.fc2(F.silu(self.fc1(x.mean(dim=(2, 3))))))
         return x * scale[:, :, None, None]
 
 
@@ -87,9 +94,12 @@ class GroupNormSeed(nn.Module):
         self.strength = nn.Parameter(torch.ones(()))
 
     def forward(self, x: Tensor) -> Tensor:
-        # NCHW for the norm: torch's CPU GroupNorm backward crashes (segfault) on a channels_last input that needs
-        # no gradient, which is exactly the TRAINING incubator's detached input.
-        return x + torch.tanh(self.strength) * (self.norm(x.contiguous()) - x)
+        # torch's CPU GroupNorm backward crashes (segfault) on a 4-D input whose strides suggest channels_last when
+        # the input needs no gradient, which is exactly the TRAINING incubator's detached input. `.contiguous()` is
+        # not enough: at H = W = 1 a channels_last tensor counts as contiguous in both formats and is returned
+        # unchanged. A (B, C, H·W) view has no channels_last reading at all, so the kernel takes the plain path.
+        normalized = self.norm(x.flatten(2)).reshape(x.shape)
+        return x + torch.tanh(self.strength) * (normalized - x)
 
 
 class DepthwiseSeparable(nn.Module):
@@ -110,7 +120,7 @@ def _identity(channels: int) -> nn.Module:
 
 
 def register_cnn_blueprints(registry: BlueprintRegistry) -> None:
-    """Adds the §3.4 CNN catalog to `registry`; `in_head` follows Leyline's BLUEPRINT_HEAD."""
+    """Adds the CNN catalog to `registry`; `in_head` follows Leyline's BLUEPRINT_HEAD."""
     catalog: tuple[tuple[str, Callable[[int], nn.Module], Callable[[int], int], str], ...] = (
         ("noop", _identity, lambda c: 0, "Identity: a placeholder seed with no parameters"),
         ("conv_light", ConvLight, lambda c: 9 * c * c + 2 * c, "Residual 3x3 conv block"),

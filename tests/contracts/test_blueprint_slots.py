@@ -1,0 +1,165 @@
+"""Every blueprint in every slot of every registered task host, as the trainer runs it on CPU.
+
+`test_blueprint_contracts.py` checks the blueprint contract on small stand-in hosts; this file covers the real task
+hosts, whose slots include shapes the stand-ins never produce (a 1x1 map at the late slot of `cifar10_deep`, a
+channels_last activation there that counts as contiguous in both memory formats). Each distinct host is built once
+and batches are tiny, so the whole sweep costs a few seconds.
+"""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing
+
+import pytest
+import torch
+
+from esper.kasmina.blueprints import DEFAULT_REGISTRY
+from esper.kasmina.model import MorphogeneticModel
+from esper.leyline import CANONICAL_SLOTS, SeedStage
+from esper.runtime.tasks import TASKS, TaskSpec
+from esper.tolaria import TrainState, compute_task_loss, train_step
+
+INITIALIZATIONS = 50
+
+
+def _distinct_hosts() -> list[str]:
+    """One task per distinct host (architecture and input shape): tasks sharing a host would repeat the sweep."""
+    first: dict[tuple[tuple[int, ...], str], str] = {}
+    for name in sorted(TASKS):
+        task = TASKS[name]
+        first.setdefault((task.input_shape, repr(task.host_factory())), name)
+    return sorted(first.values())
+
+
+CASES = [(task, slot) for task in _distinct_hosts() for slot in CANONICAL_SLOTS]
+
+
+def _batch(task: TaskSpec) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(7)
+    if task.topology == "cnn":
+        return (torch.randn(2, *task.input_shape, generator=g),
+                torch.randint(0, task.num_outputs, (2,), generator=g))
+    return (torch.randint(0, task.num_outputs, (1, 8), generator=g),
+            torch.randint(0, task.num_outputs, (1, 8), generator=g))
+
+
+@functools.cache
+def _model(task_name: str) -> MorphogeneticModel:
+    """The task's own host (built once per task) with all canonical slots, in training mode as the trainer uses it."""
+    task = TASKS[task_name]
+    torch.manual_seed(0)
+    model = MorphogeneticModel(task.host_factory(), slots=list(CANONICAL_SLOTS), lifecycle=task.lifecycle)
+    return model.train()
+
+
+@functools.cache
+def _slot_activation(task_name: str, slot: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The host activation at `slot` and the loss gradient arriving there: what a TRAINING seed sees and receives.
+
+    In TRAINING the seed's input is the detached activation and its output gets exactly the upstream gradient (the
+    straight-through incubator), so these two tensors determine a fresh seed's first gradient.
+    """
+    task, model = TASKS[task_name], _model(task_name)
+    x, y = _batch(task)
+    h = model.host.forward_to_segment(slot, x).detach().requires_grad_()
+    compute_task_loss(model.host.forward_from_segment(slot, h), y, task.task_type).backward()
+    assert h.grad is not None
+    model.zero_grad(set_to_none=True)
+    return h.detach(), h.grad
+
+
+def _backward(model: MorphogeneticModel, task: TaskSpec, slot: str) -> None:
+    """Forward and backward of the whole model; every parameter the stage uses gets a finite gradient."""
+    x, y = _batch(task)
+    model.zero_grad(set_to_none=True)
+    out = model(x)
+    assert torch.isfinite(out).all()
+    compute_task_loss(out, y, task.task_type).backward()
+    s = model.slot(slot)
+    assert s.seed is not None and s.state is not None
+    # The gate only acts while blending; in TRAINING the straight-through incubator bypasses it.
+    used = model.seed_parameters(slot) if s.state.stage == SeedStage.BLENDING else list(s.seed.parameters())
+    assert all(p.grad is not None for p in used)
+    grads = [p.grad for p in [*used, *model.host_parameters()] if p.grad is not None]
+    assert all(torch.isfinite(n) for n in torch._foreach_norm(grads))
+
+
+def test_the_sweep_covers_a_one_by_one_channels_last_slot() -> None:
+    h, _ = _slot_activation("cifar10_deep", "late")
+    assert h.shape[-2:] == (1, 1)
+    assert h.is_contiguous(memory_format=torch.channels_last) and h.is_contiguous()
+
+
+@pytest.mark.parametrize(("task_name", "slot"), CASES)
+def test_every_blueprint_trains_and_blends_in_every_task_slot(task_name: str, slot: str) -> None:
+    task, model = TASKS[task_name], _model(task_name)
+    if model.slot(slot).state is not None:  # left behind by an earlier failure on this shared model
+        model.cull_seed(slot=slot, reason="cleanup", epoch=1)
+    for name in DEFAULT_REGISTRY.names(task.topology):
+        model.germinate_seed(name, f"{name}-{slot}", slot=slot, blend_id="gated", baseline_accuracy=10.0, epoch=1)
+        model.step_epoch(1)
+        state = model.slot(slot).state
+        assert state is not None and state.stage == SeedStage.TRAINING
+        _backward(model, task, slot)
+        state.stage, state.alpha = SeedStage.BLENDING, 0.5
+        _backward(model, task, slot)
+        assert model.cull_seed(slot=slot, reason="test", epoch=1)
+    model.zero_grad(set_to_none=True)
+
+
+@pytest.mark.parametrize("task_name", _distinct_hosts())
+def test_every_blueprint_gets_a_gradient_at_initialization(task_name: str) -> None:
+    """A seed with an exactly zero first gradient has gradient ratio 0 forever and can never pass G2.
+
+    Each initialization is tried in every slot of its width (one module serves all of them: its weights are the
+    same, only the slot's activation and incoming gradient differ).
+    """
+    task, host = TASKS[task_name], _model(task_name).host
+    slots_by_width: dict[int, list[str]] = {}
+    for slot in CANONICAL_SLOTS:
+        slots_by_width.setdefault(host.segment_channels[slot], []).append(slot)
+    for name in DEFAULT_REGISTRY.names(task.topology):
+        for width, slots in slots_by_width.items():
+            if DEFAULT_REGISTRY.get(task.topology, name).param_count(width) == 0:
+                continue  # noop: nothing to train
+            for init in range(INITIALIZATIONS):
+                # The CPU generator only: torch.manual_seed also queues a lazy CUDA seeding with a formatted stack
+                # trace, which would cost more than the whole check.
+                torch.random.default_generator.manual_seed(init)
+                seed = DEFAULT_REGISTRY.create(task.topology, name, width).train()
+                params = list(seed.parameters())
+                for slot in slots:
+                    h, upstream = _slot_activation(task_name, slot)
+                    seed.zero_grad(set_to_none=True)
+                    (seed(h) * upstream).sum().backward()
+                    total = sum(float(p.grad.abs().sum()) for p in params if p.grad is not None)
+                    assert total > 0, f"{name} at {task_name}/{slot}: zero gradient at initialization {init}"
+
+
+def _train_norm_seed_at_the_one_by_one_slot() -> None:
+    task = TASKS["cifar10_deep"]
+    torch.manual_seed(0)
+    model = MorphogeneticModel(task.host_factory(), slots=list(CANONICAL_SLOTS), lifecycle=task.lifecycle)
+    ts = TrainState(model, task.host_optimizer, task.seed_optimizer, task.task_type, torch.device("cpu"))
+    model.germinate_seed("norm", "s", slot="late", blend_id="linear", baseline_accuracy=10.0, epoch=1)
+    model.step_epoch(1)
+    ts.sync_optimizers()
+    train_step(ts, *_batch(task))
+    if not all(p.grad is not None for p in model.seed_parameters("late")):
+        raise AssertionError("the norm seed got no gradient")
+
+
+def test_norm_seed_at_a_one_by_one_slot_does_not_crash_cpu_backward() -> None:
+    """Regression: CPU GroupNorm backward segfaulted on the 1x1 channels_last detached input of the TRAINING seed.
+
+    Runs in a forked child, so that a crash fails this test instead of killing the test session (forking reuses the
+    imported torch, where a fresh interpreter would spend seconds importing it).
+    """
+    child = multiprocessing.get_context("fork").Process(target=_train_norm_seed_at_the_one_by_one_slot)
+    child.start()
+    child.join(timeout=120)
+    if child.is_alive():
+        child.kill()
+        child.join()
+    assert child.exitcode == 0, f"the child exited with {child.exitcode} (negative: killed by that signal)"
