@@ -19,10 +19,13 @@ import esper
 
 PACKAGE_ROOT = Path(esper.__file__).resolve().parent
 SRC_ROOT = PACKAGE_ROOT.parent
-SUBPACKAGES = ("leyline", "kasmina", "nissa", "runtime", "tolaria", "tamiyo", "simic", "datagen", "scripts")
+SUBPACKAGES = (
+    "leyline", "kasmina", "nissa", "runtime", "tolaria", "tamiyo", "simic", "datagen", "evaluation", "scripts",
+)
 
 # Esper subpackages each layer may import (its own package is always allowed). Rule 1 of §1.3 ("components never
 # import nissa; scripts is the only place that constructs the hub and backends") removes nissa from simic/datagen.
+# Learners (simic) read datagen's tensors (TransitionDataset); evaluation sits above every learner.
 ALLOWED_ESPER: dict[str, frozenset[str]] = {
     "leyline": frozenset(),
     "kasmina": frozenset({"leyline"}),
@@ -30,8 +33,9 @@ ALLOWED_ESPER: dict[str, frozenset[str]] = {
     "runtime": frozenset({"leyline", "kasmina"}),
     "tolaria": frozenset({"leyline", "kasmina", "runtime"}),
     "tamiyo": frozenset({"leyline"}),
-    "simic": frozenset(SUBPACKAGES) - {"datagen", "scripts", "nissa"},
-    "datagen": frozenset(SUBPACKAGES) - {"scripts", "nissa"},
+    "simic": frozenset(SUBPACKAGES) - {"evaluation", "scripts", "nissa"},
+    "datagen": frozenset(SUBPACKAGES) - {"evaluation", "scripts", "nissa"},
+    "evaluation": frozenset(SUBPACKAGES) - {"scripts", "nissa"},
     "scripts": frozenset(SUBPACKAGES),
     "__main__": frozenset({"scripts"}),  # `python -m esper`: the top of the stack, like scripts
 }
@@ -143,7 +147,10 @@ FAKE_CASES = [
     ("esper.tamiyo.fake", "import numpy as np\n", "forbidden module numpy"),
     ("esper.tamiyo.fake", "from esper.kasmina.state import SeedState\n", "'kasmina'"),
     ("esper.simic.fake", "from esper.scripts.train import main\n", "'scripts'"),
-    ("esper.simic.fake", "from esper.datagen.configs import EnvironmentConfig\n", "'datagen'"),
+    ("esper.simic.fake", "from esper.evaluation.ope import pdwis\n", "'evaluation'"),
+    ("esper.datagen.fake", "from esper.evaluation import ope\n", "'evaluation'"),
+    ("esper.evaluation.fake", "from esper.nissa.hub import NissaHub\n", "'nissa'"),
+    ("esper.evaluation.fake", "from esper.scripts import train\n", "'scripts'"),
     ("esper.datagen.fake", "from esper.scripts import train\n", "'scripts'"),
     ("esper.simic.fake", "from esper.nissa.hub import NissaHub\n", "'nissa'"),
     ("esper.datagen.fake", "import esper.nissa\n", "'nissa'"),
@@ -169,6 +176,8 @@ ALLOWED_CASES = [
         "import torch\nfrom esper.tolaria import a\nfrom esper.tamiyo import b\nimport esper.runtime\n",
     ),
     ("esper.scripts.fake", "from esper.datagen import generate\nfrom esper.nissa import NissaHub\n"),
+    ("esper.simic.fake", "from esper.datagen.transitions import TransitionDataset\n"),
+    ("esper.evaluation.fake", "from esper.simic.iql import IQLPolicy\nfrom esper.datagen import TransitionDataset\n"),
 ]
 
 

@@ -1,0 +1,1 @@
+"""Evaluation: judging controllers above the learners (off-policy evaluation, comparisons, statistics)."""
