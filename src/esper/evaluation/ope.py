@@ -20,6 +20,7 @@ the dataset (each controller applies its own input scaling), valid the [n, 43] j
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -231,7 +232,7 @@ class _BatchedMLP(torch.nn.Module):
         super().__init__()
         self.weights = torch.nn.ParameterList()
         self.biases = torch.nn.ParameterList()
-        for fan_in, fan_out in zip(sizes[:-1], sizes[1:], strict=True):
+        for fan_in, fan_out in itertools.pairwise(sizes):
             bound = 1.0 / math.sqrt(fan_in)  # the default Linear initialization scale
             self.weights.append(torch.nn.Parameter((torch.rand(heads, fan_in, fan_out, generator=generator) * 2 - 1)
                                                    * bound))

@@ -349,7 +349,8 @@ def train_iql(config: IQLConfig, dataset: TransitionDataset, *, learner: IQLLear
 def _check_resume(learner: IQLLearner, config: IQLConfig, dataset: TransitionDataset) -> None:
     conflicts = config.resume_conflicts(learner.config.to_dict())
     if conflicts:
-        raise ValueError(f"Cannot continue training with changed {conflicts}: only {sorted(RESUMABLE_FIELDS)} may change")
+        raise ValueError(f"Cannot continue training with changed {conflicts}: only {sorted(RESUMABLE_FIELDS)} "
+                         f"may change")
     for key in ("feature_schema", "topology", "slots"):
         if getattr(learner, key) != getattr(dataset, key):
             raise ValueError(f"The learner was trained on {key} {getattr(learner, key)!r}, the dataset has "
