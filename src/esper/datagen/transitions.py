@@ -52,7 +52,7 @@ class EpisodeIndex:
         return self.rows[:, 0]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class TransitionDataset:
     """Logged transitions; the constructor validates everything and raises one ValueError naming the problem.
 

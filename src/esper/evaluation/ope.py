@@ -278,8 +278,9 @@ def fqe(dataset: TransitionDataset, target: TargetPolicy, config: OPEConfig) -> 
     states, next_states = scaler(data.states), scaler(data.next_states)
     live = ~dataset.dones.cpu()
     next_probs = torch.zeros(len(dataset), dataset.valid.shape[1], dtype=torch.float64)
-    next_probs[live] = target_probabilities(target, dataset.next_states[live.to(dataset.device)],
-                                            dataset.next_valid[live.to(dataset.device)])
+    if bool(live.any()):  # terminal rows never bootstrap, and their next masks may be empty
+        next_probs[live] = target_probabilities(target, dataset.next_states[live.to(dataset.device)],
+                                                dataset.next_valid[live.to(dataset.device)])
     next_probs_d = next_probs.float().to(device)
     not_done = (~data.dones).float()
 

@@ -4,6 +4,7 @@ correct ranking of two target policies, and clear errors for unusable target pol
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -11,7 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from esper.datagen import TransitionDataset
-from esper.evaluation.ope import OPEConfig, behavior_returns, episode_returns, evaluate_offline, fqe, pdwis
+from esper.evaluation.ope import (
+    OPEConfig,
+    TargetPolicy,
+    behavior_returns,
+    episode_returns,
+    evaluate_offline,
+    fqe,
+    pdwis,
+)
 from esper.leyline import NUM_JOINT_ACTIONS, OBS_DIM
 from esper.simic.iql import IQLConfig, IQLPolicy, train_iql
 from unit.offline_toy import VALUE, behavior_probs, fixed_policy, toy_dataset
@@ -80,12 +89,10 @@ def _naive_pdwis(data: TransitionDataset, target_probs: torch.Tensor, gamma: flo
     return total
 
 
-@settings(max_examples=15, deadline=None)
-@given(lengths=st.lists(st.integers(1, 4), min_size=1, max_size=5), seed=st.integers(0, 10_000),
-       gamma=st.sampled_from([1.0, 0.9]))
-def test_pdwis_matches_its_definition(lengths: list[int], seed: int, gamma: float) -> None:
+def _random_problem(lengths: list[int], seed: int) -> tuple[TransitionDataset, torch.Tensor, TargetPolicy]:
+    """Episodes of the given lengths over 4 always-valid actions, a random behaviour and a random target policy."""
     g = torch.Generator().manual_seed(seed)
-    n, k = sum(lengths), 4  # the first k joint actions are valid everywhere
+    n, k = sum(lengths), 4
     eps = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
     steps = torch.cat([torch.arange(m) for m in lengths])
     dones = torch.zeros(n, dtype=torch.bool)
@@ -100,15 +107,31 @@ def test_pdwis_matches_its_definition(lengths: list[int], seed: int, gamma: floa
                              next_states=states[slot + 1], dones=dones, valid=valid, next_valid=valid.clone(),
                              behavior_logp=behaviour.gather(1, actions.unsqueeze(1)).squeeze(1).log(),
                              episode_ids=eps, step_indices=steps)
-    target = torch.zeros(n, NUM_JOINT_ACTIONS)
-    target[:, :k] = torch.softmax(torch.randn(n, k, generator=g), 1)
-    lookup = {tuple(s.tolist()): p for s, p in zip(data.states, target, strict=True)}
+    target = torch.zeros(n + len(lengths), NUM_JOINT_ACTIONS)
+    target[:, :k] = torch.softmax(torch.randn(n + len(lengths), k, generator=g), 1)
+    lookup = {tuple(s.tolist()): p for s, p in zip(states, target, strict=True)}
 
     def policy(s: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return torch.stack([lookup[tuple(row.tolist())] for row in s])
+        return torch.stack([lookup[tuple(row.tolist())] for row in s]) if len(s) else torch.zeros(0, v.shape[1])
 
+    return data, target[slot], policy
+
+
+@settings(max_examples=15, deadline=None)
+@given(lengths=st.lists(st.integers(1, 4), min_size=1, max_size=5), seed=st.integers(0, 10_000),
+       gamma=st.sampled_from([1.0, 0.9]))
+def test_pdwis_matches_its_definition(lengths: list[int], seed: int, gamma: float) -> None:
+    data, target, policy = _random_problem(lengths, seed)
     config = OPEConfig(gamma=gamma, n_bootstrap=10)
     assert pdwis(data, policy, config).value == pytest.approx(_naive_pdwis(data, target, gamma), rel=1e-6, abs=1e-9)
+
+
+def test_fqe_handles_one_step_episodes() -> None:
+    """A bandit: every row is terminal, so the target policy is never asked about a next state."""
+    data, _, policy = _random_problem([1] * 40, seed=3)
+    estimate = fqe(data, policy, CONFIG.model_copy(update={"fqe_iterations": 1, "fqe_steps_per_iteration": 20}))
+    assert all(map(math.isfinite, (estimate.value, estimate.ci_low, estimate.ci_high)))
+    assert estimate.n_episodes == 40 and estimate.method == "fqe"
 
 
 def test_bootstrap_is_seeded(noisy: TransitionDataset) -> None:
