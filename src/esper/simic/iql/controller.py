@@ -1,0 +1,100 @@
+"""IQLPolicy: a trained IQL policy as a Tamiyo controller (`iql:PATH`), and as a target policy for offline evaluation.
+
+It scales the observation's 80 features with the statistics stored at training time, restricts the policy's logits
+to the joint actions valid right now, and takes the argmax: deployment is deterministic, and the executed action is
+always one the environment accepts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from esper.env.features import observation_features
+from esper.leyline import OBS_SCHEMA, EnvObservation, from_joint_index, ordered_slots
+from esper.simic.iql.iql import FeatureScaler, IQLLearner, load_iql_checkpoint, masked_argmax
+from esper.tamiyo import ControllerContext, TamiyoDecision, register_controller
+
+__all__ = ["IQLPolicy"]
+
+
+class IQLPolicy:
+    """Deterministic controller: argmax of the policy's logits over the observation's valid joint actions."""
+
+    name = "iql"
+
+    def __init__(self, policy: nn.Module, scaler: FeatureScaler, *, topology: str, slots: Sequence[str]) -> None:
+        self.policy = policy.eval()
+        self.scaler = scaler
+        self.topology = topology
+        self.slots = ordered_slots(slots)
+        self.device = next(policy.parameters()).device
+
+    @classmethod
+    def from_learner(cls, learner: IQLLearner) -> IQLPolicy:
+        return cls(learner.policy, learner.scaler, topology=learner.topology, slots=learner.slots)
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path, *, device: str | torch.device = "cpu", topology: str | None = None,
+                        slots: Sequence[str] | None = None) -> IQLPolicy:
+        """Load an `esper-iql-v1` checkpoint (file or run directory), refusing one trained for another setup."""
+        data = load_iql_checkpoint(path)
+        if data["feature_schema"] != OBS_SCHEMA:
+            raise ValueError(f"{path} was trained on feature schema {data['feature_schema']!r}, this version "
+                             f"observes {OBS_SCHEMA!r}; retrain on data of this version")
+        if topology is not None and data["topology"] != topology:
+            raise ValueError(f"{path} was trained for topology {data['topology']!r}, not {topology!r}")
+        trained = list(ordered_slots(data["slots"]))
+        if slots is not None and list(ordered_slots(slots)) != trained:
+            raise ValueError(f"{path} was trained with slots {trained}, not {list(ordered_slots(slots))}")
+        return cls.from_learner(IQLLearner.from_checkpoint(data, device=device))
+
+    def reset(self, seed: int) -> None:
+        """Nothing per episode: the policy is feed-forward and deterministic."""
+
+    def decide(self, obs: EnvObservation) -> TamiyoDecision:
+        return self.decide_batch([obs])[0]
+
+    @torch.no_grad()
+    def decide_batch(self, observations: Sequence[EnvObservation]) -> list[TamiyoDecision]:
+        for obs in observations:
+            if obs.topology != self.topology or ordered_slots(obs.enabled_slots) != self.slots:
+                raise ValueError(f"IQL policy trained for {self.topology} with slots {list(self.slots)} cannot "
+                                 f"drive env {obs.env_id} ({obs.topology}, slots {list(obs.enabled_slots)})")
+        raw = torch.tensor([observation_features(o) for o in observations], dtype=torch.float32)
+        valid = torch.tensor([o.validity.joint_mask() for o in observations], dtype=torch.bool)
+        logits = self._logits(raw, valid)
+        if not bool(torch.isfinite(logits.masked_fill(~valid, 0.0)).all()):
+            raise FloatingPointError("IQL policy produced non-finite logits; the checkpoint is unusable")
+        choice = masked_argmax(logits, valid)
+        probs = logits.masked_fill(~valid, float("-inf")).softmax(-1).gather(1, choice.unsqueeze(1)).squeeze(1)
+        decisions = []
+        for obs, j, p in zip(observations, choice.tolist(), probs.tolist(), strict=True):
+            factored = from_joint_index(j)
+            command = factored.to_command(obs.topology)
+            decisions.append(TamiyoDecision(command, factored, reason=f"IQL argmax: {command.describe()} (π={p:.2f})",
+                                            confidence=min(1.0, max(0.0, p)), info={"joint_index": j}))
+        return decisions
+
+    @torch.no_grad()
+    def action_probs(self, states: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """Target-policy probabilities for offline evaluation: one-hot of the valid argmax, from raw features."""
+        valid = valid.cpu()
+        choice = masked_argmax(self._logits(states, valid), valid)
+        return torch.nn.functional.one_hot(choice, valid.shape[1]).to("cpu", torch.float32)
+
+    def _logits(self, raw_states: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        if not bool(valid.any(dim=1).all()):
+            raise ValueError("A state with no valid joint action was given to the IQL policy; every state allows "
+                             "at least WAIT, so the validity mask is corrupt")
+        return self.policy(self.scaler(raw_states.to(self.device, torch.float32))).cpu()
+
+
+@register_controller("iql", argument="PATH", summary="a trained IQL policy (checkpoint or run directory), argmax "
+                     "over the valid joint actions")
+def _iql(argument: str | None, context: ControllerContext) -> IQLPolicy:
+    assert argument is not None  # the registry rejects `iql` without a path
+    return IQLPolicy.from_checkpoint(argument, device=context.device, topology=context.topology, slots=context.slots)
