@@ -1,4 +1,4 @@
-"""`esper report RUN_DIR`: PNG plots of a run directory (DESIGN §8.4).
+"""`esper report RUN_DIR`: PNG plots of a run directory.
 
 Examples:
     esper report runs/heuristic_synthetic_20250101-120000_s42
@@ -60,7 +60,7 @@ def run_type(run_dir: Path) -> str:
 
 
 def render_report(run_dir: Path, out: Path | None = None) -> list[Path]:
-    """Write the PNGs of §8.4 for `run_dir` into `out` (default RUN_DIR/report); returns the files written."""
+    """Write the report PNGs for `run_dir` into `out` (default RUN_DIR/report); returns the files written."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"Run directory {run_dir} does not exist")

@@ -1,4 +1,4 @@
-"""Plot primitives for `esper report` (DESIGN §8.4): matplotlib Figures on the Agg canvas, no pyplot state.
+"""Plot primitives for `esper report`: matplotlib Figures on the Agg canvas, no pyplot state.
 
 Each helper draws one kind of panel from plain rows (steps.jsonl / episodes.jsonl / history.jsonl dicts), so the
 heuristic, compare and PPO reports share the lifecycle, action-mix and reward renderers.
@@ -31,7 +31,7 @@ STAGE_COLORS = {
 }
 STAGE_ORDER = ("GERMINATED", "TRAINING", "BLENDING", "PROBATIONARY", "FOSSILIZED")
 GONE_STAGES = frozenset({"CULLED", "EMBARGOED", "RESETTING", "DORMANT", "UNKNOWN"})
-# ShapedRewardComponents summed fields (§6.9) in a fixed order, so each keeps its colour across plots.
+# ShapedRewardComponents summed fields in a fixed order, so each keeps its colour across plots.
 REWARD_FIELDS = ("attribution", "proxy", "blending_warning", "probation_warning", "pbrs", "rent", "action_shaping",
                  "terminal", "governor_penalty", "loss_primary", "sparse_terminal")
 REWARD_DIAGNOSTICS = frozenset({"family", "attribution_discount", "ratio_penalty", "growth_ratio", "phi_prev",
@@ -292,7 +292,7 @@ HEALTH_PANELS = (
 
 
 def ppo_health_figure(hist: Sequence[Mapping[str, Any]], x: Sequence[float], path: Path) -> Path:
-    """Small multiples of the §6.8 update metrics per rollout batch; a metric never recorded says so."""
+    """Small multiples of the PPO update metrics per rollout batch; a metric never recorded says so."""
     # Fixed margins instead of constrained layout: eight panels make the layout solver the slowest part of the report.
     fig, axes = new_figure(15, 7.5, 2, 4, layout=None, sharex=True)
     fig.subplots_adjust(left=0.05, right=0.99, bottom=0.08, top=0.9, wspace=0.32, hspace=0.25)

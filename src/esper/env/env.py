@@ -1,4 +1,4 @@
-"""MorphoEnv and the single epoch loop used by every command (DESIGN §1.4, §6.10).
+"""MorphoEnv and the single epoch loop used by every command.
 
 Every controller (static, random, heuristic, PPO, ...) runs through `run_epoch`, so gate-critical measurements
 (gradient ratios, counterfactuals, seed gradient statistics) are always taken and all envs of a call advance

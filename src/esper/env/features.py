@@ -1,4 +1,4 @@
-"""Observation features for Tamiyo policies (DESIGN §6.1).
+"""Observation features for Tamiyo policies.
 
 Every feature is scaled explicitly to roughly [-1, 1] or [0, 5] here, so the very first rollout batch (running
 normalizer still at mean 0, var 1) already sees sane inputs. The layout is fixed at three slots in canonical order;
@@ -125,7 +125,7 @@ def signals_to_features(
     random_guess_loss: float,
     use_telemetry: bool = True,
 ) -> list[float]:
-    """The §6.1 observation: 80 floats (50 without the per-slot telemetry blocks)."""
+    """The observation: 80 floats (50 without the per-slot telemetry blocks)."""
     enabled = ordered_slots(enabled_slots)
     stray = sorted(set(slot_reports) - set(enabled))
     if stray:

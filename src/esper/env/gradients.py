@@ -1,4 +1,4 @@
-"""Lightweight per-seed gradient statistics for seed telemetry and health (DESIGN §6.13).
+"""Lightweight per-seed gradient statistics for seed telemetry and health.
 
 Runs on every occupied slot after the last training batch of each epoch, so it is on the hot path: per-tensor norms
 come from one fused `torch._foreach_norm` call and all reductions stay on the device until `materialize`, which does

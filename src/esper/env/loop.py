@@ -1,6 +1,6 @@
 """The epoch loop shared by every controller: `run_epoch` advances all envs of a call by one RL step, batch-first.
 
-Order per epoch (DESIGN §1.4): train pass, validation pass with counterfactuals, governor, seed bookkeeping,
+Order per epoch: train pass, validation pass with counterfactuals, governor, seed bookkeeping,
 observation, decision, execution, lifecycle step, reward and record.
 """
 

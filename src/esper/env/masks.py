@@ -1,4 +1,4 @@
-"""Action masks as tensors, and the conditioning used by dependent sampling (DESIGN §6.3).
+"""Action masks as tensors, and the conditioning used by dependent sampling.
 
 All rules live in `leyline.compute_action_validity`; this module only turns an `ActionValidity` into bool tensors.
 A full mask dict has six keys: `op` [4], `slot` [3], `blueprint` [5], `blend` [3] and the joint `op_slot` [4, 3] and

@@ -1,4 +1,4 @@
-"""Lifecycle potential and potential-based reward shaping (DESIGN §6.9, "Potential").
+"""Lifecycle potential and potential-based reward shaping.
 
 Kept apart from the reward families because every family logs Φ and the telescoping property is tested on it alone.
 Shaping is F_e = w·(γ·Φ(S_e) − Φ(S_{e−1})) over the *true* pre- and post-step lifecycle of all enabled slots, which

@@ -1,4 +1,4 @@
-"""Reward families for the lifecycle controller (DESIGN §6.9).
+"""Reward families for the lifecycle controller.
 
 Rewards are computed after the action and `step_epoch` from a `StepRecord`, so they see the true outcome of the step.
 The contribution family pays for measured causal contribution, discounted when the host got worse since germination
@@ -71,7 +71,7 @@ INTERVENTION_COSTS: Mapping[LifecycleOp, float] = MappingProxyType(
     {LifecycleOp.WAIT: 0.0, LifecycleOp.GERMINATE: -0.02, LifecycleOp.CULL: -0.005, LifecycleOp.FOSSILIZE: -0.01}
 )
 
-# Fixed shape constants of §6.9 that the spec does not expose as config fields.
+# Fixed shape constants of the contribution family (deliberately not config fields).
 ATTRIBUTION_SIGMOID_SLOPE = 10.0
 BLENDING_WARNING_BASE, BLENDING_WARNING_PER_EPOCH, BLENDING_WARNING_MAX = 0.1, 0.05, 0.3
 PROBATION_WARNING_BASE, PROBATION_WARNING_GROWTH, PROBATION_WARNING_MAX, PROBATION_GRACE_EPOCHS = 0.1, 3.0, 1.0, 2
@@ -106,7 +106,7 @@ LOSS_RENT_WEIGHT_BY_TASK_TYPE: Mapping[str, float] = MappingProxyType({"classifi
 
 @dataclass(frozen=True, slots=True)
 class LossRewardConfig:
-    """Loss-family weights. The first four fields are per task (use `for_task`); the rest are §6.9 defaults."""
+    """Loss-family weights. The first four fields are per task (use `for_task`); the rest are fixed defaults."""
 
     typical_loss_delta_std: float
     compute_rent_weight: float

@@ -1,6 +1,6 @@
-"""Inputs and outputs of the reward functions (DESIGN §6.9): `StepRecord` in, `ShapedRewardComponents` out.
+"""Inputs and outputs of the reward functions: `StepRecord` in, `ShapedRewardComponents` out.
 
-A `StepRecord` is built by the env runner after the action and `step_epoch` (§1.4 step 9); rewards are pure functions
+A `StepRecord` is built by the env runner after the action and `step_epoch`; rewards are pure functions
 of it, so a logged record reproduces its reward exactly.
 """
 

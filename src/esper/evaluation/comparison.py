@@ -1,4 +1,4 @@
-"""Head-to-head comparison of controllers on identical env seeds and data order (DESIGN §7.3).
+"""Head-to-head comparison of controllers on identical env seeds and data order.
 
 For episode i every controller gets an env with the same seed (identical host initialization) and all of them
 advance together, batch-first, on the same shared batches, so differences come from the decisions alone.

@@ -1,4 +1,4 @@
-"""Blend schedules and the learned gate (DESIGN §3.5).
+"""Blend schedules and the learned gate.
 
 Schedules only compute the α that `SeedState.step_epoch` stores; the forward reads `state.alpha` and nothing else,
 so α has a single source of truth.

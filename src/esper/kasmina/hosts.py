@@ -1,4 +1,4 @@
-"""Host networks with a segmented forward (DESIGN §3.1–§3.3).
+"""Host networks with a segmented forward.
 
 Seeds are injected only between segments: a host exposes the activation at each canonical slot position and can
 resume from it. Hosts keep no slot registry, so there is exactly one injection mechanism.

@@ -1,4 +1,4 @@
-"""Pure tensor ops that combine a host activation h with a seed output s (DESIGN §3.5). No state, no side effects."""
+"""Pure tensor ops that combine a host activation h with a seed output s. No state, no side effects."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""MorphogeneticModel: a host plus one SeedSlot per enabled injection point (DESIGN §3.8, §3.9, §3.10)."""
+"""MorphogeneticModel: a host plus one SeedSlot per enabled injection point."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SeedSlot: one injection point holding at most one seed, with every lifecycle side effect (DESIGN §3.7).
+"""SeedSlot: one injection point holding at most one seed, with every lifecycle side effect.
 
 All lifecycle changes go through these methods so that alpha, modules, events and state never disagree. The slot
 stores no device: it follows the tensors and host parameters it is given.

@@ -1,4 +1,4 @@
-"""Seed lifecycle state: metric mechanics, the stage machine and the quality gates (DESIGN §2.6, §2.7, §3.6).
+"""Seed lifecycle state: metric mechanics, the stage machine and the quality gates.
 
 `SeedState.alpha` is the single source of truth for the blend weight: the slot's forward reads it and only the
 slot's `step_epoch` writes it.
@@ -280,7 +280,7 @@ class SeedState:
 
 
 class QualityGates:
-    """The gate table of DESIGN §2.6. Any target without a gate raises: no silent pass."""
+    """The quality gate of each stage transition. Any target without a gate raises: no silent pass."""
 
     def __init__(self, config: LifecycleConfig) -> None:
         self.config = config

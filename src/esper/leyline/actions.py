@@ -1,4 +1,4 @@
-"""Factored actions, the joint action index and the pure validity rules (DESIGN §2.2).
+"""Factored actions, the joint action index and the pure validity rules.
 
 Heads (op, slot, blueprint, blend) are factored; there is no flat action enum. `compute_action_validity` is the one
 set of rules shared by policy masks, the heuristic, the random controller and the environment's execution checks.
@@ -324,7 +324,7 @@ def compute_action_validity(
     topology: str = "cnn",
     embargoed: Iterable[str] = (),
 ) -> ActionValidity:
-    """Apply the DESIGN §2.2 rules. Keys of `slot_states` are the enabled slots (None = empty)."""
+    """Apply the validity rules. Keys of `slot_states` are the enabled slots (None = empty)."""
     _check_topology(topology)
     enabled = ordered_slots(slot_states.keys())
     blocked = set(embargoed)

@@ -1,4 +1,4 @@
-"""Every shared constant of esper (DESIGN §2.8). Pure values, no logic."""
+"""Every shared constant of esper. Pure values, no logic."""
 
 from __future__ import annotations
 

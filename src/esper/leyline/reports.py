@@ -1,4 +1,4 @@
-"""Seed reports: the Kasmina → Tamiyo/Simic contract (DESIGN §2.3). Plain values only."""
+"""Seed reports: the Kasmina → Tamiyo/Simic contract. Plain values only."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Training signals and the observation every controller receives (DESIGN §2.4)."""
+"""Training signals and the observation every controller receives."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Seed lifecycle stages, the transition table and quality-gate result types (DESIGN §2.1)."""
+"""Seed lifecycle stages, the transition table and quality-gate result types."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Telemetry contracts: levels, event types, the event record, the sink protocol and SeedTelemetry (DESIGN §2.5)."""
+"""Telemetry contracts: levels, event types, the event record, the sink protocol and SeedTelemetry."""
 
 from __future__ import annotations
 

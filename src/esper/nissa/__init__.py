@@ -1,4 +1,4 @@
-"""Nissa: the telemetry hub and its backends (console, JSONL, TensorBoard, TUI), DESIGN §8.
+"""Nissa: the telemetry hub and its backends (console, JSONL, TensorBoard, TUI).
 
 `build_hub` is what the CLI calls; components never import this package, they receive the hub as a `TelemetrySink`.
 """

@@ -1,8 +1,8 @@
-"""Console backend: one human-readable line per event, `[HH:MM:SS] env{i} <summary>` (DESIGN §8.2).
+"""Console backend: one human-readable line per event, `[HH:MM:SS] env{i} <summary>`.
 
-`summarize(event)` is shared with the TUI event log. Summaries read only the documented `data` keys of §2.5; an event
-whose payload lacks them (or any type without a summary) falls back to its `message`, then to its type name, so a
-producer change can degrade a line but never break the console.
+`summarize(event)` is shared with the TUI event log. Summaries read only the `data` keys documented in
+`leyline.telemetry`; an event whose payload lacks them (or any type without a summary) falls back to its `message`,
+then to its type name, so a producer change can degrade a line but never break the console.
 """
 
 from __future__ import annotations

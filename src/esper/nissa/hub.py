@@ -1,4 +1,4 @@
-"""The telemetry hub: level filtering, temporary escalation and fan-out to backends (DESIGN §8.1).
+"""The telemetry hub: level filtering, temporary escalation and fan-out to backends.
 
 The CLI constructs one `NissaHub` per run and passes it explicitly to components as their `TelemetrySink`; there is
 no process-wide hub, so two trainings in one process never share backends or escalation state.

@@ -1,4 +1,4 @@
-"""JSONL backend: `run_dir/events.jsonl`, one strict-JSON event per line (DESIGN §8.2).
+"""JSONL backend: `run_dir/events.jsonl`, one strict-JSON event per line.
 
 Lines are buffered (10) to keep per-epoch events cheap, and flushed at natural checkpoints of a run (a finished rollout
 batch, a finished episode, the end of the run) and on error/critical events, so a crash loses at most a few routine

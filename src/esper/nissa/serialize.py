@@ -1,4 +1,4 @@
-"""Strict-JSON serialization of telemetry events (DESIGN §8.1).
+"""Strict-JSON serialization of telemetry events.
 
 Output is always valid strict JSON (`allow_nan=False`), so `events.jsonl` can be read by any JSON parser: non-finite
 floats become the strings "NaN"/"Infinity"/"-Infinity", enums their names, datetimes ISO-8601, dataclasses dicts,

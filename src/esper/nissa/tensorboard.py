@@ -1,4 +1,4 @@
-"""TensorBoard backend: scalars under `run_dir/tb` (DESIGN §8.2).
+"""TensorBoard backend: scalars under `run_dir/tb`.
 
 The mappings below are the contract with producers: the `data` keys read per event type, the tag each is written
 under, and the key giving the global step. Missing, non-numeric or non-finite values are skipped (they would wreck
@@ -6,7 +6,7 @@ chart scales; events.jsonl keeps them); a missing step key is an error.
 
 * BATCH_COMPLETED, step `episodes_completed`: `BATCH_SCALARS`, plus `action_shares` {op: share} →
   `actions/share_{op}` (op lower-cased) and `reward_components` {name: mean} → `rewards/{name}`.
-* PPO_UPDATE_COMPLETED, step `episodes_completed`: `PPO_SCALARS` (metric names of §6.8).
+* PPO_UPDATE_COMPLETED, step `episodes_completed`: `PPO_SCALARS` (the PPO update metric names).
 * EPISODE_COMPLETED, step `episode` (global episode index): `EPISODE_SCALARS`, so runs without PPO (heuristic,
   compare) still get curves.
 

@@ -1,4 +1,4 @@
-"""Live terminal dashboard (DESIGN §8.3), fed only by events emitted at level normal.
+"""Live terminal dashboard, fed only by events emitted at level normal.
 
 Events update plain state under a lock; `render()` builds the whole screen from that state, so tests can render to a
 `Console(record=True)` without a `Live`, and `start()` drives the same method at 4 Hz. Data keys read:
@@ -7,7 +7,7 @@ Events update plain state under a lock; `render()` builds the whole screen from 
 * EPOCH_COMPLETED (per env): episode, epoch, max_epochs, val_accuracy, reward, op, slot, device,
   slots {slot: {stage, blueprint, alpha, contribution} | None}.
 * EPISODE_COMPLETED: final_accuracy. BATCH_COMPLETED: batch, episodes_completed, rolling_accuracy, action_shares,
-  reward_components, optional gpu_memory {device: [used_gib, total_gib]}. PPO_UPDATE_COMPLETED: §6.8 metrics.
+  reward_components, optional gpu_memory {device: [used_gib, total_gib]}. PPO_UPDATE_COMPLETED: the PPO update metrics.
 * SEED_GERMINATED (blueprint_id), SEED_STAGE_CHANGED (to), SEED_FOSSILIZED, SEED_CULLED (blueprint_id) by slot_id;
   GOVERNOR_ROLLBACK marks the env. Without PPO or batch events (heuristic, compare) those panels show "—"; the
   action mix then comes from the ops of recent EPOCH_COMPLETED events and rolling accuracy from recent episodes.

@@ -1,4 +1,4 @@
-"""Checkpoint files: plain dicts, atomic writes, format checks and RNG capture (DESIGN §1.7).
+"""Checkpoint files: plain dicts, atomic writes, format checks and RNG capture.
 
 Every file loads with `torch.load(path, weights_only=True)`: values are tensors, numbers, strings, None and
 containers of those, never pickled classes.

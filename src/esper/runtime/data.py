@@ -1,4 +1,4 @@
-"""Device-resident datasets, on-device augmentation and the batch iterator shared by every env (DESIGN §9.5).
+"""Device-resident datasets, on-device augmentation and the batch iterator shared by every env.
 
 Data is moved to each training device once; each batch is gathered, augmented and normalized once per device and
 then shared by every env on that device. Sample order and augmentation parameters are drawn on CPU from one
@@ -44,7 +44,7 @@ class Augmentation:
 
     @classmethod
     def for_image_size(cls, size: int) -> Augmentation:
-        """Standard setting of DESIGN §9.5: padding 4 for 32×32 images, 2 for 28×28."""
+        """The usual setting: padding 4 for 32×32 images, 2 for 28×28."""
         if size not in _CROP_PADDING_BY_SIZE:
             known = sorted(_CROP_PADDING_BY_SIZE)
             raise ValueError(f"no standard crop padding for {size}x{size} images (known sizes: {known})")

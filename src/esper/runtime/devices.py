@@ -1,4 +1,4 @@
-"""Device strings: validation and the round-robin env → device map (DESIGN §6.10)."""
+"""Device strings: validation and the round-robin env → device map."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Readers for the on-disk datasets (CIFAR-10, Fashion-MNIST, TinyStories), returning CPU tensors.
 
-Missing data raises `DatasetNotFoundError` (never a random stand-in, DESIGN §12.5); corrupt files raise
-`DatasetFormatError` naming the file. Nothing here touches the network except `download_cifar10`, which only runs
-when the user asks for it (`--download`).
+Missing data raises `DatasetNotFoundError` (never a random stand-in: a run on fake data would look like a result);
+corrupt files raise `DatasetFormatError` naming the file. Nothing here touches the network except
+`download_cifar10`, which only runs when the user asks for it (`--download`).
 """
 
 from __future__ import annotations

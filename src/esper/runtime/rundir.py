@@ -1,4 +1,4 @@
-"""Run directories: every command leaves a self-describing folder (DESIGN §1.6).
+"""Run directories: every command leaves a self-describing folder.
 
 Small files are written atomically (temp file + rename); line logs are append-only JSONL flushed per write, so an
 interrupted run never corrupts what it already wrote.

@@ -1,4 +1,4 @@
-"""Procedural data for the `synthetic` (DESIGN §9.2) and `synthetic_text` (§9.4) tasks.
+"""Procedural data for the `synthetic` and `synthetic_text` tasks.
 
 Both are deterministic from (seed, split) and need no files, so tests and quick runs never depend on downloads.
 Generation is chunked with one generator per chunk (images) or per story (text), so a `max_samples` cap yields an
@@ -17,7 +17,7 @@ from torch import Tensor
 from esper.leyline.seeding import derive_seed
 from esper.runtime.readers import Split, TokenWindows, encode_stories, make_windows
 
-# ------------------------------------------------------------------------------------------------ images (§9.2)
+# ------------------------------------------------------------------------------------------------------ images
 
 SYNTHETIC_SPLIT_SIZES: dict[Split, int] = {"train": 5000, "val": 2000}
 NUM_TEXTURES = 5
@@ -26,9 +26,9 @@ TEXTURE_PAIRS: tuple[tuple[int, int], ...] = tuple(itertools.combinations(range(
 
 IMAGE_SIZE = 32
 NOISE_STD = 0.9
-"""Pixel noise. DESIGN §9.2 says 0.5, but with precise BatchNorm statistics the base-8 host then keeps climbing to
-~90 % within 25 epochs, leaving no plateau for seeds; at 0.9 it plateaus near 75 % by epoch ~10 while a
-(32, 64, 128) host reaches ~81 %, which is the calibration §9.2 asks for (70–80 %, about 5 pp of headroom)."""
+"""Pixel noise. At 0.5, with precise BatchNorm statistics, the base-8 host keeps climbing to ~90 % within 25 epochs,
+leaving no plateau for seeds; at 0.9 it plateaus near 75 % by epoch ~10 while a (32, 64, 128) host reaches ~81 %:
+a task a small host learns to 70–80 % with about 5 pp of headroom that more capacity can claim."""
 _CHUNK = 128
 _PAIR_TABLE = torch.tensor(TEXTURE_PAIRS)
 
@@ -81,7 +81,7 @@ def generate_synthetic_images(seed: int, split: Split, max_samples: int | None =
     return torch.cat([c[0] for c in chunks])[:n], torch.cat([c[1] for c in chunks])[:n]
 
 
-# -------------------------------------------------------------------------------------------------- text (§9.4)
+# -------------------------------------------------------------------------------------------------------- text
 
 SYNTHETIC_TEXT_STORIES: dict[Split, int] = {"train": 2000, "val": 200}
 NAMES = ("Lily", "Tom", "Mia", "Ben", "Sue", "Max", "Anna", "Sam")

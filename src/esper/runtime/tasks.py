@@ -1,4 +1,4 @@
-"""Task registry: what a task trains (host, data, optimizers, lifecycle thresholds, loss scales) (DESIGN §9.1).
+"""Task registry: what a task trains (host, data, optimizers, lifecycle thresholds, loss scales).
 
 `DataCache` owns the device-resident datasets of one run, keyed by every parameter that affects their content.
 """
@@ -114,7 +114,7 @@ _CNN_SGD = OptimizerSpec("sgd", lr=DEFAULT_HOST_LR, momentum=0.9, weight_decay=5
 _SEED_SGD = OptimizerSpec("sgd", lr=DEFAULT_SEED_LR, momentum=0.9)
 _LM_LIFECYCLE = LifecycleConfig(min_training_epochs=5)
 _SYNTHETIC_SGD = OptimizerSpec("sgd", lr=0.05, momentum=0.9, weight_decay=5e-4)
-"""DESIGN §9.1 gives lr 0.01; at 0.01 the host on `synthetic` is still climbing at epoch 20, so a 25-epoch episode
+"""At lr 0.01 the host on `synthetic` is still climbing at epoch 20, so a 25-epoch episode
 has no plateau to grow into. At 0.05 it reaches its ~80 % knee by epoch 8 (measured, see README)."""
 _CIFAR_NORM: Normalization = ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
 

@@ -1,4 +1,4 @@
-"""Running observation and reward normalizers (DESIGN §6.2).
+"""Running observation and reward normalizers.
 
 The PPO trainer normalizes a whole rollout batch with frozen statistics and updates `RunningMeanStd` exactly once
 per batch, so every transition of a batch (and its PPO update) sees the same input scaling.

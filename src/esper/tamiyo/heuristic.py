@@ -1,4 +1,4 @@
-"""HeuristicTamiyo: the rule-based controller that manages every enabled slot (DESIGN §5.3).
+"""HeuristicTamiyo: the rule-based controller that manages every enabled slot.
 
 One action per epoch, by priority: fossilize a proven seed, cull a failing one, germinate on a plateau, else wait.
 It only ever proposes actions that `obs.validity` allows, and only blueprints from its topology's rotation.
@@ -145,7 +145,7 @@ class HeuristicTamiyo:
     def _decay_penalties(self) -> None:
         """Penalties decay once per germination, so a blueprint culled repeatedly between germinations is skipped.
 
-        (DESIGN §5.3 decays once per epoch, but then a penalty of 2.0 per cull can never reach the 3.0 threshold at
+        (Decaying once per epoch instead, a penalty of 2.0 per cull can never reach the 3.0 threshold at
         a germination decision: the rule would never take effect.)
         """
         decayed = {b: p * self.config.blueprint_penalty_decay for b, p in self._penalties.items()}

@@ -1,4 +1,4 @@
-"""The controller contract (DESIGN §5.2) and the two trivial controllers: static (host-only) and random.
+"""The controller contract and the two trivial controllers: static (host-only) and random.
 
 Every controller returns a `TamiyoDecision`; runners call `check_decision` so an invalid decision is an error,
 never a silent no-op.

@@ -1,4 +1,4 @@
-"""SignalTracker: turns per-epoch host measurements and seed reports into `TrainingSignals` (DESIGN §5.1).
+"""SignalTracker: turns per-epoch host measurements and seed reports into `TrainingSignals`.
 
 Every controller sees the same derived signals (deltas, plateau counter, stabilization latch, bests, short histories,
 a multi-slot summary seed), so the tracker is the single place where these are defined.

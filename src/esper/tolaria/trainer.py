@@ -1,4 +1,4 @@
-"""Training mechanics of one environment: train and validation steps, gradient ratios, counterfactuals (DESIGN §4.1).
+"""Training mechanics of one environment: train and validation steps, gradient ratios, counterfactuals.
 
 Nothing here synchronizes with the host except the `finish_*` functions: per-step statistics accumulate on device,
 so many environments can share a GPU without stalling each other.

@@ -11,7 +11,7 @@ from esper.kasmina.blueprints.transformer import register_transformer_blueprints
 
 
 def build_default_registry() -> BlueprintRegistry:
-    """A new registry holding the full §3.4 catalog (cnn and transformer)."""
+    """A new registry holding the full catalog (cnn and transformer)."""
     registry = BlueprintRegistry()
     register_cnn_blueprints(registry)
     register_transformer_blueprints(registry)

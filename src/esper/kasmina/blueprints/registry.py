@@ -1,4 +1,4 @@
-"""Blueprint catalog (DESIGN §3.4): what a seed can be, per topology, with exact parameter counts.
+"""Blueprint catalog: what a seed can be, per topology, with exact parameter counts.
 
 The registry is a plain instance so tests and experiments can build their own; the package keeps one default.
 """

@@ -1,4 +1,4 @@
-"""Transformer blueprints (DESIGN §3.4): shape-preserving, causal modules on (B, T, D).
+"""Transformer blueprints: shape-preserving, causal modules on (B, T, D).
 
 Linears use normal(0, 0.02) weights and zero biases like the host; the only zero-init is the LoRA up-projection,
 which makes LoRA a zero-output adapter by design. Every blueprint is per-position or causal, so a seed never lets a
@@ -85,7 +85,7 @@ def _identity(dim: int) -> nn.Module:
 
 
 def register_transformer_blueprints(registry: BlueprintRegistry) -> None:
-    """Adds the §3.4 transformer catalog to `registry`; `in_head` follows Leyline's BLUEPRINT_HEAD."""
+    """Adds the transformer catalog to `registry`; `in_head` follows Leyline's BLUEPRINT_HEAD."""
     catalog: tuple[tuple[str, Callable[[int], nn.Module], Callable[[int], int], str], ...] = (
         ("noop", _identity, lambda d: 0, "Identity: a placeholder seed with no parameters"),
         ("lora", LoRAAdapter, lambda d: 2 * LORA_RANK * d, "Rank-8 low-rank residual adapter"),

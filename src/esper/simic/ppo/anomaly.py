@@ -1,4 +1,4 @@
-"""PPO training anomalies, ratio-explosion diagnostics and per-layer gradient stats (DESIGN §6.11, §6.12).
+"""PPO training anomalies, ratio-explosion diagnostics and per-layer gradient stats.
 
 Everything here runs on the rare path (once per rollout batch, or only after an anomaly), but still moves data to the
 host in a single transfer so an escalated run on a GPU is not throttled by per-value synchronizations.

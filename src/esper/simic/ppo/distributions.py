@@ -1,4 +1,4 @@
-"""Categorical distribution over valid actions only (DESIGN §6.4).
+"""Categorical distribution over valid actions only.
 
 Masked logits use max(finfo(dtype).min, MASK_VALUE) rather than -inf so fp16/bf16 stay finite. Entropy is computed
 over valid actions and normalized by log(n_valid), so entropy coefficients mean the same thing whatever the number of

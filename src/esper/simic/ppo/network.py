@@ -1,4 +1,4 @@
-"""Factored actor-critic for Tamiyo (DESIGN §6.5).
+"""Factored actor-critic for Tamiyo.
 
 Four policy heads (op, slot, blueprint, blend) share a feed-forward trunk; the observation already carries 5-epoch
 histories, so there is no recurrence. Sampling is dependent (op → slot → blueprint/blend) through joint masks, and

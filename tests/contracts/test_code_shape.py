@@ -1,0 +1,45 @@
+"""Shape rules the code base keeps: small signatures (configuration travels as objects) and no spec citations."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import esper
+
+PACKAGE_ROOT = Path(esper.__file__).resolve().parent
+MAX_PARAMETERS = 12
+
+
+def _functions() -> list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    found = []
+    for path in sorted(PACKAGE_ROOT.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                found.append((f"{path.relative_to(PACKAGE_ROOT)}:{node.lineno} {node.name}", node))
+    return found
+
+
+def _parameter_count(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    a = node.args
+    names = [p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+    return len([n for n in names if n not in ("self", "cls")]) + (a.vararg is not None) + (a.kwarg is not None)
+
+
+def test_no_function_takes_more_than_twelve_parameters() -> None:
+    too_many = [f"{where} takes {_parameter_count(node)}" for where, node in _functions()
+                if _parameter_count(node) > MAX_PARAMETERS]
+    assert not too_many, "pass a config object instead:\n" + "\n".join(too_many)
+
+
+def test_the_checker_counts_keyword_only_and_variadic_parameters() -> None:
+    node = ast.parse("def f(self, a, /, b, *args, c, d=1, **kw): pass").body[0]
+    assert isinstance(node, ast.FunctionDef) and _parameter_count(node) == 6
+
+
+def test_source_never_cites_the_design_document() -> None:
+    """Comments explain why in their own words: the design document is not part of the repository."""
+    citing = [f"{path.relative_to(PACKAGE_ROOT)}:{i}" for path in sorted(PACKAGE_ROOT.rglob("*.py"))
+              for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+              if "DESIGN" in line or "§" in line]
+    assert not citing, citing
