@@ -1,8 +1,9 @@
-"""MorphoEnv and the single epoch loop used by every command.
+"""MorphoEnv: one morphogenetic training episode as an environment.
 
-Every controller (static, random, heuristic, PPO, ...) runs through `run_epoch`, so gate-critical measurements
-(gradient ratios, counterfactuals, seed gradient statistics) are always taken and all envs of a call advance
-together, batch-first: each shared batch is materialized once per device and every env on that device trains on it.
+An env owns a fresh host built from its seed, the seeds it grows, its trainer, tracker and governor. The epoch loop
+(`esper.env.loop`) drives many envs together; an env measures each epoch, is observed, and from epoch 1 to T − 1
+executes one lifecycle decision whose reward comes from the next epoch's measurements. An env may shadow a static
+twin: the same host, seed, optimizer and data, trained without growth, so its accuracy gap to the twin is growth's.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from typing import Any
 import torch
 
 from esper.env.gradients import GradientStats, SeedGradientCollector
-from esper.env.logs import EpisodeResult, StepRow, slot_summaries
+from esper.env.logs import EpisodeResult, slot_summaries
 from esper.env.masks import build_slot_states
-from esper.env.rewards import ShapedRewardComponents, SlotRewardInfo, StepRecord
+from esper.env.step_record import Measurement, StepRecord
+from esper.env.transitions import PendingDecision, measure
 from esper.kasmina.model import MorphogeneticModel
 from esper.kasmina.slot import StageChange
 from esper.leyline import (
@@ -34,6 +36,7 @@ from esper.leyline import (
     compute_action_validity,
 )
 from esper.leyline.constants import GOVERNOR_SNAPSHOT_INTERVAL
+from esper.leyline.seeding import derive_seed
 from esper.leyline.telemetry import Severity
 from esper.runtime.tasks import TaskSpec
 from esper.tamiyo import SignalTracker, TamiyoDecision
@@ -66,47 +69,24 @@ class EnvSpec:
     max_seeds: int | None = None  # None: as many as enabled slots
     amp: bool = False
     sink: TelemetrySink | None = None
-
-
-@dataclass
-class EnvStep:
-    """Everything that happened in one env during one epoch (one RL step)."""
-
-    env: MorphoEnv
-    epoch: int
-    observation: EnvObservation
-    decision: TamiyoDecision
-    action_success: bool
-    record: StepRecord
-    reward: ShapedRewardComponents
-    train: TrainEpochStats
-    val: ValStats
-    rollback: bool
-    changes: list[StageChange]
-
-    def row(self) -> StepRow:
-        """This step as a line of steps.jsonl."""
-        env, cmd = self.env, self.decision.command
-        return StepRow(
-            batch=env.spec.batch, env=env.env_id, episode=env.spec.episode, epoch=self.epoch,
-            controller=env.controller_name, op=cmd.op.name, slot=cmd.slot_id, blueprint=cmd.blueprint_id,
-            blend=cmd.blend_id, success=self.action_success, reason=self.decision.reason,
-            train_loss=self.train.train_loss, train_acc=self.train.train_accuracy, val_loss=self.val.val_loss,
-            val_acc=self.val.val_accuracy, rollback=self.rollback, slots=slot_summaries(env.model),
-            seed_params=env.model.seed_param_count_total, reward_components=self.reward.to_dict(),
-            reward=self.reward.total(),
-        )
+    host_width: float = 1.0  # channel / model-width multiplier of the host (static:<w> baselines)
 
 
 class MorphoEnv:
     """One episode: a fresh host (initialized from the env seed), its trainer, tracker, governor and bookkeeping."""
 
-    def __init__(self, spec: EnvSpec, controller_name: str) -> None:
+    spec: EnvSpec
+    twin: MorphoEnv | None
+
+    def __init__(self, spec: EnvSpec, controller_name: str, twin: MorphoEnv | None = None) -> None:
+        if twin is not None and (twin.spec.env_seed, twin.spec.max_epochs) != (spec.env_seed, spec.max_epochs):
+            raise ValueError("A static twin must share its envs' seed and episode length")
         self.spec = spec
         self.controller_name = controller_name
+        self.twin = twin
         task = spec.task
         torch.manual_seed(spec.env_seed)  # identical env seeds give identical host initializations
-        host = task.host_factory().to(spec.device)
+        host = task.host_factory(spec.host_width).to(spec.device)
         # The env's own RNG stream (seed initialization, dropout): envs advancing in lock-step must not draw from
         # each other's, or a controller's results would depend on which other controllers run beside it.
         self._rng = torch.get_rng_state()
@@ -124,8 +104,9 @@ class MorphoEnv:
         self.seeds_created = self.seeds_fossilized = self.seeds_culled = self.rollbacks = 0
         self.action_counts = {op.name: 0 for op in LifecycleOp}
         self.accuracy_curve: list[float] = []
+        self.loss_curve: list[float] = []
         self.episode_reward = 0.0
-        self.prev_snapshot = self.model.lifecycle_snapshot()
+        self.pending: PendingDecision | None = None
         self._grad_stats: dict[str, torch.Tensor] = {}
         self._recent_inputs: deque[torch.Tensor] = deque(maxlen=BN_RECALIBRATION_BATCHES)
         self._epoch_start = 0.0
@@ -168,6 +149,18 @@ class MorphoEnv:
                 self._cuda_rng = torch.cuda.get_rng_state(self.spec.device)
                 torch.cuda.set_rng_state(cuda, self.spec.device)
 
+    @contextlib.contextmanager
+    def _seed_rng(self) -> Iterator[None]:
+        """A stream of its own for each new seed's initialization, derived from (env seed, seed number).
+
+        Germinating never advances the env's own stream, so an env whose seeds have not blended stays bit-identical
+        to its static twin even on hosts that draw random numbers while training (dropout).
+        """
+        devices = [self.spec.device] if self.spec.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(derive_seed(self.spec.env_seed, "seed", self.seeds_created))
+            yield
+
     def _bookkeeping(self) -> dict[str, Any]:
         """Per-episode state a rollback must rewind with the model (seed ids stay unique: creations are not)."""
         return {"acc_at_germination": dict(self.acc_at_germination),
@@ -208,6 +201,8 @@ class MorphoEnv:
         val = finish_validation(self.ts) if self.ts._val else ValStats(0.0, 0.0, 0, {}, {})
         grad_stats = {slot: self.collector.materialize(t) for slot, t in self._grad_stats.items()}
         self._grad_stats = {}
+        self.accuracy_curve.append(val.val_accuracy)
+        self.loss_curve.append(val.val_loss)
         rollback = self.governor.check_vital_signs(val.val_loss)
         if rollback:
             report = self.governor.execute_rollback(self.ts)
@@ -267,7 +262,7 @@ class MorphoEnv:
         if command.op == LifecycleOp.GERMINATE:
             assert slot is not None and command.blueprint_id is not None and command.blend_id is not None
             self.seeds_created += 1
-            with self._own_rng():
+            with self._seed_rng():
                 self.model.germinate_seed(command.blueprint_id, f"env{self.env_id}_seed_{self.seeds_created}",
                                           slot=slot, blend_id=command.blend_id,
                                           baseline_accuracy=obs.signals.metrics.val_accuracy, epoch=epoch)
@@ -296,51 +291,36 @@ class MorphoEnv:
         self.ts.sync_optimizers()
         return changes
 
-    def slot_reward_info(self, obs: EnvObservation) -> dict[str, SlotRewardInfo | None]:
-        """Pre-action per-slot facts the reward needs."""
-        info: dict[str, SlotRewardInfo | None] = {}
-        states = build_slot_states(obs.slot_reports, obs.enabled_slots,
-                                   self.spec.task.lifecycle.min_fossilize_contribution)
-        for slot, mask_info in states.items():
-            r = obs.slot_reports.get(slot)
-            if r is None or mask_info is None:
-                info[slot] = None
-                continue
-            info[slot] = SlotRewardInfo(
-                stage=int(r.stage), epochs_in_stage=r.metrics.epochs_in_current_stage,
-                seed_age_epochs=r.metrics.epochs_total, total_improvement=r.metrics.total_improvement,
-                counterfactual=r.metrics.counterfactual_contribution,
-                acc_at_germination=self.acc_at_germination.get(slot), fossilize_ready=mask_info.fossilize_ready,
-            )
-        return info
+    def measurement(self, obs: EnvObservation) -> Measurement:
+        return measure(self, obs)
 
-    def build_record(self, obs: EnvObservation, pre_action: dict[str, SlotRewardInfo | None],
-                     command: LifecycleCommand, success: bool, rollback: bool) -> StepRecord:
-        model, metrics = self.model, obs.signals.metrics
-        present = [s for s in model.slots() if s.state is not None]
-        next_snapshot = model.lifecycle_snapshot()
-        record = StepRecord(
-            epoch=obs.epoch, max_epochs=self.spec.max_epochs, slots=pre_action, command=command,
-            action_success=success, val_acc=metrics.val_accuracy, val_loss=metrics.val_loss,
-            acc_delta=metrics.accuracy_delta, loss_delta=metrics.loss_delta,
-            seed_param_counts=tuple((s.state.metrics.epochs_total, s.seed_param_count)
-                                    for s in present if s.state is not None),
-            host_param_count=model.host_param_count,
-            fossilized_contributing=sum(
-                1 for s in present if s.state is not None and s.state.stage == SeedStage.FOSSILIZED
-                and self.fossil_improvement.get(s.slot_id, 0.0) >= 1.0),
-            prev_snapshot=self.prev_snapshot, next_snapshot=next_snapshot,
-            host_max_acc=max(self.accuracy_curve, default=0.0), is_terminal=obs.epoch == self.spec.max_epochs,
-            rollback=rollback,
-        )
-        self.prev_snapshot = next_snapshot
-        return record
+    def act(self, decision: TamiyoDecision, obs: EnvObservation, before: Measurement, train: TrainEpochStats,
+            val: ValStats) -> list[StageChange]:
+        """Execute a decision taken after epoch `obs.epoch`, then the lifecycle step; its reward waits one epoch."""
+        slots = slot_summaries(self.model)  # as they were during the measured epoch
+        success = self.execute(decision.command, obs)
+        changes = self.step_lifecycle(obs.epoch)
+        self.pending = PendingDecision(obs, decision, success, before, slots, train, val)
+        return changes
+
+    def complete(self, after: Measurement, rollback: bool) -> StepRecord | None:
+        """The record of the pending decision, now that the epoch after it is measured (None if none is pending)."""
+        pending, self.pending = self.pending, None
+        if pending is None:
+            return None
+        return StepRecord(epoch=pending.observation.epoch, max_epochs=self.spec.max_epochs,
+                          command=pending.decision.command, action_success=pending.action_success,
+                          before=pending.before, after=after, rollback=rollback)
 
     def result(self) -> EpisodeResult:
         spec = self.spec
         return EpisodeResult(
             controller=self.controller_name, env_id=spec.env_id, episode=spec.episode, batch=spec.batch,
-            env_seed=spec.env_seed, final_accuracy=self.accuracy_curve[-1] if self.accuracy_curve else 0.0,
+            env_seed=spec.env_seed, host_width=spec.host_width, host_params=self.model.host_param_count,
+            final_accuracy=self.accuracy_curve[-1] if self.accuracy_curve else 0.0,
+            final_loss=self.loss_curve[-1] if self.loss_curve else 0.0,
+            twin_final_accuracy=None if self.twin is None or not self.twin.accuracy_curve
+            else self.twin.accuracy_curve[-1],
             best_accuracy=max(self.accuracy_curve, default=0.0), seeds_created=self.seeds_created,
             seeds_fossilized=self.seeds_fossilized, seeds_culled=self.seeds_culled,
             params_added=self.model.seed_param_count_total, action_counts=dict(self.action_counts),

@@ -86,7 +86,11 @@ class EpisodeResult:
     episode: int
     batch: int
     env_seed: int
+    host_width: float
+    host_params: int
     final_accuracy: float
+    final_loss: float
+    twin_final_accuracy: float | None
     best_accuracy: float
     seeds_created: int
     seeds_fossilized: int

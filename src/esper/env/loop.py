@@ -1,7 +1,9 @@
-"""The epoch loop shared by every controller: `run_epoch` advances all envs of a call by one RL step, batch-first.
+"""The epoch loop shared by every controller: `run_epoch` advances all envs of a call by one epoch, batch-first.
 
-Order per epoch: train pass, validation pass with counterfactuals, governor, seed bookkeeping,
-observation, decision, execution, lifecycle step, reward and record.
+Order per epoch e: train pass, validation pass (with counterfactuals), governor and seed bookkeeping, observation;
+then the decisions taken after epoch e − 1 are completed with e's measurements (their rewards); then, for e < T,
+every env's controller decides and the decision is executed with the lifecycle step. Static twins train and validate
+in the same passes but never decide. Each shared batch is materialized once per device for every env on it.
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ from dataclasses import dataclass
 
 import torch
 
-from esper.env.env import EnvStep, MorphoEnv
+from esper.env.env import MorphoEnv
 from esper.env.logs import EpisodeResult, slot_summaries
 from esper.env.rewards import RewardFn
+from esper.env.transitions import EnvStep
 from esper.leyline import EnvObservation, LifecycleOp, TelemetryEventType
 from esper.leyline.seeding import derive_seed
 from esper.runtime.data import SharedBatchIterator
@@ -44,10 +47,9 @@ class EpochData:
                    SharedBatchIterator(val, task.val_batch_size, shuffle=False), seed)
 
 
-def decide_all(envs: Sequence[MorphoEnv], controllers: Sequence[TamiyoPolicy],
-               observations: Sequence[EnvObservation]) -> list[TamiyoDecision]:
+def decide_all(controllers: Sequence[TamiyoPolicy], observations: Sequence[EnvObservation]) -> list[TamiyoDecision]:
     """One decision per env; a controller shared by several envs decides for all of them in one batch."""
-    decisions: list[TamiyoDecision | None] = [None] * len(envs)
+    decisions: list[TamiyoDecision | None] = [None] * len(observations)
     groups: dict[int, list[int]] = {}
     for i, controller in enumerate(controllers):
         groups.setdefault(id(controller), []).append(i)
@@ -64,73 +66,99 @@ def decide_all(envs: Sequence[MorphoEnv], controllers: Sequence[TamiyoPolicy],
     return [d for d in decisions if d is not None]
 
 
+def twins_of(envs: Sequence[MorphoEnv]) -> list[MorphoEnv]:
+    """The distinct static twins the envs shadow that are not among the envs themselves (a static env can serve
+    as the twin of its peers), in order of first appearance."""
+    members = {id(env) for env in envs}
+    seen: dict[int, MorphoEnv] = {}
+    for env in envs:
+        if env.twin is not None and id(env.twin) not in members:
+            seen.setdefault(id(env.twin), env.twin)
+    return list(seen.values())
+
+
 def run_epoch(envs: Sequence[MorphoEnv], controllers: Sequence[TamiyoPolicy], data: EpochData, epoch: int,
               reward_fn: RewardFn) -> list[EnvStep]:
-    """Advance every env by one epoch (one RL step) and return what happened in each."""
-    for env in envs:
+    """Advance every env (and its twin) by one epoch; returns the transitions this epoch completed."""
+    trained = [*envs, *twins_of(envs)]
+    for env in trained:
         env._epoch_start = time.perf_counter()
     data.train.set_seed(derive_seed(data.seed, epoch))
     last = len(data.train) - 1
     for b, batch in enumerate(data.train):
-        for env in envs:
+        for env in trained:
             x, y = batch[env.device_key]
             env.train_batch(x, y, collect_gradients=b == last)
-    for env in envs:
+    for env in trained:
         env.finish_train_pass()
-    ablations = [counterfactual_slots(env.model) for env in envs]
+    ablations = [counterfactual_slots(env.model) for env in trained]
     for batch in data.val:
-        for env, ablate in zip(envs, ablations, strict=True):
+        for env, ablate in zip(trained, ablations, strict=True):
             x, y = batch[env.device_key]
             env.validate_batch(x, y, ablate)
-    for env in envs:
+    for env in trained:
         if env.ts.stream is not None:
             env.ts.stream.synchronize()
+    measured = [env.finish_measurements(epoch, ablate) for env, ablate in zip(trained, ablations, strict=True)]
+    measured = measured[:len(envs)]  # the twins' measurements only feed their envs' rewards
 
-    measured = [env.finish_measurements(epoch, ablate) for env, ablate in zip(envs, ablations, strict=True)]
-    observations = []
+    observations, measurements = [], []
     for env, (train, val, _) in zip(envs, measured, strict=True):
-        env.accuracy_curve.append(val.val_accuracy)
-        observations.append(env.observe(epoch, train, val, len(data.train)))
-    decisions = decide_all(envs, controllers, observations)
+        obs = env.observe(epoch, train, val, len(data.train))
+        observations.append(obs)
+        measurements.append(env.measurement(obs))
 
     steps = []
-    for env, obs, decision, (train, val, rollback) in zip(envs, observations, decisions, measured, strict=True):
-        pre_action = env.slot_reward_info(obs)
-        success = env.execute(decision.command, obs)
-        changes = env.step_lifecycle(epoch)
-        record = env.build_record(obs, pre_action, decision.command, success, rollback)
+    for env, measurement, (_, _, rollback) in zip(envs, measurements, measured, strict=True):
+        pending = env.pending
+        record = env.complete(measurement, rollback)
+        if pending is None or record is None:
+            continue
         reward = reward_fn(record)
         env.episode_reward += reward.total()
-        step = EnvStep(env, epoch, obs, decision, success, record, reward, train, val, rollback, changes)
-        _emit_step(step)
+        step = EnvStep(env, record.epoch, pending.observation, pending.decision, pending.action_success, record,
+                       reward, pending.train, pending.val, pending.slots)
+        env.emit(TelemetryEventType.REWARD_COMPUTED, record.epoch, f"reward {reward.total():+.3f}", reward.to_dict())
         steps.append(step)
+
+    decided: list[TamiyoDecision | None] = [None] * len(envs)
+    if epoch < envs[0].spec.max_epochs:
+        for i, made in enumerate(decide_all(controllers, observations)):
+            train, val, _ = measured[i]
+            envs[i].act(made, observations[i], measurements[i], train, val)
+            _emit_action(envs[i], epoch, made)
+            decided[i] = made
+    for env, obs, decision, (_, _, rollback) in zip(envs, observations, decided, measured, strict=True):
+        _emit_epoch(env, obs, decision, rollback)
     for sink in {id(env.spec.sink): env.spec.sink for env in envs if env.spec.sink is not None}.values():
         sink.tick()
     return steps
 
 
-def _emit_step(step: EnvStep) -> None:
-    env, cmd, obs = step.env, step.decision.command, step.observation
-    op = cmd.op.name
-    env.emit(TelemetryEventType.ACTION_TAKEN, step.epoch, f"{cmd.describe()} ({step.decision.reason})", {
-        "op": op, "slot": cmd.slot_id, "blueprint": cmd.blueprint_id, "blend": cmd.blend_id,
-        "success": step.action_success, "reason": step.decision.reason}, slot_id=cmd.slot_id,
+def _emit_action(env: MorphoEnv, epoch: int, decision: TamiyoDecision) -> None:
+    assert env.pending is not None
+    cmd = decision.command
+    env.emit(TelemetryEventType.ACTION_TAKEN, epoch, f"{cmd.describe()} ({decision.reason})", {
+        "op": cmd.op.name, "slot": cmd.slot_id, "blueprint": cmd.blueprint_id, "blend": cmd.blend_id,
+        "success": env.pending.action_success, "reason": decision.reason}, slot_id=cmd.slot_id,
         severity="debug" if cmd.op == LifecycleOp.WAIT else "info")  # the epoch line already says WAIT
-    env.emit(TelemetryEventType.REWARD_COMPUTED, step.epoch, f"reward {step.reward.total():+.3f}",
-             step.reward.to_dict())
+
+
+def _emit_epoch(env: MorphoEnv, obs: EnvObservation, decision: TamiyoDecision | None, rollback: bool) -> None:
+    m, spec = obs.signals.metrics, env.spec
     slots = {slot: None if s is None else {"stage": s.stage, "blueprint": s.blueprint, "alpha": s.alpha,
                                            "contribution": s.counterfactual}
              for slot, s in slot_summaries(env.model).items()}
-    m = obs.signals.metrics
-    env.emit(TelemetryEventType.EPOCH_COMPLETED, step.epoch, f"epoch {step.epoch}: val {m.val_accuracy:.2f}%", {
-        "batch": env.spec.batch, "episode": env.spec.episode, "epoch": step.epoch, "max_epochs": env.spec.max_epochs,
+    cmd = None if decision is None else decision.command
+    env.emit(TelemetryEventType.EPOCH_COMPLETED, obs.epoch, f"epoch {obs.epoch}: val {m.val_accuracy:.2f}%", {
+        "batch": spec.batch, "episode": spec.episode, "epoch": obs.epoch, "max_epochs": spec.max_epochs,
         "train_loss": m.train_loss, "val_loss": m.val_loss, "train_accuracy": m.train_accuracy,
-        "val_accuracy": m.val_accuracy, "slots": slots, "op": op, "slot": cmd.slot_id,
-        "reward": step.reward.total(), "device": env.device_key, "rollback": step.rollback,
-        "controller": env.controller_name})
-    if step.record.is_terminal:
+        "val_accuracy": m.val_accuracy, "slots": slots, "op": None if cmd is None else cmd.op.name,
+        "slot": None if cmd is None else cmd.slot_id, "reward": env.episode_reward, "device": env.device_key,
+        "rollback": rollback, "controller": env.controller_name})
+    if obs.epoch == spec.max_epochs:
         r = env.result()
-        env.emit(TelemetryEventType.EPISODE_COMPLETED, step.epoch, f"episode {r.episode} done: "
+        env.emit(TelemetryEventType.EPISODE_COMPLETED, obs.epoch, f"episode {r.episode} done: "
                  f"final {r.final_accuracy:.2f}%", {
                      "controller": r.controller, "episode": r.episode, "final_accuracy": r.final_accuracy,
                      "best_accuracy": r.best_accuracy, "seeds_created": r.seeds_created,
@@ -141,10 +169,7 @@ def _emit_step(step: EnvStep) -> None:
 def run_episodes(envs: Sequence[MorphoEnv], controllers: Sequence[TamiyoPolicy], data: EpochData,
                  reward_fn: RewardFn, on_step: StepCallback | None = None,
                  should_stop: Callable[[], bool] | None = None) -> list[EpisodeResult]:
-    """Run whole episodes (all envs in lock-step) and return one result per env.
-
-    Callers reset their controllers first (each controller kind knows how its episode seed is derived).
-    """
+    """Run whole episodes (all envs and their twins in lock-step) and return one result per env."""
     if len(envs) != len(controllers):
         raise ValueError(f"{len(envs)} envs but {len(controllers)} controllers")
     max_epochs = {env.spec.max_epochs for env in envs}
@@ -152,7 +177,7 @@ def run_episodes(envs: Sequence[MorphoEnv], controllers: Sequence[TamiyoPolicy],
         raise ValueError(f"Envs advancing together must share max_epochs, got {sorted(max_epochs)}")
     for epoch in range(1, max_epochs.pop() + 1):
         steps = run_epoch(envs, controllers, data, epoch, reward_fn)
-        if on_step is not None:
+        if on_step is not None and steps:
             on_step(steps)
         if should_stop is not None and should_stop():
             break

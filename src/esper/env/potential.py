@@ -1,8 +1,10 @@
 """Lifecycle potential and potential-based reward shaping.
 
 Kept apart from the reward families because every family logs Φ and the telescoping property is tested on it alone.
-Shaping is F_e = w·(γ·Φ(S_e) − Φ(S_{e−1})) over the *true* pre- and post-step lifecycle of all enabled slots, which
-makes it policy-invariant (Ng et al., 1999); the terminal potential is deliberately not zeroed.
+Shaping of the transition from decision state S to next state S' is F = w·(γ·Φ(S') − Φ(S)) over the lifecycle of all
+enabled slots, with Φ = 0 for the terminal state. That makes it policy-invariant (Ng et al., 1999): an episode's
+discounted shaping sums to −Φ(S_1), whatever the policy did, so shaping can guide exploration but never pays for
+ending an episode with seeds in flight (a germination at the last decision earns only −Φ).
 """
 
 from __future__ import annotations
@@ -57,13 +59,15 @@ def lifecycle_potential(snapshot: LifecycleSnapshot) -> float:
 
 
 def pbrs_shaping(
-    prev_snapshot: LifecycleSnapshot, next_snapshot: LifecycleSnapshot, gamma: float, weight: float
+    prev_snapshot: LifecycleSnapshot, next_snapshot: LifecycleSnapshot, gamma: float, weight: float, *,
+    terminal: bool = False,
 ) -> float:
-    """w·(γ·Φ(S_e) − Φ(S_{e−1})); both snapshots must cover the same enabled slots."""
+    """w·(γ·Φ(S') − Φ(S)), with Φ(S') = 0 when S' is terminal; both snapshots must cover the same enabled slots."""
     if not 0.0 < gamma <= 1.0:
         raise ValueError(f"gamma must be in (0, 1], got {gamma}")
     prev_slots = {slot for slot, _, _ in prev_snapshot}
     next_slots = {slot for slot, _, _ in next_snapshot}
     if prev_slots != next_slots:
         raise ValueError(f"Snapshots cover different slots: {sorted(prev_slots)} vs {sorted(next_slots)}")
-    return weight * (gamma * lifecycle_potential(next_snapshot) - lifecycle_potential(prev_snapshot))
+    next_potential = 0.0 if terminal else lifecycle_potential(next_snapshot)
+    return weight * (gamma * next_potential - lifecycle_potential(prev_snapshot))

@@ -1,7 +1,9 @@
-"""Inputs and outputs of the reward functions: `StepRecord` in, `ShapedRewardComponents` out.
+"""Inputs and outputs of the reward functions: a `StepRecord` (one decision's transition) in, components out.
 
-A `StepRecord` is built by the env runner after the action and `step_epoch`; rewards are pure functions
-of it, so a logged record reproduces its reward exactly.
+A decision is made after epoch e (from e = 1 to T − 1) and is credited with what it could influence: the
+measurements of epoch e + 1. So a `StepRecord` pairs the `Measurement` the decision saw (`before`, epoch e) with
+the one that followed it (`after`, epoch e + 1); the decision after epoch T − 1 is terminal. Rewards are pure
+functions of the record, so a logged record reproduces its reward exactly.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from esper.env.potential import LifecycleSnapshot
 from esper.leyline.actions import LifecycleCommand, LifecycleOp, ordered_slots
 from esper.leyline.stages import SeedStage
 
-__all__ = ["SUMMED_FIELDS", "ShapedRewardComponents", "SlotRewardInfo", "StepRecord"]
+__all__ = ["SUMMED_FIELDS", "Measurement", "ShapedRewardComponents", "SlotRewardInfo", "StepRecord"]
 
 
 def _require_finite(owner: str, **values: float) -> None:
@@ -26,7 +28,7 @@ def _require_finite(owner: str, **values: float) -> None:
 
 @dataclass(frozen=True, slots=True)
 class SlotRewardInfo:
-    """Pre-action state of one occupied slot. `total_improvement` and `counterfactual` are in pp."""
+    """One occupied slot as measured. `total_improvement` and `counterfactual` are in pp."""
 
     stage: int
     epochs_in_stage: int
@@ -48,65 +50,95 @@ class SlotRewardInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class StepRecord:
-    """Everything the rewards of epoch `epoch` (1-based) need.
+class Measurement:
+    """What one env's epoch measured, as rewards need it.
 
-    `slots`: pre-action info per enabled slot (None = empty). `seed_param_counts`: one (seed_age_epochs, param_count)
-    pair per seed present after `step_epoch` (module + gate; fossilized seeds included), so the loss family can apply
-    its rent grace period. `host_param_count` and `fossilized_contributing` (fossilized seeds whose total improvement
-    at fossilization was ≥ 1.0 pp) are post-step too. `val_loss`/`loss_delta` may be non-finite on a rollback epoch.
+    `slots`: every enabled slot (None = empty) as it was during the epoch. `seed_param_counts`: one
+    (seed_age_epochs, param_count) pair per seed present (module + gate; fossilized seeds included).
+    `twin_val_acc`/`twin_val_loss`: the static twin's measurement of the same epoch (None without a twin).
+    `val_loss` and `loss_delta` may be non-finite after a divergence.
     """
 
     epoch: int
-    max_epochs: int
-    slots: Mapping[str, SlotRewardInfo | None]
-    command: LifecycleCommand
-    action_success: bool
     val_acc: float
     val_loss: float
     acc_delta: float
     loss_delta: float
+    slots: Mapping[str, SlotRewardInfo | None]
+    snapshot: LifecycleSnapshot
     seed_param_counts: tuple[tuple[int, int], ...]
     host_param_count: int
     fossilized_contributing: int
-    prev_snapshot: LifecycleSnapshot
-    next_snapshot: LifecycleSnapshot
-    host_max_acc: float
-    is_terminal: bool
-    rollback: bool
+    best_val_acc: float
+    twin_val_acc: float | None = None
+    twin_val_loss: float | None = None
 
     def __post_init__(self) -> None:
-        if not 1 <= self.epoch <= self.max_epochs:
-            raise ValueError(f"epoch {self.epoch} outside [1, {self.max_epochs}]")
         enabled = set(ordered_slots(self.slots.keys()))
-        for name, snapshot in (("prev_snapshot", self.prev_snapshot), ("next_snapshot", self.next_snapshot)):
-            if {slot for slot, _, _ in snapshot} != enabled or len(snapshot) != len(enabled):
-                raise ValueError(f"{name} must list each enabled slot {sorted(enabled)} once, got {snapshot}")
-        if self.command.op != LifecycleOp.WAIT:
-            target = self.command.slot_id
-            if target is None or target not in self.slots:
-                raise ValueError(f"{self.command.describe()} targets a slot that is not enabled")
-            occupied = self.slots[target] is not None
-            if occupied == (self.command.op == LifecycleOp.GERMINATE):
-                raise ValueError(f"{self.command.describe()}: target slot occupied={occupied} before the action")
+        if {slot for slot, _, _ in self.snapshot} != enabled or len(self.snapshot) != len(enabled):
+            raise ValueError(f"snapshot must list each enabled slot {sorted(enabled)} once, got {self.snapshot}")
         if self.host_param_count <= 0:
             raise ValueError(f"host_param_count must be > 0, got {self.host_param_count}")
         if any(age < 0 or params < 0 for age, params in self.seed_param_counts):
             raise ValueError(f"Negative seed age or parameter count in {self.seed_param_counts}")
         if self.fossilized_contributing < 0:
             raise ValueError(f"fossilized_contributing must be >= 0, got {self.fossilized_contributing}")
-        _require_finite("StepRecord", val_acc=self.val_acc, acc_delta=self.acc_delta, host_max_acc=self.host_max_acc)
+        _require_finite("Measurement", val_acc=self.val_acc, acc_delta=self.acc_delta, best_val_acc=self.best_val_acc)
 
     @property
     def seed_param_count_total(self) -> int:
         return sum(params for _, params in self.seed_param_counts)
 
+    @property
+    def param_ratio(self) -> float:
+        """Seed parameters per host parameter (live and fossilized seeds)."""
+        return self.seed_param_count_total / self.host_param_count
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """The transition of the decision made after epoch `epoch`: what it saw, what it did, what followed.
+
+    `rollback`: the governor rolled the model back while measuring `after`. `is_terminal`: this was the last
+    decision (epoch = max_epochs − 1), so `after` is the final measurement of the episode.
+    """
+
+    epoch: int
+    max_epochs: int
+    command: LifecycleCommand
+    action_success: bool
+    before: Measurement
+    after: Measurement
+    rollback: bool
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.epoch < self.max_epochs:
+            raise ValueError(f"decision epoch {self.epoch} outside [1, {self.max_epochs - 1}]")
+        if (self.before.epoch, self.after.epoch) != (self.epoch, self.epoch + 1):
+            raise ValueError(f"decision {self.epoch} needs measurements of epochs {self.epoch} and {self.epoch + 1}, "
+                             f"got {self.before.epoch} and {self.after.epoch}")
+        if set(self.before.slots) != set(self.after.slots):
+            raise ValueError("before and after must cover the same enabled slots")
+        if self.command.op != LifecycleOp.WAIT:
+            target = self.command.slot_id
+            if target is None or target not in self.before.slots:
+                raise ValueError(f"{self.command.describe()} targets a slot that is not enabled")
+            occupied = self.before.slots[target] is not None
+            if occupied == (self.command.op == LifecycleOp.GERMINATE):
+                raise ValueError(f"{self.command.describe()}: target slot occupied={occupied} before the action")
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.epoch == self.max_epochs - 1
+
     def target_info(self) -> SlotRewardInfo | None:
-        """Pre-action info of the command's target slot (None for WAIT and GERMINATE)."""
-        return None if self.command.slot_id is None else self.slots[self.command.slot_id]
+        """Decision-time info of the command's target slot (None for WAIT and GERMINATE)."""
+        return None if self.command.slot_id is None else self.before.slots[self.command.slot_id]
 
 
 SUMMED_FIELDS: tuple[str, ...] = (
+    "gap",
+    "param_cost",
     "attribution",
     "proxy",
     "blending_warning",
@@ -126,6 +158,8 @@ class ShapedRewardComponents:
     """One step's reward, decomposed. Only `SUMMED_FIELDS` enter `total()`; the rest are diagnostics for logs."""
 
     family: str
+    gap: float = 0.0
+    param_cost: float = 0.0
     attribution: float = 0.0
     proxy: float = 0.0
     blending_warning: float = 0.0

@@ -11,80 +11,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
-from esper.env import EnvSpec, EnvStep, EpisodeResult, EpochData, MorphoEnv, run_episodes
-from esper.env.rewards import RewardFamily, make_reward_fn
+from esper.env import EnvStep, EpisodeResult
 from esper.evaluation.controllers import all_controllers
+from esper.evaluation.episodes import EpisodePlan, build_controller, run_controller_episodes
 from esper.evaluation.stats import compare_pair, mean_std
-from esper.leyline import LifecycleOp, TelemetryEvent, TelemetryEventType, TelemetrySink
-from esper.leyline.constants import DEFAULT_GAMMA
+from esper.leyline import LifecycleOp, TelemetrySink
 from esper.leyline.seeding import derive_seed
-from esper.runtime.devices import env_device_map
 from esper.runtime.rundir import RunDirectory
 from esper.runtime.tasks import DataCache, TaskSpec
-from esper.tamiyo import ControllerContext, ControllerSpec, TamiyoPolicy
-
-
-@dataclass
-class EpisodePlan:
-    task: TaskSpec
-    slots: tuple[str, ...]
-    max_epochs: int
-    max_seeds: int | None
-    seed: int
-    devices: Sequence[torch.device]
-    batch_size: int
-    max_train_samples: int | None = None
-    max_val_samples: int | None = None
-    amp: bool = False
-    reward_family: str = RewardFamily.CONTRIBUTION.value
-    gamma: float = DEFAULT_GAMMA
-
-
-def run_controller_episodes(
-    specs: Sequence[ControllerSpec], plan: EpisodePlan, episodes: int, cache: DataCache, *,
-    sink: TelemetrySink | None = None, run_dir: RunDirectory | None = None,
-    on_step: Callable[[list[EnvStep]], None] | None = None,
-    on_episode: Callable[[int, list[EpisodeResult], list[MorphoEnv]], None] | None = None,
-) -> list[EpisodeResult]:
-    """Run `episodes` episodes; in each, one env per controller with the shared env seed seed + 1000·i."""
-    task = plan.task
-    reward_fn = make_reward_fn(plan.reward_family, task, plan.gamma)
-    device_of = env_device_map(max(len(specs), len(plan.devices)), plan.devices)
-    results: list[EpisodeResult] = []
-    for episode in range(episodes):
-        env_seed = plan.seed + 1000 * episode
-        data = EpochData.build(task, cache, plan.devices, batch_size=plan.batch_size,
-                               seed=derive_seed(plan.seed, episode), max_train_samples=plan.max_train_samples,
-                               max_val_samples=plan.max_val_samples)
-        controllers = [build_controller(spec, plan, episode=episode, index=i) for i, spec in enumerate(specs)]
-        envs = [
-            MorphoEnv(EnvSpec(task, plan.slots, plan.max_epochs, env_seed, device_of[i], env_id=i, episode=episode,
-                              max_seeds=plan.max_seeds, amp=plan.amp, sink=sink), spec.label)
-            for i, spec in enumerate(specs)
-        ]
-
-        def record(steps: list[EnvStep]) -> None:
-            if run_dir is not None:
-                for step in steps:
-                    run_dir.append("steps.jsonl", step.row().to_dict())
-            if on_step is not None:
-                on_step(steps)
-
-        episode_results = run_episodes(envs, controllers, data, reward_fn, on_step=record)
-        for r in episode_results:
-            if run_dir is not None:
-                run_dir.append("episodes.jsonl", r.to_dict())
-            if sink is not None and sink.wants(TelemetryEventType.COMPARISON_EPISODE_COMPLETED):
-                sink.emit(TelemetryEvent(TelemetryEventType.COMPARISON_EPISODE_COMPLETED, env_id=r.env_id,
-                                         message=f"{r.controller} episode {episode}: {r.final_accuracy:.2f}%",
-                                         data={"controller": r.controller, "episode": episode,
-                                               "final_accuracy": r.final_accuracy}))
-        if on_episode is not None:
-            on_episode(episode, episode_results, envs)
-        results.extend(episode_results)
-    return results
+from esper.tamiyo import MATCHED, MAX_HOST_WIDTH, ControllerSpec
 
 
 @dataclass
@@ -95,6 +30,7 @@ class ComparisonResult:
     seed: int
     per_controller: dict[str, dict[str, Any]] = field(default_factory=dict)
     pairwise: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    matched: dict[str, Any] = field(default_factory=dict)  # how static:matched was widened, when it ran
 
     @classmethod
     def from_episodes(cls, controllers: list[str], episodes: list[EpisodeResult], *, tie_threshold: float,
@@ -109,6 +45,7 @@ class ComparisonResult:
                 "final_accuracy": mean_std([e.final_accuracy for e in eps]),
                 "best_accuracy": mean_std([e.best_accuracy for e in eps]),
                 "params_added": mean_std([float(e.params_added) for e in eps]),
+                "total_params": mean_std([float(e.host_params + e.params_added) for e in eps]),
                 "seeds_created": statistics.fmean(e.seeds_created for e in eps),
                 "seeds_fossilized": statistics.fmean(e.seeds_fossilized for e in eps),
                 "seeds_culled": statistics.fmean(e.seeds_culled for e in eps),
@@ -133,15 +70,8 @@ class ComparisonResult:
         return {
             "reference": self.reference, "controllers": self.controllers, "tie_threshold": self.tie_threshold,
             "seed": self.seed, "per_controller": self.per_controller, "pairwise": self.pairwise,
-            "episodes": [e.to_dict() for e in self.episodes],
+            "matched": self.matched, "episodes": [e.to_dict() for e in self.episodes],
         }
-
-
-def build_controller(spec: ControllerSpec, plan: EpisodePlan, *, episode: int, index: int) -> TamiyoPolicy:
-    """A controller ready for episode `episode`, seeded from (plan seed, episode, its position among the specs)."""
-    context = ControllerContext(topology=plan.task.topology, slots=plan.slots, seed=plan.seed, episode=episode,
-                                index=index)
-    return all_controllers().build(spec, context)
 
 
 def parse_controllers(texts: Sequence[str]) -> list[ControllerSpec]:
@@ -156,17 +86,72 @@ def parse_controllers(texts: Sequence[str]) -> list[ControllerSpec]:
 def check_controllers(specs: Sequence[ControllerSpec], plan: EpisodePlan) -> list[str]:
     """Build every controller once, so one that cannot drive this setup fails before any training."""
     for i, spec in enumerate(specs):
-        build_controller(spec, plan, episode=0, index=i)
+        if not _is_matched(spec):
+            build_controller(spec, plan, episode=0, index=i)
+    if any(_is_matched(s) for s in specs) and all(_is_matched(s) or s.name == "static" for s in specs):
+        raise ValueError("static:matched needs a growing controller to match (e.g. heuristic or ppo:PATH)")
     return [s.label for s in specs]
+
+
+def _is_matched(spec: ControllerSpec) -> bool:
+    return spec.name == "static" and spec.argument == MATCHED
+
+
+def host_params(task: TaskSpec, width: float) -> int:
+    return sum(p.numel() for p in task.host_factory(width).parameters())
+
+
+def matched_width(task: TaskSpec, target_params: float) -> float:
+    """The smallest width (to 0.01) whose static host has at least `target_params` parameters.
+
+    Parameter count grows with width (in steps, as channel counts are integers), so a bisection over the 0.01 grid
+    finds the count closest to the target from above.
+    """
+    if host_params(task, 1.0) >= target_params:
+        return 1.0
+    lo, hi = 100, round(100 * MAX_HOST_WIDTH)
+    if host_params(task, hi / 100) < target_params:
+        raise ValueError(f"No static host up to width {MAX_HOST_WIDTH} has {target_params:.0f} parameters")
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if host_params(task, mid / 100) >= target_params:
+            hi = mid
+        else:
+            lo = mid
+    return hi / 100
+
+
+def largest_grown(episodes: Sequence[EpisodeResult], labels: Sequence[str]) -> tuple[str, float] | None:
+    """The growing controller with the largest mean final parameter count (host + seeds), and that count."""
+    means = {c: statistics.fmean(e.host_params + e.params_added for e in episodes if e.controller == c)
+             for c in labels}
+    grown = {c: m for c, m in means.items() if any(e.params_added for e in episodes if e.controller == c)}
+    if not grown:
+        return None
+    label = max(grown, key=lambda c: grown[c])
+    return label, grown[label]
 
 
 def run_comparison(specs: Sequence[ControllerSpec], plan: EpisodePlan, episodes: int, cache: DataCache, *,
                    tie_threshold: float = 0.5, sink: TelemetrySink | None = None,
                    run_dir: RunDirectory | None = None,
                    on_step: Callable[[list[EnvStep]], None] | None = None) -> ComparisonResult:
+    """Every controller on the same paired episodes; `static:matched` runs last, widened to the largest grown one."""
     labels = check_controllers(specs, plan)
-    results = run_controller_episodes(specs, plan, episodes, cache, sink=sink, run_dir=run_dir, on_step=on_step)
+    first = [s for s in specs if not _is_matched(s)]
+    results = run_controller_episodes(first, plan, episodes, cache, sink=sink, run_dir=run_dir, on_step=on_step)
+    matched: dict[str, Any] = {}
+    if len(first) < len(specs):
+        grown = largest_grown(results, [s.label for s in first])
+        target = grown[1] if grown is not None else float(host_params(plan.task, 1.0))
+        width = matched_width(plan.task, target)
+        matched = {"width": width, "matched_to": None if grown is None else grown[0], "target_params": target,
+                   "host_params": host_params(plan.task, width)}
+        spec = all_controllers().parse(f"static:{width}")
+        results += run_controller_episodes([spec], plan, episodes, cache, sink=sink, run_dir=run_dir,
+                                           on_step=on_step, labels=[f"static:{MATCHED}"])
     comparison = ComparisonResult.from_episodes(labels, results, tie_threshold=tie_threshold, seed=plan.seed)
+    comparison.matched = matched
     if run_dir is not None:
         run_dir.write_json("results.json", comparison.to_dict())
     return comparison

@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 import torch
 from torch import nn
@@ -19,6 +19,7 @@ from esper.kasmina.state import LifecycleConfig
 from esper.leyline.constants import DEFAULT_BATCH_SIZE_TRAINING, DEFAULT_DROPOUT, DEFAULT_HOST_LR, DEFAULT_SEED_LR
 from esper.runtime.data import Augmentation, DeviceDataset, Normalization
 from esper.runtime.optim import OptimizerSpec
+from esper.runtime.param_costs import PARAM_COSTS
 from esper.runtime.readers import (
     VOCAB_SIZE,
     Split,
@@ -54,7 +55,7 @@ class TaskSpec:
     task_type: TaskType
     num_outputs: int  # classes (classification) or vocabulary size (lm)
     input_shape: tuple[int, ...]
-    host_factory: Callable[[], nn.Module]
+    host_factory: HostFactory
     loader: Loader
     host_optimizer: OptimizerSpec
     seed_optimizer: OptimizerSpec
@@ -62,6 +63,7 @@ class TaskSpec:
     typical_loss_delta_std: float
     default_batch_size: int
     val_batch_size: int
+    param_cost: float | None  # λ_p of the gap reward, pp per 100 % added parameters (None: not measured)
     lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
     block_size: int | None = None
     augment: Augmentation | None = None
@@ -119,17 +121,46 @@ has no plateau to grow into. At 0.05 it reaches its ~80 % knee by epoch 8 (measu
 _CIFAR_NORM: Normalization = ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
 
 
+def _param_cost(task: str) -> float | None:
+    calibration = PARAM_COSTS.get(task)
+    return None if calibration is None else calibration.param_cost
+
+
+class HostFactory(Protocol):
+    """Builds a fresh host; `width` multiplies its channel widths (CNN) or model width (transformer)."""
+
+    def __call__(self, width: float = 1.0) -> nn.Module: ...
+
+
+def scaled(value: int, width: float, multiple: int = 1) -> int:
+    """`value · width` rounded to the nearest positive multiple of `multiple`."""
+    return max(multiple, multiple * round(value * width / multiple))
+
+
 def _cnn_task(name: str, loader: Loader, channels: tuple[int, ...], in_channels: int, size: int,
               target_loss: float, normalization: Normalization | None, host_optimizer: OptimizerSpec = _CNN_SGD
               ) -> TaskSpec:
+    def host(width: float = 1.0) -> nn.Module:
+        return CNNHost(in_channels=in_channels, num_classes=10, channels=tuple(scaled(c, width) for c in channels))
+
     return TaskSpec(
         name=name, topology="cnn", task_type="classification", num_outputs=10,
         input_shape=(in_channels, size, size),
-        host_factory=lambda: CNNHost(in_channels=in_channels, num_classes=10, channels=channels),
+        host_factory=host, param_cost=_param_cost(name),
         loader=loader, host_optimizer=host_optimizer, seed_optimizer=_SEED_SGD, target_loss=target_loss,
         typical_loss_delta_std=0.05, default_batch_size=DEFAULT_BATCH_SIZE_TRAINING, val_batch_size=512,
         augment=Augmentation.for_image_size(size), normalization=normalization,
     )
+
+
+def _transformer_host(*, n_embd: int, n_layer: int, block_size: int, dropout: float) -> HostFactory:
+    """A GPT host factory; width scales d_model (and so the 4·d_model MLP), kept divisible by the 4 heads."""
+
+    def host(width: float = 1.0) -> nn.Module:
+        return TransformerHost(vocab_size=VOCAB_SIZE, n_embd=scaled(n_embd, width, 4), n_head=4, n_layer=n_layer,
+                               block_size=block_size, dropout=dropout)
+
+    return host
 
 
 TASKS: dict[str, TaskSpec] = {
@@ -139,9 +170,8 @@ TASKS: dict[str, TaskSpec] = {
     "fashion_mnist": _cnn_task("fashion_mnist", _fashion_mnist, (8, 16, 32), 1, 28, 0.25, ((0.2860,), (0.3530,))),
     "tinystories": TaskSpec(
         name="tinystories", topology="transformer", task_type="lm", num_outputs=VOCAB_SIZE, input_shape=(256,),
-        host_factory=lambda: TransformerHost(vocab_size=VOCAB_SIZE, n_embd=256, n_head=4, n_layer=6, block_size=256,
-                                             dropout=DEFAULT_DROPOUT),
-        loader=_tinystories,
+        host_factory=_transformer_host(n_embd=256, n_layer=6, block_size=256, dropout=DEFAULT_DROPOUT),
+        loader=_tinystories, param_cost=_param_cost("tinystories"),
         host_optimizer=OptimizerSpec("adamw", lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1),
         seed_optimizer=OptimizerSpec("adamw", lr=3e-4, weight_decay=0.0),
         target_loss=1.2, typical_loss_delta_std=0.15, default_batch_size=32, val_batch_size=64,
@@ -149,9 +179,8 @@ TASKS: dict[str, TaskSpec] = {
     ),
     "synthetic_text": TaskSpec(
         name="synthetic_text", topology="transformer", task_type="lm", num_outputs=VOCAB_SIZE, input_shape=(64,),
-        host_factory=lambda: TransformerHost(vocab_size=VOCAB_SIZE, n_embd=64, n_head=4, n_layer=3, block_size=64,
-                                             dropout=0.0),
-        loader=_synthetic_text,
+        host_factory=_transformer_host(n_embd=64, n_layer=3, block_size=64, dropout=0.0),
+        loader=_synthetic_text, param_cost=_param_cost("synthetic_text"),
         host_optimizer=OptimizerSpec("adamw", lr=1e-3),
         seed_optimizer=OptimizerSpec("adamw", lr=1e-3),
         target_loss=0.6, typical_loss_delta_std=0.15, default_batch_size=32, val_batch_size=64,

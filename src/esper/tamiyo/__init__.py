@@ -5,6 +5,8 @@ Pure Python on Leyline contracts; no torch.
 
 from esper.tamiyo.heuristic import DEFAULT_BLUEPRINT_ROTATION, HeuristicPolicyConfig, HeuristicTamiyo
 from esper.tamiyo.policy import (
+    MATCHED,
+    MAX_HOST_WIDTH,
     BatchTamiyoPolicy,
     InvalidDecisionError,
     RandomPolicy,
@@ -26,6 +28,8 @@ from esper.tamiyo.tracker import SignalTracker
 __all__ = [
     "CONTROLLERS",
     "DEFAULT_BLUEPRINT_ROTATION",
+    "MATCHED",
+    "MAX_HOST_WIDTH",
     "BatchTamiyoPolicy",
     "ControllerContext",
     "ControllerEntry",

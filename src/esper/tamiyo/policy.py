@@ -24,6 +24,8 @@ from esper.leyline.seeding import derive_seed
 from esper.tamiyo.registry import ControllerContext, register_controller
 
 __all__ = [
+    "MATCHED",
+    "MAX_HOST_WIDTH",
     "BatchTamiyoPolicy",
     "InvalidDecisionError",
     "RandomPolicy",
@@ -65,6 +67,8 @@ class TamiyoDecision:
 
 
 _WAIT = LifecycleCommand(LifecycleOp.WAIT)
+MAX_HOST_WIDTH = 8.0
+MATCHED = "matched"
 
 
 @runtime_checkable
@@ -114,9 +118,18 @@ def check_decision(decision: TamiyoDecision, obs: EnvObservation) -> None:
 
 
 class StaticPolicy:
-    """Always WAIT: the host-only baseline."""
+    """Always WAIT: the host-only baseline, on a host whose widths are multiplied by `host_width`.
+
+    A widened static host is the baseline growth must beat at equal parameters: better than static may otherwise
+    only mean "more parameters".
+    """
 
     name = "static"
+
+    def __init__(self, host_width: float = 1.0) -> None:
+        if not 0.0 < host_width <= MAX_HOST_WIDTH:
+            raise ValueError(f"A static host width must be in (0, {MAX_HOST_WIDTH}], got {host_width}")
+        self.host_width = host_width
 
     def reset(self, seed: int) -> None:
         """Nothing to reset; present for the protocol."""
@@ -127,9 +140,18 @@ class StaticPolicy:
         )
 
 
-@register_controller("static", summary="always WAIT: the host trained without growth")
+@register_controller("static", argument=f"WIDTH|{MATCHED}", optional=True,
+                     summary="always WAIT, on the host (or one widened by WIDTH, or param-matched to the grown ones)")
 def _static(argument: str | None, context: ControllerContext) -> StaticPolicy:
-    return StaticPolicy()
+    if argument is None:
+        return StaticPolicy()
+    if argument == MATCHED:
+        raise ValueError("static:matched gets its width from the other controllers: resolve it in a comparison")
+    try:
+        width = float(argument)
+    except ValueError:
+        raise ValueError(f"static:{argument}: WIDTH must be a number (e.g. static:1.5) or '{MATCHED}'") from None
+    return StaticPolicy(width)
 
 
 class RandomPolicy:

@@ -45,16 +45,20 @@ ControllerFactory = Callable[[str | None, ControllerContext], "TamiyoPolicy"]
 
 @dataclass(frozen=True, slots=True)
 class ControllerEntry:
-    """One registered controller. `argument` names what follows the colon (e.g. "PATH"), None if it takes none."""
+    """One registered controller. `argument` names what follows the colon (e.g. "PATH"), None if it takes none;
+    an `optional` argument may be left out (`static` and `static:1.5`)."""
 
     name: str
     factory: ControllerFactory
     argument: str | None
     summary: str
+    optional: bool = False
 
     @property
     def usage(self) -> str:
-        return self.name if self.argument is None else f"{self.name}:{self.argument}"
+        if self.argument is None:
+            return self.name
+        return f"{self.name}[:{self.argument}]" if self.optional else f"{self.name}:{self.argument}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,16 +79,18 @@ class ControllerRegistry:
     def __init__(self) -> None:
         self._entries: dict[str, ControllerEntry] = {}
 
-    def register(self, name: str, *, argument: str | None = None, summary: str = ""
+    def register(self, name: str, *, argument: str | None = None, optional: bool = False, summary: str = ""
                  ) -> Callable[[ControllerFactory], ControllerFactory]:
         """Decorator: register `factory(argument, context) -> TamiyoPolicy` under `name`."""
         if not name or ":" in name:
             raise ValueError(f"Controller names are non-empty and contain no ':', got {name!r}")
+        if optional and argument is None:
+            raise ValueError(f"Controller '{name}': an optional argument needs a name")
 
         def decorate(factory: ControllerFactory) -> ControllerFactory:
             if name in self._entries:
                 raise ValueError(f"Controller '{name}' is already registered")
-            self._entries[name] = ControllerEntry(name, factory, argument, summary)
+            self._entries[name] = ControllerEntry(name, factory, argument, summary, optional)
             return factory
 
         return decorate
@@ -106,7 +112,7 @@ class ControllerRegistry:
             raise ValueError(f"Unknown controller '{text}'. Available: {', '.join(self.usages())}")
         if entry.argument is None and sep:
             raise ValueError(f"Controller '{name}' takes no argument, got '{text}'")
-        if entry.argument is not None and not argument:
+        if entry.argument is not None and not argument and not (entry.optional and not sep):
             raise ValueError(f"Controller '{name}' needs an argument: {entry.usage}")
         return ControllerSpec(name, argument if sep else None)
 

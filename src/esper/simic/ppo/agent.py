@@ -1,6 +1,7 @@
 """PPO for the factored Tamiyo policy: the policy network, its optimizer and rollout buffer, and the update.
 
-`update` reads top to bottom like CleanRL's: GAE, then epochs × minibatches of clipped policy loss, clipped value loss
+`update` reads top to bottom like CleanRL's: advantages (GAE with the value baseline, or leave-one-out within a
+group of envs that share a host seed), then epochs × minibatches of clipped policy loss, clipped value loss
 and an entropy bonus, with target-KL early stopping measured on the minibatch just optimized.
 """
 
@@ -69,10 +70,16 @@ class PPOAgent:
         if len(self.buffer) == 0:
             return {}
         c = self.config
-        returns, advantages = self.buffer.compute_returns_and_advantages(0.0, c.gamma, c.gae_lambda, device=self.device)
-        # Explained variance of the rollout's value estimates, before any step (advantages = R − V).
+        if c.advantage == "group":
+            returns, advantages = self.buffer.group_relative_advantages(c.gamma, c.group_size, device=self.device)
+        else:
+            returns, advantages = self.buffer.compute_returns_and_advantages(0.0, c.gamma, c.gae_lambda,
+                                                                             device=self.device)
+        # Explained variance of the rollout's value estimates, before any step.
+        values = torch.tensor([t.value for t in self.buffer.steps], dtype=torch.float32, device=self.device)
         var_returns = float(returns.var(correction=0))
-        explained_variance = 1.0 - float(advantages.var(correction=0)) / var_returns if var_returns > 1e-8 else 0.0
+        residual = float((returns - values).var(correction=0))
+        explained_variance = 1.0 - residual / var_returns if var_returns > 1e-8 else 0.0
         entropy_coef = self.entropy_coef()
 
         stats = UpdateStats()

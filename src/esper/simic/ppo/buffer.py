@@ -98,6 +98,33 @@ class FactoredRolloutBuffer:
         """All transitions in env-major order."""
         return [t for env_id in sorted(self._by_env) for t in self._by_env[env_id]]
 
+    def group_relative_advantages(
+        self, gamma: float, group_size: int, device: str | torch.device = "cpu"
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Leave-one-out advantages (env-major order): envs `group_size·g … group_size·g + K − 1` form group g and
+        share a host seed, so at each decision index a member's return-to-go minus the mean of the other members'
+        isolates what its own decisions were worth. Returns (returns-to-go, advantages)."""
+        returns_by_env: dict[int, list[float]] = {}
+        for env_id in sorted(self._by_env):
+            steps = self._by_env[env_id]
+            running, out = 0.0, [0.0] * len(steps)
+            for i in range(len(steps) - 1, -1, -1):
+                running = steps[i].reward + gamma * (0.0 if steps[i].done else running)
+                out[i] = running
+            returns_by_env[env_id] = out
+        returns: list[float] = []
+        advantages: list[float] = []
+        for env_id in sorted(self._by_env):
+            group = env_id // group_size
+            peers = [returns_by_env[e] for e in returns_by_env if e // group_size == group and e != env_id]
+            own = returns_by_env[env_id]
+            if not peers or any(len(p) != len(own) for p in peers):
+                raise ValueError(f"env {env_id}: the group advantage needs complete episodes of every group member")
+            returns.extend(own)
+            advantages.extend(g - sum(p[t] for p in peers) / len(peers) for t, g in enumerate(own))
+        return (torch.tensor(returns, dtype=torch.float32, device=device),
+                torch.tensor(advantages, dtype=torch.float32, device=device))
+
     def compute_returns_and_advantages(
         self, last_value: float, gamma: float, gae_lambda: float, device: str | torch.device = "cpu"
     ) -> tuple[torch.Tensor, torch.Tensor]:

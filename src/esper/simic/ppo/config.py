@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
@@ -37,7 +37,7 @@ from esper.runtime.tasks import TASKS
 _SPARSE_DEFAULTS = SparseRewardConfig()
 
 PRESETS: dict[str, dict[str, Any]] = {
-    "quick": {"task": "synthetic", "n_episodes": 8, "n_envs": 2, "max_epochs": 8, "n_epochs": 4,
+    "quick": {"task": "synthetic", "n_episodes": 8, "n_envs": 4, "max_epochs": 8, "n_epochs": 4,
               "minibatch_size": 32, "max_train_samples": 2048, "max_val_samples": 512},
     "cifar10": {"task": "cifar10", "entropy_coef": 0.1},
     "cifar10_deep": {"task": "cifar10_deep", "entropy_coef": 0.08},
@@ -79,7 +79,10 @@ class TrainingConfig(BaseModel):
     entropy_anneal_episodes: int = 0
     hidden_dim: int = DEFAULT_HIDDEN_DIM
     use_telemetry: bool = True
-    reward_family: RewardFamily = RewardFamily.CONTRIBUTION
+    reward_family: RewardFamily = RewardFamily.GAP
+    param_cost: float | None = None  # gap reward's λ_p; None: the task's measured value
+    group_size: int = 4  # envs sharing one host seed and one static twin
+    advantage: Literal["gae", "group"] = "gae"
     param_budget: int = _SPARSE_DEFAULTS.param_budget
     param_penalty_weight: float = _SPARSE_DEFAULTS.param_penalty_weight
     sparse_reward_scale: float = _SPARSE_DEFAULTS.sparse_reward_scale
@@ -106,7 +109,7 @@ class TrainingConfig(BaseModel):
         return v
 
     @field_validator("batch_size", "n_episodes", "n_envs", "checkpoint_every", "n_epochs", "minibatch_size",
-                     "ppo_updates_per_batch")
+                     "ppo_updates_per_batch", "group_size")
     @classmethod
     def _positive(cls, v: int) -> int:
         if v < 1:
@@ -139,6 +142,12 @@ class TrainingConfig(BaseModel):
             (0 <= self.entropy_coef_min <= self.entropy_coef, "need 0 <= entropy_coef_min <= entropy_coef"),
             (self.entropy_anneal_episodes >= 0, "entropy_anneal_episodes must be >= 0"),
             (self.devices is None or self.n_envs >= len(self.devices), "n_envs must be >= the number of devices"),
+            (self.n_envs % self.group_size == 0, "n_envs must be a multiple of group_size"),
+            (self.n_episodes % self.group_size == 0, "n_episodes must be a multiple of group_size"),
+            (self.advantage != "group" or self.group_size > 1, "the group advantage needs group_size >= 2"),
+            (self.param_cost is None or self.param_cost >= 0, "param_cost must be >= 0 or null"),
+            (self.reward_family == RewardFamily.GAP or self.param_cost is None,
+             "param_cost only applies to reward_family 'gap'"),
         ]
         for ok, message in checks:
             if not ok:

@@ -28,7 +28,7 @@ import torch
 
 from esper.env import EnvSpec, EnvStep, EpisodeResult, EpochData, MorphoEnv, run_episodes
 from esper.env.features import obs_dim
-from esper.env.rewards import SUMMED_FIELDS, RewardFn, SparseRewardConfig, make_reward_fn
+from esper.env.rewards import SUMMED_FIELDS, RewardFn, SparseRewardConfig, make_reward_fn, needs_twin
 from esper.leyline import LifecycleOp, TelemetryEvent, TelemetryEventType, TelemetrySink
 from esper.leyline.constants import ANOMALY_ESCALATION_EPOCHS
 from esper.leyline.seeding import derive_seed
@@ -95,9 +95,11 @@ def train_ppo(config: TrainingConfig, run: PPORun) -> PPOTrainingResult:
     learner = LearnerState.new(config, resolve_device(config.device))
     if run.resume_from is not None:
         _resume(learner, config, run)
+    else:
+        _checkpoint(learner, run, "init")  # the policy before any update: evaluations compare final with init
     controller = PPOController(learner.agent, learner.obs_normalizer, use_telemetry=config.use_telemetry)
     reward_fn = make_reward_fn(config.reward_family, task, config.gamma, SparseRewardConfig(
-        config.param_budget, config.param_penalty_weight, config.sparse_reward_scale))
+        config.param_budget, config.param_penalty_weight, config.sparse_reward_scale), config.param_cost)
     detector = AnomalyDetector()
     _announce(config, task, env_devices, n_batches, run)
 
@@ -184,10 +186,7 @@ def _collect_rollout(config: TrainingConfig, task: TaskSpec, env_devices: list[t
     device_of = env_device_map(config.n_envs, env_devices)
     seed_everything(derive_seed(config.seed, b))
     n_b = min(config.n_envs, config.n_episodes - learner.episodes_completed)
-    envs = [MorphoEnv(EnvSpec(task, tuple(config.slots), config.max_epochs, config.seed + 10000 * b + 1000 * i,
-                              device_of[i], env_id=i, episode=learner.episodes_completed + i, batch=b,
-                              max_seeds=config.max_seeds, amp=config.amp, sink=run.sink), "ppo")
-            for i in range(n_b)]
+    envs = _grouped_envs(config, task, device_of, n_b, learner, run.sink)
     data = EpochData.build(task, cache, env_devices, batch_size=config.batch_size, seed=derive_seed(config.seed, b),
                            max_train_samples=config.max_train_samples, max_val_samples=config.max_val_samples)
     raw: list[torch.Tensor] = []
@@ -207,12 +206,30 @@ def _collect_rollout(config: TrainingConfig, task: TaskSpec, env_devices: list[t
             run.run_dir.append("steps.jsonl", step.row().to_dict())
 
     results = run_episodes(envs, [controller] * n_b, data, reward_fn, on_step=store, should_stop=run.should_stop)
-    if len(raw) != n_b * config.max_epochs:
+    if len(raw) != n_b * (config.max_epochs - 1):  # one transition per decision: after epochs 1 … T − 1
         return None
     for r in results:
         run.run_dir.append("episodes.jsonl", r.to_dict())
     loads = sum(data.train.materializations.values()) + sum(data.val.materializations.values())
     return _Rollout(results, raw, components, loads)
+
+
+def _grouped_envs(config: TrainingConfig, task: TaskSpec, device_of: list[torch.device], n_b: int,
+                  learner: LearnerState, sink: TelemetrySink | None) -> list[MorphoEnv]:
+    """`n_b` envs in groups of `group_size`: a group shares one host seed (and one static twin when the reward
+    compares with it), so its members differ only in the actions their policy sampled."""
+    b, k = learner.batches_completed, config.group_size
+    envs: list[MorphoEnv] = []
+    for g in range(n_b // k):
+        seed = config.seed + 10000 * b + 1000 * g
+        twin = MorphoEnv(EnvSpec(task, tuple(config.slots), config.max_epochs, seed, device_of[g * k],
+                                 env_id=n_b + g, batch=b, amp=config.amp), "twin") \
+            if needs_twin(config.reward_family) else None
+        envs += [MorphoEnv(EnvSpec(task, tuple(config.slots), config.max_epochs, seed, device_of[i], env_id=i,
+                                   episode=learner.episodes_completed + i, batch=b, max_seeds=config.max_seeds,
+                                   amp=config.amp, sink=sink), "ppo", twin=twin)
+                 for i in range(g * k, (g + 1) * k)]
+    return envs
 
 
 def _update_policy(learner: LearnerState, updates: int, run: PPORun, *, gradient_stats: bool) -> dict[str, Any]:
