@@ -12,7 +12,8 @@ from typing import Any
 
 from rich.console import Console
 
-from esper.leyline import CANONICAL_SLOTS, TelemetryEvent, TelemetryEventType, TelemetryLevel
+from esper.env.rewards import RewardFamily
+from esper.leyline import CANONICAL_SLOTS, TelemetryEvent, TelemetryEventType, TelemetryLevel, TelemetrySink
 from esper.nissa import NissaHub, build_hub
 from esper.runtime.checkpoint import CheckpointFormatError
 from esper.runtime.devices import DeviceError
@@ -54,6 +55,10 @@ def add_episode_options(p: argparse.ArgumentParser, *, episodes: int, task: str 
     p.add_argument("--device", default="auto", help="'auto', 'cpu' or 'cuda:N'")
     p.add_argument("--max-train-samples", type=positive_int, help="use a deterministic prefix of the train split")
     p.add_argument("--max-val-samples", type=positive_int, help="use a deterministic prefix of the val split")
+    p.add_argument("--reward-family", choices=[f.value for f in RewardFamily], default=RewardFamily.GAP.value,
+                   help="reward computed and logged per decision (gap: against the static twin, the default)")
+    p.add_argument("--param-cost", type=non_negative_float,
+                   help="gap reward's cost of added parameters, pp per 100 %% (default: the task's measured value)")
 
 
 def non_negative_float(text: str) -> float:
@@ -92,7 +97,7 @@ def make_hub(args: argparse.Namespace, run_dir: RunDirectory, hparams: dict[str,
                      hparams=hparams)
 
 
-def emit(hub: NissaHub, event_type: TelemetryEventType, message: str, data: dict[str, Any]) -> None:
+def emit(hub: TelemetrySink, event_type: TelemetryEventType, message: str, data: dict[str, Any]) -> None:
     if hub.wants(event_type):
         hub.emit(TelemetryEvent(event_type, message=message, data=data))
 

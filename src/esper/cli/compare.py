@@ -21,7 +21,6 @@ from esper.cli.common import (
 )
 from esper.cli.episodes import episode_plan, load_data, progress_bar, runtime_info
 from esper.env import EnvStep
-from esper.env.rewards import RewardFamily
 from esper.evaluation.comparison import ComparisonResult, check_controllers, parse_controllers, run_comparison
 from esper.evaluation.controllers import all_controllers
 from esper.leyline import LifecycleOp, TelemetryEventType
@@ -64,14 +63,15 @@ def comparison_table(result: ComparisonResult) -> Table:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     specs = parse_controllers(args.controllers)
-    plan = episode_plan(args, args.devices, RewardFamily.CONTRIBUTION.value)
+    plan = episode_plan(args, args.devices)
     check_controllers(specs, plan)  # a checkpoint that cannot drive this setup fails before anything is written
     cache = load_data(args, plan)
     run_dir = open_run_dir(args, "compare", plan.task.name)
     config = {"controllers": [s.label for s in specs], "task": plan.task.name, "episodes": args.episodes,
               "max_epochs": args.max_epochs, "slots": list(args.slots), "max_seeds": args.max_seeds,
               "seed": args.seed, "tie_threshold": args.tie_threshold, "max_train_samples": args.max_train_samples,
-              "max_val_samples": args.max_val_samples}
+              "max_val_samples": args.max_val_samples, "reward_family": args.reward_family,
+              "param_cost": args.param_cost}
     run_dir.write_config("compare", args.argv, config, runtime_info(args, plan))
     hub = make_hub(args, run_dir, config)
     with closing_hub(hub, run_dir), progress_bar(args) as progress:

@@ -9,19 +9,22 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from esper.cli.common import console, data_options, uses_tui
-from esper.evaluation.comparison import EpisodePlan
+from esper.env.rewards import reward_config
+from esper.evaluation.episodes import EpisodePlan
 from esper.leyline import ordered_slots
 from esper.runtime.devices import resolve_devices
 from esper.runtime.tasks import DataCache, get_task_spec
 
 
-def episode_plan(args: argparse.Namespace, devices: list[str] | None, reward_family: str) -> EpisodePlan:
+def episode_plan(args: argparse.Namespace, devices: list[str] | None) -> EpisodePlan:
+    """The paired-episode plan of the command line; an unusable reward setting fails here, before any work."""
     task = get_task_spec(args.task)
+    reward_config(args.reward_family, task, param_cost=args.param_cost)
     return EpisodePlan(
         task=task, slots=ordered_slots(args.slots), max_epochs=args.max_epochs, max_seeds=args.max_seeds,
-        seed=args.seed,
-        devices=resolve_devices(args.device, devices), batch_size=task.default_batch_size,
-        max_train_samples=args.max_train_samples, max_val_samples=args.max_val_samples, reward_family=reward_family,
+        seed=args.seed, devices=resolve_devices(args.device, devices), batch_size=task.default_batch_size,
+        max_train_samples=args.max_train_samples, max_val_samples=args.max_val_samples,
+        reward_family=args.reward_family, param_cost=args.param_cost,
     )
 
 

@@ -21,6 +21,7 @@ import sys
 from esper.cli.common import run_guarded
 from esper.cli.compare import add_compare_parser
 from esper.cli.report import add_report_parser
+from esper.cli.study import add_study_parser
 from esper.cli.train_heuristic import add_heuristic_parser
 from esper.cli.train_ppo import add_ppo_parser
 
@@ -34,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_ppo_parser(train_sub)
     add_heuristic_parser(train_sub)
     add_compare_parser(sub)
+    add_study_parser(sub)
     add_report_parser(sub)
     return parser
 

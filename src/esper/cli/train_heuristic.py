@@ -20,8 +20,8 @@ from esper.cli.common import (
 )
 from esper.cli.episodes import episode_plan, load_data, progress_bar, runtime_info
 from esper.env import EnvStep, EpisodeResult, MorphoEnv
-from esper.env.rewards import RewardFamily
-from esper.evaluation.comparison import parse_controllers, run_controller_episodes
+from esper.evaluation.comparison import parse_controllers
+from esper.evaluation.episodes import run_controller_episodes
 from esper.leyline import TelemetryEventType
 from esper.runtime.checkpoint import atomic_save, model_checkpoint
 
@@ -29,8 +29,6 @@ from esper.runtime.checkpoint import atomic_save, model_checkpoint
 def add_heuristic_parser(sub: Any) -> None:
     p = sub.add_parser("heuristic", help="run episodes under the rule-based HeuristicTamiyo controller")
     add_episode_options(p, episodes=1)
-    p.add_argument("--reward-family", choices=[f.value for f in RewardFamily], default="contribution",
-                   help="reward computed and logged per step")
     add_shared_options(p)
     p.set_defaults(func=cmd_train_heuristic)
 
@@ -48,13 +46,13 @@ def _episode_table(results: list[EpisodeResult]) -> Table:
 
 
 def cmd_train_heuristic(args: argparse.Namespace) -> int:
-    plan = episode_plan(args, None, args.reward_family)
+    plan = episode_plan(args, None)
     cache = load_data(args, plan)
     run_dir = open_run_dir(args, "heuristic", plan.task.name)
     config = {"task": plan.task.name, "episodes": args.episodes, "max_epochs": args.max_epochs,
               "slots": list(args.slots), "max_seeds": args.max_seeds, "seed": args.seed,
               "max_train_samples": args.max_train_samples, "max_val_samples": args.max_val_samples,
-              "reward_family": args.reward_family}
+              "reward_family": args.reward_family, "param_cost": args.param_cost}
     run_dir.write_config("heuristic", args.argv, config, runtime_info(args, plan))
     hub = make_hub(args, run_dir, config)
     with closing_hub(hub, run_dir), progress_bar(args) as progress:

@@ -29,7 +29,7 @@ from esper.runtime.rundir import RunDirectory, checkpoint_file, default_run_dir
 from esper.runtime.tasks import TASKS, DataCache, get_task_spec
 from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config
 from esper.simic.ppo.config import PRESET_ALIASES, PRESETS, TrainingConfig
-from esper.simic.ppo.train import PPORun, train_ppo
+from esper.simic.ppo.train import PPORun, PPOTrainingResult, train_ppo
 
 
 def add_ppo_parser(sub: Any) -> None:
@@ -50,7 +50,7 @@ def add_ppo_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_train_ppo)
 
 
-def _flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
+def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
     changes: dict[str, Any] = {}
     for item in args.set:
         key, sep, raw = item.partition("=")
@@ -74,7 +74,7 @@ def effective_config(args: argparse.Namespace) -> TrainingConfig:
     config = TrainingConfig.preset(args.preset)
     if args.config_json is not None:
         config = TrainingConfig.from_json_path(args.config_json, base=config)
-    return config.with_overrides(**_flag_overrides(args))
+    return config.with_overrides(**flag_overrides(args))
 
 
 def _resume_target(args: argparse.Namespace) -> Path | None:
@@ -93,18 +93,18 @@ def _resume_target(args: argparse.Namespace) -> Path | None:
 def _config_for_resume(args: argparse.Namespace, checkpoint: Path) -> TrainingConfig:
     """The checkpoint's config is authoritative; flags may only change the resumable fields."""
     saved = TrainingConfig.from_dict(read_policy_checkpoint(checkpoint)["config"])
-    requested = effective_config(args) if args.resume is None else saved.with_overrides(**_flag_overrides(args))
+    requested = effective_config(args) if args.resume is None else saved.with_overrides(**flag_overrides(args))
     return resume_config(saved, requested)
 
 
-def _config_table(config: TrainingConfig) -> Table:
+def config_table(config: TrainingConfig) -> Table:
     table = Table(title="Effective TrainingConfig", show_header=False)
     for key, value in config.to_dict().items():
         table.add_row(key, json.dumps(value))
     return table
 
 
-class _StopAfterStep:
+class StopAfterStep:
     """First Ctrl+C: finish the current env step and stop (the last batch checkpoint stays); second: abort."""
 
     def __init__(self) -> None:
@@ -117,54 +117,70 @@ class _StopAfterStep:
         console.print("[yellow]Stopping after the current step (Ctrl+C again to abort)...[/yellow]")
 
 
+def open_training_dir(path: Path, config: TrainingConfig, args: argparse.Namespace, checkpoint: Path | None,
+                      cache: DataCache) -> RunDirectory:
+    """The PPO run directory: reopened (and the resume logged) for a checkpoint, else created with config.json."""
+    if checkpoint is not None:
+        run_dir = RunDirectory(path, resume=True)
+        console.print(f"Resuming from [bold]{checkpoint}[/bold]")
+        run_dir.record_resume(args.argv, config.to_dict(), int(read_policy_checkpoint(checkpoint)["batches_completed"]))
+        return run_dir
+    run_dir = RunDirectory(path)
+    devices = resolve_devices(config.device, config.devices)
+    run_dir.write_config("ppo", args.argv, config.to_dict(), {
+        "data_dir": str(cache.options.data_dir), "devices": [str(d) for d in devices],
+        "policy_device": str(resolve_device(config.device)), "preset": args.preset,
+        "telemetry_level": args.telemetry_level})
+    return run_dir
+
+
+def train_with_stop(config: TrainingConfig, run: PPORun, stop: StopAfterStep) -> PPOTrainingResult:
+    """Train with Ctrl+C meaning "stop after the current step" (the last batch checkpoint stays)."""
+    console.print(config_table(config))
+    mapping = env_device_map(config.n_envs, resolve_devices(config.device, config.devices))
+    console.print("Env → device: " + ", ".join(f"env{i}→{d}" for i, d in enumerate(mapping)))
+    previous = signal.signal(signal.SIGINT, stop)
+    try:
+        result = train_ppo(config, run)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if run.sink is not None:
+        emit(run.sink, TelemetryEventType.RUN_COMPLETED, "PPO training stopped" if stop.requested else
+             "PPO training finished", {"batches_completed": result.batches_completed,
+                                       "episodes_completed": result.episodes_completed,
+                                       "best_rolling_accuracy": result.best_rolling_accuracy})
+    if run.resume_from is not None and not result.history and not stop.requested:
+        console.print(f"Nothing to train: this run already completed {result.episodes_completed} episodes "
+                      f"(--episodes {config.n_episodes}).")
+    best = f"{result.best_rolling_accuracy:.2f}%" if result.batches_completed else "—"
+    console.print(f"Batches: {result.batches_completed}, episodes: {result.episodes_completed}, best rolling "
+                  f"accuracy: {best}")
+    return result
+
+
 def cmd_train_ppo(args: argparse.Namespace) -> int:
     checkpoint = _resume_target(args)
     config = _config_for_resume(args, checkpoint) if checkpoint is not None else effective_config(args)
     cache = DataCache(data_options(args))
     cache.preload(get_task_spec(config.task), resolve_devices(config.device, config.devices),
                   config.max_train_samples, config.max_val_samples)
-    devices = resolve_devices(config.device, config.devices)
-    if checkpoint is not None:
-        run_dir = RunDirectory(checkpoint.parent.parent, resume=True)
-        console.print(f"Resuming from [bold]{checkpoint}[/bold]")
-        run_dir.record_resume(args.argv, config.to_dict(), int(read_policy_checkpoint(checkpoint)["batches_completed"]))
-    else:
-        run_dir = RunDirectory(args.run_dir or default_run_dir(args.runs_root, "ppo", config.task, config.seed))
-        run_dir.write_config("ppo", args.argv, config.to_dict(), {
-            "data_dir": str(cache.options.data_dir), "devices": [str(d) for d in devices],
-            "policy_device": str(resolve_device(config.device)), "preset": args.preset,
-            "telemetry_level": args.telemetry_level})
-    console.print(_config_table(config))
-    mapping = env_device_map(config.n_envs, devices)
-    console.print("Env → device: " + ", ".join(f"env{i}→{d}" for i, d in enumerate(mapping)))
+    path = checkpoint.parent.parent if checkpoint is not None else (
+        args.run_dir or default_run_dir(args.runs_root, "ppo", config.task, config.seed))
+    run_dir = open_training_dir(path, config, args, checkpoint, cache)
     hub = make_hub(args, run_dir, config.to_dict())
-    stop = _StopAfterStep()
-    previous = signal.signal(signal.SIGINT, stop)
-    try:
-        with closing_hub(hub, run_dir):
-            result = train_ppo(config, PPORun(run_dir, sink=hub, data=cache, resume_from=checkpoint,
-                                              should_stop=lambda: stop.requested))
-            emit(hub, TelemetryEventType.RUN_COMPLETED, "PPO training finished" if not stop.requested else
-                 "PPO training stopped", {"batches_completed": result.batches_completed,
-                                          "episodes_completed": result.episodes_completed,
-                                          "best_rolling_accuracy": result.best_rolling_accuracy})
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if checkpoint is not None and not result.history and not stop.requested:
-        console.print(f"[yellow]Nothing to train: this run already completed {result.episodes_completed} episodes "
-                      f"(--episodes {config.n_episodes}); pass a larger --episodes to continue it.[/yellow]")
-    best = f"{result.best_rolling_accuracy:.2f}%" if result.batches_completed else "—"
-    console.print(f"Batches: {result.batches_completed}, episodes: {result.episodes_completed}, best rolling "
-                  f"accuracy: {best}")
+    stop = StopAfterStep()
+    with closing_hub(hub, run_dir):
+        result = train_with_stop(config, PPORun(run_dir, sink=hub, data=cache, resume_from=checkpoint,
+                                                should_stop=lambda: stop.requested), stop)
     if stop.requested:
         if (run_dir.checkpoints / "latest.pt").exists():
             console.print(f"Stopped. Resume with: esper train ppo --resume {run_dir.path}")
         else:
             console.print("Stopped before the first rollout batch finished: nothing to resume.")
         return EXIT_INTERRUPTED
+    if checkpoint is not None and not result.history:
+        console.print("[yellow]Pass a larger --episodes to continue it.[/yellow]")
     print_next_steps(run_dir.path, tensorboard=not args.no_tensorboard)
-    console.print(f"Compare:       esper compare --controllers static heuristic "
-                  f"ppo:{run_dir.path} --task {config.task} "
-                  f"--max-epochs {config.max_epochs} --slots {' '.join(config.slots)}")
+    console.print(f"Compare:       esper compare --controllers static heuristic ppo:{run_dir.path} "
+                  f"--task {config.task} --max-epochs {config.max_epochs} --slots {' '.join(config.slots)}")
     return EXIT_OK
-

@@ -134,15 +134,22 @@ def largest_grown(episodes: Sequence[EpisodeResult], labels: Sequence[str]) -> t
 
 def run_comparison(specs: Sequence[ControllerSpec], plan: EpisodePlan, episodes: int, cache: DataCache, *,
                    tie_threshold: float = 0.5, sink: TelemetrySink | None = None,
-                   run_dir: RunDirectory | None = None,
-                   on_step: Callable[[list[EnvStep]], None] | None = None) -> ComparisonResult:
-    """Every controller on the same paired episodes; `static:matched` runs last, widened to the largest grown one."""
-    labels = check_controllers(specs, plan)
-    first = [s for s in specs if not _is_matched(s)]
-    results = run_controller_episodes(first, plan, episodes, cache, sink=sink, run_dir=run_dir, on_step=on_step)
+                   run_dir: RunDirectory | None = None, on_step: Callable[[list[EnvStep]], None] | None = None,
+                   labels: Sequence[str] | None = None) -> ComparisonResult:
+    """Every controller on the same paired episodes; `static:matched` runs last, widened to the largest grown one.
+
+    `labels` (default: the specs as written) name the controllers in results, tables and plots.
+    """
+    check_controllers(specs, plan)
+    names = list(labels) if labels is not None else [s.label for s in specs]
+    if len(names) != len(specs) or len(set(names)) != len(names):
+        raise ValueError(f"Need one distinct label per controller, got {names}")
+    first = [(s, n) for s, n in zip(specs, names, strict=True) if not _is_matched(s)]
+    results = run_controller_episodes([s for s, _ in first], plan, episodes, cache, sink=sink, run_dir=run_dir,
+                                      on_step=on_step, labels=[n for _, n in first])
     matched: dict[str, Any] = {}
     if len(first) < len(specs):
-        grown = largest_grown(results, [s.label for s in first])
+        grown = largest_grown(results, [n for _, n in first])
         target = grown[1] if grown is not None else float(host_params(plan.task, 1.0))
         width = matched_width(plan.task, target)
         matched = {"width": width, "matched_to": None if grown is None else grown[0], "target_params": target,
@@ -150,7 +157,7 @@ def run_comparison(specs: Sequence[ControllerSpec], plan: EpisodePlan, episodes:
         spec = all_controllers().parse(f"static:{width}")
         results += run_controller_episodes([spec], plan, episodes, cache, sink=sink, run_dir=run_dir,
                                            on_step=on_step, labels=[f"static:{MATCHED}"])
-    comparison = ComparisonResult.from_episodes(labels, results, tie_threshold=tie_threshold, seed=plan.seed)
+    comparison = ComparisonResult.from_episodes(names, results, tie_threshold=tie_threshold, seed=plan.seed)
     comparison.matched = matched
     if run_dir is not None:
         run_dir.write_json("results.json", comparison.to_dict())

@@ -42,6 +42,7 @@ class EpisodePlan:
     max_val_samples: int | None = None
     amp: bool = False
     reward_family: str = RewardFamily.GAP.value
+    param_cost: float | None = None  # gap reward's λ_p; None: the task's measured value
     gamma: float = DEFAULT_GAMMA
     first_episode: int = 0  # held-out evaluations start their paired seeds elsewhere than training did
 
@@ -53,8 +54,8 @@ def episode_seed(plan: EpisodePlan, episode: int) -> int:
 
 def build_controller(spec: ControllerSpec, plan: EpisodePlan, *, episode: int, index: int) -> TamiyoPolicy:
     """A controller ready for episode `episode`, seeded from (plan seed, episode, its position among the specs)."""
-    context = ControllerContext(topology=plan.task.topology, slots=plan.slots, seed=plan.seed,
-                                episode=plan.first_episode + episode, index=index)
+    context = ControllerContext(topology=plan.task.topology, slots=plan.slots, max_epochs=plan.max_epochs,
+                                seed=plan.seed, episode=plan.first_episode + episode, index=index)
     return all_controllers().build(spec, context)
 
 
@@ -72,7 +73,7 @@ def run_controller_episodes(
     """Run `episodes` paired episodes of every controller; `labels` (default: the specs' labels) name them."""
     task = plan.task
     names = list(labels) if labels is not None else [s.label for s in specs]
-    reward_fn = make_reward_fn(plan.reward_family, task, plan.gamma)
+    reward_fn = make_reward_fn(plan.reward_family, task, plan.gamma, param_cost=plan.param_cost)
     with_twin = needs_twin(plan.reward_family)
     device_of = env_device_map(max(len(specs) + 1, len(plan.devices)), plan.devices)
     results: list[EpisodeResult] = []

@@ -43,14 +43,18 @@ def json_safe(value: Any) -> Any:
     return str(value)
 
 
-def write_json_atomic(path: Path, obj: Any) -> None:
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write through a temp file and rename, so a crash never leaves a half-written file behind."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(json_safe(obj), f, indent=2)
-        f.write("\n")
+        f.write(text)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    write_text_atomic(path, json.dumps(json_safe(obj), indent=2) + "\n")
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

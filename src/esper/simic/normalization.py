@@ -13,7 +13,10 @@ import torch
 
 from esper.leyline.constants import OBS_CLIP, OBS_EPSILON, REWARD_CLIP, REWARD_EPSILON
 
-__all__ = ["RewardNormalizer", "RunningMeanStd"]
+__all__ = ["CONSTANT_FEATURE_VAR", "RewardNormalizer", "RunningMeanStd"]
+
+CONSTANT_FEATURE_VAR = 1e-8
+"""Below this variance a feature is treated as constant (features are scaled to about unit range)."""
 
 
 class RunningMeanStd:
@@ -73,8 +76,11 @@ class RunningMeanStd:
 
     @torch.no_grad()
     def normalize(self, x: torch.Tensor, clip: float = OBS_CLIP) -> torch.Tensor:
+        """Standardize and clip. A feature that never varied in the statistics maps to 0: the policy never saw it
+        change, so a change at evaluation is not information it can use, and must not arrive as a ±clip outlier."""
         self._follow(x.device)
         z = (x.to(torch.float64) - self.mean) / torch.sqrt(self.var + self.epsilon)
+        z = torch.where(self.var < CONSTANT_FEATURE_VAR, torch.zeros_like(z), z)
         return z.clamp(-clip, clip).to(x.dtype)
 
     def state_dict(self) -> dict[str, Any]:

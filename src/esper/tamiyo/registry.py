@@ -34,6 +34,7 @@ class ControllerContext:
 
     topology: str
     slots: tuple[str, ...]
+    max_epochs: int | None = None  # episode length, so learned policies can refuse another horizon
     seed: int = 0
     episode: int = 0
     index: int = 0

@@ -71,8 +71,13 @@ class PPOController:
 
     @classmethod
     def from_checkpoint(cls, path: Path, *, device: str | torch.device = "cpu", deterministic: bool = True,
-                        topology: str | None = None, slots: Sequence[str] | None = None) -> PPOController:
-        """Load a trained policy, rejecting one trained for another topology, slots or observation schema."""
+                        topology: str | None = None, slots: Sequence[str] | None = None,
+                        max_epochs: int | None = None) -> PPOController:
+        """Load a trained policy, rejecting one trained for another topology, slots, episode length or schema.
+
+        The episode length matters: the policy sees the fraction of the episode elapsed, and never saw the end of
+        an episode come at another epoch.
+        """
         data = read_policy_checkpoint(path)
         config = TrainingConfig.from_dict(data["config"])
         trained_topology = get_task_spec(config.task).topology
@@ -80,6 +85,9 @@ class PPOController:
             raise ValueError(f"{path} was trained for topology '{trained_topology}', not '{topology}'")
         if slots is not None and list(ordered_slots(slots)) != config.slots:
             raise ValueError(f"{path} was trained with slots {config.slots}, not {list(slots)}")
+        if max_epochs is not None and max_epochs != config.max_epochs:
+            raise ValueError(f"{path} was trained on {config.max_epochs}-epoch episodes, not {max_epochs}: evaluate it "
+                             f"with --max-epochs {config.max_epochs}")
         dim = obs_dim(config.use_telemetry)
         agent = PPOAgent(config, state_dim=dim, topology=trained_topology, device=device)
         agent.load_state_dict(data["agent"])
@@ -92,4 +100,5 @@ class PPOController:
 def _ppo(argument: str | None, context: ControllerContext) -> PPOController:
     assert argument is not None
     path = checkpoint_file(Path(argument), "final.pt")
-    return PPOController.from_checkpoint(path, device=context.device, topology=context.topology, slots=context.slots)
+    return PPOController.from_checkpoint(path, device=context.device, topology=context.topology, slots=context.slots,
+                                         max_epochs=context.max_epochs)
