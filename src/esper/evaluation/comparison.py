@@ -7,20 +7,21 @@ advance together, batch-first, on the same shared batches, so differences come f
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, TypedDict, get_type_hints, is_typeddict
 
 import torch
 
 from esper.env import EnvSpec, EnvStep, EpisodeResult, EpochData, MorphoEnv, run_episodes
 from esper.env.rewards import RewardFamily, make_reward_fn
 from esper.evaluation.controllers import all_controllers
-from esper.evaluation.stats import compare_pair, mean_std
+from esper.evaluation.stats import MeanCI, MeanStd, PairStats, compare_pair, mean_ci, mean_std
 from esper.leyline import LifecycleOp, TelemetryEvent, TelemetryEventType, TelemetrySink
 from esper.leyline.constants import DEFAULT_GAMMA
 from esper.leyline.seeding import derive_seed
 from esper.runtime.devices import env_device_map
+from esper.runtime.rows import LogFormatError, row_fields
 from esper.runtime.rundir import RunDirectory
 from esper.runtime.tasks import DataCache, TaskSpec
 from esper.tamiyo import ControllerContext, ControllerSpec, TamiyoPolicy
@@ -87,26 +88,45 @@ def run_controller_episodes(
     return results
 
 
+class ControllerStats(TypedDict):
+    """One controller's summary over its episodes (results.json "per_controller")."""
+
+    episodes: int
+    final_accuracy: MeanCI
+    best_accuracy: MeanStd
+    params_added: MeanStd
+    seeds_created: float
+    seeds_fossilized: float
+    seeds_culled: float
+    total_reward: MeanStd
+    action_mix: dict[str, float]
+    accuracy_curve_mean: list[float]
+
+
 @dataclass
 class ComparisonResult:
+    """Per-controller summaries and pairwise paired statistics; `to_dict` is results.json, `from_dict` reads it."""
+
+    FILE: ClassVar[str] = "results.json"
+
     controllers: list[str]
     episodes: list[EpisodeResult]
     tie_threshold: float
     seed: int
-    per_controller: dict[str, dict[str, Any]] = field(default_factory=dict)
-    pairwise: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    per_controller: dict[str, ControllerStats] = field(default_factory=dict)
+    pairwise: dict[str, dict[str, PairStats]] = field(default_factory=dict)
 
     @classmethod
     def from_episodes(cls, controllers: list[str], episodes: list[EpisodeResult], *, tie_threshold: float,
                       seed: int) -> ComparisonResult:
         result = cls(controllers, episodes, tie_threshold, seed)
         by = {c: sorted((e for e in episodes if e.controller == c), key=lambda e: e.episode) for c in controllers}
-        for c, eps in by.items():
+        for i, (c, eps) in enumerate(by.items()):
             actions = {op.name: statistics.fmean(e.action_counts[op.name] / max(1, sum(e.action_counts.values()))
                                                  for e in eps) for op in LifecycleOp}
             result.per_controller[c] = {
                 "episodes": len(eps),
-                "final_accuracy": mean_std([e.final_accuracy for e in eps]),
+                "final_accuracy": mean_ci([e.final_accuracy for e in eps], seed=derive_seed(seed, "final_accuracy", i)),
                 "best_accuracy": mean_std([e.best_accuracy for e in eps]),
                 "params_added": mean_std([float(e.params_added) for e in eps]),
                 "seeds_created": statistics.fmean(e.seeds_created for e in eps),
@@ -135,6 +155,51 @@ class ComparisonResult:
             "seed": self.seed, "per_controller": self.per_controller, "pairwise": self.pairwise,
             "episodes": [e.to_dict() for e in self.episodes],
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, source: str = FILE) -> ComparisonResult:
+        """Read back `to_dict()` output; a different schema is a LogFormatError naming `source` and the key."""
+        _check_keys(data, {"reference", "controllers", "tie_threshold", "seed", "per_controller", "pairwise",
+                           "episodes"}, source)
+        if not isinstance(data["controllers"], list) or not isinstance(data["episodes"], list):
+            raise LogFormatError(f"{source}: 'controllers' and 'episodes' must be lists")
+        controllers = [str(c) for c in data["controllers"]]
+        if not controllers or data["reference"] != controllers[0]:
+            raise LogFormatError(f"{source}: 'reference' must be the first of 'controllers' (got "
+                                 f"{data['reference']!r} and {controllers})")
+        _check_keys(data["per_controller"], set(controllers), f"{source} per_controller")
+        _check_keys(data["pairwise"], set(controllers), f"{source} pairwise")
+        for c in controllers:
+            _check_typed(data["per_controller"][c], ControllerStats, f"{source} per_controller[{c!r}]")
+            others = set(controllers) - {c}
+            _check_keys(data["pairwise"][c], others, f"{source} pairwise[{c!r}]")
+            for other in others:
+                _check_typed(data["pairwise"][c][other], PairStats, f"{source} pairwise[{c!r}][{other!r}]")
+        names, required = row_fields(EpisodeResult)
+        episodes = []
+        for n, e in enumerate(data["episodes"]):
+            if not isinstance(e, dict) or not required <= set(e) <= names:
+                raise LogFormatError(f"{source} episodes[{n}] does not match the EpisodeResult schema "
+                                     f"(fields {sorted(names)}); was it written by another esper version?")
+            episodes.append(EpisodeResult(**e))
+        return cls(controllers, episodes, float(data["tie_threshold"]), int(data["seed"]),
+                   dict(data["per_controller"]), {c: dict(data["pairwise"][c]) for c in controllers})
+
+
+def _check_keys(value: Any, keys: set[str], where: str) -> None:
+    if not isinstance(value, dict) or set(value) != keys:
+        got = sorted(value) if isinstance(value, dict) else type(value).__name__
+        raise LogFormatError(f"{where} does not match the comparison schema (keys {sorted(keys)}, got {got}); "
+                             f"was it written by another esper version?")
+
+
+def _check_typed(value: Any, schema: type, where: str) -> None:
+    """`value` has exactly the keys of the TypedDict `schema`, recursively for nested TypedDicts."""
+    hints = get_type_hints(schema)
+    _check_keys(value, set(hints), where)
+    for key, hint in hints.items():
+        if is_typeddict(hint):
+            _check_typed(value[key], hint, f"{where}[{key!r}]")
 
 
 def build_controller(spec: ControllerSpec, plan: EpisodePlan, *, episode: int, index: int) -> TamiyoPolicy:
