@@ -307,7 +307,7 @@ def ppo_health_figure(hist: Sequence[HistoryRow], x: Sequence[float], path: Path
         axes[0, 0].set_xlim(min(x) - 0.5, max(x) + 0.5)
     for ax, (title, ylabel, keys) in zip(axes.flat, HEALTH_PANELS):
         for xi in skipped:
-            ax.axvline(xi, color="#7f7f7f", linewidth=1.0, linestyle="--", zorder=1)
+            ax.axvline(xi, color="#7f7f7f", linewidth=0.8, linestyle="--", alpha=0.7, zorder=1)
         drawn = []
         for i, key in enumerate(keys):
             ys = [as_float(getattr(h, key)) for h in hist]
@@ -315,7 +315,7 @@ def ppo_health_figure(hist: Sequence[HistoryRow], x: Sequence[float], path: Path
                 ax.plot(list(x), ys, label=key, linewidth=2.0 if i == 0 else 1.0, **mk)
                 drawn.append(key)
         if not drawn:
-            ax.text(0.5, 0.5, "not recorded", transform=ax.transAxes, ha="center", va="center", color="#7f7f7f")
+            note(ax, "not recorded")
             ax.set_yticks([])
         if keys[0] == "ratio_max":
             ax.axhline(1.0, color="black", linewidth=0.6)
