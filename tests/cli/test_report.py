@@ -1,8 +1,10 @@
-"""`esper report`: PNGs for fake heuristic / compare / ppo run directories, clear errors for missing files."""
+"""`esper report`: PNGs for fake heuristic / compare / ppo run directories built from the typed rows' own to_dict(),
+clear errors for missing or wrong-schema files, and plots that draw exactly the intervals results.json reports."""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -11,14 +13,20 @@ import pytest
 from esper.cli import report_plots
 from esper.cli.main import main
 from esper.cli.report import render_report
+from esper.cli.report_lifecycle import NO_SEEDS, build_lifecycle
+from esper.env.logs import EpisodeResult, SlotSummary, StepRow
+from esper.evaluation.comparison import ComparisonResult
+from esper.runtime.rows import LogFormatError
+from esper.runtime.rundir import json_safe
+from esper.simic.ppo.history import UPDATE_METRICS, HistoryRow
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 EPOCHS = 5
-OPS = ("WAIT", "GERMINATE", "FOSSILIZE", "CULL")
 # early: germinated at 1, fossilized at 5; mid: germinated at 2, culled at 4 (slot empties); late: never used.
 EARLY = {1: "GERMINATED", 2: "TRAINING", 3: "BLENDING", 4: "PROBATIONARY", 5: "FOSSILIZED"}
 MID = {2: "GERMINATED", 3: "TRAINING"}
 ACTIONS = {1: ("GERMINATE", "early"), 2: ("GERMINATE", "mid"), 4: ("CULL", "mid"), 5: ("FOSSILIZE", "early")}
+CONTROLLERS = ("static", "heuristic", "random")
 
 
 @pytest.fixture(autouse=True)
@@ -27,51 +35,67 @@ def _low_dpi(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(report_plots, "DPI", 50)
 
 
-def _seed(stage: str | None, blueprint: str) -> dict[str, Any] | None:
-    return None if stage is None else {"stage": stage, "blueprint": blueprint, "alpha": 0.5, "counterfactual": 0.7}
+def _seed(stage: str | None, blueprint: str) -> SlotSummary | None:
+    return None if stage is None else SlotSummary(stage, blueprint, 0.5, 0.7)
 
 
 def step_rows(controller: str, episode: int, env: int, batch: int, *, active: bool = True,
-              base_acc: float = 60.0) -> list[dict[str, Any]]:
+              base_acc: float = 60.0) -> list[StepRow]:
     rows = []
     for epoch in range(1, EPOCHS + 1):
         op, slot = ACTIONS.get(epoch, ("WAIT", None)) if active else ("WAIT", None)
         early = _seed(EARLY.get(epoch), "conv_light") if active else None
         mid = _seed(MID.get(epoch), "attention") if active else None
-        comps = {"attribution": 0.2 * epoch, "proxy": 0.0, "blending_warning": -0.1 if epoch == 3 else 0.0,
-                 "probation_warning": 0.0, "pbrs": 0.3, "rent": -0.15, "action_shaping": -0.02 if op != "WAIT" else 0.0,
-                 "terminal": 3.0 if epoch == EPOCHS else 0.0, "governor_penalty": 0.0, "loss_primary": 0.0,
-                 "sparse_terminal": 0.0, "family": "contribution", "val_acc": base_acc + 3 * epoch}
-        total = sum(v for k, v in comps.items() if k not in ("family", "val_acc"))
-        rows.append({
-            "batch": batch, "env": env, "episode": episode, "epoch": epoch, "controller": controller, "op": op,
-            "slot": slot, "blueprint": "conv_light" if op == "GERMINATE" else None, "blend": None, "success": True,
-            "reason": "test", "train_loss": 1.0 / epoch, "train_acc": base_acc + 2 * epoch, "val_loss": 1.1 / epoch,
-            "val_acc": base_acc + 3 * epoch, "rollback": False,
-            "slots": {"early": early, "mid": mid, "late": None},
-            "seed_params": (12_000 if early else 0) + (30_000 if mid else 0),
-            "reward_components": {**comps, "total": total}, "reward": total,
-        })
+        comps: dict[str, Any] = {
+            "family": "contribution", "attribution": 0.2 * epoch, "proxy": 0.0,
+            "blending_warning": -0.1 if epoch == 3 else 0.0, "probation_warning": 0.0, "pbrs": 0.3, "rent": -0.15,
+            "action_shaping": -0.02 if op != "WAIT" else 0.0, "terminal": 3.0 if epoch == EPOCHS else 0.0,
+            "governor_penalty": 0.0, "loss_primary": 0.0, "sparse_terminal": 0.0, "val_acc": base_acc + 3 * epoch,
+            "action_name": op, "action_success": True}
+        total = sum(v for k, v in comps.items() if k not in ("family", "val_acc", "action_name", "action_success"))
+        rows.append(StepRow(
+            batch=batch, env=env, episode=episode, epoch=epoch, controller=controller, op=op, slot=slot,
+            blueprint="conv_light" if op == "GERMINATE" else None, blend=None, success=True, reason="test",
+            # a diverged first epoch: the run directory writes NaN as the string "NaN"
+            train_loss=math.nan if epoch == 1 else 1.0 / epoch, train_acc=base_acc + 2 * epoch,
+            val_loss=1.1 / epoch, val_acc=base_acc + 3 * epoch, rollback=False,
+            slots={"early": early, "mid": mid, "late": None},
+            seed_params=(12_000 if early else 0) + (30_000 if mid else 0),
+            reward_components={**comps, "total": total}, reward=total))
     return rows
 
 
 def episode_row(controller: str, episode: int, env: int, batch: int, *, active: bool = True,
-                base_acc: float = 60.0) -> dict[str, Any]:
+                base_acc: float = 60.0) -> EpisodeResult:
     curve = [base_acc + 3 * e for e in range(1, EPOCHS + 1)]
     counts = {"WAIT": 1, "GERMINATE": 2, "FOSSILIZE": 1, "CULL": 1} if active else {
         "WAIT": EPOCHS, "GERMINATE": 0, "FOSSILIZE": 0, "CULL": 0}
-    return {"controller": controller, "env_id": env, "episode": episode, "batch": batch, "env_seed": 42 + episode,
-            "final_accuracy": curve[-1], "best_accuracy": max(curve), "seeds_created": 2 if active else 0,
-            "seeds_fossilized": 1 if active else 0, "seeds_culled": 1 if active else 0,
-            "params_added": 12_000 if active else 0, "action_counts": counts, "accuracy_curve": curve,
-            "total_reward": 4.2, "rollbacks": 0}
+    return EpisodeResult(
+        controller=controller, env_id=env, episode=episode, batch=batch, env_seed=42 + episode,
+        final_accuracy=curve[-1], best_accuracy=max(curve), seeds_created=2 if active else 0,
+        seeds_fossilized=1 if active else 0, seeds_culled=1 if active else 0, params_added=12_000 if active else 0,
+        action_counts=counts, accuracy_curve=curve, total_reward=4.2, rollbacks=0)
+
+
+def history_row(batch: int, **update: float) -> HistoryRow:
+    return HistoryRow(
+        batch=batch, episodes_completed=2 * batch + 2, n_envs=2, avg_accuracy=75.5 - 5 * batch,  # best batch 0
+        rolling_accuracy=70.5 + 2.5 * batch, best_rolling_accuracy=73.0, env_accuracies=[75.0, 76.0],
+        avg_reward=4.2, action_shares={"WAIT": 0.2, "GERMINATE": 0.4, "FOSSILIZE": 0.2, "CULL": 0.2},
+        reward_components={"attribution": 0.6, "pbrs": 0.3, "rent": -0.15, "action_shaping": -0.016,
+                           "terminal": 0.6},
+        seeds_created=2, seeds_fossilized=1, seeds_culled=1, rollbacks=0, anomalies=[], rollout_seconds=1.0,
+        update_seconds=0.5, env_epochs_per_second=10.0, batch_loads=5, updates_run=batch + 1, **update)
 
 
 def _write(run: Path, command: str, files: dict[str, Any]) -> Path:
     run.mkdir(parents=True)
     (run / "config.json").write_text(json.dumps({"command": command, "argv": [], "config": {}}))
     for name, content in files.items():
-        text = "".join(json.dumps(r) + "\n" for r in content) if name.endswith(".jsonl") else json.dumps(content)
+        if name.endswith(".jsonl"):
+            text = "".join(json.dumps(json_safe(r.to_dict())) + "\n" for r in content)
+        else:
+            text = json.dumps(json_safe(content))
         (run / name).write_text(text)
     return run
 
@@ -82,31 +106,15 @@ def make_heuristic(root: Path) -> Path:
     return _write(root / "heuristic", "heuristic", {"steps.jsonl": steps, "episodes.jsonl": episodes})
 
 
-def make_compare(root: Path) -> Path:
-    controllers = ("static", "heuristic", "random")
+def make_compare(root: Path, episodes_per_controller: int = 3) -> Path:
     steps, episodes = [], []
-    for ep in range(2):
-        for env, c in enumerate(controllers):
-            active, acc = c != "static", 58 + 2 * env + ep
+    for ep in range(episodes_per_controller):
+        for env, c in enumerate(CONTROLLERS):
+            active, acc = c != "static", 58 + 2 * env + (ep * 7 % 5)
             steps += step_rows(c, ep, env, ep, active=active, base_acc=acc)
             episodes.append(episode_row(c, ep, env, ep, active=active, base_acc=acc))
-    per = {}
-    for c in controllers:
-        eps = [e for e in episodes if e["controller"] == c]
-        fa = [e["final_accuracy"] for e in eps]
-        mean = sum(fa) / len(fa)
-        per[c] = {"episodes": len(eps), "final_accuracy": {"mean": mean, "std": 0.7},
-                  "best_accuracy": {"mean": mean, "std": 0.7},
-                  "params_added": {"mean": float(eps[0]["params_added"]), "std": 500.0},
-                  **{k: float(eps[0][k]) for k in ("seeds_created", "seeds_fossilized", "seeds_culled")},
-                  "total_reward": {"mean": 4.2, "std": 0.1},
-                  "action_mix": {op: n / EPOCHS for op, n in eps[0]["action_counts"].items()},
-                  "accuracy_curve_mean": eps[0]["accuracy_curve"]}
-    pairwise = {a: {b: {"wins": 2, "losses": 0, "ties": 0, "mean_delta": 2.0, "ci95": [1.0, 3.0],
-                        "verdict": "better"} for b in controllers if b != a} for a in controllers}
-    results = {"reference": "static", "controllers": list(controllers), "tie_threshold": 0.5, "seed": 42,
-               "per_controller": per, "pairwise": pairwise, "episodes": episodes}
-    return _write(root / "compare", "compare", {"results.json": results, "steps.jsonl": steps,
+    results = ComparisonResult.from_episodes(list(CONTROLLERS), episodes, tie_threshold=0.5, seed=42)
+    return _write(root / "compare", "compare", {"results.json": results.to_dict(), "steps.jsonl": steps,
                                                 "episodes.jsonl": episodes})
 
 
@@ -117,16 +125,11 @@ def make_ppo(root: Path) -> Path:
             acc = 55 + 5 * batch + env
             steps += step_rows("ppo", 2 * batch + env, env, batch, base_acc=acc)
             episodes.append(episode_row("ppo", 2 * batch + env, env, batch, base_acc=acc))
-        history.append({
-            "batch": batch, "episodes_completed": 2 * batch + 2, "avg_accuracy": 75.5 - 5 * batch,  # best batch 0
-            "rolling_accuracy": 70.5 + 2.5 * batch, "avg_reward": 4.2,
-            "action_shares": {"WAIT": 0.2, "GERMINATE": 0.4, "FOSSILIZE": 0.2, "CULL": 0.2},
-            "reward_components": {"attribution": 0.6, "pbrs": 0.3, "rent": -0.15, "action_shaping": -0.016,
-                                  "terminal": 0.6, "total": 1.334},
-            "policy_loss": -0.01, "value_loss": 0.5 - 0.1 * batch, "entropy": 1.9 - 0.1 * batch,
-            "entropy_op": 1.2, "approx_kl": 0.004 + 0.002 * batch, "clip_fraction": 0.05,
-            "explained_variance": 0.1 + 0.3 * batch, "ratio_max": 1.3, "ratio_min": 0.75,
-        })
+        history.append(history_row(batch, policy_loss=-0.01, value_loss=0.5 - 0.1 * batch,
+                                   entropy=1.9 - 0.1 * batch, entropy_op=1.2, approx_kl=0.004 + 0.002 * batch,
+                                   clip_fraction=0.05, explained_variance=0.1 + 0.3 * batch, ratio_max=1.3,
+                                   ratio_min=0.75))
+    history.append(history_row(2, skipped_update=1.0))  # a skipped update: no PPO metrics at all
     return _write(root / "ppo", "ppo", {"history.jsonl": history, "steps.jsonl": steps, "episodes.jsonl": episodes})
 
 
@@ -163,11 +166,113 @@ def test_missing_file_is_named(tmp_path: Path, kind: str, missing: str) -> None:
 def test_empty_log_and_unknown_run_type(tmp_path: Path) -> None:
     run = make_heuristic(tmp_path)
     (run / "steps.jsonl").write_text("")
-    with pytest.raises(ValueError, match=r"steps\.jsonl"):
+    with pytest.raises(ValueError, match=r"steps\.jsonl has no complete rows"):
         render_report(run)
     (run / "config.json").write_text(json.dumps({"command": "datagen"}))
     with pytest.raises(ValueError, match="datagen"):
         render_report(run)
+    (run / "config.json").write_text("[1, 2]")
+    with pytest.raises(LogFormatError, match="command"):
+        render_report(run)
+
+
+def _drop_key(line: str, key: str) -> str:
+    row = json.loads(line)
+    del row[key]
+    return json.dumps(row)
+
+
+@pytest.mark.parametrize(("kind", "name", "line"), [("heuristic", "steps.jsonl", 3), ("heuristic", "episodes.jsonl", 2),
+                                                    ("ppo", "history.jsonl", 1)])
+def test_wrong_schema_log_is_a_clear_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str,
+                                                 name: str, line: int) -> None:
+    run = EXPECTED[kind][0](tmp_path)
+    path = run / name
+    lines = path.read_text().splitlines()
+    lines[line - 1] = _drop_key(lines[line - 1], "batch")  # e.g. written by an older esper
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(LogFormatError, match=rf"{name.replace('.', '[.]')}:{line} does not match"):
+        render_report(run)
+    assert main(["report", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert f"{name}:{line}" in err and "schema" in err and "Traceback" not in err
+    assert not (run / "report").exists()  # nothing half-drawn
+
+
+@pytest.mark.parametrize("damage", ["ci", "pair", "episode", "reference"])
+def test_wrong_schema_results_is_a_clear_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     damage: str) -> None:
+    run = make_compare(tmp_path)
+    data = json.loads((run / "results.json").read_text())
+    if damage == "ci":  # a results.json from before per-controller intervals
+        del data["per_controller"]["random"]["final_accuracy"]["ci95"]
+    elif damage == "pair":
+        del data["pairwise"]["random"]["static"]["verdict"]
+    elif damage == "episode":
+        data["episodes"][1]["unknown_field"] = 1
+    else:
+        data["reference"] = "random"
+    (run / "results.json").write_text(json.dumps(data))
+    assert main(["report", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "results.json" in err and "Traceback" not in err
+
+
+def test_compare_plot_draws_the_intervals_results_json_reports(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    run = make_compare(tmp_path)
+    calls: list[dict[str, Any]] = []
+    real = report_plots.final_accuracy_figure
+
+    def spy(controllers: Any, deltas: Any, **kw: Any) -> Any:
+        calls.append({"controllers": controllers, "deltas": deltas, **kw})
+        return real(controllers, deltas, **kw)
+
+    monkeypatch.setattr(report_plots, "final_accuracy_figure", spy)
+    render_report(run)
+    results = json.loads((run / "results.json").read_text())
+    (call,) = calls
+    assert call["reference"] == "static" and call["tie_threshold"] == 0.5
+    assert [e.label for e in call["controllers"]] == list(CONTROLLERS)
+    for est in call["controllers"]:
+        reported = results["per_controller"][est.label]["final_accuracy"]
+        assert [est.mean, est.low, est.high] == [reported["mean"], *reported["ci95"]]
+        assert sorted(est.points) == sorted(e["final_accuracy"] for e in results["episodes"]
+                                            if e["controller"] == est.label)
+        assert f"[{reported['ci95'][0]:.2f}, {reported['ci95'][1]:.2f}]" in est.caption
+    assert [e.label for e in call["deltas"]] == ["heuristic", "random"]
+    for est in call["deltas"]:
+        pair = results["pairwise"][est.label]["static"]
+        assert [est.mean, est.low, est.high] == [pair["mean_delta"], *pair["ci95"]]
+        assert pair["verdict"] in est.caption
+        assert sum(est.points) / len(est.points) == pytest.approx(pair["mean_delta"])
+    # the per-controller interval is a real interval here (episodes differ), not a degenerate point
+    static = call["controllers"][0]
+    assert static.low < static.mean < static.high
+
+
+def test_lifecycle_without_seeds_says_so() -> None:
+    active = step_rows("heuristic", 0, 0, 0)
+    idle = step_rows("static", 0, 1, 0, active=False)
+
+    def notes(fig: Any) -> list[str]:
+        return [t.get_text() for ax in fig.axes for t in ax.texts if t.get_text() == NO_SEEDS]
+
+    assert notes(build_lifecycle([("idle", [("static", idle)])])) == [NO_SEEDS]
+    assert notes(build_lifecycle([("both", [("heuristic", active), ("static", idle)])])) == [NO_SEEDS]
+    assert notes(build_lifecycle([("active", [("heuristic", active)])])) == []
+
+
+def test_health_panels_name_history_update_metrics() -> None:
+    keys = {k for _, _, ks in report_plots.HEALTH_PANELS for k in ks}
+    assert keys <= UPDATE_METRICS
+
+
+@pytest.mark.parametrize(("value", "expected"), [(3, 3.0), (-1.5, -1.5), (None, math.nan), ("NaN", math.nan),
+                                                 ("Infinity", math.nan), (math.inf, math.nan)])
+def test_as_float_maps_missing_and_non_finite_to_nan(value: Any, expected: float) -> None:
+    got = report_plots.as_float(value)
+    assert got == expected or (math.isnan(got) and math.isnan(expected))
 
 
 def test_cli_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

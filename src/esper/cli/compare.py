@@ -41,7 +41,8 @@ def add_compare_parser(sub: Any) -> None:
 def comparison_table(result: ComparisonResult) -> Table:
     ref = result.reference
     table = Table(title=f"Comparison over {result.per_controller[ref]['episodes']} episode(s) (reference: {ref})")
-    for col in ("controller", "final %", "best %", "params added", "seeds c/f/x", "W/L/T vs ref", "Δ vs ref [95% CI]",
+    for col in ("controller", "final % [95% CI]", "best %", "params added", "seeds c/f/x", "W/L/T vs ref",
+                "Δ vs ref [95% CI]",
                 "verdict", "action mix"):
         table.add_column(col, justify="right" if col not in ("controller", "verdict", "action mix") else "left")
     for c in result.controllers:
@@ -56,7 +57,8 @@ def comparison_table(result: ComparisonResult) -> Table:
             wlt = f"{p['wins']}/{p['losses']}/{p['ties']}"
             delta = f"{p['mean_delta']:+.2f} [{p['ci95'][0]:+.2f}, {p['ci95'][1]:+.2f}]"
             verdict = p["verdict"]
-        table.add_row(c, f"{fa['mean']:.2f} ± {fa['std']:.2f}", f"{ba['mean']:.2f} ± {ba['std']:.2f}",
+        table.add_row(c, f"{fa['mean']:.2f} [{fa['ci95'][0]:.2f}, {fa['ci95'][1]:.2f}]",
+                      f"{ba['mean']:.2f} ± {ba['std']:.2f}",
                       f"{pa['mean']:,.0f}", seeds, wlt, delta, verdict, mix)
     return table
 

@@ -1,15 +1,16 @@
 """Plot primitives for `esper report`: matplotlib Figures on the Agg canvas, no pyplot state.
 
-Each helper draws one kind of panel from plain rows (steps.jsonl / episodes.jsonl / history.jsonl dicts), so the
-heuristic, compare and PPO reports share the lifecycle, action-mix and reward renderers.
+Each helper draws one kind of panel from typed rows (`StepRow`, `HistoryRow`) or from plain number series, so the
+heuristic, compare and PPO reports share the action-mix, reward, loss, interval and health renderers.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import matplotlib
 
@@ -17,20 +18,14 @@ matplotlib.use("Agg")
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+from esper.env.logs import StepRow
+from esper.simic.ppo.history import HistoryRow
 
 DPI = 110
 OPS = ("WAIT", "GERMINATE", "FOSSILIZE", "CULL")
 OP_COLORS = {"WAIT": "#c7c7c7", "GERMINATE": "#1f77b4", "FOSSILIZE": "#2ca02c", "CULL": "#d62728"}
-STAGE_COLORS = {
-    "GERMINATED": "#17becf", "TRAINING": "#f2c200", "BLENDING": "#d62ad6", "PROBATIONARY": "#3b6fd8",
-    "FOSSILIZED": "#2ca02c", "DORMANT": "#dddddd", "UNKNOWN": "#dddddd", "CULLED": "#bbbbbb",
-    "EMBARGOED": "#bbbbbb", "RESETTING": "#bbbbbb",
-}
-STAGE_ORDER = ("GERMINATED", "TRAINING", "BLENDING", "PROBATIONARY", "FOSSILIZED")
-GONE_STAGES = frozenset({"CULLED", "EMBARGOED", "RESETTING", "DORMANT", "UNKNOWN"})
 # ShapedRewardComponents summed fields in a fixed order, so each keeps its colour across plots.
 REWARD_FIELDS = ("attribution", "proxy", "blending_warning", "probation_warning", "pbrs", "rent", "action_shaping",
                  "terminal", "governor_penalty", "loss_primary", "sparse_terminal")
@@ -39,16 +34,19 @@ REWARD_DIAGNOSTICS = frozenset({"family", "attribution_discount", "ratio_penalty
 _TAB20 = matplotlib.colormaps["tab20"]
 THOUSANDS = FuncFormatter(lambda v, _pos: f"{v:,.0f}")
 MANY_BARS = 40  # above this many x positions, stacked bars become stacked areas / lines
+BAND_ALPHA = 0.18  # shaded spread bands; low enough that overlapping bands stay readable
+K = TypeVar("K", bound=Hashable)
 
-# (label, rows sorted by epoch) for one env-episode; a panel is (title, tracks).
-Track = tuple[str, list[dict[str, Any]]]
 
+def as_float(value: float | str | None) -> float:
+    """A logged number as a float for plotting; NaN where there is none.
 
-def num(value: Any) -> float:
-    """A JSON number as float; None, strings and non-finite values become NaN."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    None is a metric that was not recorded (a skipped PPO update); a string is the marker the run directory writes
+    for a non-finite number ("NaN", "Infinity"), which no plot can place either.
+    """
+    if value is None or isinstance(value, str):
         return math.nan
-    return float(value)
+    return float(value) if math.isfinite(value) else math.nan
 
 
 def new_figure(width: float, height: float, nrows: int = 1, ncols: int = 1, *,
@@ -77,32 +75,76 @@ def style(ax: Axes, title: str, xlabel: str, ylabel: str, *, int_x: bool = True)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
+def side_legend(ax: Axes, fontsize: float = 8) -> None:
+    ax.legend(fontsize=fontsize, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+
+
+def note(ax: Axes, text: str, x: float = 0.5, y: float = 0.5, *, data_coords: bool = False) -> None:
+    """A boxed remark in the middle of a panel: says in words why the panel has nothing to show."""
+    ax.text(x, y, text, transform=ax.transData if data_coords else ax.transAxes, ha="center", va="center",
+            fontsize=10, style="italic", color="#555555", zorder=7,
+            bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "#aaaaaa"})
+
+
 def series_colors(n: int) -> list[Any]:
     if n <= 10:
         return [matplotlib.colormaps["tab10"](i) for i in range(n)]
     return [matplotlib.colormaps["viridis"](i / max(n - 1, 1)) for i in range(n)]
 
 
+# tab20's saturated colours first, then its light ones; grey (14, 15) is left out, it reads as "no data".
+_REWARD_PALETTE = [i for i in range(0, 20, 2) if i != 14] + [i for i in range(1, 20, 2) if i != 15]
+
+
 def reward_color(name: str) -> Any:
     if name in REWARD_FIELDS:
-        return _TAB20(REWARD_FIELDS.index(name) * 2 % 20 + (REWARD_FIELDS.index(name) * 2 // 20))
-    return _TAB20(19)
+        return _TAB20(_REWARD_PALETTE[REWARD_FIELDS.index(name)])
+    return _TAB20(15)
+
+
+def reward_value(components: Mapping[str, Any], name: str) -> float:
+    """One summed reward component; absent means it did not apply (0), a non-number is not a component (NaN)."""
+    value = components.get(name, 0.0)
+    if isinstance(value, bool) or not isinstance(value, float | int | str):
+        return math.nan
+    return as_float(value)
 
 
 def reward_names(component_dicts: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Summed reward components that are non-zero somewhere, known fields first."""
+    """Summed reward components that are non-zero somewhere, known fields first (diagnostics and labels skipped)."""
     seen: dict[str, bool] = {}
     for comps in component_dicts:
-        for k, v in comps.items():
-            if k in REWARD_DIAGNOSTICS or math.isnan(num(v)):
-                continue
-            seen[k] = seen.get(k, False) or num(v) != 0.0
+        for k in comps:
+            v = reward_value(comps, k)
+            if k not in REWARD_DIAGNOSTICS and not math.isnan(v):
+                seen[k] = seen.get(k, False) or v != 0.0
     known = [k for k in REWARD_FIELDS if seen.get(k)]
     return known + sorted(k for k, nonzero in seen.items() if nonzero and k not in REWARD_FIELDS)
 
 
 def mark_markers(n: int) -> dict[str, Any]:
     return {"marker": "o", "markersize": 4} if n <= 50 else {}
+
+
+def mean(values: Sequence[float]) -> float:
+    """Mean of the finite values (NaN when there are none)."""
+    clean = [v for v in values if not math.isnan(v)]
+    return sum(clean) / len(clean) if clean else math.nan
+
+
+def group_tracks(steps: Sequence[StepRow], key: Callable[[StepRow], K]) -> dict[K, list[StepRow]]:
+    """Step rows grouped by `key` (e.g. controller, episode, env), each group sorted by epoch, insertion-ordered."""
+    groups: dict[K, list[StepRow]] = {}
+    for r in steps:
+        groups.setdefault(key(r), []).append(r)
+    for rows in groups.values():
+        rows.sort(key=lambda r: r.epoch)
+    return groups
+
+
+def final_acc(rows: Sequence[StepRow]) -> str:
+    acc = as_float(rows[-1].val_acc) if rows else math.nan
+    return "" if math.isnan(acc) else f" ({acc:.1f}%)"
 
 
 # ---------------------------------------------------------------------------------------------- stacked panels
@@ -112,7 +154,7 @@ def stacked_shares(ax: Axes, x: Sequence[float], shares: Mapping[str, Sequence[f
                    width: float = 0.8) -> None:
     """Op shares (or counts) stacked per x: bars for a few x (with % labels), stacked areas for many."""
     ops = [op for op in OPS if op in shares] + [op for op in shares if op not in OPS]
-    values = [[num(v) if not math.isnan(num(v)) else 0.0 for v in shares[op]] for op in ops]
+    values = [[0.0 if math.isnan(v) else v for v in shares[op]] for op in ops]
     colors = [OP_COLORS.get(op, "#7f7f7f") for op in ops]
     if len(x) > MANY_BARS:
         ax.stackplot(list(x), values, labels=ops, colors=colors, alpha=0.9)
@@ -126,6 +168,11 @@ def stacked_shares(ax: Axes, x: Sequence[float], shares: Mapping[str, Sequence[f
                 if t > 0 and v / t >= 0.08:
                     ax.text(xi, b + v / 2, f"{100 * v / t:.0f}%", ha="center", va="center", fontsize=8)
         bottom = [b + v for b, v in zip(bottom, vals)]
+
+
+def op_names(mappings: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The lifecycle ops in canonical order, then any other op a log names."""
+    return list(OPS) + sorted({op for m in mappings for op in m if op not in OPS})
 
 
 def reward_panel(ax: Axes, x: Sequence[float], comps: Mapping[str, Sequence[float]], total: Sequence[float],
@@ -147,136 +194,94 @@ def reward_panel(ax: Axes, x: Sequence[float], comps: Mapping[str, Sequence[floa
             markersize=5 if len(x) <= MANY_BARS else 0)
     ax.axhline(0.0, color="black", linewidth=0.6)
     style(ax, title, xlabel, "mean reward per step")
-    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    side_legend(ax)
 
 
-# ---------------------------------------------------------------------------------------------- lifecycle
+def mean_components(groups: Sequence[Sequence[StepRow]]) -> tuple[dict[str, list[float]], list[float]]:
+    """Per group of steps: the mean of each summed reward component, and the mean total reward."""
+    names = reward_names([r.reward_components for rows in groups for r in rows])
+    comps = {n: [mean([reward_value(r.reward_components, n) for r in rows]) for rows in groups] for n in names}
+    return comps, [mean([as_float(r.reward) for r in rows]) for rows in groups]
 
 
-def _alive(state: Any) -> bool:
-    return isinstance(state, dict) and state.get("stage") not in GONE_STAGES
+# ---------------------------------------------------------------------------------------------- lines and intervals
 
 
-def _slot_names(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    names: list[str] = []
-    for r in rows:
-        for s in (r.get("slots") or {}):
-            if s not in names:
-                names.append(s)
-    return names
-
-
-def _draw_slot_row(ax: Axes, rows: Sequence[Mapping[str, Any]], slot: str, y: float) -> tuple[set[str], bool]:
-    """Stage bands of one slot across an episode; returns the stages drawn and whether a cull was marked."""
-    stages: set[str] = set()
-    culled = False
-    prev: Any = None
-    seg: list[Any] | None = None  # [start_epoch, end_epoch, stage]
-
-    def flush() -> None:
-        if seg is not None:
-            ax.broken_barh([(seg[0] - 0.5, seg[1] - seg[0] + 1)], (y - 0.38, 0.76),
-                           facecolors=STAGE_COLORS.get(seg[2], "#7f7f7f"), edgecolor="white", linewidth=0.5)
-
-    for r in rows:
-        epoch = int(num(r.get("epoch")))
-        state = (r.get("slots") or {}).get(slot)
-        cur: dict[str, Any] = state if isinstance(state, dict) else {}
-        if _alive(prev) and prev.get("stage") != "FOSSILIZED" and (
-                not _alive(state) or cur.get("blueprint") != prev.get("blueprint")):
-            ax.plot([epoch], [y], marker="x", color="red", markersize=9, markeredgewidth=2.2, zorder=5)
-            culled = True
-        if isinstance(state, dict) and state.get("stage") not in (None, "DORMANT", "UNKNOWN"):
-            stage = str(state["stage"])
-            stages.add(stage)
-            if not _alive(prev) or state.get("blueprint") != prev.get("blueprint"):
-                ax.text(epoch - 0.42, y, str(state.get("blueprint") or ""), fontsize=7, va="center", ha="left",
-                        zorder=6, clip_on=True)
-            if seg is not None and seg[2] == stage and seg[1] == epoch - 1:
-                seg[1] = epoch
-            else:
-                flush()
-                seg = [epoch, epoch, stage]
-        else:
-            flush()
-            seg = None
-        prev = state
-    flush()
-    return stages, culled
-
-
-def lifecycle_figure(panels: Sequence[tuple[str, Sequence[Track]]], path: Path) -> Path:
-    """Per slot, stage colour bands over epochs: one row per slot per track, one panel per group of tracks."""
-    panels = [(title, tracks) for title, tracks in panels if tracks] or [("no steps recorded", [])]
-    layout = [[(label, rows, _slot_names(rows)) for label, rows in tracks] for _, tracks in panels]
-    n_rows = [max(1, sum(len(slots) for _, _, slots in tracks)) for tracks in layout]
-    max_epoch = max((int(num(r.get("epoch"))) for tracks in layout for _, rows, _ in tracks for r in rows),
-                    default=1)
-    fig = Figure(figsize=(max(8.0, min(14.0, 5.0 + 0.3 * max_epoch)), 1.3 + 0.3 * sum(n_rows) + 0.6 * len(panels)),
-                 dpi=DPI, layout="constrained")
-    axes = fig.subplots(len(panels), 1, squeeze=False, height_ratios=n_rows)[:, 0]
-    stages: set[str] = set()
-    any_cull = False
-    for ax, (title, _), tracks in zip(axes, panels, layout):
-        y, ticks, labels = 0.0, [], []
-        for i, (label, rows, slots) in enumerate(tracks):
-            if i:
-                ax.axhline(y + 0.5, color="black", linewidth=0.8)
-            for slot in slots:
-                drawn, culled = _draw_slot_row(ax, rows, slot, y)
-                stages |= drawn
-                any_cull |= culled
-                ticks.append(y)
-                labels.append(f"{label} · {slot}")
-                y -= 1.0
-        ax.set_yticks(ticks, labels, fontsize=8)
-        ax.set_ylim(y + 0.5, 0.5)
-        ax.set_xlim(0.5, max_epoch + 0.5)
-        style(ax, title, "epoch", "")
-        ax.grid(True, axis="x", alpha=0.3)
-        ax.grid(False, axis="y")
-    handles: list[Any] = [Patch(color=STAGE_COLORS[s], label=s) for s in STAGE_ORDER]
-    handles += [Patch(color=STAGE_COLORS[s], label=s) for s in sorted(stages - set(STAGE_ORDER))]
-    handles.append(Line2D([], [], marker="x", color="red", linestyle="none", markersize=9, markeredgewidth=2.2,
-                          label="culled"))
-    fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8, frameon=False)
-    fig.suptitle("Seed lifecycle per slot (text: blueprint at germination)", fontsize=12)
-    return save(fig, path)
-
-
-def group_tracks(steps: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> dict[tuple[Any, ...], list[dict]]:
-    """Step rows grouped by `keys` (e.g. controller, episode, env), each group sorted by epoch, insertion-ordered."""
-    groups: dict[tuple[Any, ...], list[dict]] = {}
-    for r in steps:
-        if not math.isnan(num(r.get("epoch"))):
-            groups.setdefault(tuple(r.get(k) for k in keys), []).append(dict(r))
-    for rows in groups.values():
-        rows.sort(key=lambda r: num(r.get("epoch")))
-    return groups
-
-
-def loss_figure(groups: Mapping[str, Sequence[Mapping[str, Any]]], title: str, path: Path) -> Path:
+def loss_figure(groups: Mapping[str, Sequence[StepRow]], title: str, path: Path) -> Path:
     """Per group, the mean validation loss (solid) and training loss (dashed) at each epoch over the group's rows."""
     fig, axes = new_figure(10, 5.2)
     ax = axes[0, 0]
     for (label, rows), color in zip(groups.items(), series_colors(len(groups))):
-        for key, dash, what in (("val_loss", "-", "val"), ("train_loss", "--", "train")):
-            per_epoch: dict[float, list[float]] = {}
+        for pick, dash, what in ((lambda r: r.val_loss, "-", "val"), (lambda r: r.train_loss, "--", "train")):
+            per_epoch: dict[int, list[float]] = {}
             for r in rows:
-                value = num(r.get(key))
-                if not math.isnan(value):
-                    per_epoch.setdefault(num(r.get("epoch")), []).append(value)
-            epochs = sorted(e for e in per_epoch if not math.isnan(e))
-            ax.plot(epochs, [sum(per_epoch[e]) / len(per_epoch[e]) for e in epochs], linestyle=dash, color=color,
+                per_epoch.setdefault(r.epoch, []).append(as_float(pick(r)))
+            epochs = sorted(per_epoch)
+            ax.plot(epochs, [mean(per_epoch[e]) for e in epochs], linestyle=dash, color=color,
                     linewidth=1.6 if dash == "-" else 1.1, label=f"{label} · {what}")
     style(ax, title, "epoch", "loss")
-    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    side_legend(ax)
     return save(fig, path)
 
 
-def final_acc(rows: Sequence[Mapping[str, Any]]) -> str:
-    acc = num(rows[-1].get("val_acc")) if rows else math.nan
-    return "" if math.isnan(acc) else f" ({acc:.1f}%)"
+def spread_band(ax: Axes, x: Sequence[float], low: Sequence[float], high: Sequence[float], color: Any) -> None:
+    """A translucent band with dotted edges, so several overlapping bands stay tellable apart."""
+    ax.fill_between(list(x), list(low), list(high), color=color, alpha=BAND_ALPHA, linewidth=0)
+    for edge in (low, high):
+        ax.plot(list(x), list(edge), color=color, linewidth=0.9, linestyle=":", alpha=0.9)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A reported mean with its 95 % interval [low, high], the per-episode values behind it, and a caption."""
+
+    label: str
+    mean: float
+    low: float
+    high: float
+    points: list[float]
+    caption: str = ""
+
+
+def _interval_panel(ax: Axes, estimates: Sequence[Estimate], colors: Sequence[Any]) -> None:
+    for i, (e, color) in enumerate(zip(estimates, colors)):
+        ax.plot([i, i], [e.low, e.high], color="black", linewidth=1.6, zorder=3)
+        ax.plot([i - 0.12, i + 0.12, math.nan, i - 0.12, i + 0.12], [e.low, e.low, math.nan, e.high, e.high],
+                color="black", linewidth=1.6, zorder=3)
+        ax.plot([i - 0.28, i + 0.28], [e.mean, e.mean], color=color, linewidth=4, solid_capstyle="butt", zorder=4)
+        n = len(e.points)
+        ax.scatter([i + 0.36 + 0.1 * (j / max(n - 1, 1)) for j in range(n)], e.points, s=16, color=color,
+                   edgecolor="black", linewidth=0.5, alpha=0.8, zorder=5)
+    ax.set_xlim(-0.6, len(estimates) - 0.4)
+    ax.set_xticks(range(len(estimates)), [f"{e.label}\n{e.caption}" for e in estimates], fontsize=9)
+
+
+def final_accuracy_figure(controllers: Sequence[Estimate], deltas: Sequence[Estimate], *, reference: str,
+                          tie_threshold: float, colors: Mapping[str, Any]) -> Figure:
+    """Left: each controller's mean final accuracy and its bootstrap CI; right: Δ vs the reference, paired CI.
+
+    The intervals are exactly those in results.json. Means are drawn as ticks, not bars, because the accuracy axis
+    is zoomed and a bar's length would exaggerate small differences.
+    """
+    fig, axes = new_figure(max(7.0, 1.7 * len(controllers) + 2) + (max(5.0, 1.7 * len(deltas) + 2) if deltas else 0),
+                           5.6, 1, 2 if deltas else 1, width_ratios=[len(controllers), len(deltas)] if deltas else None)
+    ax = axes[0, 0]
+    _interval_panel(ax, controllers, [colors[e.label] for e in controllers])
+    style(ax, "Final validation accuracy per controller\ntick: mean · whiskers: 95% bootstrap CI of the mean\n"
+          "dots: episodes", "", "final accuracy (%)", int_x=False)
+    if deltas:
+        ax = axes[0, 1]
+        ax.axhspan(-tie_threshold, tie_threshold, color="#7f7f7f", alpha=0.15, linewidth=0,
+                   label=f"tie (|Δ| ≤ {tie_threshold:g} pp)")
+        ax.axhline(0.0, color="black", linewidth=0.8)
+        _interval_panel(ax, deltas, [colors[e.label] for e in deltas])
+        style(ax, f"Δ final accuracy vs {reference} (paired by episode)\ntick: mean Δ · whiskers: 95% paired-"
+              "bootstrap CI\ndots: per-episode Δ", "", "Δ final accuracy (pp)", int_x=False)
+        ax.legend(fontsize=8, loc="best")
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------- PPO health
 
 
 HEALTH_PANELS = (
@@ -291,21 +296,26 @@ HEALTH_PANELS = (
 )
 
 
-def ppo_health_figure(hist: Sequence[Mapping[str, Any]], x: Sequence[float], path: Path) -> Path:
-    """Small multiples of the PPO update metrics per rollout batch; a metric never recorded says so."""
+def ppo_health_figure(hist: Sequence[HistoryRow], x: Sequence[float], path: Path) -> Path:
+    """Small multiples of the PPO update metrics (HistoryRow fields) per rollout batch; one never recorded says so."""
     # Fixed margins instead of constrained layout: eight panels make the layout solver the slowest part of the report.
     fig, axes = new_figure(15, 7.5, 2, 4, layout=None, sharex=True)
     fig.subplots_adjust(left=0.05, right=0.99, bottom=0.08, top=0.9, wspace=0.32, hspace=0.25)
     mk = mark_markers(len(x))
+    skipped = [xi for xi, h in zip(x, hist) if h.skipped_update]
+    if x:  # shared by all panels; set before `style` picks integer ticks from it
+        axes[0, 0].set_xlim(min(x) - 0.5, max(x) + 0.5)
     for ax, (title, ylabel, keys) in zip(axes.flat, HEALTH_PANELS):
+        for xi in skipped:
+            ax.axvline(xi, color="#7f7f7f", linewidth=0.8, linestyle="--", alpha=0.7, zorder=1)
         drawn = []
         for i, key in enumerate(keys):
-            ys = [num(h.get(key)) for h in hist]
+            ys = [as_float(getattr(h, key)) for h in hist]
             if not all(math.isnan(y) for y in ys):
                 ax.plot(list(x), ys, label=key, linewidth=2.0 if i == 0 else 1.0, **mk)
                 drawn.append(key)
         if not drawn:
-            ax.text(0.5, 0.5, "not recorded", transform=ax.transAxes, ha="center", va="center", color="#7f7f7f")
+            note(ax, "not recorded")
             ax.set_yticks([])
         if keys[0] == "ratio_max":
             ax.axhline(1.0, color="black", linewidth=0.6)
@@ -314,5 +324,6 @@ def ppo_health_figure(hist: Sequence[Mapping[str, Any]], x: Sequence[float], pat
         style(ax, title, "rollout batch" if ax in axes[-1] else "", ylabel)
         if len(drawn) > 1 or (drawn and drawn[0] != keys[0]):
             ax.legend(fontsize=7)
-    fig.suptitle("PPO update health per rollout batch", fontsize=12)
+    fig.suptitle("PPO update health per rollout batch" + (" (dashed grey: update skipped, no metrics)" if skipped
+                                                          else ""), fontsize=12)
     return save(fig, path)

@@ -8,70 +8,19 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from esper.env import EnvStep, EpisodeResult
 from esper.evaluation.controllers import all_controllers
 from esper.evaluation.episodes import EpisodePlan, build_controller, run_controller_episodes
-from esper.evaluation.stats import compare_pair, mean_std
-from esper.leyline import LifecycleOp, TelemetrySink
-from esper.leyline.seeding import derive_seed
+from esper.evaluation.results import ComparisonResult
+from esper.leyline import TelemetrySink
 from esper.runtime.rundir import RunDirectory
 from esper.runtime.tasks import DataCache, TaskSpec
 from esper.tamiyo import MATCHED, MAX_HOST_WIDTH, ControllerSpec
 
-
-@dataclass
-class ComparisonResult:
-    controllers: list[str]
-    episodes: list[EpisodeResult]
-    tie_threshold: float
-    seed: int
-    per_controller: dict[str, dict[str, Any]] = field(default_factory=dict)
-    pairwise: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
-    matched: dict[str, Any] = field(default_factory=dict)  # how static:matched was widened, when it ran
-
-    @classmethod
-    def from_episodes(cls, controllers: list[str], episodes: list[EpisodeResult], *, tie_threshold: float,
-                      seed: int) -> ComparisonResult:
-        result = cls(controllers, episodes, tie_threshold, seed)
-        by = {c: sorted((e for e in episodes if e.controller == c), key=lambda e: e.episode) for c in controllers}
-        for c, eps in by.items():
-            actions = {op.name: statistics.fmean(e.action_counts[op.name] / max(1, sum(e.action_counts.values()))
-                                                 for e in eps) for op in LifecycleOp}
-            result.per_controller[c] = {
-                "episodes": len(eps),
-                "final_accuracy": mean_std([e.final_accuracy for e in eps]),
-                "best_accuracy": mean_std([e.best_accuracy for e in eps]),
-                "params_added": mean_std([float(e.params_added) for e in eps]),
-                "total_params": mean_std([float(e.host_params + e.params_added) for e in eps]),
-                "seeds_created": statistics.fmean(e.seeds_created for e in eps),
-                "seeds_fossilized": statistics.fmean(e.seeds_fossilized for e in eps),
-                "seeds_culled": statistics.fmean(e.seeds_culled for e in eps),
-                "total_reward": mean_std([e.total_reward for e in eps]),
-                "action_mix": actions,
-                "accuracy_curve_mean": [statistics.fmean(vals) for vals in zip(*(e.accuracy_curve for e in eps))],
-            }
-        for i, a in enumerate(controllers):
-            result.pairwise[a] = {}
-            for j, b in enumerate(controllers):
-                if a != b:
-                    result.pairwise[a][b] = compare_pair(
-                        [e.final_accuracy for e in by[a]], [e.final_accuracy for e in by[b]],
-                        tie_threshold=tie_threshold, seed=derive_seed(seed, i, j))
-        return result
-
-    @property
-    def reference(self) -> str:
-        return self.controllers[0]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "reference": self.reference, "controllers": self.controllers, "tie_threshold": self.tie_threshold,
-            "seed": self.seed, "per_controller": self.per_controller, "pairwise": self.pairwise,
-            "matched": self.matched, "episodes": [e.to_dict() for e in self.episodes],
-        }
+__all__ = ["ComparisonResult", "check_controllers", "host_params", "largest_grown", "matched_width",
+           "parse_controllers", "run_comparison"]
 
 
 def parse_controllers(texts: Sequence[str]) -> list[ControllerSpec]:
