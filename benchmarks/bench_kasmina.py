@@ -33,6 +33,7 @@ that interleave with the other variants' loops (order reversed each time) to can
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import math
 import os
@@ -47,7 +48,7 @@ from rich.table import Table
 from torch import nn
 
 from esper.kasmina.hosts import CNNHost
-from esper.kasmina.model import MorphogeneticModel
+from esper.kasmina.model import MorphogeneticModel, batch_statistics
 from esper.kasmina.state import LifecycleConfig
 from esper.leyline import SeedStage
 from esper.runtime.optim import OptimizerSpec
@@ -168,18 +169,22 @@ def seed_three_slots(model: MorphogeneticModel, training: tuple[str, ...]) -> No
 
 
 def naive_forward(model: MorphogeneticModel, x: torch.Tensor, slot: str, how: str) -> torch.Tensor:
-    """A full chained forward where `slot` outputs its host activation ("ablate") or its seed's output ("probe")."""
+    """A full chained forward where `slot` outputs its host activation ("ablate") or its seed's output ("probe",
+    with the host's BatchNorm layers after it on batch statistics, like the probe)."""
     prev, prev_slot = x, None
-    for s in model.slot_ids:
-        h = model.segments.forward_to_segment(s, prev, from_segment=prev_slot)
-        if s == slot:
-            seed = model.slot(s).seed
-            assert seed is not None
-            prev = h if how == "ablate" else seed(h)
-        else:
-            prev = model.slot(s)(h)
-        prev_slot = s
-    return model.segments.forward_from_segment(model.slot_ids[-1], prev)
+    with contextlib.ExitStack() as after_slot:
+        for s in model.slot_ids:
+            h = model.segments.forward_to_segment(s, prev, from_segment=prev_slot)
+            if s == slot:
+                seed = model.slot(s).seed
+                assert seed is not None
+                prev = h if how == "ablate" else seed(h)
+                if how == "probe":
+                    after_slot.enter_context(batch_statistics(model.host))
+            else:
+                prev = model.slot(s)(h)
+            prev_slot = s
+        return model.segments.forward_from_segment(model.slot_ids[-1], prev)
 
 
 def validation_pass(model: MorphogeneticModel, batches: list[torch.Tensor], ablate: tuple[str, ...] | None = None,

@@ -179,25 +179,34 @@ def _perturb(m: MorphogeneticModel, slot: str) -> None:
 
 def _naive(m: MorphogeneticModel, x: torch.Tensor, outputs: dict[str, str]) -> torch.Tensor:
     """A full chained forward where slot k outputs its seed's output ("probe"), its host activation ("ablate"), or
-    what the slot computes (any slot not in `outputs`)."""
+    what the slot computes (any slot not in `outputs`). After a probed slot the host's BatchNorm layers normalize
+    with the batch's own statistics, as they would once re-estimated with the seed in place."""
+    norms = [b for b in m.host.modules() if isinstance(b, torch.nn.BatchNorm2d)]
     prev, prev_slot = x, None
-    for s in m.slot_ids:
-        h = m.segments.forward_to_segment(s, prev, from_segment=prev_slot)
-        seed = m.slot(s).seed
-        how = outputs.get(s)
-        if how == "probe":
-            assert seed is not None
-            prev = seed(h)
-        else:
-            prev = h if how == "ablate" else m.slot(s)(h)
-        prev_slot = s
-    return m.segments.forward_from_segment(m.slot_ids[-1], prev)
+    try:
+        for s in m.slot_ids:
+            h = m.segments.forward_to_segment(s, prev, from_segment=prev_slot)
+            seed = m.slot(s).seed
+            how = outputs.get(s)
+            if how == "probe":
+                assert seed is not None
+                prev = seed(h)
+                for b in norms:
+                    b.training, b.track_running_stats = True, False
+            else:
+                prev = h if how == "ablate" else m.slot(s)(h)
+            prev_slot = s
+        return m.segments.forward_from_segment(m.slot_ids[-1], prev)
+    finally:
+        for b in norms:
+            b.training, b.track_running_stats = False, True
 
 
 @pytest.mark.parametrize(("topology", "name", "slot", "size"), CASES)
 def test_probe_equals_naive_forward_with_the_seed_in_place(topology: str, name: str, slot: str, size: int) -> None:
     """Probe logits are bit-identical to a forward whose `slot` outputs its TRAINING seed's output, with the other
-    slots as they are: one holding a blended seed (ablated in the same call), one another TRAINING seed."""
+    slots as they are: one holding a blended seed (ablated in the same call), one another TRAINING seed. The model's
+    state (BatchNorm running statistics and modes included) is unchanged."""
     x, _ = _batch(topology)
     others = [s for s in CANONICAL_SLOTS if s != slot]
     other_blueprint = "attention"
@@ -210,8 +219,12 @@ def test_probe_equals_naive_forward_with_the_seed_in_place(topology: str, name: 
         _germinate(m, other_blueprint, others[1], "linear")
         _perturb(m, others[1])
         m.eval()
+        before = {k: v.clone() for k, v in m.state_dict().items()}
         with torch.no_grad():
             full, ablated, probed = m.forward_with_counterfactuals(x, ablate=(others[0],), probe=(slot, others[1]))
+            after = m.state_dict()
+            assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+            assert not any(module.training for module in m.modules())
             assert torch.equal(full, m(x))
             assert torch.equal(probed[slot], _naive(m, x, {slot: "probe"}))
             assert torch.equal(probed[others[1]], _naive(m, x, {others[1]: "probe"}))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any, NamedTuple, cast
 
 import torch
@@ -20,6 +22,21 @@ class CounterfactualLogits(NamedTuple):
     full: torch.Tensor
     ablated: dict[str, torch.Tensor]
     probed: dict[str, torch.Tensor]
+
+
+@contextlib.contextmanager
+def batch_statistics(module: nn.Module) -> Iterator[None]:
+    """Inside the block, every BatchNorm layer of `module` normalizes with the statistics of the batch at hand and
+    leaves its running estimates (and batch counter) untouched; the layers' own settings are restored on exit."""
+    norms = [m for m in module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    saved = [(m.training, m.track_running_stats) for m in norms]
+    for m in norms:
+        m.training, m.track_running_stats = True, False
+    try:
+        yield
+    finally:
+        for m, (training, tracking) in zip(norms, saved, strict=True):
+            m.training, m.track_running_stats = training, tracking
 
 
 class MorphogeneticModel(nn.Module):
@@ -76,9 +93,12 @@ class MorphogeneticModel(nn.Module):
         """Full logits plus one counterfactual forward per requested slot, every other slot as it is.
 
         `ablate`: the slot's seed removed (the slot outputs its host activation). `probe`: a TRAINING seed put in
-        place of the slot's output (see `SeedSlot.probe`). One chain pass caches every slot's host activation;
-        each counterfactual restarts from its slot's cached activation and recomputes only the suffix. Pure: no
-        state is mutated.
+        place of the slot's output (see `SeedSlot.probe`); the host's BatchNorm layers after the slot then use the
+        statistics of the batch (see `batch_statistics`), because their running estimates describe the activations
+        without the seed, and a seed that shifts the activation distribution would otherwise be judged through a
+        normalization that the model re-estimates as soon as the seed is in. One chain pass caches every slot's
+        host activation; each counterfactual restarts from its slot's cached activation and recomputes only the
+        suffix. Pure: no state is mutated.
         """
         cached: dict[str, torch.Tensor] = {}
         prev, prev_slot = x, None
@@ -88,7 +108,11 @@ class MorphogeneticModel(nn.Module):
             prev, prev_slot = self.seed_slots[s](h), s
         full = self.segments.forward_from_segment(self.slot_ids[-1], prev)
         ablated = {k: self._forward_from_slot(k, cached[k]) for k in self._requested(ablate)}
-        probed = {k: self._forward_from_slot(k, self._slot(k).probe(cached[k])) for k in self._requested(probe)}
+        probed: dict[str, torch.Tensor] = {}
+        for k in self._requested(probe):
+            seed_out = self._slot(k).probe(cached[k])
+            with batch_statistics(self.host):
+                probed[k] = self._forward_from_slot(k, seed_out)
         return CounterfactualLogits(full, ablated, probed)
 
     def _requested(self, slots: list[str] | tuple[str, ...]) -> tuple[str, ...]:

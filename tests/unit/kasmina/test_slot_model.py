@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from esper.kasmina.hosts import CNNHost
-from esper.kasmina.model import MorphogeneticModel
+from esper.kasmina.model import MorphogeneticModel, batch_statistics
 from esper.kasmina.state import LifecycleConfig
 from esper.leyline import SeedStage, TelemetryEvent, TelemetryEventType
 
@@ -308,3 +308,25 @@ def test_segmented_forward_equals_full_forward_with_seeds(topology: str) -> None
             m.slot(slot).state.alpha = 0.0  # type: ignore[union-attr]
             assert torch.allclose(ablated[slot], m(x), atol=1e-6)
             m.slot(slot).state.alpha = saved  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_batch_statistics_normalizes_with_the_batch_and_changes_nothing(training: bool) -> None:
+    torch.manual_seed(0)
+    bn = torch.nn.BatchNorm2d(4)
+    with torch.no_grad():
+        bn.weight.uniform_(0.5, 1.5)
+        bn.bias.uniform_(-1.0, 1.0)
+    bn.running_mean.fill_(3.0)
+    net = torch.nn.Sequential(bn).train(training)
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    x = 2.0 + 5.0 * torch.randn(6, 4, 3, 3)
+    with batch_statistics(net):
+        out = net(x)
+    expected = torch.nn.functional.batch_norm(x, None, None, bn.weight, bn.bias, training=True, eps=bn.eps)
+    assert torch.equal(out, expected)
+    assert all(torch.equal(v, before[k]) for k, v in net.state_dict().items())  # incl. num_batches_tracked
+    assert (bn.training, bn.track_running_stats) == (training, True)
+    with pytest.raises(RuntimeError, match="boom"), batch_statistics(net):
+        raise RuntimeError("boom")
+    assert (bn.training, bn.track_running_stats) == (training, True)
