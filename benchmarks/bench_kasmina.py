@@ -1,4 +1,4 @@
-"""Overhead of Kasmina's segmented forward, TRAINING seeds and cached-prefix counterfactuals (DESIGN §3.8, §3.9, §4.1).
+"""Overhead of Kasmina's segmented forward, TRAINING seeds, and cached-prefix counterfactuals and probes.
 
 Run (a standalone script, not a test):
 
@@ -16,11 +16,13 @@ plain host against the first) shows how small a difference the machine can resol
 2. `seed model / host+seed`: the model with one TRAINING conv_light seed in `mid` vs a plain nn.Module running the
    host and the same seed module on the detached mid activation, joined by the straight-through identity (the
    irreducible cost of the seed); also Tolaria's `train_step` (adds the gradient ratio and a seed optimizer).
-3. Validation of 2,000 samples in batches of 512 (eval, no_grad) with three seeds blended in at α = 1.0
-   (conv_light/early, attention/mid, depthwise/late): `extra = (t_ablations − t_plain) / t_plain`, with t_ablations
-   for `model.forward_with_ablations(x, ("early", "mid", "late"))` and t_plain for `model(x)`, is the cost of the
-   counterfactuals in validation passes (target ≤ 1.5); `naive extra` is the same for three extra full forwards,
-   each with one seed removed.
+3. Validation of 2,000 samples in batches of 512 (eval, no_grad) with three seeds (conv_light/early,
+   attention/mid, depthwise/late), in three configurations: all blended in at α = 1.0 (three ablations); early still
+   in TRAINING, mid and late blended (one probe, the most expensive one, plus two ablations); all three in TRAINING
+   (three probes). `extra = (t_cf − t_plain) / t_plain`, with t_cf for
+   `model.forward_with_counterfactuals(x, ablate, probe)` and t_plain for `model(x)` of the same model, is the cost of
+   the counterfactuals and probes in validation passes (target ≤ 1.5); `naive extra` is the same for three extra
+   full forwards, each with one seed removed.
 
 Method: after a warm-up, the steps per variant and repeat are calibrated to ~0.25 s and split into up to 5 loops
 that interleave with the other variants' loops (order reversed each time) to cancel drift. Wall time
@@ -31,6 +33,7 @@ that interleave with the other variants' loops (order reversed each time) to can
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import math
 import os
@@ -45,7 +48,7 @@ from rich.table import Table
 from torch import nn
 
 from esper.kasmina.hosts import CNNHost
-from esper.kasmina.model import MorphogeneticModel
+from esper.kasmina.model import MorphogeneticModel, batch_statistics
 from esper.kasmina.state import LifecycleConfig
 from esper.leyline import SeedStage
 from esper.runtime.optim import OptimizerSpec
@@ -134,30 +137,67 @@ def ratio(times: Times, a: str, b: str, clock: int = 0) -> float:
     return statistics.median(ta[clock] / tb[clock] for ta, tb in zip(times[a], times[b], strict=True))
 
 
-def blend_in_three_seeds(model: MorphogeneticModel) -> None:
-    """Germinate three seeds and drive `step_epoch` with stubbed measurements until all blend at α = 1.0."""
+CF_CONFIGS = {  # configuration -> slots whose seed stays in TRAINING (the others blend in at alpha 1.0)
+    "3 blended": (),
+    "2 blended + 1 TRAINING": ("early",),
+    "3 TRAINING": SLOTS,
+}
+
+
+def seed_three_slots(model: MorphogeneticModel, training: tuple[str, ...]) -> None:
+    """Germinate three seeds and drive `step_epoch` with stubbed measurements until every seed outside `training`
+    blends at alpha 1.0; the probe stub keeps the seeds in `training` from passing G2."""
     for slot, blueprint in zip(SLOTS, ("conv_light", "attention", "depthwise"), strict=True):
         model.germinate_seed(blueprint, f"bench-{slot}", slot=slot, baseline_accuracy=50.0, epoch=0)
     model.step_epoch(0)
+
+    def done() -> bool:
+        return all(s.state is not None and (s.state.stage == SeedStage.TRAINING if s.slot_id in training
+                                            else s.state.stage == SeedStage.BLENDING and s.alpha == 1.0)
+                   for s in model.slots())
+
     epoch = 0
-    while not all(s.state is not None and s.state.stage == SeedStage.BLENDING and s.alpha == 1.0
-                  for s in model.slots()):
+    while not done():
         epoch += 1
         if epoch > 50:
-            raise RuntimeError(f"Seeds did not reach BLENDING at alpha 1.0: {model.lifecycle_snapshot()}")
+            raise RuntimeError(f"Seeds did not reach their stages: {model.lifecycle_snapshot()}")
         model.record_accuracy(50.0 + epoch)
         for s in model.slots():
             s.update_gradient_ratio(1.0)
+            s.set_probe_contribution(-1.0 if s.slot_id in training else 1.0)
         model.step_epoch(epoch)
 
 
-def naive_ablation(model: MorphogeneticModel, x: torch.Tensor, skip: str) -> torch.Tensor:
-    """A full chained forward with one seed removed (identity at `skip`)."""
+def naive_forward(model: MorphogeneticModel, x: torch.Tensor, slot: str, how: str) -> torch.Tensor:
+    """A full chained forward where `slot` outputs its host activation ("ablate") or its seed's output ("probe",
+    with the host's BatchNorm layers after it on batch statistics, like the probe)."""
     prev, prev_slot = x, None
-    for s in model.slot_ids:
-        h = model.segments.forward_to_segment(s, prev, from_segment=prev_slot)
-        prev, prev_slot = (h if s == skip else model.slot(s)(h)), s
-    return model.segments.forward_from_segment(model.slot_ids[-1], prev)
+    with contextlib.ExitStack() as after_slot:
+        for s in model.slot_ids:
+            h = model.segments.forward_to_segment(s, prev, from_segment=prev_slot)
+            if s == slot:
+                seed = model.slot(s).seed
+                assert seed is not None
+                prev = h if how == "ablate" else seed(h)
+                if how == "probe":
+                    after_slot.enter_context(batch_statistics(model.host))
+            else:
+                prev = model.slot(s)(h)
+            prev_slot = s
+        return model.segments.forward_from_segment(model.slot_ids[-1], prev)
+
+
+def validation_pass(model: MorphogeneticModel, batches: list[torch.Tensor], ablate: tuple[str, ...] | None = None,
+                    probe: tuple[str, ...] = ()) -> Step:
+    """One pass over `batches`: the plain forward when `ablate` is None, else the counterfactual forward."""
+    if ablate is None:
+        return lambda: [model(b) for b in batches]
+    return lambda: [model.forward_with_counterfactuals(b, ablate, probe) for b in batches]
+
+
+def naive_validation_pass(model: MorphogeneticModel, batches: list[torch.Tensor]) -> Step:
+    """One pass of the full forward plus one full forward per slot with its seed removed."""
+    return lambda: [(model(b), *(naive_forward(model, b, k, "ablate") for k in SLOTS)) for b in batches]
 
 
 def main() -> None:
@@ -198,21 +238,28 @@ def main() -> None:
         "Tolaria train_step, TRAINING seed": tolaria_step(copy.deepcopy(seeded), x, y),
     }, args.repeats, sync)
 
-    # 3. Counterfactuals of three blended-in seeds vs one plain validation pass.
-    cf = make_model(device)
-    blend_in_three_seeds(cf)
-    cf.eval()
+    # 3. Counterfactuals and probes of three seeded slots vs one plain validation pass of the same model.
     batches = list(torch.randn(VAL_SAMPLES, 3, 32, 32, generator=gen).to(device).split(VAL_BATCH))
-
+    variants: dict[str, Step] = {}
+    max_diff = 0.0
+    for config, training in CF_CONFIGS.items():
+        cf = make_model(device)
+        seed_three_slots(cf, training)
+        cf.eval()
+        ablate = tuple(s for s in SLOTS if s not in training)
+        with torch.no_grad():
+            _, ablated, probed = cf.forward_with_counterfactuals(batches[0], ablate, training)
+            for k in SLOTS:
+                got = probed[k] if k in training else ablated[k]
+                want = naive_forward(cf, batches[0], k, "probe" if k in training else "ablate")
+                max_diff = max(max_diff, (got - want).abs().max().item())
+        # each variant is one pass over the validation set (outputs are tiny logits)
+        variants[f"plain validation pass, {config}"] = validation_pass(cf, batches)
+        variants[f"counterfactual pass, {config}"] = validation_pass(cf, batches, ablate, training)
+        if not training:
+            variants["naive: 1 + 3 full forwards, 3 blended"] = naive_validation_pass(cf, batches)
     with torch.no_grad():
-        _, cached = cf.forward_with_ablations(batches[0], SLOTS)
-        max_diff = max((cached[k] - naive_ablation(cf, batches[0], k)).abs().max().item() for k in SLOTS)
-        s3 = bench({  # each variant is one pass over the validation set (outputs are tiny logits)
-            "plain validation pass": lambda: [cf(b) for b in batches],
-            "forward_with_ablations pass": lambda: [cf.forward_with_ablations(b, SLOTS) for b in batches],
-            "naive: 1 + 3 full forwards": lambda: [(cf(b), *(naive_ablation(cf, b, k) for k in SLOTS))
-                                                   for b in batches],
-        }, args.repeats, sync)
+        s3 = bench(variants, args.repeats, sync)
 
     table = Table(title=f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, "
                         f"batch {args.batch_size}, val {VAL_SAMPLES}/{VAL_BATCH}, repeats {args.repeats}, "
@@ -228,15 +275,17 @@ def main() -> None:
     console = Console()
     console.print(table)
 
-    h, b2, v = "plain host", "host + seed module (baseline)", "plain validation pass"
+    h, b2 = "plain host", "host + seed module (baseline)"
     rows: list[tuple[str, Times, str, str, float, float | None]] = [
         ("A/A noise floor: plain host copy / plain host", s1, "plain host, 2nd copy (A/A)", h, 0.0, None),
         ("model (no seeds) / plain host", s1, "model, 3 empty slots", h, 0.0, 1.03),
         ("Tolaria train_step (no seeds) / plain host", s1, "Tolaria train_step, no seeds", h, 0.0, None),
         ("model (TRAINING seed) / host + seed", s2, "model, TRAINING seed in mid", b2, 0.0, None),
         ("Tolaria train_step (TRAINING seed) / host + seed", s2, "Tolaria train_step, TRAINING seed", b2, 0.0, None),
-        ("counterfactual extra (t_abl − t_plain) / t_plain", s3, "forward_with_ablations pass", v, 1.0, 1.5),
-        ("naive extra (3 more full forwards)", s3, "naive: 1 + 3 full forwards", v, 1.0, None),
+        *((f"counterfactual extra (t_cf − t_plain) / t_plain, {c}", s3, f"counterfactual pass, {c}",
+           f"plain validation pass, {c}", 1.0, 1.5) for c in CF_CONFIGS),
+        ("naive extra (3 more full forwards), 3 blended", s3, "naive: 1 + 3 full forwards, 3 blended",
+         "plain validation pass, 3 blended", 1.0, None),
     ]
     summary = Table(title="median paired ratios (× = slowdown; extras in validation passes); status from wall time")
     for col in ("metric", "wall", "process CPU", "target", "status"):
@@ -247,7 +296,7 @@ def main() -> None:
         unit = "×" if offset == 0.0 else ""
         summary.add_row(name, f"{wall:.3f}{unit}", f"{cpu:.3f}{unit}", "—" if target is None else f"≤ {target}", status)
     console.print(summary)
-    console.print(f"cached-prefix vs naive ablated logits, max |diff| = {max_diff:.2e}")
+    console.print(f"cached-prefix vs naive ablated and probed logits, max |diff| = {max_diff:.2e}")
 
 
 if __name__ == "__main__":

@@ -167,3 +167,79 @@ def test_gated_parameters_are_in_the_seed_optimizer(topology: str) -> None:
     _, opt = ts.seed_optimizers["mid"]
     opt_ids = {id(p) for g in opt.param_groups for p in g["params"]}
     assert {id(p) for p in gate.parameters()} <= opt_ids
+
+
+def _perturb(m: MorphogeneticModel, slot: str) -> None:
+    """Move the seed off its initialization (LoRA starts as the identity) so that probing it changes the logits."""
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for p in m.seed_parameters(slot):
+            p.add_(0.5 * torch.randn(p.shape, generator=g))
+
+
+def _naive(m: MorphogeneticModel, x: torch.Tensor, outputs: dict[str, str]) -> torch.Tensor:
+    """A full chained forward where slot k outputs its seed's output ("probe"), its host activation ("ablate"), or
+    what the slot computes (any slot not in `outputs`). After a probed slot the host's BatchNorm layers normalize
+    with the batch's own statistics, as they would once re-estimated with the seed in place."""
+    norms = [b for b in m.host.modules() if isinstance(b, torch.nn.BatchNorm2d)]
+    prev, prev_slot = x, None
+    try:
+        for s in m.slot_ids:
+            h = m.segments.forward_to_segment(s, prev, from_segment=prev_slot)
+            seed = m.slot(s).seed
+            how = outputs.get(s)
+            if how == "probe":
+                assert seed is not None
+                prev = seed(h)
+                for b in norms:
+                    b.training, b.track_running_stats = True, False
+            else:
+                prev = h if how == "ablate" else m.slot(s)(h)
+            prev_slot = s
+        return m.segments.forward_from_segment(m.slot_ids[-1], prev)
+    finally:
+        for b in norms:
+            b.training, b.track_running_stats = False, True
+
+
+@pytest.mark.parametrize(("topology", "name", "slot", "size"), CASES)
+def test_probe_equals_naive_forward_with_the_seed_in_place(topology: str, name: str, slot: str, size: int) -> None:
+    """Probe logits are bit-identical to a forward whose `slot` outputs its TRAINING seed's output, with the other
+    slots as they are: one holding a blended seed (ablated in the same call), one another TRAINING seed. The model's
+    state (BatchNorm running statistics and modes included) is unchanged."""
+    x, _ = _batch(topology)
+    others = [s for s in CANONICAL_SLOTS if s != slot]
+    other_blueprint = "attention"
+    for blend in BLENDS:
+        m = _model(topology, size)
+        _germinate(m, name, slot, blend)
+        _perturb(m, slot)
+        _germinate(m, other_blueprint, others[0], "gated")
+        _force_blending(m, others[0], 0.6)
+        _germinate(m, other_blueprint, others[1], "linear")
+        _perturb(m, others[1])
+        m.eval()
+        before = {k: v.clone() for k, v in m.state_dict().items()}
+        with torch.no_grad():
+            full, ablated, probed = m.forward_with_counterfactuals(x, ablate=(others[0],), probe=(slot, others[1]))
+            after = m.state_dict()
+            assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+            assert not any(module.training for module in m.modules())
+            assert torch.equal(full, m(x))
+            assert torch.equal(probed[slot], _naive(m, x, {slot: "probe"}))
+            assert torch.equal(probed[others[1]], _naive(m, x, {others[1]: "probe"}))
+            assert torch.equal(ablated[others[0]], _naive(m, x, {others[0]: "ablate"}))
+            if name != "noop":  # a probe that changes nothing would pass the equality above trivially
+                assert not torch.equal(probed[slot], full)
+
+
+@pytest.mark.parametrize("topology", ["cnn", "transformer"])
+def test_probe_rejects_slots_without_a_training_seed(topology: str) -> None:
+    m = _model(topology, 32 if topology == "transformer" else 8)
+    x, _ = _batch(topology)
+    with pytest.raises(ValueError, match="Slot 'mid' has no TRAINING seed to probe \\(empty\\)"):
+        m.forward_with_counterfactuals(x, probe=("mid",))
+    _germinate(m, "norm", "mid", "linear")
+    _force_blending(m, "mid", 0.5)
+    with pytest.raises(ValueError, match="no TRAINING seed to probe \\(BLENDING\\)"):
+        m.forward_with_counterfactuals(x, probe=("mid",))

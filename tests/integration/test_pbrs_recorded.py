@@ -38,7 +38,7 @@ SLOTS = ("early", "mid", "late")
 CONTRIBUTION_PBRS_WEIGHT = ContributionRewardConfig().pbrs_weight
 LOSS_PBRS_WEIGHT = 0.1  # LossRewardConfig.stage_potential_weight (§6.9)
 # Fast lifecycle: every stage is reachable within an 8-epoch episode.
-FAST_LIFECYCLE = LifecycleConfig(min_training_epochs=1, min_training_improvement=-100.0, min_seed_gradient_ratio=0.0,
+FAST_LIFECYCLE = LifecycleConfig(min_training_epochs=1, min_probe_contribution=-100.0, min_seed_gradient_ratio=0.0,
                                  blending_steps=2, min_blending_epochs=1, max_probation_epochs=3)
 
 

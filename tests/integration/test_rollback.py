@@ -61,10 +61,13 @@ def _train(ts: TrainState, steps: int, gen: torch.Generator) -> None:
 
 
 def _epoch(ts: TrainState, slot: str, epoch: int, acc: float, gen: torch.Generator) -> None:
-    """One stubbed epoch for `slot`: train, record measurements (ratio 0.1, c = +2 pp), step the lifecycle."""
+    """One stubbed epoch for `slot`: train, record measurements (ratio 0.1, probe +1 pp while TRAINING, c = +2 pp
+    once blended), step the lifecycle."""
     _train(ts, 2, gen)
     s = ts.model.slot(slot)
     s.update_gradient_ratio(0.1)
+    if s.state is not None and s.state.stage == SeedStage.TRAINING:
+        s.set_probe_contribution(1.0)
     if s.alpha > 0:
         s.set_counterfactual(2.0)
     s.record_accuracy(acc)

@@ -27,6 +27,8 @@ def _run(blend: str, fossilize_at: int | None) -> dict[int, tuple[SeedStage | No
         acc = 50.0 + epoch  # stubbed: +1 pp per epoch
         if slot.state is not None:
             slot.update_gradient_ratio(0.1)  # stubbed gradient ratio (train pass)
+            if slot.state.stage == SeedStage.TRAINING:
+                slot.set_probe_contribution(0.5)  # stubbed probe (validation pass)
             if slot.state.alpha > 0:
                 slot.set_counterfactual(2.0)  # stubbed counterfactual (validation pass)
         model.record_accuracy(acc)
@@ -80,6 +82,8 @@ def test_latest_germination_that_can_fossilize_is_16() -> None:
     for epoch in range(1, 26):
         if slot.state is not None:
             slot.update_gradient_ratio(0.1)
+            if slot.state.stage == SeedStage.TRAINING:
+                slot.set_probe_contribution(0.5)
             if slot.state.alpha > 0:
                 slot.set_counterfactual(2.0)
         model.record_accuracy(50.0 + epoch)

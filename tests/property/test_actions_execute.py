@@ -7,10 +7,11 @@ batch; each action must be valid under `compute_action_validity` and under the Â
 
 For a random subset (300 states without embargo) a real `MorphoEnv` on a tiny CNNHost(channels=(4, 4, 4)) is brought
 to the state through public APIs only: `germinate_seed`; `SeedSlot.step_epoch` to advance (G1; G2 after stubbed
-`record_accuracy` calls and `update_gradient_ratio(1.0)`; BLENDING steps and G3); `fossilize` with a stubbed
-counterfactual; extra `record_accuracy` calls for age; `set_counterfactual` for c; `sync_telemetry` with a stubbed
-gradient health for `is_healthy`. The env's own observation must reproduce the state's validity, and the sampled
-command runs through `check_decision` and `MorphoEnv.execute`: germinate, cull and fossilize must all succeed.
+`record_accuracy` calls, `update_gradient_ratio(1.0)` and `set_probe_contribution(1.0)`; BLENDING steps and G3);
+`fossilize` with a stubbed counterfactual; extra `record_accuracy` calls for age; `set_counterfactual` for c;
+`sync_telemetry` with a stubbed gradient health for `is_healthy`. The env's own observation must reproduce the
+state's validity, and the sampled command runs through `check_decision` and `MorphoEnv.execute`: germinate, cull and
+fossilize must all succeed.
 """
 
 from __future__ import annotations
@@ -213,6 +214,7 @@ def _bring_to(env: MorphoEnv, slot_id: str, recipe: SeedRecipe) -> None:
         slot.step_epoch(epoch)  # G1
     if order.index(target) >= 2:
         slot.update_gradient_ratio(1.0)
+        slot.set_probe_contribution(1.0)
         for _ in range(LIFECYCLE.min_training_epochs):
             tick()
         slot.step_epoch(epoch)  # G2

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+import contextlib
+from collections.abc import Iterator
+from typing import Any, NamedTuple, cast
 
 import torch
 from torch import nn
@@ -12,6 +14,29 @@ from esper.kasmina.hosts import HostProtocol
 from esper.kasmina.slot import EventCallback, SeedSlot, StageChange
 from esper.kasmina.state import LifecycleConfig
 from esper.leyline import GateResult, SeedStage, SeedStateReport, ordered_slots
+
+
+class CounterfactualLogits(NamedTuple):
+    """Logits of one batch: the model as it is, and per requested slot with that slot ablated or probed."""
+
+    full: torch.Tensor
+    ablated: dict[str, torch.Tensor]
+    probed: dict[str, torch.Tensor]
+
+
+@contextlib.contextmanager
+def batch_statistics(module: nn.Module) -> Iterator[None]:
+    """Inside the block, every BatchNorm layer of `module` normalizes with the statistics of the batch at hand and
+    leaves its running estimates (and batch counter) untouched; the layers' own settings are restored on exit."""
+    norms = [m for m in module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    saved = [(m.training, m.track_running_stats) for m in norms]
+    for m in norms:
+        m.training, m.track_running_stats = True, False
+    try:
+        yield
+    finally:
+        for m, (training, tracking) in zip(norms, saved, strict=True):
+            m.training, m.track_running_stats = training, tracking
 
 
 class MorphogeneticModel(nn.Module):
@@ -59,13 +84,21 @@ class MorphogeneticModel(nn.Module):
             prev, prev_slot = self.seed_slots[s](h), s
         return self.segments.forward_from_segment(self.slot_ids[-1], prev)
 
-    def forward_with_ablations(
-        self, x: torch.Tensor, ablate: list[str] | tuple[str, ...]
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Full logits plus, per ablated slot, logits with only that seed removed.
+    def forward_with_counterfactuals(
+        self,
+        x: torch.Tensor,
+        ablate: list[str] | tuple[str, ...] = (),
+        probe: list[str] | tuple[str, ...] = (),
+    ) -> CounterfactualLogits:
+        """Full logits plus one counterfactual forward per requested slot, every other slot as it is.
 
-        One chain pass caches every slot's host activation; each ablation restarts from its slot's cached
-        activation (identity at that slot) and recomputes only the suffix. Pure: no state is mutated.
+        `ablate`: the slot's seed removed (the slot outputs its host activation). `probe`: a TRAINING seed put in
+        place of the slot's output (see `SeedSlot.probe`); the host's BatchNorm layers after the slot then use the
+        statistics of the batch (see `batch_statistics`), because their running estimates describe the activations
+        without the seed, and a seed that shifts the activation distribution would otherwise be judged through a
+        normalization that the model re-estimates as soon as the seed is in. One chain pass caches every slot's
+        host activation; each counterfactual restarts from its slot's cached activation and recomputes only the
+        suffix. Pure: no state is mutated.
         """
         cached: dict[str, torch.Tensor] = {}
         prev, prev_slot = x, None
@@ -74,16 +107,27 @@ class MorphogeneticModel(nn.Module):
             cached[s] = h
             prev, prev_slot = self.seed_slots[s](h), s
         full = self.segments.forward_from_segment(self.slot_ids[-1], prev)
-        ablated: dict[str, torch.Tensor] = {}
-        for k in ordered_slots(ablate):
-            self._slot(k)
-            start = self.slot_ids.index(k)
-            prev, prev_slot = cached[k], k
-            for s in self.slot_ids[start + 1:]:
-                h = self.segments.forward_to_segment(s, prev, from_segment=prev_slot)
-                prev, prev_slot = self.seed_slots[s](h), s
-            ablated[k] = self.segments.forward_from_segment(self.slot_ids[-1], prev)
-        return full, ablated
+        ablated = {k: self._forward_from_slot(k, cached[k]) for k in self._requested(ablate)}
+        probed: dict[str, torch.Tensor] = {}
+        for k in self._requested(probe):
+            seed_out = self._slot(k).probe(cached[k])
+            with batch_statistics(self.host):
+                probed[k] = self._forward_from_slot(k, seed_out)
+        return CounterfactualLogits(full, ablated, probed)
+
+    def _requested(self, slots: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+        ordered = ordered_slots(slots)
+        for k in ordered:
+            self._slot(k)  # an existing but disabled slot is an error too
+        return ordered
+
+    def _forward_from_slot(self, slot: str, out: torch.Tensor) -> torch.Tensor:
+        """Logits when `slot` outputs `out`: the later segments and slots, then the head."""
+        prev, prev_slot = out, slot
+        for s in self.slot_ids[self.slot_ids.index(slot) + 1:]:
+            h = self.segments.forward_to_segment(s, prev, from_segment=prev_slot)
+            prev, prev_slot = self.seed_slots[s](h), s
+        return self.segments.forward_from_segment(self.slot_ids[-1], prev)
 
     # ------------------------------------------------------------------ slots
 

@@ -78,6 +78,20 @@ class SeedSlot(nn.Module):
             weight = state.alpha * self.gate(h)
         return blend_lerp(h, seed(h), weight)
 
+    def probe(self, h: torch.Tensor) -> torch.Tensor:
+        """What a TRAINING seed proposes in place of the slot's output: the seed module's output on `h`.
+
+        The model with this in place (every other slot as it is) measures the seed itself, which the global accuracy
+        cannot while the seed is isolated from the forward. A gated blend's gate is not applied: nothing trains it
+        before BLENDING, and it only decides later how much of the seed to keep.
+        """
+        state, seed = self.state, self.seed
+        if state is None or seed is None or state.stage != SeedStage.TRAINING:
+            stage = "empty" if state is None else state.stage.name
+            raise ValueError(f"Slot '{self.slot_id}' has no TRAINING seed to probe ({stage}); "
+                             "probe only slots whose seed is in TRAINING")
+        return seed(h)
+
     # ------------------------------------------------------------------ queries
 
     @property
@@ -272,6 +286,10 @@ class SeedSlot(nn.Module):
     def set_counterfactual(self, contribution: float | None) -> None:
         if self.state is not None:
             self.state.metrics.counterfactual_contribution = contribution
+
+    def set_probe_contribution(self, contribution: float | None) -> None:
+        if self.state is not None:
+            self.state.metrics.probe_contribution = contribution
 
     def update_gradient_ratio(self, ratio: float) -> None:
         if self.state is not None:

@@ -28,8 +28,8 @@ from esper.leyline.constants import (
     DEFAULT_MAX_PROBATION_EPOCHS,
     DEFAULT_MIN_BLENDING_EPOCHS,
     DEFAULT_MIN_FOSSILIZE_CONTRIBUTION,
+    DEFAULT_MIN_PROBE_CONTRIBUTION,
     DEFAULT_MIN_TRAINING_EPOCHS,
-    DEFAULT_MIN_TRAINING_IMPROVEMENT,
     MAX_GRADIENT_RATIO,
 )
 
@@ -41,7 +41,7 @@ class LifecycleConfig:
     """Per-task lifecycle thresholds (LM tasks train seeds longer before blending)."""
 
     min_training_epochs: int = DEFAULT_MIN_TRAINING_EPOCHS
-    min_training_improvement: float = DEFAULT_MIN_TRAINING_IMPROVEMENT
+    min_probe_contribution: float = DEFAULT_MIN_PROBE_CONTRIBUTION
     min_seed_gradient_ratio: float = DEFAULT_GRADIENT_RATIO_THRESHOLD
     blending_steps: int = DEFAULT_BLENDING_TOTAL_STEPS
     min_blending_epochs: int = DEFAULT_MIN_BLENDING_EPOCHS
@@ -69,6 +69,7 @@ class SeedProgress:
     accuracy_at_blending_start: float | None = None
     counterfactual_contribution: float | None = None
     contribution_at_fossilization: float | None = None
+    probe_contribution: float | None = None
     seed_gradient_norm_ratio: float = 0.0
     seed_param_count: int = 0
     host_param_count: int = 0
@@ -131,6 +132,7 @@ class SeedProgress:
             blending_delta=self.blending_delta,
             counterfactual_contribution=self.counterfactual_contribution,
             contribution_at_fossilization=self.contribution_at_fossilization,
+            probe_contribution=self.probe_contribution,
             seed_gradient_norm_ratio=self.seed_gradient_norm_ratio,
             seed_param_count=self.seed_param_count,
             host_param_count=self.host_param_count,
@@ -316,19 +318,25 @@ class QualityGates:
         return self._result(GateLevel.G1, [(ok, "germinated" if ok else "not_germinated")], 1.0 if ok else 0.0)
 
     def _g2(self, s: SeedState) -> GateResult:
+        """Blend a seed once it has trained long enough, still learns, and would not hurt if it replaced the slot.
+
+        The probe measures the seed itself; the global accuracy cannot, since an isolated seed does not touch the
+        forward. A missing probe (never measured) fails: nothing vouches for the seed yet.
+        """
         cfg, m = self.config, s.metrics
-        improvement = m.improvement_since_stage_start
-        ratio = m.seed_gradient_norm_ratio
+        ratio, probe = m.seed_gradient_norm_ratio, m.probe_contribution
         ready = m.epochs_in_current_stage >= cfg.min_training_epochs
-        improved = improvement >= cfg.min_training_improvement
         active = ratio >= cfg.min_seed_gradient_ratio
         checks = [
             (ready, "seed_ready" if ready else "seed_not_ready"),
-            (improved, f"global_improvement_{improvement:.2f}" if improved
-             else f"global_improvement_insufficient_{improvement:.2f}"),
             (active, f"seed_gradient_active_{ratio:.2f}" if active else f"seed_gradient_low_{ratio:.2f}"),
         ]
-        return self._result(GateLevel.G2, checks, min(1.0, improvement / 5.0) if improvement > 0 else 0.0)
+        if probe is None:
+            checks.append((False, "probe_not_available"))
+            return self._result(GateLevel.G2, checks, 0.0)
+        helps = probe >= cfg.min_probe_contribution
+        checks.append((helps, f"probe_positive_{probe:.2f}" if helps else f"probe_negative_{probe:.2f}"))
+        return self._result(GateLevel.G2, checks, min(1.0, probe / 5.0) if probe > 0 else 0.0)
 
     def _g3(self, s: SeedState) -> GateResult:
         cfg = self.config

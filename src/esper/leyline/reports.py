@@ -22,6 +22,7 @@ class SeedMetrics:
     blending_delta: float = 0.0
     counterfactual_contribution: float | None = None
     contribution_at_fossilization: float | None = None
+    probe_contribution: float | None = None
     seed_gradient_norm_ratio: float = 0.0
     seed_param_count: int = 0
     host_param_count: int = 0
@@ -48,6 +49,15 @@ class SeedStateReport:
 
     @property
     def improvement(self) -> float:
-        """Causal contribution when measured, else improvement since the stage began (features, heuristic)."""
-        c = self.metrics.counterfactual_contribution
-        return c if c is not None else self.metrics.improvement_since_stage_start
+        """The seed's measured worth (features, heuristic), best evidence first.
+
+        A blended seed's ablation counterfactual; for a TRAINING seed (which does not yet touch the forward) its
+        probe, the accuracy change if its output replaced the slot's; otherwise the global accuracy change since the
+        stage began, which says more about the host than about the seed.
+        """
+        m = self.metrics
+        if m.counterfactual_contribution is not None:
+            return m.counterfactual_contribution
+        if self.stage == SeedStage.TRAINING and m.probe_contribution is not None:
+            return m.probe_contribution
+        return m.improvement_since_stage_start

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from esper.kasmina.hosts import CNNHost
-from esper.kasmina.model import MorphogeneticModel
+from esper.kasmina.model import MorphogeneticModel, batch_statistics
 from esper.kasmina.state import LifecycleConfig
 from esper.leyline import SeedStage, TelemetryEvent, TelemetryEventType
 
@@ -82,6 +82,7 @@ def _advance_to_blending(m: MorphogeneticModel, slot: str = "mid") -> None:
     for acc in (51.0, 52.0, 53.0):
         s.record_accuracy(acc)
         s.update_gradient_ratio(0.1)
+        s.set_probe_contribution(0.5)
         s.step_epoch(2)
     assert s.state is not None and s.state.stage == SeedStage.BLENDING
 
@@ -112,8 +113,28 @@ def test_training_stays_without_gradient_ratio() -> None:
     for acc in (55.0, 60.0, 65.0, 70.0):
         s.record_accuracy(acc)
         s.update_gradient_ratio(0.01)
+        s.set_probe_contribution(5.0)
         s.step_epoch(2)
     assert s.state is not None and s.state.stage == SeedStage.TRAINING and s.state.alpha == 0.0
+
+
+def test_training_stays_while_the_probe_says_the_seed_hurts() -> None:
+    """The host improving says nothing about an isolated seed: only the probe lets it blend."""
+    m = _model()
+    _germinate(m)
+    s = m.slot("mid")
+    s.step_epoch(1)
+    for acc in (55.0, 60.0, 65.0, 70.0):  # +20 pp of host progress
+        s.record_accuracy(acc)
+        s.update_gradient_ratio(0.5)
+        s.set_probe_contribution(-0.1)
+        s.step_epoch(2)
+    assert s.state is not None and s.state.stage == SeedStage.TRAINING
+    assert s.to_report().metrics.probe_contribution == -0.1  # type: ignore[union-attr]
+    s.set_probe_contribution(0.0)
+    s.record_accuracy(55.0)  # the host falls back: irrelevant
+    s.step_epoch(3)
+    assert s.state.stage == SeedStage.BLENDING
 
 
 def _to_probation(m: MorphogeneticModel) -> None:
@@ -195,7 +216,8 @@ def test_cached_prefix_ablation_equals_naive() -> None:
     m.eval()
     x = torch.randn(5, 3, 32, 32)
     with torch.no_grad():
-        full, ablated = m.forward_with_ablations(x, ("late", "early", "mid"))
+        full, ablated, probed = m.forward_with_counterfactuals(x, ("late", "early", "mid"))
+        assert probed == {}
         assert torch.allclose(full, m(x), atol=1e-6)
         for slot in ("early", "mid", "late"):
             saved = m.slot(slot).state.alpha  # type: ignore[union-attr]
@@ -280,9 +302,31 @@ def test_segmented_forward_equals_full_forward_with_seeds(topology: str) -> None
         full = m(x)
         for boundary in ("early", "mid", "late"):
             assert torch.equal(_segmented(m, x, boundary), full)
-        _, ablated = m.forward_with_ablations(x, ("mid", "late"))
+        _, ablated, _ = m.forward_with_counterfactuals(x, ("mid", "late"))
         for slot in ("mid", "late"):
             saved = m.slot(slot).state.alpha  # type: ignore[union-attr]
             m.slot(slot).state.alpha = 0.0  # type: ignore[union-attr]
             assert torch.allclose(ablated[slot], m(x), atol=1e-6)
             m.slot(slot).state.alpha = saved  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_batch_statistics_normalizes_with_the_batch_and_changes_nothing(training: bool) -> None:
+    torch.manual_seed(0)
+    bn = torch.nn.BatchNorm2d(4)
+    with torch.no_grad():
+        bn.weight.uniform_(0.5, 1.5)
+        bn.bias.uniform_(-1.0, 1.0)
+    bn.running_mean.fill_(3.0)
+    net = torch.nn.Sequential(bn).train(training)
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    x = 2.0 + 5.0 * torch.randn(6, 4, 3, 3)
+    with batch_statistics(net):
+        out = net(x)
+    expected = torch.nn.functional.batch_norm(x, None, None, bn.weight, bn.bias, training=True, eps=bn.eps)
+    assert torch.equal(out, expected)
+    assert all(torch.equal(v, before[k]) for k, v in net.state_dict().items())  # incl. num_batches_tracked
+    assert (bn.training, bn.track_running_stats) == (training, True)
+    with pytest.raises(RuntimeError, match="boom"), batch_statistics(net):
+        raise RuntimeError("boom")
+    assert (bn.training, bn.track_running_stats) == (training, True)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from esper.kasmina.state import LifecycleConfig, QualityGates, SeedProgress, SeedState
-from esper.leyline import GateLevel, SeedStage
+from esper.leyline import GateLevel, GateResult, SeedStage
 
 
 def _state(stage: SeedStage = SeedStage.DORMANT, **kw: object) -> SeedState:
@@ -106,28 +106,70 @@ def test_g5_requires_health() -> None:
     assert not result.passed and "unhealthy" in result.checks_failed
 
 
-def _training(eis: int, improvement: float, ratio: float) -> SeedState:
+def _training(eis: int, probe: float | None, ratio: float, improvement: float = 0.0) -> SeedState:
     s = _state(SeedStage.TRAINING)
     s.metrics.accuracy_at_stage_start = 50.0
     s.metrics.current_val_accuracy = 50.0 + improvement
     s.metrics.epochs_in_current_stage = eis
     s.metrics.seed_gradient_norm_ratio = ratio
+    s.metrics.probe_contribution = probe
     return s
 
 
-def test_g2_boundaries() -> None:
-    assert not gates.check_gate(_training(3, 10.0, 0.01), SeedStage.BLENDING).passed
-    ok = gates.check_gate(_training(3, 2.0, 0.10), SeedStage.BLENDING)
+def _g2(s: SeedState, g: QualityGates = gates) -> GateResult:
+    result = g.check_gate(s, SeedStage.BLENDING)
+    assert result.gate == GateLevel.G2
+    return result
+
+
+@pytest.mark.parametrize(("probe", "passes"), [(0.0, True), (0.01, True), (2.0, True), (-0.01, False),
+                                               (-5.0, False), (None, False)])
+def test_g2_probe_boundaries(probe: float | None, passes: bool) -> None:
+    assert _g2(_training(3, probe, 0.10)).passed is passes
+
+
+def test_g2_check_names_and_score() -> None:
+    ok = _g2(_training(3, 2.0, 0.10))
     assert ok.passed and ok.score == pytest.approx(0.4)
-    assert "seed_gradient_active_0.10" in ok.checks_passed
-    assert not gates.check_gate(_training(2, 2.0, 0.10), SeedStage.BLENDING).passed
-    assert not gates.check_gate(_training(3, 0.4, 0.10), SeedStage.BLENDING).passed
+    assert ok.checks_passed == ("seed_ready", "seed_gradient_active_0.10", "probe_positive_2.00")
+    assert _g2(_training(3, 10.0, 0.10)).score == 1.0
+    assert _g2(_training(3, 0.0, 0.10)).checks_passed[-1] == "probe_positive_0.00"
+    hurt = _g2(_training(3, -1.5, 0.10))
+    assert hurt.checks_failed == ("probe_negative_-1.50",) and hurt.score == 0.0
+    missing = _g2(_training(3, None, 0.10))
+    assert missing.checks_failed == ("probe_not_available",) and missing.score == 0.0
+    assert _g2(_training(2, None, 0.01)).checks_failed == ("seed_not_ready", "seed_gradient_low_0.01",
+                                                            "probe_not_available")
 
 
-def test_g2_uses_its_own_min_training_epochs() -> None:
+def test_g2_ratio_and_epoch_boundaries() -> None:
+    assert not _g2(_training(3, 10.0, 0.01)).passed
+    assert _g2(_training(3, 2.0, 0.05)).passed  # exactly the minimum ratio
+    assert not _g2(_training(3, 2.0, 0.049)).passed
+    assert not _g2(_training(2, 2.0, 0.10)).passed
+
+
+def test_g2_ignores_the_global_accuracy() -> None:
+    """An isolated seed cannot move the global accuracy, so neither a flat nor a rising host decides G2."""
+    assert _g2(_training(3, 0.5, 0.10, improvement=0.0)).passed
+    assert _g2(_training(3, 0.5, 0.10, improvement=-3.0)).passed
+    assert not _g2(_training(3, -0.5, 0.10, improvement=10.0)).passed
+
+
+def test_g2_uses_its_own_thresholds() -> None:
     lm_gates = QualityGates(LifecycleConfig(min_training_epochs=5, min_blending_epochs=3))
-    assert not lm_gates.check_gate(_training(4, 2.0, 0.1), SeedStage.BLENDING).passed
-    assert lm_gates.check_gate(_training(5, 2.0, 0.1), SeedStage.BLENDING).passed
+    assert not _g2(_training(4, 2.0, 0.1), lm_gates).passed
+    assert _g2(_training(5, 2.0, 0.1), lm_gates).passed
+    strict = QualityGates(LifecycleConfig(min_probe_contribution=1.0))
+    assert not _g2(_training(3, 0.99, 0.1), strict).passed
+    assert _g2(_training(3, 1.0, 0.1), strict).passed
+
+
+def test_probe_contribution_reported_and_round_trips() -> None:
+    s = _training(3, -0.75, 0.1)
+    assert s.to_report().metrics.probe_contribution == -0.75
+    back = SeedState.from_dict(s.to_dict())
+    assert back.metrics.probe_contribution == -0.75 and back.to_dict() == s.to_dict()
 
 
 def test_g3_requires_complete_ramp_high_alpha_and_dwell() -> None:

@@ -19,13 +19,13 @@ from esper.leyline import (
 )
 
 
-def report(**metric_overrides: float | None) -> SeedStateReport:
+def report(stage: SeedStage = SeedStage.BLENDING, **metric_overrides: float | None) -> SeedStateReport:
     return SeedStateReport(
         seed_id="seed_0",
         slot_id="mid",
         blueprint_id="norm",
         blend_id="linear",
-        stage=SeedStage.BLENDING,
+        stage=stage,
         previous_stage=SeedStage.TRAINING,
         previous_epochs_in_stage=3,
         stage_entered_epoch=7,
@@ -56,10 +56,12 @@ def test_seed_metrics_defaults() -> None:
     assert m.accuracy_at_blending_start is None
     assert m.counterfactual_contribution is None
     assert m.contribution_at_fossilization is None
+    assert m.probe_contribution is None
     assert {f.name for f in dataclasses.fields(SeedMetrics)} == {*ints, *floats} | {
         "accuracy_at_blending_start",
         "counterfactual_contribution",
         "contribution_at_fossilization",
+        "probe_contribution",
     }
 
 
@@ -72,6 +74,16 @@ def test_report_improvement_prefers_counterfactual() -> None:
     assert report(improvement_since_stage_start=1.5).improvement == 1.5
     assert report(improvement_since_stage_start=1.5, counterfactual_contribution=-2.0).improvement == -2.0
     assert report(improvement_since_stage_start=1.5, counterfactual_contribution=0.0).improvement == 0.0
+
+
+def test_report_improvement_of_a_training_seed_is_its_probe() -> None:
+    training = SeedStage.TRAINING
+    assert report(training, improvement_since_stage_start=1.5, probe_contribution=-0.5).improvement == -0.5
+    assert report(training, improvement_since_stage_start=1.5).improvement == 1.5  # not probed yet
+    # Once blended, the probe measured while training is stale: only the ablation counterfactual counts.
+    assert report(improvement_since_stage_start=1.5, probe_contribution=-0.5).improvement == 1.5
+    assert report(improvement_since_stage_start=1.5, probe_contribution=-0.5,
+                  counterfactual_contribution=3.0).improvement == 3.0
 
 
 def test_report_fields_and_defaults() -> None:

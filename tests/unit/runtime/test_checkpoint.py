@@ -44,6 +44,8 @@ def _drive(model: MorphogeneticModel, slot: str, target: SeedStage, *, blend: st
         if s.state.stage == target:
             return
         s.update_gradient_ratio(0.1)
+        if s.state.stage == SeedStage.TRAINING:
+            s.set_probe_contribution(1.0)
         if s.alpha > 0:
             s.set_counterfactual(2.0)
         acc += 1.0

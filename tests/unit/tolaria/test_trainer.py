@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 
@@ -11,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from esper.kasmina.hosts import CNNHost, TransformerHost
-from esper.kasmina.model import MorphogeneticModel
+from esper.kasmina.model import MorphogeneticModel, batch_statistics
 from esper.kasmina.state import LifecycleConfig
 from esper.leyline import SeedStage
 from esper.runtime.optim import OptimizerSpec
@@ -20,6 +21,7 @@ from esper.tolaria import (
     compute_task_loss,
     finish_train_epoch,
     finish_validation,
+    probe_slots,
     recalibrate_batchnorm,
     train_step,
     validate,
@@ -42,7 +44,8 @@ def _ts(model: MorphogeneticModel, *, task_type: str = "classification", amp: bo
 
 def _drive(model: MorphogeneticModel, slot: str, target: SeedStage, *, blend: str = "linear",
            blueprint: str = "conv_light", seed_id: str | None = None) -> None:
-    """Germinate into `slot` and advance with stubbed measurements (ratio 0.1, +1 pp/epoch, c = +2 pp) to `target`."""
+    """Germinate into `slot` and advance with stubbed measurements (ratio 0.1, +1 pp/epoch, probe +1 pp while
+    TRAINING, c = +2 pp once blended) to `target`."""
     s = model.slot(slot)
     model.germinate_seed(blueprint, seed_id or f"{slot}_seed", slot=slot, blend_id=blend, baseline_accuracy=50.0,
                          epoch=1)
@@ -52,6 +55,8 @@ def _drive(model: MorphogeneticModel, slot: str, target: SeedStage, *, blend: st
         if s.state.stage == target:
             return
         s.update_gradient_ratio(0.1)
+        if s.state.stage == SeedStage.TRAINING:
+            s.set_probe_contribution(1.0)
         if s.state.alpha > 0:
             s.set_counterfactual(2.0)
         acc += 1.0
@@ -121,10 +126,12 @@ def test_validation_metrics_are_sample_weighted() -> None:
 def test_empty_validation_returns_zeros() -> None:
     ts = _ts(_model())
     _drive(ts.model, "mid", SeedStage.PROBATIONARY)
+    _drive(ts.model, "late", SeedStage.TRAINING)
     ts.model.train()
     stats = validate(ts, [])
     assert (stats.val_loss, stats.val_accuracy, stats.n_samples) == (0.0, 0.0, 0)
     assert stats.contribution == {"mid": 0.0} and stats.ablated_accuracy == {"mid": 0.0}
+    assert stats.probe_contribution == {"late": 0.0} and stats.probe_accuracy == {"late": 0.0}
     assert ts.model.training
     direct = finish_validation(ts)
     assert (direct.val_loss, direct.val_accuracy, direct.n_samples) == (0.0, 0.0, 0)
@@ -148,6 +155,11 @@ def test_validate_batch_rejects_changing_ablations() -> None:
     validate_batch(ts, _images(4), y, ("mid",))
     with pytest.raises(ValueError, match="same for every batch"):
         validate_batch(ts, _images(4), y, ())
+    finish_validation(ts)
+    _drive(ts.model, "late", SeedStage.TRAINING)
+    validate_batch(ts, _images(4), y, ("mid",), ("late",))
+    with pytest.raises(ValueError, match="same for every batch"):
+        validate_batch(ts, _images(4), y, ("mid",))
 
 
 # ------------------------------------------------------------------------------------------ gradient ratio
@@ -278,6 +290,75 @@ def test_counterfactual_contributions_equal_naive_removal() -> None:
         assert stats.contribution[slot] == pytest.approx(100.0 * (n - correct_without) / n, abs=1e-9)
     assert stats.contribution["mid"] > 0  # the alpha-1 conv seed changes some predictions: the test can fail
     assert model.training
+
+
+def _seed_in_place(model: MorphogeneticModel, x: torch.Tensor, slot: str) -> torch.Tensor:
+    """Naive probe: the chain with `slot` outputting its seed's output, BatchNorm after it on batch statistics."""
+    prev, prev_slot = x, None
+    with contextlib.ExitStack() as after_slot:
+        for s in model.slot_ids:
+            h = model.segments.forward_to_segment(s, prev, from_segment=prev_slot)
+            if s == slot:
+                seed = model.slot(s).seed
+                assert seed is not None
+                prev = seed(h)
+                after_slot.enter_context(batch_statistics(model.host))
+            else:
+                prev = model.slot(s)(h)
+            prev_slot = s
+        return model.segments.forward_from_segment(model.slot_ids[-1], prev)
+
+
+def test_probe_contributions_equal_naive_replacement() -> None:
+    """probe = 100·(correct with the TRAINING seed in place of the slot's output − correct as is)/N; other slots,
+    including a blended seed that is ablated in the same pass, stay as they are."""
+    model = _model()
+    _drive(model, "early", SeedStage.TRAINING)
+    _drive(model, "mid", SeedStage.BLENDING, blueprint="depthwise")
+    _drive(model, "late", SeedStage.TRAINING, blueprint="attention")
+    assert probe_slots(model) == ("early", "late")
+    ts = _ts(model)
+    x1, x2 = _images(7), _images(9)
+    model.eval()
+    with torch.no_grad():
+        batches = [(x1, model(x1).argmax(1)), (x2, model(x2).argmax(1))]  # the model as it is: 100 %
+    model.train()
+    stats = validate(ts, batches)
+    assert set(stats.contribution) == {"mid"} and set(stats.probe_contribution) == {"early", "late"}
+    assert stats.val_accuracy == 100.0
+    n = 16
+    model.eval()
+    for slot in ("early", "late"):
+        with torch.no_grad():
+            correct = sum(int((_seed_in_place(model, x, slot).argmax(1) == y).sum()) for x, y in batches)
+        assert stats.probe_accuracy[slot] == pytest.approx(100.0 * correct / n, abs=1e-9)
+        assert stats.probe_contribution[slot] == pytest.approx(100.0 * correct / n - 100.0, abs=1e-9)
+    model.train()
+    assert min(stats.probe_contribution.values()) < 0  # the random seeds change predictions: the test can fail
+    assert model.training
+
+
+def test_validation_reads_back_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loss, accuracy, every counterfactual and every probe come back to the host in a single transfer."""
+    model = _model()
+    _drive(model, "mid", SeedStage.BLENDING)
+    _drive(model, "late", SeedStage.TRAINING)
+    ts = _ts(model)
+    reads = {"n": 0}
+    tolist = torch.Tensor.tolist
+
+    def counting(self: torch.Tensor) -> object:
+        reads["n"] += 1
+        return tolist(self)
+
+    batches = [(_images(4), torch.randint(0, 10, (4,))) for _ in range(3)]
+    monkeypatch.setattr(torch.Tensor, "tolist", counting)
+    monkeypatch.setattr(torch.Tensor, "item", lambda self: pytest.fail("no .item() in validation"))
+    monkeypatch.setattr(torch.Tensor, "__float__", lambda self: pytest.fail("no float() in validation"))
+    stats = validate(ts, batches)
+    monkeypatch.undo()
+    assert reads["n"] == 1
+    assert set(stats.contribution) == {"mid"} and set(stats.probe_contribution) == {"late"}
 
 
 # -------------------------------------------------------------------------------------------------- LM task
