@@ -179,8 +179,8 @@ def _perturb(m: MorphogeneticModel, slot: str) -> None:
 
 def _naive(m: MorphogeneticModel, x: torch.Tensor, outputs: dict[str, str]) -> torch.Tensor:
     """A full chained forward where slot k outputs its seed's output ("probe"), its host activation ("ablate"), or
-    what the slot computes (any slot not in `outputs`). After a probed slot the host's BatchNorm layers normalize
-    with the batch's own statistics, as they would once re-estimated with the seed in place."""
+    what the slot computes (any slot not in `outputs`). After a probed or ablated slot the host's BatchNorm layers
+    normalize with the batch's own statistics, as they would once re-estimated for the changed activations."""
     norms = [b for b in m.host.modules() if isinstance(b, torch.nn.BatchNorm2d)]
     prev, prev_slot = x, None
     try:
@@ -191,10 +191,11 @@ def _naive(m: MorphogeneticModel, x: torch.Tensor, outputs: dict[str, str]) -> t
             if how == "probe":
                 assert seed is not None
                 prev = seed(h)
-                for b in norms:
-                    b.training, b.track_running_stats = True, False
             else:
                 prev = h if how == "ablate" else m.slot(s)(h)
+            if how is not None:
+                for b in norms:
+                    b.training, b.track_running_stats = True, False
             prev_slot = s
         return m.segments.forward_from_segment(m.slot_ids[-1], prev)
     finally:

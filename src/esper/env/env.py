@@ -187,14 +187,15 @@ class MorphoEnv:
         self._grad_stats = {s.slot_id: self.collector.collect_async(s.seed_parameters())
                             for s in self.model.slots() if s.state is not None}
 
-    def validate_batch(self, x: torch.Tensor, y: torch.Tensor, ablate: tuple[str, ...]) -> None:
+    def validate_batch(self, x: torch.Tensor, y: torch.Tensor, ablate: tuple[str, ...],
+                       probe: tuple[str, ...]) -> None:
         _claim_for_stream(self.ts.stream, x, y)
         with self.ts.stream_context():
-            validate_batch(self.ts, x, y, ablate)
+            validate_batch(self.ts, x, y, ablate, probe)
 
     # ------------------------------------------------------------------ per-epoch work
 
-    def finish_measurements(self, epoch: int, ablate: tuple[str, ...]
+    def finish_measurements(self, epoch: int, ablate: tuple[str, ...], probe: tuple[str, ...]
                             ) -> tuple[TrainEpochStats, ValStats, bool]:
         """Close the epoch's accumulators, consult the governor, and write the seed measurements."""
         train = finish_train_epoch(self.ts)
@@ -219,6 +220,8 @@ class MorphoEnv:
             self.emit(TelemetryEventType.COUNTERFACTUAL_COMPUTED, epoch, f"{slot} contributes {contribution:+.2f} pp", {
                 "slot": slot, "real_accuracy": val.val_accuracy, "ablated_accuracy": val.ablated_accuracy[slot],
                 "contribution": contribution}, slot_id=slot)
+        for slot in probe:
+            self.model.slot(slot).set_probe_contribution(val.probe_contribution[slot])
         for slot, ratio in train.gradient_ratios.items():
             self.model.slot(slot).update_gradient_ratio(ratio)
         for slot, stats in grad_stats.items():

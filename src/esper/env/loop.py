@@ -23,7 +23,7 @@ from esper.leyline.seeding import derive_seed
 from esper.runtime.data import SharedBatchIterator
 from esper.runtime.tasks import DataCache, TaskSpec
 from esper.tamiyo import BatchTamiyoPolicy, TamiyoDecision, TamiyoPolicy, check_decision
-from esper.tolaria import counterfactual_slots
+from esper.tolaria import counterfactual_slots, probe_slots
 
 StepCallback = Callable[[list[EnvStep]], None]
 
@@ -92,14 +92,16 @@ def run_epoch(envs: Sequence[MorphoEnv], controllers: Sequence[TamiyoPolicy], da
     for env in trained:
         env.finish_train_pass()
     ablations = [counterfactual_slots(env.model) for env in trained]
+    probes = [probe_slots(env.model) for env in trained]
     for batch in data.val:
-        for env, ablate in zip(trained, ablations, strict=True):
+        for env, ablate, probe in zip(trained, ablations, probes, strict=True):
             x, y = batch[env.device_key]
-            env.validate_batch(x, y, ablate)
+            env.validate_batch(x, y, ablate, probe)
     for env in trained:
         if env.ts.stream is not None:
             env.ts.stream.synchronize()
-    measured = [env.finish_measurements(epoch, ablate) for env, ablate in zip(trained, ablations, strict=True)]
+    measured = [env.finish_measurements(epoch, ablate, probe)
+                for env, ablate, probe in zip(trained, ablations, probes, strict=True)]
     measured = measured[:len(envs)]  # the twins' measurements only feed their envs' rewards
 
     observations, measurements = [], []

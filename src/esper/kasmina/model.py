@@ -93,12 +93,13 @@ class MorphogeneticModel(nn.Module):
         """Full logits plus one counterfactual forward per requested slot, every other slot as it is.
 
         `ablate`: the slot's seed removed (the slot outputs its host activation). `probe`: a TRAINING seed put in
-        place of the slot's output (see `SeedSlot.probe`); the host's BatchNorm layers after the slot then use the
-        statistics of the batch (see `batch_statistics`), because their running estimates describe the activations
-        without the seed, and a seed that shifts the activation distribution would otherwise be judged through a
-        normalization that the model re-estimates as soon as the seed is in. One chain pass caches every slot's
-        host activation; each counterfactual restarts from its slot's cached activation and recomputes only the
-        suffix. Pure: no state is mutated.
+        place of the slot's output (see `SeedSlot.probe`). In both, the host's BatchNorm layers after the slot use
+        the statistics of the batch (see `batch_statistics`): their running estimates describe the activations of
+        the model as it is, so a counterfactual that shifts the activation distribution would otherwise be judged
+        through a normalization the model would re-estimate at once — removing a blended seed then looked like
+        losing 20–60 pp on small CNN hosts, a normalization artefact rather than the seed's worth. One chain pass
+        caches every slot's host activation; each counterfactual restarts from its slot's cached activation and
+        recomputes only the suffix. Pure: no state is mutated.
         """
         cached: dict[str, torch.Tensor] = {}
         prev, prev_slot = x, None
@@ -107,12 +108,13 @@ class MorphogeneticModel(nn.Module):
             cached[s] = h
             prev, prev_slot = self.seed_slots[s](h), s
         full = self.segments.forward_from_segment(self.slot_ids[-1], prev)
-        ablated = {k: self._forward_from_slot(k, cached[k]) for k in self._requested(ablate)}
+        ablated: dict[str, torch.Tensor] = {}
         probed: dict[str, torch.Tensor] = {}
-        for k in self._requested(probe):
-            seed_out = self._slot(k).probe(cached[k])
-            with batch_statistics(self.host):
-                probed[k] = self._forward_from_slot(k, seed_out)
+        with batch_statistics(self.host):
+            for k in self._requested(ablate):
+                ablated[k] = self._forward_from_slot(k, cached[k])
+            for k in self._requested(probe):
+                probed[k] = self._forward_from_slot(k, self._slot(k).probe(cached[k]))
         return CounterfactualLogits(full, ablated, probed)
 
     def _requested(self, slots: list[str] | tuple[str, ...]) -> tuple[str, ...]:

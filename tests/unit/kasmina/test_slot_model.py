@@ -219,12 +219,10 @@ def test_cached_prefix_ablation_equals_naive() -> None:
         full, ablated, probed = m.forward_with_counterfactuals(x, ("late", "early", "mid"))
         assert probed == {}
         assert torch.allclose(full, m(x), atol=1e-6)
+        # Equality with an independent naive forward, for every blueprint and slot, is the contract test's job
+        # (tests/contracts/test_blueprint_contracts.py); here: every requested slot is ablated, and differs.
+        assert set(ablated) == {"early", "mid", "late"}
         for slot in ("early", "mid", "late"):
-            saved = m.slot(slot).state.alpha  # type: ignore[union-attr]
-            m.slot(slot).state.alpha = 0.0  # type: ignore[union-attr]
-            naive = m(x)
-            m.slot(slot).state.alpha = saved  # type: ignore[union-attr]
-            assert torch.allclose(ablated[slot], naive, atol=1e-6)
             assert not torch.allclose(ablated[slot], full, atol=1e-6)
 
 
@@ -303,11 +301,7 @@ def test_segmented_forward_equals_full_forward_with_seeds(topology: str) -> None
         for boundary in ("early", "mid", "late"):
             assert torch.equal(_segmented(m, x, boundary), full)
         _, ablated, _ = m.forward_with_counterfactuals(x, ("mid", "late"))
-        for slot in ("mid", "late"):
-            saved = m.slot(slot).state.alpha  # type: ignore[union-attr]
-            m.slot(slot).state.alpha = 0.0  # type: ignore[union-attr]
-            assert torch.allclose(ablated[slot], m(x), atol=1e-6)
-            m.slot(slot).state.alpha = saved  # type: ignore[union-attr]
+        assert set(ablated) == {"mid", "late"}
 
 
 @pytest.mark.parametrize("training", [False, True])
