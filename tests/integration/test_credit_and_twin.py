@@ -74,7 +74,7 @@ def _scripts(blueprint: str) -> list[Script]:
 NEVER_BLEND = ("culled_in_training", "germinated_last")
 
 
-def _dropout_transformer(width: float) -> TransformerHost:
+def _dropout_transformer(width: float = 1.0) -> TransformerHost:
     return TransformerHost(vocab_size=VOCAB_SIZE, n_embd=32, n_head=4, n_layer=3, block_size=64, dropout=0.1)
 
 
