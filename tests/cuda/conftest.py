@@ -55,12 +55,12 @@ QuickRunner = Callable[..., QuickRun]
 
 @pytest.fixture
 def quick_ppo_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> QuickRunner:
-    """Run `train_ppo` (quick preset, synthetic, one env per device, 2 epochs, tiny caps)."""
+    """Run `train_ppo` (quick preset, synthetic, one env per device in groups of one, 2 epochs, tiny caps)."""
 
     def run(devices: Sequence[str], *, amp: bool = False) -> QuickRun:
         config = TrainingConfig.preset("quick").with_overrides(
             n_envs=len(devices), devices=list(devices), device=devices[0], n_episodes=len(devices), max_epochs=2,
-            max_train_samples=256, max_val_samples=128, amp=amp)
+            max_train_samples=256, max_val_samples=128, amp=amp, group_size=1, param_cost=1.0)
         built: list[dict[str, Any]] = []
         real_run_episodes = vectorized.run_episodes
 

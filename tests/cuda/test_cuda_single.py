@@ -1,6 +1,6 @@
 """One-GPU checks (DESIGN §11.5 AMP row, §6.10 streams and AMP, §12.4 #33). Skip without CUDA.
 
-* The same synthetic episodes (2 envs, same env and data seeds, scripted germinations in epochs 1–3, default
+* The same synthetic episodes (2 envs, same env and data seeds, scripted germinations after epochs 1–3, default
   lifecycle) with amp=False and amp=True (fp16 autocast + one GradScaler per env): no NaN and no governor rollback,
   and G2 passes (TRAINING → BLENDING) occur in both. A forward hook on the host's first conv records, per forward,
   whether grad was enabled, the output dtype and the current CUDA stream: training forwards are fp16 under AMP
@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 import torch
 
-from esper.env.env import EnvSpec, EnvStep, MorphoEnv
+from esper.env.env import EnvSpec, MorphoEnv
 from esper.env.loop import EpochData, run_episodes
 from esper.env.rewards import make_reward_fn
+from esper.env.transitions import EnvStep
 from esper.leyline import EnvObservation, LifecycleCommand, LifecycleOp, SeedStage
 from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 from esper.tamiyo import TamiyoDecision
@@ -34,7 +35,7 @@ Forward = tuple[bool, torch.dtype, int | None]  # grad enabled, output dtype, cu
 
 
 class ScriptedGerminator:
-    """Germinates one seed per epoch in epochs 1–3 (when the slot is free), then waits; Kasmina advances stages."""
+    """Germinates one seed after each of epochs 1–3 (when the slot is free), then waits; Kasmina advances stages."""
 
     name = "scripted"
 
@@ -78,15 +79,21 @@ def run_scripted(device: torch.device, amp: bool) -> dict[str, Any]:
 
 
 def g2_passes(steps: list[EnvStep]) -> list[tuple[int, str, int]]:
-    return [(s.env.env_id, c.slot, s.epoch) for s in steps for c in s.changes
-            if c.old_stage == SeedStage.TRAINING and c.new_stage == SeedStage.BLENDING]
+    """(env, slot, epoch) of every seed that was TRAINING when a decision was made and BLENDING one epoch later."""
+    passes = []
+    for s in steps:
+        before = {slot: stage for slot, stage, _ in s.record.before.snapshot}
+        passes += [(s.env.env_id, slot, s.epoch) for slot, stage, _ in s.record.after.snapshot
+                   if before[slot] == SeedStage.TRAINING and stage == SeedStage.BLENDING]
+    return passes
 
 
 def assert_finite_run(run: dict[str, Any]) -> None:
-    assert len(run["steps"]) == MAX_EPOCHS * len(ENV_SEEDS)
+    assert len(run["steps"]) == (MAX_EPOCHS - 1) * len(ENV_SEEDS)  # one transition per decision, none after the end
     for step in run["steps"]:
         assert not step.rollback, f"governor rollback in env {step.env.env_id} at epoch {step.epoch}"
-        values = [step.train.train_loss, step.val.val_loss, step.val.val_accuracy, step.reward.total()]
+        values = [step.train.train_loss, step.val.val_loss, step.val.val_accuracy, step.record.after.val_loss,
+                  step.reward.total()]
         assert all(math.isfinite(v) for v in values), (step.env.env_id, step.epoch, values)
     for env in run["envs"]:
         for name, p in env.model.named_parameters():
@@ -149,9 +156,9 @@ def test_each_env_trains_on_its_own_cuda_stream(runs: dict[bool, dict[str, Any]]
 def test_quick_ppo_run_with_amp_is_finite(quick_ppo_run: Any) -> None:
     run = quick_ppo_run(["cuda:0"], amp=True)
     history = run.result.history
-    assert history and "skipped_update" not in history[0]
+    assert history and history[0].skipped_update is None
     for row in history:
-        for key, value in row.items():
+        for key, value in row.to_dict().items():
             if isinstance(value, float):
                 assert math.isfinite(value), key
     assert [b["param_devices"] for b in run.built] == [{"cuda:0"}]

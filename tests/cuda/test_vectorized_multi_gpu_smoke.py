@@ -47,9 +47,9 @@ def test_two_gpus_each_get_an_env_and_its_model(quick_ppo_run: Any) -> None:
     result = run.result
     assert result.batches_completed == 1 and result.episodes_completed == 2
     assert result.history, "history must not be empty"
-    history_numbers = [x for row in result.history for x in _numbers(row)]
+    history_numbers = [x for row in result.history for x in _numbers(row.to_dict())]
     assert history_numbers and all(math.isfinite(x) for x in history_numbers)
-    assert "skipped_update" not in result.history[0]
+    assert result.history[0].skipped_update is None
     rows = read_jsonl(run.path / "history.jsonl")
     assert len(rows) == 1 and len(rows[0]["env_accuracies"]) == 2
     steps = read_jsonl(run.path / "steps.jsonl")

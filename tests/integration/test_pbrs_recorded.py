@@ -1,9 +1,10 @@
-"""PBRS telescopes on recorded episodes (DESIGN §6.9 "Potential", §11.3 item 4, §12.4 #30 and #32).
+"""Potential-based shaping is policy-invariant on recorded episodes, in every reward family.
 
-Real synthetic episodes (tiny data) run under RandomPolicy (two seeds) and a randomly initialized PPOController,
-with a lowered lifecycle so seeds germinate, blend, reach probation and get culled within 8 epochs. Every step's
-`StepRecord` and reward are collected through `run_episodes(on_step=...)`; the potential, the shaping term and the
-telescoping identity are then recomputed from the records' snapshots alone.
+Real synthetic episodes (tiny data) run through the real epoch loop under RandomPolicy and a randomly initialized
+PPOController, with a lowered lifecycle so seeds germinate, blend, reach probation and get culled within 8 epochs.
+The loop scores them with the gap family (so every env trains beside its static twin); because rewards are pure
+functions of records, every family can then re-score the same records. The potential, the shaping term and the
+telescoping identity are recomputed from the records' snapshots alone.
 """
 
 from __future__ import annotations
@@ -11,18 +12,18 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
 import torch
 
-from esper.env.env import EnvSpec, EnvStep, MorphoEnv
+from esper.env.env import EnvSpec, MorphoEnv
 from esper.env.features import obs_dim
 from esper.env.loop import EpochData, run_episodes
 from esper.env.potential import LifecycleSnapshot, lifecycle_potential
-from esper.env.rewards import ContributionRewardConfig, LossRewardConfig, make_reward_fn
+from esper.env.rewards import ContributionRewardConfig, LossRewardConfig, RewardFamily, make_reward_fn
 from esper.env.step_record import SUMMED_FIELDS, ShapedRewardComponents, StepRecord
+from esper.env.transitions import EnvStep
 from esper.kasmina.state import LifecycleConfig
 from esper.leyline import LifecycleOp, SeedStage
 from esper.runtime.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
@@ -35,8 +36,9 @@ from esper.tamiyo import RandomPolicy, TamiyoPolicy
 GAMMA = 0.9  # far from the default 0.995, so a shaping term that ignores the configured gamma is caught
 MAX_EPOCHS = 8
 SLOTS = ("early", "mid", "late")
-CONTRIBUTION_PBRS_WEIGHT = ContributionRewardConfig().pbrs_weight
-LOSS_PBRS_WEIGHT = 0.1  # LossRewardConfig.stage_potential_weight (§6.9)
+PARAM_COST = 3.0
+PBRS_WEIGHTS = {RewardFamily.GAP: 0.0, RewardFamily.CONTRIBUTION: ContributionRewardConfig().pbrs_weight,
+                RewardFamily.LOSS: 0.1, RewardFamily.SPARSE: 0.0}  # loss: LossRewardConfig.stage_potential_weight
 # Fast lifecycle: every stage is reachable within an 8-epoch episode.
 FAST_LIFECYCLE = LifecycleConfig(min_training_epochs=1, min_probe_contribution=-100.0, min_seed_gradient_ratio=0.0,
                                  blending_steps=2, min_blending_epochs=1, max_probation_epochs=3)
@@ -60,24 +62,34 @@ def _ppo_controller(seed: int) -> PPOController:
     return PPOController(agent, RunningMeanStd(obs_dim(True)), use_telemetry=True)
 
 
-def _record(family: str, controllers: list[TamiyoPolicy], env_seeds: list[int], data_seed: int
-            ) -> list[Recorded]:
+@pytest.fixture(scope="module")
+def episodes() -> list[Recorded]:
+    """Two groups (one env seed and one static twin each): two random controllers, and a PPO controller."""
     task, device = _task(), torch.device("cpu")
-    data = EpochData.build(task, DataCache(DataOptions()), [device], batch_size=128, seed=data_seed,
+    data = EpochData.build(task, DataCache(DataOptions()), [device], batch_size=128, seed=7,
                            max_train_samples=256, max_val_samples=128)
-    envs = [MorphoEnv(EnvSpec(task, SLOTS, MAX_EPOCHS, env_seed=s, device=device, env_id=i), c.name)
-            for i, (c, s) in enumerate(zip(controllers, env_seeds, strict=True))]
-    for c, s in zip(controllers, env_seeds, strict=True):
-        c.reset(s)
+    groups: list[tuple[int, list[TamiyoPolicy]]] = [(11, [RandomPolicy(), RandomPolicy()]), (44, [_ppo_controller(5)])]
+    envs, controllers = [], []
+    for env_seed, members in groups:
+        twin = MorphoEnv(EnvSpec(task, SLOTS, MAX_EPOCHS, env_seed=env_seed, device=device, env_id=100 + env_seed),
+                         "twin")
+        for c in members:
+            c.reset(len(envs) + 1)
+            envs.append(MorphoEnv(EnvSpec(task, SLOTS, MAX_EPOCHS, env_seed=env_seed, device=device,
+                                          env_id=len(envs)), c.name, twin=twin))
+            controllers.append(c)
     recorded = {id(e): Recorded(e) for e in envs}
 
     def on_step(steps: list[EnvStep]) -> None:
         for step in steps:
-            # the record's S_e is the true lifecycle right after step_epoch
-            assert step.record.next_snapshot == step.env.model.lifecycle_snapshot()
+            pending = step.env.pending
+            # the decision taken after the measured epoch saw exactly the measurement this record ends with
+            assert (pending is None) == step.record.is_terminal
+            if pending is not None:
+                assert pending.before is step.record.after
             recorded[id(step.env)].steps.append(step)
 
-    reward_fn = make_reward_fn(family, task, GAMMA)
+    reward_fn = make_reward_fn("gap", task, GAMMA, param_cost=PARAM_COST)
     results = run_episodes(envs, controllers, data, reward_fn, on_step=on_step)
     for r, env in zip(results, envs, strict=True):
         # the episode reward accumulates exactly the per-step totals
@@ -86,119 +98,107 @@ def _record(family: str, controllers: list[TamiyoPolicy], env_seeds: list[int], 
     return [recorded[id(e)] for e in envs]
 
 
-@pytest.fixture(scope="module")
-def contribution_episodes() -> list[Recorded]:
-    controllers: list[TamiyoPolicy] = [RandomPolicy(), RandomPolicy(), _ppo_controller(5)]
-    return _record("contribution", controllers, [11, 22, 44], data_seed=7)
-
-
-@pytest.fixture(scope="module")
-def loss_episodes() -> list[Recorded]:
-    return _record("loss", [RandomPolicy(), RandomPolicy()], [101, 202], data_seed=8)
-
-
 def _phi(snapshot: LifecycleSnapshot) -> float:
     return lifecycle_potential(snapshot)
 
 
 def _shaping(record: StepRecord) -> float:
-    return GAMMA * _phi(record.next_snapshot) - _phi(record.prev_snapshot)
+    """γ·Φ(S') − Φ(S), with Φ = 0 for the terminal state."""
+    return GAMMA * (0.0 if record.is_terminal else _phi(record.after.snapshot)) - _phi(record.before.snapshot)
 
 
-def _check_episode(rec: Recorded, weight: float) -> None:
-    steps = rec.steps
-    assert [s.epoch for s in steps] == list(range(1, MAX_EPOCHS + 1))
-    records = [s.record for s in steps]
-    assert [r.is_terminal for r in records] == [False] * (MAX_EPOCHS - 1) + [True]
-
-    # S_0: every enabled slot empty, potential 0
-    assert records[0].prev_snapshot == tuple((slot, 0, 0) for slot in SLOTS)
-    assert _phi(records[0].prev_snapshot) == 0.0
-    # chain: S_e is reused unchanged as the previous state of step e + 1 (rollback steps included)
-    for before, after in itertools.pairwise(records):
-        assert after.prev_snapshot == before.next_snapshot, f"snapshot chain broken at epoch {after.epoch}"
-
-    for step in steps:
-        comp, record = step.reward, step.record
-        assert comp.phi_prev == pytest.approx(_phi(record.prev_snapshot), abs=1e-12)
-        assert comp.phi_next == pytest.approx(_phi(record.next_snapshot), abs=1e-12)
-        assert comp.pbrs == pytest.approx(weight * _shaping(record), rel=1e-12, abs=1e-12)
-        assert comp.total() == pytest.approx(math.fsum(getattr(comp, f) for f in SUMMED_FIELDS), abs=1e-9)
-        for f in SUMMED_FIELDS:
-            assert math.isfinite(getattr(comp, f)), f
-
-    # Σ_e γ^(e−1)·(γΦ(S_e) − Φ(S_{e−1})) = γ^T·Φ(S_T) − Φ(S_0)
-    lhs = math.fsum(GAMMA ** (r.epoch - 1) * _shaping(r) for r in records)
-    rhs = GAMMA ** MAX_EPOCHS * _phi(records[-1].next_snapshot) - _phi(records[0].prev_snapshot)
-    assert math.isclose(lhs, rhs, rel_tol=1e-6, abs_tol=1e-9), (lhs, rhs)
-    # the same identity from the logged shaping components
-    logged = math.fsum(GAMMA ** (s.epoch - 1) * s.reward.pbrs / weight for s in steps)
-    assert math.isclose(logged, rhs, rel_tol=1e-6, abs_tol=1e-9), (logged, rhs)
+def _rescore(family: RewardFamily, record: StepRecord) -> ShapedRewardComponents:
+    return make_reward_fn(family, _task(), GAMMA, param_cost=PARAM_COST)(record)
 
 
-def _stages_seen(episodes: list[Recorded]) -> set[SeedStage]:
-    return {SeedStage(stage) for rec in episodes for s in rec.steps for _, stage, _ in s.record.next_snapshot
-            if stage != 0}
-
-
-def test_episodes_exercise_the_lifecycle(contribution_episodes: list[Recorded]) -> None:
+def test_episodes_exercise_the_lifecycle(episodes: list[Recorded]) -> None:
     """The recorded episodes are not trivial: seeds germinate, blend, get culled, and the potential moves."""
-    assert {SeedStage.TRAINING, SeedStage.BLENDING} <= _stages_seen(contribution_episodes)
-    ops = {s.decision.command.op for rec in contribution_episodes for s in rec.steps}
+    stages = {SeedStage(stage) for rec in episodes for s in rec.steps for _, stage, _ in s.record.after.snapshot
+              if stage != 0}
+    assert {SeedStage.TRAINING, SeedStage.BLENDING} <= stages
+    ops = {s.decision.command.op for rec in episodes for s in rec.steps}
     assert {LifecycleOp.GERMINATE, LifecycleOp.CULL} <= ops
-    for rec in contribution_episodes:
-        assert any(s.reward.pbrs != 0.0 for s in rec.steps)
-    assert contribution_episodes[-1].env.controller_name == "ppo"
+    for rec in episodes:
+        assert any(_rescore(RewardFamily.CONTRIBUTION, s.record).pbrs != 0.0 for s in rec.steps)
+    assert episodes[-1].env.controller_name == "ppo"
+    # at least one episode ends with potential in flight, which the terminal decision must give back
+    assert any(_phi(rec.steps[-1].record.before.snapshot) > 0 for rec in episodes)
 
 
-def test_pbrs_telescopes_on_recorded_contribution_episodes(contribution_episodes: list[Recorded]) -> None:
-    for rec in contribution_episodes:
-        _check_episode(rec, CONTRIBUTION_PBRS_WEIGHT)
+def test_an_episode_has_one_transition_per_decision(episodes: list[Recorded]) -> None:
+    for rec in episodes:
+        records = [s.record for s in rec.steps]
+        assert [s.epoch for s in rec.steps] == [r.epoch for r in records] == list(range(1, MAX_EPOCHS))
+        assert [r.is_terminal for r in records] == [False] * (MAX_EPOCHS - 2) + [True]
+        assert records[0].before.snapshot == tuple((slot, 0, 0) for slot in SLOTS)  # nothing before the first decision
+        for before, after in itertools.pairwise(records):
+            # consecutive transitions share the measurement between them (rollback steps included)
+            assert after.before is before.after, f"measurement chain broken at epoch {after.epoch}"
 
 
-def test_pbrs_uses_pre_action_and_post_step_lifecycle(contribution_episodes: list[Recorded]) -> None:
-    """A germinated slot is empty in S_{e−1} and in TRAINING (G1 same epoch) in S_e; a controller cull empties it."""
+@pytest.mark.parametrize("family", list(RewardFamily))
+def test_shaping_telescopes_to_minus_the_first_potential(episodes: list[Recorded], family: RewardFamily) -> None:
+    """Σ_e γ^(e−1)·F_e = −w·Φ(S_1): the potential in flight at the end is given back by the terminal decision."""
+    weight = PBRS_WEIGHTS[family]
+    for rec in episodes:
+        records = [s.record for s in rec.steps]
+        comps = [_rescore(family, r) for r in records]
+        for comp, record in zip(comps, records, strict=True):
+            assert comp.family == family.value
+            assert comp.phi_prev == pytest.approx(_phi(record.before.snapshot), abs=1e-12)
+            assert comp.phi_next == pytest.approx(0.0 if record.is_terminal else _phi(record.after.snapshot),
+                                                  abs=1e-12)
+            assert comp.pbrs == pytest.approx(weight * _shaping(record), rel=1e-12, abs=1e-12)
+            assert comp.total() == pytest.approx(math.fsum(getattr(comp, f) for f in SUMMED_FIELDS), abs=1e-9)
+            assert all(math.isfinite(getattr(comp, f)) for f in SUMMED_FIELDS)
+        phi_1 = _phi(records[0].before.snapshot)
+        raw = math.fsum(GAMMA ** (r.epoch - 1) * _shaping(r) for r in records)
+        assert math.isclose(raw, -phi_1, rel_tol=1e-6, abs_tol=1e-6), raw
+        logged = math.fsum(GAMMA ** (r.epoch - 1) * c.pbrs for r, c in zip(records, comps, strict=True))
+        assert math.isclose(logged, -weight * phi_1, rel_tol=1e-6, abs_tol=1e-6), logged
+        # without the terminal decision the sum would keep the final potential: γ^(T−2)·Φ(S_{T−1}) − Φ(S_1)
+        partial = math.fsum(GAMMA ** (r.epoch - 1) * _shaping(r) for r in records[:-1])
+        held = GAMMA ** (MAX_EPOCHS - 2) * _phi(records[-1].before.snapshot) - phi_1
+        assert math.isclose(partial, held, rel_tol=1e-6, abs_tol=1e-6)
+
+
+def test_records_pair_what_the_decision_saw_with_what_followed(episodes: list[Recorded]) -> None:
+    """A germinated slot is empty when the decision is made and in TRAINING (G1 at once) one epoch later; a
+    controller cull empties the slot for the next measured epoch."""
     seen = set()
-    for rec in contribution_episodes:
+    for rec in episodes:
         for step in rec.steps:
             cmd, record = step.decision.command, step.record
-            if cmd.op not in (LifecycleOp.GERMINATE, LifecycleOp.CULL) or not step.action_success:
+            if cmd.op not in (LifecycleOp.GERMINATE, LifecycleOp.CULL) or not step.action_success or record.rollback:
                 continue
-            prev, nxt = dict((s, st) for s, st, _ in record.prev_snapshot), dict(
-                (s, (st, n)) for s, st, n in record.next_snapshot)
             assert cmd.slot_id is not None
+            before = {s: (st, n) for s, st, n in record.before.snapshot}
+            after = {s: (st, n) for s, st, n in record.after.snapshot}
             if cmd.op == LifecycleOp.GERMINATE:
-                assert prev[cmd.slot_id] == 0 and nxt[cmd.slot_id] == (SeedStage.TRAINING, 0)
+                assert before[cmd.slot_id] == (0, 0) and after[cmd.slot_id] == (SeedStage.TRAINING, 1)
+                assert record.before.slots[cmd.slot_id] is None and record.after.slots[cmd.slot_id] is not None
             else:
-                assert prev[cmd.slot_id] != 0 and nxt[cmd.slot_id] == (0, 0)
+                assert before[cmd.slot_id] != (0, 0) and after[cmd.slot_id] == (0, 0)
             seen.add(cmd.op)
     assert seen == {LifecycleOp.GERMINATE, LifecycleOp.CULL}
 
 
-def test_rewards_are_pure_functions_of_records(contribution_episodes: list[Recorded]) -> None:
-    """Re-scoring a logged record reproduces its components exactly (the logged record suffices, §6.9)."""
-    reward_fn: Callable[[StepRecord], ShapedRewardComponents] = make_reward_fn("contribution", _task(), GAMMA)
-    for rec in contribution_episodes:
+def test_rewards_are_pure_functions_of_records(episodes: list[Recorded]) -> None:
+    """Re-scoring a logged record reproduces its components exactly (the logged record suffices)."""
+    for rec in episodes:
         for step in rec.steps:
-            assert reward_fn(step.record).to_dict() == step.reward.to_dict()
+            assert _rescore(RewardFamily.GAP, step.record).to_dict() == step.reward.to_dict()
 
 
-def test_pbrs_telescopes_on_recorded_loss_episodes(loss_episodes: list[Recorded]) -> None:
-    for rec in loss_episodes:
-        assert all(s.reward.family == "loss" for s in rec.steps)
-        _check_episode(rec, LOSS_PBRS_WEIGHT)
-
-
-def test_loss_family_rewards_loss_decreases(loss_episodes: list[Recorded]) -> None:
-    """loss_delta > 0 (an improvement) earns positive loss_primary; regressions cost half; epoch 1 earns nothing."""
+def test_loss_family_rewards_loss_decreases(episodes: list[Recorded]) -> None:
+    """loss_delta > 0 (an improvement) earns positive loss_primary; regressions cost half."""
     task = _task()
     config = LossRewardConfig.for_task(task.task_type, task.random_guess_loss, task.target_loss,
                                        task.typical_loss_delta_std)
     improved = 0
-    for rec in loss_episodes:
-        assert rec.steps[0].record.loss_delta == 0.0 and rec.steps[0].reward.loss_primary == 0.0
+    for rec in episodes:
         for step in rec.steps:
-            delta, primary = step.record.loss_delta, step.reward.loss_primary
+            delta, primary = step.record.after.loss_delta, _rescore(RewardFamily.LOSS, step.record).loss_primary
             if step.record.rollback or not math.isfinite(delta):
                 continue
             n = max(-config.max_loss_delta, min(config.max_loss_delta, delta / config.typical_loss_delta_std))

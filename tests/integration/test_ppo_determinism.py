@@ -11,7 +11,7 @@ from esper.simic.ppo.config import TrainingConfig
 from esper.simic.ppo.train import PPORun, train_ppo
 
 CONFIG = TrainingConfig.preset("quick").with_overrides(
-    n_episodes=2, max_epochs=2, max_train_samples=128, max_val_samples=64, device="cpu")
+    n_episodes=4, max_epochs=2, max_train_samples=128, max_val_samples=64, device="cpu", param_cost=1.0)
 
 
 def _final_network(run: Path, process_seed: int) -> dict[str, torch.Tensor]:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import torch
 
-from esper.env.env import EnvSpec, EnvStep, MorphoEnv
+from esper.env.env import EnvSpec, MorphoEnv
 from esper.env.loop import EpochData, run_episodes
 from esper.env.rewards import make_reward_fn
-from esper.leyline import EnvObservation, LifecycleCommand, LifecycleOp, SeedStage
+from esper.env.transitions import EnvStep
+from esper.leyline import EnvObservation, LifecycleCommand, LifecycleOp, SeedStage, TelemetryEvent, TelemetryEventType
 from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 from esper.tamiyo import TamiyoDecision
 
@@ -35,21 +36,40 @@ class ScriptedPolicy:
         return TamiyoDecision.from_command(cmd, topology=obs.topology, reason="script", confidence=1.0)
 
 
+class CullRecorder:
+    """A telemetry sink that keeps (slot, reason, epoch) of every cull."""
+
+    def __init__(self) -> None:
+        self.culls: list[tuple[str, str, int]] = []
+
+    def wants(self, event_type: TelemetryEventType) -> bool:
+        return event_type == TelemetryEventType.SEED_CULLED
+
+    def emit(self, event: TelemetryEvent) -> None:
+        assert event.slot_id is not None and event.epoch is not None
+        self.culls.append((event.slot_id, event.data["reason"], event.epoch))
+
+    def escalate(self, epochs: int) -> None:
+        """Escalation is irrelevant here."""
+
+    def tick(self) -> None:
+        """Ticks are irrelevant here."""
+
+
 def test_real_run_takes_one_seed_to_fossilized_and_culls_another() -> None:
     task = get_task_spec("synthetic")
     device = torch.device("cpu")
     data = EpochData.build(task, DataCache(DataOptions()), [device], batch_size=128, seed=3,
                            max_train_samples=1024, max_val_samples=512)
-    env = MorphoEnv(EnvSpec(task, ("early", "mid", "late"), 25, env_seed=11, device=device), "scripted")
+    recorder = CullRecorder()
+    env = MorphoEnv(EnvSpec(task, ("early", "mid", "late"), 25, env_seed=11, device=device, sink=recorder),
+                    "scripted")
     histories: dict[str, list[tuple[SeedStage, int]]] = {}
-    culls: list[tuple[str, str, int]] = []
 
     def on_step(steps: list[EnvStep]) -> None:
-        step = steps[0]
         for s in env.model.slots():
             if s.state is not None:
                 histories[s.slot_id] = list(s.state.stage_history)
-        culls.extend((c.slot, c.reason, step.epoch) for c in step.changes if c.new_stage == SeedStage.CULLED)
         # alpha used by the forward is exactly the state's alpha, and within [0, 1]
         for s in env.model.slots():
             if s.state is not None:
@@ -69,7 +89,7 @@ def test_real_run_takes_one_seed_to_fossilized_and_culls_another() -> None:
     assert 1 <= epochs[SeedStage.FOSSILIZED] - epochs[SeedStage.PROBATIONARY] <= task.lifecycle.max_probation_epochs
     assert env.model.slot("mid").state is not None and env.model.slot("mid").state.alpha == 1.0  # type: ignore[union-attr]
 
-    assert [(slot, reason) for slot, reason, _ in culls] in (
+    assert [(slot, reason) for slot, reason, _ in recorder.culls] in (
         [("late", "probation_timeout")], [("late", "negative_counterfactual")])
     assert env.model.slot("late").state is None
     assert (result.seeds_created, result.seeds_fossilized, result.seeds_culled) == (2, 1, 1)

@@ -192,7 +192,7 @@ def test_every_sampled_action_is_valid(sampled: tuple[list[State], list[list[Fac
 
 
 def _task() -> TaskSpec:
-    return dataclasses.replace(get_task_spec("synthetic"), host_factory=lambda: CNNHost(channels=(4, 4, 4)),
+    return dataclasses.replace(get_task_spec("synthetic"), host_factory=lambda width=1.0: CNNHost(channels=(4, 4, 4)),
                                lifecycle=LIFECYCLE)
 
 

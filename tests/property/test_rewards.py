@@ -1,37 +1,52 @@
-"""Property tests of the rewards (DESIGN §6.9, §11.3 items 4–5): exact totals, bounds, semantics, PBRS telescoping."""
+"""Property tests of the rewards: exact totals, bounds, semantics, the gap telescoping and PBRS invariance.
+
+Records are drawn as pairs of measurements (what the decision saw, what followed); episodes as sequences of
+measurements, so consecutive records share a measurement exactly as the epoch loop's records do.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from esper.env.potential import lifecycle_potential
 from esper.env.rewards import (
+    INTERVENTION_COSTS,
     SUMMED_FIELDS,
     ContributionRewardConfig,
-    LifecycleSnapshot,
+    GapRewardConfig,
     LossRewardConfig,
+    RewardConfig,
     RewardFamily,
-    SlotRewardInfo,
+    SparseRewardConfig,
     StepRecord,
     compute_reward,
-    lifecycle_potential,
 )
+from esper.env.step_record import Measurement, SlotRewardInfo
 from esper.leyline import CANONICAL_SLOTS, LifecycleCommand, LifecycleOp, SeedStage, is_live_stage
+from esper.leyline.constants import DEFAULT_GOVERNOR_DEATH_PENALTY
 
 OCCUPIED = (SeedStage.GERMINATED, SeedStage.TRAINING, SeedStage.BLENDING, SeedStage.PROBATIONARY, SeedStage.FOSSILIZED)
-SNAPSHOT_STAGES = (0, *(int(s) for s in OCCUPIED))
+MAX_EPOCHS = 25
 GAMMA = 0.995
 LOSS_CFG = LossRewardConfig.for_task("classification", math.log(10), 0.3, 0.05)
-CONFIGS: dict[RewardFamily, Any] = {
-    RewardFamily.CONTRIBUTION: None,
+GAP_CFG = GapRewardConfig(param_cost=1.5)
+CONFIGS: dict[RewardFamily, RewardConfig] = {
+    RewardFamily.GAP: GAP_CFG,
+    RewardFamily.CONTRIBUTION: ContributionRewardConfig(),
     RewardFamily.LOSS: LOSS_CFG,
-    RewardFamily.SPARSE: None,
+    RewardFamily.SPARSE: SparseRewardConfig(),
 }
+PBRS_WEIGHTS = {RewardFamily.GAP: 0.0, RewardFamily.CONTRIBUTION: ContributionRewardConfig().pbrs_weight,
+                RewardFamily.LOSS: LOSS_CFG.stage_potential_weight, RewardFamily.SPARSE: 0.0}
+WAIT = LifecycleCommand(LifecycleOp.WAIT)
 
 acc = st.floats(0.0, 100.0)
+families = st.sampled_from(list(RewardFamily))
 
 
 @st.composite
@@ -48,14 +63,35 @@ def slot_infos(draw: st.DrawFn, stages: tuple[SeedStage, ...] = OCCUPIED) -> Slo
     )
 
 
-snapshots = st.tuples(
-    *[st.tuples(st.just(s), st.sampled_from(SNAPSHOT_STAGES), st.integers(0, 30)) for s in CANONICAL_SLOTS]
-)
+def _snapshot(slots: dict[str, SlotRewardInfo | None]) -> tuple[tuple[str, int, int], ...]:
+    return tuple((s, 0, 0) if i is None else (s, i.stage, i.epochs_in_stage) for s, i in slots.items())
+
+
+@st.composite
+def measurements(draw: st.DrawFn, epoch: int, slots: dict[str, SlotRewardInfo | None] | None = None,
+                 twin: bool = True) -> Measurement:
+    if slots is None:
+        slots = {s: draw(st.none() | slot_infos()) for s in CANONICAL_SLOTS}
+    return Measurement(
+        epoch=epoch,
+        val_acc=draw(acc),
+        val_loss=draw(st.floats(0.0, 20.0) | st.just(math.nan) | st.just(math.inf)),
+        acc_delta=draw(st.floats(-10.0, 10.0)),
+        loss_delta=draw(st.floats(-10.0, 10.0) | st.just(math.nan) | st.just(-math.inf)),
+        slots=slots,
+        snapshot=_snapshot(slots),
+        seed_param_counts=tuple(draw(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 10**6)), max_size=3))),
+        host_param_count=draw(st.integers(10**5, 10**7)),
+        fossilized_contributing=draw(st.integers(0, 3)),
+        best_val_acc=draw(acc),
+        twin_val_acc=draw(acc) if twin else None,
+        twin_val_loss=draw(st.floats(0.0, 20.0)) if twin else None,
+    )
 
 
 def _commands(slots: dict[str, SlotRewardInfo | None]) -> list[LifecycleCommand]:
     """Every command the validity rules could allow in this state (plus WAIT)."""
-    out = [LifecycleCommand(LifecycleOp.WAIT)]
+    out = [WAIT]
     for slot, info in slots.items():
         if info is None:
             out.append(LifecycleCommand(LifecycleOp.GERMINATE, slot, "norm", "sigmoid"))
@@ -69,40 +105,26 @@ def _commands(slots: dict[str, SlotRewardInfo | None]) -> list[LifecycleCommand]
 
 @st.composite
 def step_records(draw: st.DrawFn, *, terminal: bool | None = None) -> StepRecord:
-    slots = {s: draw(st.none() | slot_infos()) for s in CANONICAL_SLOTS}
     is_terminal = draw(st.booleans()) if terminal is None else terminal
-    return StepRecord(
-        epoch=25 if is_terminal else draw(st.integers(1, 24)),
-        max_epochs=25,
-        slots=slots,
-        command=draw(st.sampled_from(_commands(slots))),
-        action_success=draw(st.booleans()),
-        val_acc=draw(acc),
-        val_loss=draw(st.floats(0.0, 20.0) | st.just(math.nan) | st.just(math.inf)),
-        acc_delta=draw(st.floats(-10.0, 10.0)),
-        loss_delta=draw(st.floats(-10.0, 10.0) | st.just(math.nan) | st.just(-math.inf)),
-        seed_param_counts=tuple(draw(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 10**7)), max_size=3))),
-        host_param_count=draw(st.integers(1, 10**7)),
-        fossilized_contributing=draw(st.integers(0, 3)),
-        prev_snapshot=draw(snapshots),
-        next_snapshot=draw(snapshots),
-        host_max_acc=draw(acc),
-        is_terminal=is_terminal,
-        rollback=draw(st.booleans()),
-    )
+    epoch = MAX_EPOCHS - 1 if is_terminal else draw(st.integers(1, MAX_EPOCHS - 2))
+    before = draw(measurements(epoch))
+    return StepRecord(epoch=epoch, max_epochs=MAX_EPOCHS, command=draw(st.sampled_from(_commands(dict(before.slots)))),
+                      action_success=draw(st.booleans()), before=before, after=draw(measurements(epoch + 1)),
+                      rollback=draw(st.booleans()))
 
 
-def _with(rec: StepRecord, **changes: Any) -> StepRecord:
-    fields = {name: getattr(rec, name) for name in StepRecord.__dataclass_fields__}
-    fields.update(changes)
-    return StepRecord(**fields)
+def _reward(rec: StepRecord, family: RewardFamily, gamma: float = GAMMA) -> Any:
+    return compute_reward(rec, CONFIGS[family], gamma)
 
 
-@given(step_records(), st.sampled_from(list(RewardFamily)), st.floats(0.5, 1.0))
+# --- every family -------------------------------------------------------------------------------------------------
+
+
+@given(step_records(), families, st.floats(0.5, 1.0))
 def test_total_is_the_exact_sum_and_everything_is_finite_and_bounded(
     rec: StepRecord, family: RewardFamily, gamma: float
 ) -> None:
-    comp = compute_reward(rec, family, CONFIGS[family], gamma)
+    comp = _reward(rec, family, gamma)
     parts = [getattr(comp, name) for name in SUMMED_FIELDS]
     assert all(math.isfinite(p) for p in parts)
     expected = 0.0
@@ -110,82 +132,75 @@ def test_total_is_the_exact_sum_and_everything_is_finite_and_bounded(
         expected += p
     assert comp.total() == expected
     assert comp.to_dict()["total"] == comp.total()
-    bound = 60.0 if rec.rollback else 50.0
-    assert abs(comp.total()) <= bound
+    penalty = DEFAULT_GOVERNOR_DEATH_PENALTY if rec.rollback else 0.0
+    assert comp.governor_penalty == -penalty
+    if family == RewardFamily.GAP:
+        # |Δg| ≤ 200 pp, Δp ≤ 30 (3 seeds of 10^6 on a host of 10^5), the largest intervention cost 0.02
+        bound = 200.0 + GAP_CFG.param_cost * 30.0 + 0.02
+    else:
+        bound = 50.0
+    assert abs(comp.total()) <= bound + penalty
     assert comp.probation_warning >= -sum(
-        1 for i in rec.slots.values() if i is not None and i.stage == SeedStage.PROBATIONARY
+        1 for i in rec.before.slots.values() if i is not None and i.stage == SeedStage.PROBATIONARY
     )
 
 
-@given(step_records(), st.sampled_from(list(RewardFamily)))
+@given(step_records())
+def test_the_language_model_gap_is_finite_even_after_a_divergence(rec: StepRecord) -> None:
+    comp = compute_reward(rec, GapRewardConfig(GAP_CFG.param_cost, lm=True), GAMMA)
+    assert all(math.isfinite(getattr(comp, name)) for name in SUMMED_FIELDS)
+
+
+@given(step_records(), families)
 def test_terminal_bonus_only_at_the_terminal_step(rec: StepRecord, family: RewardFamily) -> None:
-    comp = compute_reward(rec, family, CONFIGS[family], GAMMA)
+    comp = _reward(rec, family)
     if not rec.is_terminal:
         assert comp.terminal == 0.0 and comp.sparse_terminal == 0.0
+    else:
+        assert comp.phi_next == 0.0
     if family == RewardFamily.SPARSE and not rec.is_terminal:
         assert comp.total() == comp.governor_penalty
 
 
+@given(step_records(), families)
+def test_rewards_are_pure_functions_of_the_record(rec: StepRecord, family: RewardFamily) -> None:
+    rebuilt = StepRecord(**{f.name: getattr(rec, f.name) for f in dataclasses.fields(rec)})
+    assert _reward(rebuilt, family).to_dict() == _reward(rec, family).to_dict()
+
+
+# --- contribution family ------------------------------------------------------------------------------------------
+
+
+def _with_after_slots(rec: StepRecord, slots: dict[str, SlotRewardInfo | None]) -> StepRecord:
+    after = dataclasses.replace(rec.after, slots=slots, snapshot=_snapshot(slots))
+    return dataclasses.replace(rec, after=after)
+
+
 @given(step_records(), st.floats(-8.0, 8.0), st.floats(-8.0, 8.0))
 def test_fossilized_seeds_get_no_attribution(rec: StepRecord, c1: float, c2: float) -> None:
-    slots = {
-        s: i if i is None or i.stage != SeedStage.FOSSILIZED else SlotRewardInfo(**{**_fields(i), "counterfactual": c1})
-        for s, i in rec.slots.items()
-    }
-    flipped = {
-        s: i if i is None or i.stage != SeedStage.FOSSILIZED else SlotRewardInfo(**{**_fields(i), "counterfactual": c2})
-        for s, i in rec.slots.items()
-    }
-    a = compute_reward(_with(rec, slots=slots), "contribution", None, GAMMA).attribution
-    b = compute_reward(_with(rec, slots=flipped), "contribution", None, GAMMA).attribution
+    def with_fossil_counterfactual(c: float) -> dict[str, SlotRewardInfo | None]:
+        return {s: i if i is None or i.stage != SeedStage.FOSSILIZED else dataclasses.replace(i, counterfactual=c)
+                for s, i in rec.after.slots.items()}
+
+    a = _reward(_with_after_slots(rec, with_fossil_counterfactual(c1)), RewardFamily.CONTRIBUTION).attribution
+    b = _reward(_with_after_slots(rec, with_fossil_counterfactual(c2)), RewardFamily.CONTRIBUTION).attribution
     assert a == b
-    only_fossils = {s: None if i is None or i.stage != SeedStage.FOSSILIZED else i for s, i in slots.items()}
-    rec_f = _with(rec, slots=only_fossils, command=LifecycleCommand(LifecycleOp.WAIT))
-    assert compute_reward(rec_f, "contribution", None, GAMMA).attribution == 0.0
+    only_fossils = {s: None if i is None or i.stage != SeedStage.FOSSILIZED else i for s, i in rec.after.slots.items()}
+    assert _reward(_with_after_slots(rec, only_fossils), RewardFamily.CONTRIBUTION).attribution == 0.0
 
 
-def _fields(info: SlotRewardInfo) -> dict[str, Any]:
-    return {name: getattr(info, name) for name in SlotRewardInfo.__dataclass_fields__}
-
-
-@given(slot_infos(stages=(SeedStage.TRAINING, SeedStage.BLENDING, SeedStage.PROBATIONARY)), acc)
-def test_cull_attribution_opposes_wait_attribution(info: SlotRewardInfo, val_acc: float) -> None:
-    slots = {"early": None, "mid": info, "late": None}
-    snap = (("early", 0, 0), ("mid", info.stage, info.epochs_in_stage), ("late", 0, 0))
-    base = _record(slots, LifecycleCommand(LifecycleOp.WAIT), snap, snap, val_acc=val_acc)
-    wait = compute_reward(base, "contribution", None, GAMMA).attribution
-    cull = compute_reward(_with(base, command=LifecycleCommand(LifecycleOp.CULL, "mid")), "contribution", None, GAMMA)
-    assert cull.attribution == -wait
-
-
-def _record(
-    slots: dict[str, SlotRewardInfo | None],
-    command: LifecycleCommand,
-    prev: LifecycleSnapshot,
-    nxt: LifecycleSnapshot,
-    **changes: Any,
-) -> StepRecord:
-    fields: dict[str, Any] = {
-        "epoch": 12,
-        "max_epochs": 25,
-        "slots": slots,
-        "command": command,
-        "action_success": True,
-        "val_acc": 50.0,
-        "val_loss": 1.0,
-        "acc_delta": 0.0,
-        "loss_delta": 0.0,
-        "seed_param_counts": (),
-        "host_param_count": 10_000,
-        "fossilized_contributing": 0,
-        "prev_snapshot": prev,
-        "next_snapshot": nxt,
-        "host_max_acc": 60.0,
-        "is_terminal": False,
-        "rollback": False,
-    }
-    fields.update(changes)
-    return StepRecord(**fields)
+@given(step_records(), st.data(), families)
+def test_what_the_decision_saw_enters_only_through_its_slots_and_lifecycle(
+    rec: StepRecord, data: st.DataObject, family: RewardFamily
+) -> None:
+    """Apart from the gap family's reference point, a reward reads `before` only to judge the decision (its target
+    and waiting seeds) and for the potential: every measured number of the reward comes from the outcome."""
+    other = data.draw(measurements(rec.epoch, dict(rec.before.slots)))
+    if family == RewardFamily.GAP:  # the gap's reference point is the previous measurement
+        other = dataclasses.replace(other, val_acc=rec.before.val_acc, twin_val_acc=rec.before.twin_val_acc,
+                                    seed_param_counts=rec.before.seed_param_counts,
+                                    host_param_count=rec.before.host_param_count)
+    assert _reward(dataclasses.replace(rec, before=other), family).to_dict() == _reward(rec, family).to_dict()
 
 
 @given(
@@ -198,56 +213,59 @@ def _record(
     st.sampled_from((LifecycleOp.WAIT, LifecycleOp.FOSSILIZE, LifecycleOp.CULL)),
     st.floats(-10.0, 10.0),
     st.integers(0, 10**6),
+    st.booleans(),
 )
 def test_ransomware_is_not_profitable(
-    stage: SeedStage,
-    n: int,
-    c: float,
-    ti: float,
-    acc0: float,
-    ready: bool,
-    op: LifecycleOp,
-    acc_delta: float,
-    seed_params: int,
+    stage: SeedStage, n: int, c: float, ti: float, acc0: float, ready: bool, op: LifecycleOp, acc_delta: float,
+    seed_params: int, terminal: bool,
 ) -> None:
     """High contribution with a worse host since germination (progress = total improvement < 0) earns ≤ 0.5."""
     if stage == SeedStage.BLENDING and op == LifecycleOp.FOSSILIZE:
         op = LifecycleOp.WAIT
     info = SlotRewardInfo(int(stage), n, n + 8, ti, c, acc0, ready)
     if op == LifecycleOp.FOSSILIZE:
-        after: tuple[int, int] = (int(SeedStage.FOSSILIZED), 0)
+        outcome: SlotRewardInfo | None = SlotRewardInfo(int(SeedStage.FOSSILIZED), 1, n + 9, ti, c, acc0, False)
     elif op == LifecycleOp.CULL:
-        after = (0, 0)
+        outcome = None
     elif stage == SeedStage.BLENDING and n >= 4:
-        after = (int(SeedStage.PROBATIONARY), 0)
+        outcome = SlotRewardInfo(int(SeedStage.PROBATIONARY), 1, n + 9, ti, c, acc0, ready)
     else:
-        after = (int(stage), n + 1)
-    prev = (("early", 0, 0), ("mid", int(stage), n), ("late", 0, 0))
-    nxt = (("early", 0, 0), ("mid", *after), ("late", 0, 0))
-    command = LifecycleCommand(op) if op == LifecycleOp.WAIT else LifecycleCommand(op, "mid")
-    rec = _record(
-        {"early": None, "mid": info, "late": None},
-        command,
-        prev,
-        nxt,
-        val_acc=acc0 + ti,
-        acc_delta=acc_delta,
-        seed_param_counts=((n + 8, seed_params),) if op != LifecycleOp.CULL else (),
+        outcome = SlotRewardInfo(int(stage), n + 1, n + 9, ti, c, acc0, ready)
+    seen = {"early": None, "mid": info, "late": None}
+    followed = {"early": None, "mid": outcome, "late": None}
+    epoch = MAX_EPOCHS - 1 if terminal else 12
+    common: dict[str, Any] = {"val_loss": 1.0, "loss_delta": 0.0, "host_param_count": 10**5,
+                              "fossilized_contributing": 0, "best_val_acc": 60.0, "twin_val_acc": None,
+                              "twin_val_loss": None}
+    rec = StepRecord(
+        epoch=epoch, max_epochs=MAX_EPOCHS,
+        command=WAIT if op == LifecycleOp.WAIT else LifecycleCommand(op, "mid"), action_success=True,
+        before=Measurement(epoch=epoch, val_acc=acc0 + ti, acc_delta=0.0, slots=seen, snapshot=_snapshot(seen),
+                           seed_param_counts=((n + 8, seed_params),), **common),
+        after=Measurement(epoch=epoch + 1, val_acc=acc0 + ti, acc_delta=acc_delta, slots=followed,
+                          snapshot=_snapshot(followed),
+                          seed_param_counts=((n + 9, seed_params),) if outcome is not None else (), **common),
+        rollback=False,
     )
-    comp = compute_reward(rec, "contribution", None, GAMMA)
+    comp = _reward(rec, RewardFamily.CONTRIBUTION)
+    if terminal:  # the final accuracy bonus is paid whatever the seed did; it is not the seed's reward
+        comp.terminal = 0.0
     assert comp.total() <= 0.5
-    assert comp.attribution_discount < 0.5
+    if outcome is not None and outcome.stage != SeedStage.FOSSILIZED:
+        assert comp.attribution_discount < 0.5
 
 
 @given(st.integers(0, 10), st.floats(1.0, 8.0), st.floats(0.0, 10.0))
 def test_early_fossilize_earns_less_than_the_undiscounted_maximum(n: int, c: float, ti: float) -> None:
     cfg = ContributionRewardConfig()
     info = SlotRewardInfo(int(SeedStage.PROBATIONARY), n, n + 8, ti, c, 40.0, True)
-    snap = (("early", 0, 0), ("mid", int(SeedStage.PROBATIONARY), n), ("late", 0, 0))
-    rec = _record(
-        {"early": None, "mid": info, "late": None}, LifecycleCommand(LifecycleOp.FOSSILIZE, "mid"), snap, snap
-    )
-    shaping = compute_reward(rec, "contribution", cfg, GAMMA).action_shaping
+    seen = {"early": None, "mid": info, "late": None}
+    m = Measurement(epoch=12, val_acc=50.0, val_loss=1.0, acc_delta=0.0, loss_delta=0.0, slots=seen,
+                    snapshot=_snapshot(seen), seed_param_counts=(), host_param_count=10**4, fossilized_contributing=0,
+                    best_val_acc=50.0)
+    rec = StepRecord(epoch=12, max_epochs=MAX_EPOCHS, command=LifecycleCommand(LifecycleOp.FOSSILIZE, "mid"),
+                     action_success=True, before=m, after=dataclasses.replace(m, epoch=13), rollback=False)
+    shaping = compute_reward(rec, cfg, GAMMA).action_shaping
     maximum = cfg.fossilize_cost + cfg.fossilize_base_bonus + cfg.fossilize_contribution_scale * c
     if n < 5:
         assert shaping < maximum
@@ -257,68 +275,158 @@ def test_early_fossilize_earns_less_than_the_undiscounted_maximum(n: int, c: flo
 
 @given(step_records(), st.floats(1e-4, 10.0))
 def test_loss_family_rewards_decreases_and_punishes_increases(rec: StepRecord, magnitude: float) -> None:
-    better = compute_reward(_with(rec, loss_delta=magnitude), "loss", LOSS_CFG, GAMMA).loss_primary
-    worse = compute_reward(_with(rec, loss_delta=-magnitude), "loss", LOSS_CFG, GAMMA).loss_primary
+    def primary(delta: float) -> float:
+        changed = dataclasses.replace(rec, after=dataclasses.replace(rec.after, loss_delta=delta))
+        return _reward(changed, RewardFamily.LOSS).loss_primary
+
+    better, worse = primary(magnitude), primary(-magnitude)
     assert better > 0 > worse
     assert abs(worse) <= abs(better)  # regressions are scaled by 0.5
 
 
-# --- PBRS telescoping -------------------------------------------------------------------------------------------
+# --- gap: the return telescopes to the question users ask ---------------------------------------------------------
+
+OPS = st.sampled_from(list(LifecycleOp))
+_PROBATIONARY_MID = {"early": None, "late": None,
+                     "mid": SlotRewardInfo(int(SeedStage.PROBATIONARY), 3, 10, 1.0, 1.0, 40.0, True)}
+_EMPTY = {s: None for s in CANONICAL_SLOTS}
 
 
-def _telescopes(sequence: list[LifecycleSnapshot], gamma: float) -> None:
-    shaped = sum(
-        gamma ** (e - 1) * (gamma * lifecycle_potential(sequence[e]) - lifecycle_potential(sequence[e - 1]))
-        for e in range(1, len(sequence))
-    )
-    horizon = len(sequence) - 1
-    closed = gamma**horizon * lifecycle_potential(sequence[-1]) - lifecycle_potential(sequence[0])
-    assert math.isclose(shaped, closed, rel_tol=1e-6, abs_tol=1e-9)
+def _command(op: LifecycleOp) -> LifecycleCommand:
+    if op == LifecycleOp.WAIT:
+        return WAIT
+    if op == LifecycleOp.GERMINATE:
+        return LifecycleCommand(op, "mid", "norm", "sigmoid")
+    return LifecycleCommand(op, "mid")
 
 
-@given(st.lists(snapshots, min_size=1, max_size=40), st.floats(0.5, 1.0))
-def test_pbrs_telescopes_over_random_stage_sequences(sequence: list[LifecycleSnapshot], gamma: float) -> None:
-    s0: LifecycleSnapshot = tuple((s, 0, 0) for s in CANONICAL_SLOTS)
-    _telescopes([s0, *sequence], gamma)
+@st.composite
+def gap_episodes(draw: st.DrawFn, start_at_zero: bool) -> tuple[list[Measurement], list[LifecycleOp], list[bool]]:
+    """T measurements, the T − 1 decisions between them and whether each outcome rolled back.
+
+    Measurement e must let decision e's command be valid, so its slots follow the op; the gap reward ignores slots.
+    """
+    horizon = draw(st.integers(2, 30))
+    ops = draw(st.lists(OPS, min_size=horizon - 1, max_size=horizon - 1))
+    episode = []
+    for e in range(1, horizon + 1):
+        op = ops[e - 1] if e < horizon else LifecycleOp.WAIT
+        slots = _PROBATIONARY_MID if op in (LifecycleOp.CULL, LifecycleOp.FOSSILIZE) else _EMPTY
+        m = draw(measurements(e, slots))
+        if e == 1 and start_at_zero:  # nothing grown yet: the env is its twin
+            m = dataclasses.replace(m, twin_val_acc=m.val_acc, twin_val_loss=m.val_loss if math.isfinite(
+                m.val_loss) else 1.0, val_loss=m.val_loss if math.isfinite(m.val_loss) else 1.0, seed_param_counts=())
+        episode.append(m)
+    rollbacks = draw(st.lists(st.booleans(), min_size=horizon - 1, max_size=horizon - 1))
+    return episode, ops, rollbacks
 
 
-def _timeline_snapshots(fossilize_at: int | None) -> list[LifecycleSnapshot]:
-    """Post-step lifecycles of the §3.11 episode: germinate `mid` at 5, train 3, blend 5, probation ≤ 5."""
-    stages: list[tuple[int, int]] = [(0, 0)]
-    for epoch in range(1, 26):
-        stage, n = stages[-1]
-        if epoch == 5:
-            stages.append((int(SeedStage.TRAINING), 0))
-        elif stage == SeedStage.TRAINING:
-            stages.append((int(SeedStage.BLENDING), 0) if n + 1 >= 3 else (stage, n + 1))
-        elif stage == SeedStage.BLENDING:
-            stages.append((int(SeedStage.PROBATIONARY), 0) if n + 1 >= 5 else (stage, n + 1))
-        elif stage == SeedStage.PROBATIONARY:
-            if epoch == fossilize_at:
-                stages.append((int(SeedStage.FOSSILIZED), 0))
-            else:
-                stages.append((0, 0) if n + 1 >= 5 else (stage, n + 1))
-        elif stage == SeedStage.FOSSILIZED:
-            stages.append((stage, n + 1))
-        else:
-            stages.append((0, 0))
-    return [(("early", 0, 0), ("mid", stage, n), ("late", 0, 0)) for stage, n in stages]
+def _finite_losses(episode: list[Measurement]) -> list[Measurement]:
+    return [m if math.isfinite(m.val_loss) else dataclasses.replace(m, val_loss=2.0) for m in episode]
 
 
-@given(st.sampled_from([None, 14, 16, 18]), st.floats(0.9, 1.0), st.sampled_from(list(RewardFamily)))
-def test_pbrs_component_telescopes_on_a_recorded_episode(
-    fossilize_at: int | None, gamma: float, family: RewardFamily
+def _gap(m: Measurement, lm: bool) -> float:
+    assert m.twin_val_acc is not None and m.twin_val_loss is not None
+    return 100.0 * (m.twin_val_loss - m.val_loss) if lm else m.val_acc - m.twin_val_acc
+
+
+def _gap_return(episode: list[Measurement], ops: list[LifecycleOp], rollbacks: list[bool],
+                config: GapRewardConfig) -> float:
+    horizon = len(episode)
+    rewards = []
+    for e in range(1, horizon):
+        rec = StepRecord(epoch=e, max_epochs=horizon, command=_command(ops[e - 1]), action_success=True,
+                         before=episode[e - 1], after=episode[e], rollback=rollbacks[e - 1])
+        rewards.append(compute_reward(rec, config, GAMMA).total())
+    return math.fsum(rewards)
+
+
+@given(gap_episodes(start_at_zero=False), st.booleans(), st.floats(0.0, 10.0))
+def test_gap_return_telescopes(
+    drawn: tuple[list[Measurement], list[LifecycleOp], list[bool]], lm: bool, param_cost: float
 ) -> None:
-    """The logged `pbrs` component of every step sums (discounted) to the closed form: nothing is lost in records."""
-    sequence = _timeline_snapshots(fossilize_at)
-    empty: dict[str, SlotRewardInfo | None] = {s: None for s in CANONICAL_SLOTS}
-    weight = {RewardFamily.CONTRIBUTION: 0.3, RewardFamily.LOSS: 0.1, RewardFamily.SPARSE: 0.0}[family]
-    total = 0.0
-    for e in range(1, 26):
-        rec = _record(empty, LifecycleCommand(LifecycleOp.WAIT), sequence[e - 1], sequence[e], epoch=e, max_epochs=25)
-        comp = compute_reward(rec, family, CONFIGS[family], gamma)
-        assert comp.phi_prev == lifecycle_potential(sequence[e - 1])
-        total += gamma ** (e - 1) * comp.pbrs
-    closed = weight * (gamma**25 * lifecycle_potential(sequence[-1]) - lifecycle_potential(sequence[0]))
-    assert math.isclose(total, closed, rel_tol=1e-6, abs_tol=1e-9)
-    _telescopes(sequence, gamma)
+    """Σ r_e = g_T − g_1 − λ·(p_T − p_1) − Σc (− 10 per rollback), whatever happened in between."""
+    episode, ops, rollbacks = drawn
+    episode = _finite_losses(episode)
+    config = GapRewardConfig(param_cost, lm=lm)
+    first, last = episode[0], episode[-1]
+    costs = math.fsum(INTERVENTION_COSTS[op] for op in ops) - DEFAULT_GOVERNOR_DEATH_PENALTY * sum(rollbacks)
+    expected = _gap(last, lm) - _gap(first, lm) - param_cost * (last.param_ratio - first.param_ratio) + costs
+    assert math.isclose(_gap_return(episode, ops, rollbacks, config), expected, rel_tol=1e-12, abs_tol=1e-9)
+
+
+@given(gap_episodes(start_at_zero=True), st.booleans(), st.floats(0.0, 10.0))
+def test_gap_return_from_a_seedless_start_is_the_final_gap_minus_costs(
+    drawn: tuple[list[Measurement], list[LifecycleOp], list[bool]], lm: bool, param_cost: float
+) -> None:
+    """With g_1 = p_1 = 0 (nothing grown before the first decision) the return is g_T − λ·p_T − Σc."""
+    episode, ops, _ = drawn
+    episode = _finite_losses(episode)
+    no_rollbacks = [False] * len(ops)
+    last = episode[-1]
+    assert _gap(episode[0], lm) == 0.0 and episode[0].param_ratio == 0.0
+    expected = _gap(last, lm) - param_cost * last.param_ratio + math.fsum(INTERVENTION_COSTS[op] for op in ops)
+    got = _gap_return(episode, ops, no_rollbacks, GapRewardConfig(param_cost, lm=lm))
+    assert math.isclose(got, expected, rel_tol=1e-12, abs_tol=1e-9)
+
+
+# --- potential-based shaping: policy-invariant in every family ----------------------------------------------------
+
+
+@st.composite
+def episodes(draw: st.DrawFn) -> list[StepRecord]:
+    """The records of one episode: random measurements (random lifecycle snapshots) and valid random commands."""
+    horizon = draw(st.integers(2, 20))
+    ms = [draw(measurements(e)) for e in range(1, horizon + 1)]
+    return [StepRecord(epoch=e, max_epochs=horizon, command=draw(st.sampled_from(_commands(dict(ms[e - 1].slots)))),
+                       action_success=True, before=ms[e - 1], after=ms[e], rollback=draw(st.booleans()))
+            for e in range(1, horizon)]
+
+
+@given(episodes(), families, st.floats(0.5, 1.0))
+def test_discounted_shaping_of_an_episode_is_minus_the_first_potential(
+    records: list[StepRecord], family: RewardFamily, gamma: float
+) -> None:
+    """Σ_e γ^(e−1)·F_e = −w·Φ(S_1) because Φ(terminal) = 0: shaping never changes which policy is best."""
+    shaping = math.fsum(gamma ** (rec.epoch - 1) * _reward(rec, family, gamma).pbrs for rec in records)
+    phi_1 = lifecycle_potential(records[0].before.snapshot)
+    assert math.isclose(shaping, -PBRS_WEIGHTS[family] * phi_1, rel_tol=1e-6, abs_tol=1e-6)
+    for rec in records:  # the logged potentials are the records' own
+        comp = _reward(rec, family, gamma)
+        assert comp.phi_prev == lifecycle_potential(rec.before.snapshot)
+        assert comp.phi_next == (0.0 if rec.is_terminal else lifecycle_potential(rec.after.snapshot))
+
+
+def _germinated(after: Measurement, slot: str, age: int, params: int) -> Measurement:
+    fresh = SlotRewardInfo(int(SeedStage.TRAINING), age, age, 0.0, None, after.val_acc, False)
+    slots = {**after.slots, slot: fresh}
+    return dataclasses.replace(after, slots=slots, snapshot=_snapshot(slots),
+                               seed_param_counts=(*after.seed_param_counts, (age, params)))
+
+
+@given(st.data(), families, st.floats(0.5, 1.0), st.integers(0, 1), st.integers(1, 10**6))
+def test_a_germination_at_the_last_decision_never_pays(
+    data: st.DataObject, family: RewardFamily, gamma: float, age: int, params: int
+) -> None:
+    """No family pays shaping for a seed that can never be measured; the germination is worth less than WAIT."""
+    before = data.draw(measurements(MAX_EPOCHS - 1))
+    empty = [s for s, i in before.slots.items() if i is None]
+    if not empty:
+        slots = {**before.slots, "mid": None}
+        before = dataclasses.replace(before, slots=slots, snapshot=_snapshot(slots))
+        empty = ["mid"]
+    slot = data.draw(st.sampled_from(empty))
+    outcome = data.draw(measurements(MAX_EPOCHS, {**before.slots, slot: None}))
+    germinate = LifecycleCommand(LifecycleOp.GERMINATE, slot, "norm", "sigmoid")
+
+    def reward(command: LifecycleCommand, after: Measurement) -> Any:
+        rec = StepRecord(epoch=MAX_EPOCHS - 1, max_epochs=MAX_EPOCHS, command=command, action_success=True,
+                         before=before, after=after, rollback=False)
+        assert rec.is_terminal
+        return _reward(rec, family, gamma)
+
+    grown = reward(germinate, _germinated(outcome, slot, age, params))
+    waited = reward(WAIT, outcome)
+    assert grown.pbrs <= 0.0 and grown.action_shaping <= 0.0 and grown.proxy == 0.0
+    assert grown.pbrs + grown.action_shaping <= waited.pbrs + waited.action_shaping
+    assert grown.total() <= waited.total()

@@ -14,6 +14,7 @@ Every family's potential-based shaping uses a zero terminal potential, so shapin
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -128,11 +129,17 @@ RewardConfig = GapRewardConfig | ContributionRewardConfig | LossRewardConfig | S
 
 
 def gap_to_twin(m: Measurement, lm: bool) -> float:
-    """g: the env's lead over its static twin in the same epoch (pp of accuracy, or 100 × loss for LM tasks)."""
+    """g: the env's lead over its static twin in the same epoch (pp of accuracy, or 100 × loss for LM tasks).
+
+    A diverged epoch (either loss not finite) has no measurable loss gap and counts as none: the rewards stay
+    finite, the governor penalty charges the divergence, and the return still telescopes because every g is a
+    function of its own measurement.
+    """
     if m.twin_val_acc is None or m.twin_val_loss is None:
         raise ValueError("The gap reward needs a static twin's measurement (build the env with its twin)")
     if lm:
-        return 100.0 * (m.twin_val_loss - m.val_loss)
+        gap = 100.0 * (m.twin_val_loss - m.val_loss)
+        return gap if math.isfinite(gap) else 0.0
     return m.val_acc - m.twin_val_acc
 
 
