@@ -28,13 +28,13 @@ from esper.runtime.devices import env_device_map, resolve_device, resolve_device
 from esper.runtime.rundir import RunDirectory, checkpoint_file, default_run_dir
 from esper.runtime.tasks import TASKS, DataCache, get_task_spec
 from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config
-from esper.simic.ppo.config import PRESET_ALIASES, PRESETS, TrainingConfig
+from esper.simic.ppo.config import PRESETS, TrainingConfig
 from esper.simic.ppo.train import PPORun, PPOTrainingResult, train_ppo
 
 
 def add_ppo_parser(sub: Any) -> None:
     p = sub.add_parser("ppo", help="train the Tamiyo policy with PPO on vectorized environments")
-    p.add_argument("--preset", choices=sorted([*PRESETS, *PRESET_ALIASES]), default="cifar10")
+    p.add_argument("--preset", choices=sorted(PRESETS), default="cifar10")
     p.add_argument("--config-json", type=Path, help="JSON object of TrainingConfig fields (unknown keys rejected)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override one config field; VALUE is parsed as JSON (repeatable)")

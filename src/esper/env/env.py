@@ -324,6 +324,7 @@ class MorphoEnv:
             final_loss=self.loss_curve[-1] if self.loss_curve else 0.0,
             twin_final_accuracy=None if self.twin is None or not self.twin.accuracy_curve
             else self.twin.accuracy_curve[-1],
+            twin_final_loss=None if self.twin is None or not self.twin.loss_curve else self.twin.loss_curve[-1],
             best_accuracy=max(self.accuracy_curve, default=0.0), seeds_created=self.seeds_created,
             seeds_fossilized=self.seeds_fossilized, seeds_culled=self.seeds_culled,
             params_added=self.model.seed_param_count_total, action_counts=dict(self.action_counts),

@@ -91,6 +91,7 @@ class EpisodeResult:
     final_accuracy: float
     final_loss: float
     twin_final_accuracy: float | None
+    twin_final_loss: float | None
     best_accuracy: float
     seeds_created: int
     seeds_fossilized: int

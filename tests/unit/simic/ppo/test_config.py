@@ -1,4 +1,4 @@
-"""TrainingConfig (§6.14): defaults, presets, validation, strict JSON, precedence and serialization."""
+"""TrainingConfig: defaults, presets, validation, strict JSON, precedence and serialization."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from esper.env.rewards import RewardFamily
-from esper.simic.ppo.config import PRESET_ALIASES, PRESETS, TrainingConfig
+from esper.simic.ppo.config import PRESETS, TrainingConfig
 
-# The §6.14 table, spelled out literally (not imported from constants) so a changed default fails here.
+# The defaults, spelled out literally (not imported from constants) so a changed default fails here.
 SPEC_DEFAULTS: dict[str, Any] = {
     "task": "cifar10", "slots": ["early", "mid", "late"], "max_seeds": None, "max_epochs": 25, "batch_size": 128,
     "max_train_samples": None, "max_val_samples": None, "n_episodes": 200, "n_envs": 4, "seed": 42,
@@ -19,13 +19,17 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "gae_lambda": 0.97, "clip_ratio": 0.2, "value_coef": 0.5, "value_clip": 10.0, "max_grad_norm": 0.5,
     "n_epochs": 10, "minibatch_size": 64, "target_kl": 0.015, "ppo_updates_per_batch": 1, "entropy_coef": 0.05,
     "entropy_coef_min": 0.01, "entropy_anneal_episodes": 0, "hidden_dim": 256, "use_telemetry": True,
-    "reward_family": "contribution", "param_budget": 500000, "param_penalty_weight": 0.1,
-    "sparse_reward_scale": 1.0,
+    "reward_family": "gap", "param_cost": None, "group_size": 4, "advantage": "gae", "param_budget": 500000,
+    "param_penalty_weight": 0.1, "sparse_reward_scale": 1.0,
 }
+_CPU_SYNTHETIC = {"task": "synthetic", "max_train_samples": 2048, "max_val_samples": 512, "n_epochs": 4,
+                  "minibatch_size": 64}
 
 SPEC_PRESETS: dict[str, dict[str, Any]] = {
-    "quick": {"task": "synthetic", "n_episodes": 8, "n_envs": 2, "max_epochs": 8, "n_epochs": 4,
-              "minibatch_size": 32, "max_train_samples": 2048, "max_val_samples": 512},
+    "quick": {**_CPU_SYNTHETIC, "n_episodes": 16, "n_envs": 4, "max_epochs": 10, "minibatch_size": 32},
+    "synthetic": {**_CPU_SYNTHETIC, "n_episodes": 96, "n_envs": 8, "max_epochs": 25},
+    "fashion_mnist": {"task": "fashion_mnist", "max_train_samples": 8192, "max_val_samples": 2000, "n_epochs": 4,
+                      "n_episodes": 96, "n_envs": 8, "max_epochs": 25},
     "cifar10": {"task": "cifar10", "entropy_coef": 0.1},
     "cifar10_deep": {"task": "cifar10_deep", "entropy_coef": 0.08},
     "tinystories": {"task": "tinystories", "batch_size": 32, "entropy_anneal_episodes": 40},
@@ -38,22 +42,20 @@ def _diff_from_defaults(config: TrainingConfig) -> dict[str, Any]:
 
 def test_defaults_equal_the_spec_table() -> None:
     assert TrainingConfig().to_dict() == SPEC_DEFAULTS
-    assert TrainingConfig().reward_family is RewardFamily.CONTRIBUTION
+    assert TrainingConfig().reward_family is RewardFamily.GAP
 
 
-@pytest.mark.parametrize("name", ["quick", "synthetic", "cifar10", "cifar10_deep", "tinystories"])
+@pytest.mark.parametrize("name", sorted(SPEC_PRESETS))
 def test_preset_has_exactly_the_listed_differences(name: str) -> None:
-    expected = SPEC_PRESETS["quick" if name == "synthetic" else name]
+    expected = SPEC_PRESETS[name]
     # The cifar10 preset repeats the default task; only real differences show up in the diff.
     assert _diff_from_defaults(TrainingConfig.preset(name)) == {k: v for k, v in expected.items()
                                                                 if v != SPEC_DEFAULTS[k]}
     assert TrainingConfig.preset(name).to_dict() == {**SPEC_DEFAULTS, **expected}
 
 
-def test_preset_names_and_alias() -> None:
+def test_preset_names() -> None:
     assert set(PRESETS) == set(SPEC_PRESETS)
-    assert PRESET_ALIASES == {"synthetic": "quick"}
-    assert TrainingConfig.preset("synthetic") == TrainingConfig.preset("quick")
     with pytest.raises(ValueError, match="Unknown preset 'nope'"):
         TrainingConfig.preset("nope")
 
@@ -69,8 +71,15 @@ def test_preset_names_and_alias() -> None:
     ({"gae_lambda": 1.5}, "gae_lambda"),
     ({"gae_lambda": -0.1}, "gae_lambda"),
     ({"clip_ratio": 0}, "clip_ratio"),
-    ({"n_envs": 1, "devices": ["cpu", "cpu"]}, "n_envs"),
+    ({"n_envs": 1, "group_size": 1, "devices": ["cpu", "cpu"]}, "n_envs"),
     ({"n_envs": 0}, "n_envs"),
+    ({"n_envs": 6}, "group_size"),
+    ({"n_episodes": 10}, "group_size"),
+    ({"group_size": 0}, "group_size"),
+    ({"advantage": "group", "group_size": 1, "n_envs": 1, "n_episodes": 1}, "group"),
+    ({"advantage": "vtrace"}, "advantage"),
+    ({"param_cost": -1.0}, "param_cost"),
+    ({"param_cost": 1.0, "reward_family": "loss"}, "param_cost"),
     ({"entropy_coef": 0.01, "entropy_coef_min": 0.02}, "entropy_coef_min"),
     ({"entropy_anneal_episodes": -1}, "entropy_anneal_episodes"),
     ({"task": "imagenet"}, "task"),
@@ -97,7 +106,8 @@ def test_validation_rejects(changes: dict[str, Any], field: str) -> None:
 
 @pytest.mark.parametrize("changes", [
     {"max_epochs": 2}, {"hidden_dim": 8}, {"gamma": 1.0}, {"gae_lambda": 0.0}, {"gae_lambda": 1.0},
-    {"entropy_coef": 0.02, "entropy_coef_min": 0.02}, {"n_envs": 2, "devices": ["cpu", "cpu"]},
+    {"entropy_coef": 0.02, "entropy_coef_min": 0.02}, {"n_envs": 2, "group_size": 2, "devices": ["cpu", "cpu"]},
+    {"param_cost": 0.0}, {"advantage": "group"}, {"group_size": 1, "n_envs": 3, "n_episodes": 7},
     {"value_clip": None, "target_kl": None}, {"max_seeds": 1},
     {"reward_family": "sparse", "param_budget": 1000, "param_penalty_weight": 0.5, "sparse_reward_scale": 2.0},
 ])
@@ -166,12 +176,12 @@ def test_json_invalid_value_is_a_value_error(tmp_path: Path) -> None:
 
 def test_precedence_preset_then_json_then_overrides(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
-    path.write_text(json.dumps({"n_envs": 3, "lr": 1e-3, "max_epochs": 5}))
+    path.write_text(json.dumps({"n_envs": 8, "lr": 1e-3, "max_epochs": 5}))
     config = TrainingConfig.from_json_path(path, base=TrainingConfig.preset("quick")).with_overrides(lr=5e-4)
     assert config.task == "synthetic" and config.minibatch_size == 32  # preset
-    assert config.n_envs == 3 and config.max_epochs == 5  # JSON over preset
+    assert config.n_envs == 8 and config.max_epochs == 5  # JSON over preset
     assert config.lr == 5e-4  # override over JSON
-    assert config.n_episodes == 8 and config.entropy_coef == 0.05  # untouched preset value and default
+    assert config.n_episodes == 16 and config.entropy_coef == 0.05  # untouched preset value and default
 
 
 def test_cli_precedence_preset_then_json_then_flags(tmp_path: Path) -> None:
@@ -179,18 +189,18 @@ def test_cli_precedence_preset_then_json_then_flags(tmp_path: Path) -> None:
     from esper.cli.train_ppo import effective_config
 
     path = tmp_path / "c.json"
-    path.write_text(json.dumps({"n_envs": 3, "lr": 1e-3, "n_episodes": 30, "seed": 5}))
+    path.write_text(json.dumps({"n_envs": 8, "lr": 1e-3, "n_episodes": 32, "seed": 5}))
     args = build_parser().parse_args([
         "train", "ppo", "--preset", "quick", "--config-json", str(path), "--set", "lr=0.002", "--episodes", "12",
         "--set", 'slots=["late","early"]', "--set", "task=synthetic_text", "--seed", "9", "--no-amp"])
     config = effective_config(args)
-    assert config.minibatch_size == 32 and config.n_envs == 3
+    assert config.minibatch_size == 32 and config.n_envs == 8
     assert config.lr == 0.002 and config.n_episodes == 12 and config.seed == 9 and config.amp is False
     assert config.slots == ["early", "late"] and config.task == "synthetic_text"
     # No flags: the preset and JSON values stand (the seed default comes from the config, not the parser).
     plain = effective_config(build_parser().parse_args(["train", "ppo", "--preset", "quick", "--config-json",
                                                         str(path)]))
-    assert plain.seed == 5 and plain.lr == 1e-3 and plain.n_episodes == 30
+    assert plain.seed == 5 and plain.lr == 1e-3 and plain.n_episodes == 32
 
 
 def test_to_dict_is_json_safe_and_round_trips() -> None:

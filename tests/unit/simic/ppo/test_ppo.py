@@ -58,7 +58,8 @@ def fill(agent: PPOAgent, n: int = 20, masks: dict[str, torch.Tensor] | None = N
 
 def small_agent(state_dim: int = D, **fields: object) -> PPOAgent:
     """An agent from a TrainingConfig; n_envs = ppo_updates_per_batch = 1, so anneal episodes count update calls."""
-    defaults: dict[str, object] = {"hidden_dim": 32, "n_epochs": 2, "minibatch_size": 8, "n_envs": 1}
+    defaults: dict[str, object] = {"hidden_dim": 32, "n_epochs": 2, "minibatch_size": 8, "n_envs": 1, "group_size": 1,
+                                   "n_episodes": 1}
     defaults.update(fields)
     return PPOAgent(TrainingConfig.from_dict(defaults), state_dim=state_dim, topology="cnn")
 

@@ -28,7 +28,7 @@ def _config(**overrides: object) -> TrainingConfig:
     fields: dict[str, object] = {
         "hidden_dim": 16, "n_epochs": 3, "minibatch_size": 8, "clip_ratio": 0.2, "value_clip": 0.2,
         "value_coef": 0.5, "entropy_coef": 0.05, "max_grad_norm": 0.5, "gamma": 0.9, "gae_lambda": 0.8,
-        "lr": 0.01, "target_kl": None, "n_envs": 1, "seed": 3,
+        "lr": 0.01, "target_kl": None, "n_envs": 1, "group_size": 1, "n_episodes": 1, "seed": 3,
     }
     fields.update(overrides)
     return TrainingConfig.from_dict(fields)
@@ -155,7 +155,7 @@ def _mean(records: list[dict[str, float]], key: str) -> float:
 def _max_param_difference(agent: PPOAgent, reference: dict[str, object]) -> float:
     params = reference["params"]
     assert isinstance(params, list)
-    return max(float((p - q).abs().max()) for p, q in zip(agent.network.parameters(), params, strict=True))
+    return max(float((p - q).detach().abs().max()) for p, q in zip(agent.network.parameters(), params, strict=True))
 
 
 @pytest.mark.parametrize("target_kl", [None, 0.02])
