@@ -42,7 +42,8 @@ def observations(draw: st.DrawFn) -> EnvObservation:
             stage = draw(st.sampled_from(STAGES))
             counterfactual = draw(st.none() | st.floats(-3.0, 3.0))
             epochs = draw(st.integers(0, 10))
-            reports.append(make_report(slot, stage, epochs_in_stage=epochs, epochs_total=epochs + draw(st.integers(0, 3)),
+            total = epochs + draw(st.integers(0, 3))
+            reports.append(make_report(slot, stage, epochs_in_stage=epochs, epochs_total=total,
                                        counterfactual=counterfactual, improvement=draw(st.floats(-3.0, 3.0))))
     obs = make_obs(reports, epoch=draw(st.integers(1, 24)), plateau=draw(st.integers(0, 8)))
     if draw(st.booleans()):  # narrower blueprint/blend heads, as another topology or a constrained env might offer

@@ -169,18 +169,15 @@ class GenerationOrchestrator:
                 f"this run {self.matrix_hash}). Rerun with the original arguments to resume, choose another output "
                 "directory, or force a new matrix here (--force-new-matrix)"
             )
-        if isinstance(data, dict) and data.get("matrix_hash") == self.matrix_hash:
-            self._completed = {i for i in data.get("completed", []) if i in self._plans_by_id}
-            if not retry_failed:
-                self._failed = {i: dict(v) for i, v in data.get("failed", {}).items() if i in self._plans_by_id}
-                self._failed_twins = {i: dict(v) for i, v in data.get("failed_twins", {}).items()}
-        # The files are the truth: a recorded episode whose file vanished is redone, and a valid file written just
-        # before a crash (progress not yet updated) counts as done.
-        self._completed = {i for i in self._completed if self.episode_path(i).is_file()}
-        for plan in self.plans:
-            if plan.episode_id not in self._completed and self._stored_episode_ok(plan):
-                self._completed.add(plan.episode_id)
-                self._failed.pop(plan.episode_id, None)
+        if isinstance(data, dict) and data.get("matrix_hash") == self.matrix_hash and not retry_failed:
+            self._failed = {i: dict(v) for i, v in data.get("failed", {}).items() if i in self._plans_by_id}
+            self._failed_twins = {i: dict(v) for i, v in data.get("failed_twins", {}).items()}
+        # The files are the truth, the progress file their summary: a valid episode file written just before a
+        # crash (progress not yet updated) counts as done, and a recorded episode whose file vanished or does not
+        # fit its plan is redone.
+        self._completed = {p.episode_id for p in self.plans if self._stored_episode_ok(p)}
+        for episode_id in self._completed:
+            self._failed.pop(episode_id, None)
 
     def _save_progress(self) -> None:
         write_json_atomic(self.progress_path, {

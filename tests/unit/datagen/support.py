@@ -29,6 +29,7 @@ from esper.leyline import NUM_JOINT_ACTIONS, OBS_DIM
 
 JOINT_OF_OP = {"WAIT": 0, "GERMINATE": 2, "CULL": 37, "FOSSILIZE": 40}
 TIMESTAMP_KEYS = ("started_at", "ended_at", "timestamp")
+KILL_MATRIX = (["baseline"], ["baseline", "aggressive"], 4)  # env ids, policy ids, episodes per combination
 
 
 def make_decision(
@@ -88,6 +89,16 @@ def make_episode(
     }
 
 
+def logged_runs(log: Path) -> list[tuple[str, int]]:
+    """(job id, worker pid) of every fake job run logged in `log`, sorted."""
+    return sorted((name, int(pid)) for name, pid, _ in (p.name.split("__") for p in log.iterdir()))
+
+
+def episode_ids(out: Path) -> list[str]:
+    """Ids of the episode files in a datagen output directory."""
+    return sorted(p.stem for p in out.glob("*.json") if not p.name.startswith(".") and p.name != "manifest.json")
+
+
 def without_timestamps(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: without_timestamps(v) for k, v in value.items() if k not in TIMESTAMP_KEYS}
@@ -108,12 +119,14 @@ class FakeOptions:
 
 def _log(options: FakeOptions, name: str) -> None:
     if options.log_dir is not None:
-        with open(Path(options.log_dir) / f"{name}.{os.getpid()}.{time.monotonic_ns()}", "w") as f:
+        with open(Path(options.log_dir) / f"{name}__{os.getpid()}__{time.monotonic_ns()}", "w") as f:
             f.write(name)
 
 
 def fake_twin_fn(twin: TwinPlan, options: FakeOptions, device: str) -> dict[str, Any]:
     _log(options, twin.twin_id)
+    if twin.twin_id in options.fail_ids:
+        raise RuntimeError(f"planned failure of twin {twin.twin_id}")
     rng = random.Random(twin.random_seed)
     return {"val_accuracy_curve": [10.0 + e + rng.random() for e in range(options.max_epochs)],
             "val_loss_curve": [2.0 - 0.1 * e for e in range(options.max_epochs)]}
@@ -140,13 +153,25 @@ def fake_episode_fn(task: EpisodeTask, options: FakeOptions, device: str) -> dic
     return episode
 
 
+def crash_or_echo(job: str, options: None, device: str) -> str:
+    """Pool robustness: "crash" kills the worker process, "fail" raises, anything else is echoed with the device."""
+    if job == "crash":
+        os._exit(3)
+    if job == "fail":
+        raise ValueError("asked to fail")
+    return f"{job}@{device}"
+
+
 def main(argv: Sequence[str]) -> None:
-    out, log, kind = argv[0], argv[1], argv[2] if len(argv) > 2 else "serial"
+    """Generate a small matrix with slow fake jobs (the kill-and-resume test's subject)."""
+    from unit.datagen import support  # pickle the job functions by their importable name, not __main__
+
+    out, log, kind = argv[0], argv[1], argv[2]
     executor = SerialExecutor() if kind == "serial" else ProcessPoolEpisodeExecutor(2)
     options = FakeOptions(delay_s=0.25, log_dir=log)
-    with GenerationOrchestrator(out, ["baseline"], ["baseline", "aggressive"], 4,
+    with GenerationOrchestrator(out, KILL_MATRIX[0], KILL_MATRIX[1], KILL_MATRIX[2],
                                 settings={"max_epochs": options.max_epochs}) as orchestrator:
-        orchestrator.run(executor, fake_episode_fn, fake_twin_fn, options)
+        orchestrator.run(executor, support.fake_episode_fn, support.fake_twin_fn, options)
 
 
 if __name__ == "__main__":

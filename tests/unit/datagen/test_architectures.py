@@ -62,7 +62,7 @@ def test_classes_and_input_channels() -> None:
 
 
 def test_unknown_architecture_raises() -> None:
-    with pytest.raises(ValueError, match="Unknown architecture 'InvalidArch'. Supported: HostCNN"):
+    with pytest.raises(ValueError, match=r"Unknown architecture 'InvalidArch'\. Supported: HostCNN"):
         create_model("InvalidArch")
     with pytest.raises(ValueError, match="Unsupported ResNet depth 50"):
         ResNetHost(50)

@@ -142,7 +142,7 @@ def test_with_epsilon_names_the_variant() -> None:
     config = BehaviorPolicyConfig.from_preset("baseline").with_epsilon(0.2)
     assert (config.policy_id, config.epsilon) == ("baseline-eps0.2", 0.2)
     assert BehaviorPolicyConfig.from_preset("random").with_epsilon(1.0).policy_id == "random-eps1.0"
-    with pytest.raises(ValueError, match="explores with ε = 1.0 by definition"):
+    with pytest.raises(ValueError, match=r"explores with ε = 1\.0 by definition"):
         BehaviorPolicyConfig.from_preset("random").with_epsilon(0.1)
 
 
