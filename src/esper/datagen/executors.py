@@ -9,16 +9,16 @@ job never stops the others. Workers only compute: the orchestrator process write
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import pickle
-import queue
 import traceback
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
-from multiprocessing.queues import Queue
 from types import ModuleType, TracebackType
 from typing import Any, Protocol, TypeVar
 
@@ -83,42 +83,46 @@ class SerialExecutor:
             yield job, payload if ok else WorkerError(payload)
 
 
-def _worker_main(token: int, device: str, threads: int, fn: JobFn[Any, Any, Any], options: Any,
-                 inbox: Queue[Any], outbox: Queue[Any], parent_pid: int) -> None:
-    """Pool worker: run jobs from its own inbox until told to stop or orphaned by a killed orchestrator."""
+def _worker_main(device: str, threads: int, fn: JobFn[Any, Any, Any], options: Any, conn: Connection,
+                 parent_pid: int) -> None:
+    """Pool worker: run the jobs its parent sends until told to stop, or until the parent is gone."""
     torch.set_num_threads(threads)
     while True:
-        try:
-            item = inbox.get(timeout=_POLL_S)
-        except queue.Empty:
+        if not conn.poll(_POLL_S):
             if os.getppid() != parent_pid:
-                return
+                return  # orphaned: the orchestrator was killed
             continue
+        try:
+            item = conn.recv()
+        except (EOFError, OSError):
+            return
         if item is None:
             return
         index, job = item
         ok, payload = _call(fn, job, options, device, threads)
         try:
-            data = pickle.dumps(payload)
+            data = pickle.dumps((index, ok, payload))
         except Exception as error:
-            ok, data = False, pickle.dumps(f"result of job {index} cannot be pickled: {error!r}")
-        outbox.put((token, index, ok, data))
+            data = pickle.dumps((index, False, f"the result of job {index} cannot be pickled: {error!r}"))
+        try:
+            conn.send_bytes(data)
+        except OSError:
+            return
 
 
 @dataclass
 class _Worker:
-    slot: int
-    token: int
     process: BaseProcess
-    inbox: Queue[Any]
+    conn: Connection
+    job: int | None = None  # index of the job it holds
 
 
 class ProcessPoolEpisodeExecutor:
     """`workers` spawned processes; worker i runs its jobs on `devices[i mod len(devices)]`.
 
-    The parent hands each worker one job at a time, so it always knows which job a worker holds: a worker that
-    dies (out of memory, segfault) fails only that job, and a fresh worker takes its place. Workers exit on their
-    own when the orchestrator is killed.
+    Each worker has its own pipe and holds one job at a time, so no lock is shared between processes and the
+    parent always knows which job a worker holds: a worker that dies (out of memory, segfault) fails only that job,
+    and a fresh worker takes its place. Workers exit on their own when the orchestrator is killed.
     """
 
     def __init__(self, workers: int, devices: Sequence[str] = ("cpu",), threads_per_episode: int = 1) -> None:
@@ -139,68 +143,78 @@ class ProcessPoolEpisodeExecutor:
         if not jobs:
             return
         ctx = mp.get_context("spawn")
-        outbox: Queue[Any] = ctx.Queue()
-        tokens = iter(range(1 << 62))
 
         def start(slot: int) -> _Worker:
-            inbox: Queue[Any] = ctx.Queue()
-            token = next(tokens)
+            parent_end, child_end = ctx.Pipe()
             process = ctx.Process(
                 target=_worker_main, daemon=True,
-                args=(token, self.device_of(slot), self.threads_per_episode, fn, options, inbox, outbox, os.getpid()),
+                args=(self.device_of(slot), self.threads_per_episode, fn, options, child_end, os.getpid()),
             )
             process.start()
-            return _Worker(slot, token, process, inbox)
+            child_end.close()
+            return _Worker(process, parent_end)
 
         workers = [start(slot) for slot in range(min(self.workers, len(jobs)))]
         pending = deque(range(len(jobs)))
-        busy: dict[int, tuple[int, int]] = {}  # token -> (slot, job index)
 
         def assign(slot: int) -> None:
-            if not pending:
-                return
-            if not workers[slot].process.is_alive():
-                workers[slot] = start(slot)
-            index = pending.popleft()
-            workers[slot].inbox.put((index, jobs[index]))
-            busy[workers[slot].token] = (slot, index)
+            if pending:
+                if not workers[slot].process.is_alive():
+                    workers[slot] = start(slot)
+                index = pending.popleft()
+                workers[slot].conn.send((index, jobs[index]))
+                workers[slot].job = index
 
         try:
             for slot in range(len(workers)):
                 assign(slot)
-            while busy:
-                try:
-                    token, index, ok, data = outbox.get(timeout=_POLL_S)
-                except queue.Empty:
-                    for worker in list(workers):
-                        if worker.token in busy and not worker.process.is_alive():
-                            slot, lost = busy.pop(worker.token)
-                            code = worker.process.exitcode
-                            yield jobs[lost], WorkerError(f"worker {slot} ({self.device_of(slot)}) died with exit "
-                                                          f"code {code} while running this job")
-                            workers[slot] = start(slot)
-                            assign(slot)
-                    continue
-                if busy.get(token, (None, None))[1] != index:
-                    continue  # a late message from a worker already declared dead
-                slot, _ = busy.pop(token)
-                payload = pickle.loads(data)
-                yield jobs[index], payload if ok else WorkerError(payload)
-                assign(slot)
+            while any(w.job is not None for w in workers):
+                busy = {s: w for s, w in enumerate(workers) if w.job is not None}
+                waitables: list[Any] = [w.conn for w in busy.values()] + [w.process.sentinel for w in busy.values()]
+                ready = set(wait(waitables))
+                for slot, worker in busy.items():
+                    if worker.conn not in ready and worker.process.sentinel not in ready:
+                        continue
+                    result = _receive(worker)
+                    lost = worker.job
+                    assert lost is not None
+                    worker.job = None
+                    if result is None:  # died before answering
+                        worker.process.join(timeout=5)
+                        yield jobs[lost], WorkerError(f"worker {slot} ({self.device_of(slot)}) died with exit code "
+                                                      f"{worker.process.exitcode} while running this job")
+                        worker.conn.close()
+                        workers[slot] = start(slot)
+                    else:
+                        index, ok, payload = result
+                        yield jobs[index], payload if ok else WorkerError(payload)
+                    assign(slot)
         finally:
             _stop(workers)
+
+
+def _receive(worker: _Worker) -> tuple[int, bool, Any] | None:
+    """The worker's answer, or None when it died without one."""
+    try:
+        if worker.conn.poll():
+            answer: tuple[int, bool, Any] = pickle.loads(worker.conn.recv_bytes())
+            return answer
+    except (EOFError, OSError):
+        pass
+    return None
 
 
 def _stop(workers: Sequence[_Worker]) -> None:
     for worker in workers:
         if worker.process.is_alive():
-            worker.inbox.put(None)
-        worker.inbox.cancel_join_thread()
+            with contextlib.suppress(OSError):
+                worker.conn.send(None)
     for worker in workers:
         worker.process.join(timeout=5)
         if worker.process.is_alive():
             worker.process.terminate()
             worker.process.join(timeout=5)
+        worker.conn.close()
 
 
 def _import_ray() -> ModuleType:
