@@ -196,11 +196,11 @@ class GenerationOrchestrator:
         problems = validate_episode(episode)
         if problems:
             return problems
-        if episode["episode_id"] != plan.episode_id or episode["random_seed"] != plan.seed:
-            problems.append(f"episode {episode['episode_id']} (seed {episode['random_seed']}) does not match plan "
-                            f"{plan.episode_id} (seed {plan.seed})")
-        if episode["twin"]["twin_id"] != plan.twin.twin_id:
-            problems.append(f"episode references twin {episode['twin']['twin_id']}, expected {plan.twin.twin_id}")
+        found = (episode["episode_id"], episode["random_seed"], episode["behavior_policy"]["policy_id"],
+                 episode["environment"]["config_id"], episode["twin"]["twin_id"])
+        expected = (plan.episode_id, plan.seed, plan.policy_label, plan.env_config_id, plan.twin.twin_id)
+        if found != expected:
+            problems.append(f"episode (id, seed, policy, environment, twin) {found} does not match plan {expected}")
         return problems + self._settings_problems(episode)
 
     def _stored_episode_ok(self, plan: GenerationPlan) -> bool:

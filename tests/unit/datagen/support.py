@@ -69,6 +69,7 @@ def make_episode(
     ops: Sequence[str] = ("WAIT", "GERMINATE", "FOSSILIZE", "CULL"),
     *,
     policy_id: str = "baseline",
+    env_id: str = "baseline",
     seed: int = 42,
     twin_id: str = "baseline_seed42",
     task: str = "synthetic",
@@ -81,7 +82,7 @@ def make_episode(
     return {
         "schema_version": SCHEMA_VERSION, "episode_id": episode_id, "random_seed": seed, "task": task,
         "max_epochs": len(ops) + 1, "episode_length": len(ops), "decisions": decisions,
-        "behavior_policy": {"policy_id": policy_id}, "environment": {"config_id": "baseline"},
+        "behavior_policy": {"policy_id": policy_id}, "environment": {"config_id": env_id},
         "twin": {"twin_id": twin_id, "val_accuracy_curve": [10.0] * (len(ops) + 1),
                  "val_loss_curve": [2.0] * (len(ops) + 1)},
         "final_features": [0.0] * OBS_DIM, "total_seeds_created": created, "total_seeds_fossilized": fossilized,
@@ -141,8 +142,8 @@ def fake_episode_fn(task: EpisodeTask, options: FakeOptions, device: str) -> dic
     time.sleep(options.delay_s)
     rng = random.Random(plan.episode_id)
     ops = [rng.choice(list(JOINT_OF_OP)) for _ in range(options.max_epochs - 1)]
-    episode = make_episode(plan.episode_id, ops, policy_id=plan.get_policy_config().policy_id, seed=plan.seed,
-                           twin_id=task.twin.twin_id)
+    episode = make_episode(plan.episode_id, ops, policy_id=plan.get_policy_config().policy_id,
+                           env_id=plan.env_config_id, seed=plan.seed, twin_id=task.twin.twin_id)
     for t, decision in enumerate(episode["decisions"]):
         gap = task.twin.val_accuracy_curve[t + 1] - task.twin.val_accuracy_curve[t]
         decision["action"]["reward_components"]["gap"] = gap
