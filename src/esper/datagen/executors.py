@@ -40,6 +40,7 @@ JobFn = Callable[[J, Opt, str], R]
 """`fn(job, options, device) -> result`; must be a module-level (picklable) function for the pool and Ray."""
 
 _POLL_S = 0.5
+_SEND_ATTEMPTS = 3
 
 
 class WorkerError(RuntimeError):
@@ -158,12 +159,20 @@ class ProcessPoolEpisodeExecutor:
         pending = deque(range(len(jobs)))
 
         def assign(slot: int) -> None:
-            if pending:
+            for _ in range(_SEND_ATTEMPTS):
+                if not pending:
+                    return
                 if not workers[slot].process.is_alive():
+                    workers[slot].conn.close()
                     workers[slot] = start(slot)
-                index = pending.popleft()
-                workers[slot].conn.send((index, jobs[index]))
-                workers[slot].job = index
+                try:
+                    workers[slot].conn.send((pending[0], jobs[pending[0]]))
+                except OSError:  # it died between the liveness check and the send: replace it, send again
+                    workers[slot].process.join(timeout=5)
+                    continue
+                workers[slot].job = pending.popleft()
+                return
+            raise WorkerError(f"pool worker {slot} ({self.device_of(slot)}) keeps dying before taking a job")
 
         try:
             for slot in range(len(workers)):
@@ -183,12 +192,10 @@ class ProcessPoolEpisodeExecutor:
                         worker.process.join(timeout=5)
                         yield jobs[lost], WorkerError(f"worker {slot} ({self.device_of(slot)}) died with exit code "
                                                       f"{worker.process.exitcode} while running this job")
-                        worker.conn.close()
-                        workers[slot] = start(slot)
                     else:
                         index, ok, payload = result
                         yield jobs[index], payload if ok else WorkerError(payload)
-                    assign(slot)
+                    assign(slot)  # a dead worker is replaced only when a job is left for it
         finally:
             _stop(workers)
 

@@ -137,7 +137,8 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-@pytest.mark.parametrize("kind", ["serial", "pool"])
+# The pool variant also proves orphaned workers exit; it spawns workers four times, so it runs with the slow tests.
+@pytest.mark.parametrize("kind", ["serial", pytest.param("pool", marks=pytest.mark.slow)])
 def test_kill_during_generation_then_resume(tmp_path: Path, kind: str) -> None:
     out, log1, log2 = tmp_path / "out", tmp_path / "log1", tmp_path / "log2"
     log1.mkdir()
