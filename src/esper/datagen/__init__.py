@@ -1,5 +1,54 @@
-"""Datagen: logged morphogenetic episodes and the tensors offline learners read."""
+"""Datagen: offline-RL datasets from real morphogenetic episodes run under logged behaviour policies.
 
+Importing the package registers the `behavior:PRESET[-epsE]` controllers.
+"""
+
+from esper.datagen.architectures import SUPPORTED_ARCHITECTURES, ResNetHost, create_model
+from esper.datagen.configs import (
+    ENVIRONMENT_PRESETS,
+    POLICY_PRESETS,
+    ActionProbabilities,
+    BehaviorPolicyConfig,
+    EnvironmentConfig,
+    RewardComponents,
+    StepMetadata,
+)
+from esper.datagen.executors import ProcessPoolEpisodeExecutor, RayEpisodeExecutor, SerialExecutor, WorkerError
+from esper.datagen.health import DatasetHealthCheck, HealthCheckResult
+from esper.datagen.orchestrator import GenerationOrchestrator, MatrixMismatchError
+from esper.datagen.plans import EpisodeTask, GenerationPlan, StaticTwin, TwinPlan, create_generation_matrix
+from esper.datagen.policies import BehaviorPolicy, create_policy
+from esper.datagen.schema import SCHEMA_VERSION
 from esper.datagen.transitions import EpisodeIndex, TransitionBatch, TransitionDataset
 
-__all__ = ["EpisodeIndex", "TransitionBatch", "TransitionDataset"]
+__all__ = [
+    "ENVIRONMENT_PRESETS",
+    "POLICY_PRESETS",
+    "SCHEMA_VERSION",
+    "SUPPORTED_ARCHITECTURES",
+    "ActionProbabilities",
+    "BehaviorPolicy",
+    "BehaviorPolicyConfig",
+    "DatasetHealthCheck",
+    "EnvironmentConfig",
+    "EpisodeIndex",
+    "EpisodeTask",
+    "GenerationOrchestrator",
+    "GenerationPlan",
+    "HealthCheckResult",
+    "MatrixMismatchError",
+    "ProcessPoolEpisodeExecutor",
+    "RayEpisodeExecutor",
+    "ResNetHost",
+    "RewardComponents",
+    "SerialExecutor",
+    "StaticTwin",
+    "StepMetadata",
+    "TransitionBatch",
+    "TransitionDataset",
+    "TwinPlan",
+    "WorkerError",
+    "create_generation_matrix",
+    "create_model",
+    "create_policy",
+]

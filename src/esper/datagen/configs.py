@@ -1,0 +1,340 @@
+"""What a datagen episode is made of: the environment it trains, the behaviour policy that drives it, and the
+per-step records that make the logged data usable for offline RL (behaviour probabilities, reward components,
+step metadata).
+
+Everything here is plain data (no torch), so plans, workers and readers can share it cheaply.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, ClassVar
+
+from esper.leyline import LifecycleOp
+
+__all__ = [
+    "ENVIRONMENT_PRESETS",
+    "INTERVENTION_COSTS",
+    "OP_NAMES",
+    "POLICY_PRESETS",
+    "POLICY_STRATEGIES",
+    "SUPPORTED_ARCHITECTURES",
+    "ActionProbabilities",
+    "BehaviorPolicyConfig",
+    "EnvironmentConfig",
+    "RewardComponents",
+    "StepMetadata",
+    "stagnation_potential",
+    "state_hash",
+]
+
+SUPPORTED_ARCHITECTURES: tuple[str, ...] = ("HostCNN", "HostCNN-Wide", "HostCNN-Deep", "ResNet-18", "ResNet-34")
+OPTIMIZERS: tuple[str, ...] = ("SGD", "Adam")
+POLICY_STRATEGIES: tuple[str, ...] = ("threshold", "inverted", "periodic")
+OP_NAMES: tuple[str, ...] = tuple(op.name for op in LifecycleOp)
+# Greedy ties resolve towards the least disruptive op: doing nothing, then growing, then committing, then removing.
+OP_TIE_ORDER: tuple[str, ...] = ("WAIT", "GERMINATE", "FOSSILIZE", "CULL")
+INTERVENTION_COSTS: dict[str, float] = {"WAIT": 0.0, "GERMINATE": -0.02, "CULL": -0.005, "FOSSILIZE": -0.01}
+
+
+def _unknown_preset(kind: str, preset_id: str, presets: Mapping[str, Any]) -> ValueError:
+    return ValueError(f"Unknown {kind} preset '{preset_id}'. Available: {', '.join(presets)}")
+
+
+def _check_fields(cls: type, data: Mapping[str, Any]) -> None:
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"Unknown {cls.__name__} field(s) {unknown}. Known: {sorted(known)}")
+
+
+@dataclass(frozen=True)
+class EnvironmentConfig:
+    """One training setup of the matrix: host architecture and the host optimizer's hyperparameters.
+
+    Seeds use the same optimizer type and learning rate as the host, so a config fully describes how every
+    parameter of an episode is trained.
+    """
+
+    config_id: str
+    architecture: str
+    learning_rate: float
+    batch_size: int
+    optimizer: str
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    max_epochs: int = 25
+
+    def __post_init__(self) -> None:
+        if self.architecture not in SUPPORTED_ARCHITECTURES:
+            raise ValueError(
+                f"Unknown architecture '{self.architecture}'. Supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
+            )
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"Unknown optimizer '{self.optimizer}'. Available: {', '.join(OPTIMIZERS)}")
+        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
+            raise ValueError(f"learning_rate must be finite and > 0, got {self.learning_rate}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if not 0.0 <= self.momentum < 1.0:
+            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise ValueError(f"weight_decay must be finite and >= 0, got {self.weight_decay}")
+        # A decision follows every epoch but the last, so an episode needs two epochs to hold one transition.
+        if self.max_epochs < 2:
+            raise ValueError(f"max_epochs must be >= 2 (one decision needs a following epoch), got {self.max_epochs}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EnvironmentConfig:
+        _check_fields(cls, data)
+        return cls(**data)
+
+    @classmethod
+    def from_preset(cls, preset_id: str) -> EnvironmentConfig:
+        if preset_id not in ENVIRONMENT_PRESETS:
+            raise _unknown_preset("environment", preset_id, ENVIRONMENT_PRESETS)
+        return ENVIRONMENT_PRESETS[preset_id]
+
+    def with_max_epochs(self, max_epochs: int) -> EnvironmentConfig:
+        """Copy with another episode length (a generation-wide override, recorded in every episode)."""
+        return replace(self, max_epochs=max_epochs)
+
+
+def _env(config_id: str, architecture: str, lr: float, batch: int = 128, optimizer: str = "SGD") -> EnvironmentConfig:
+    return EnvironmentConfig(config_id, architecture, lr, batch, optimizer)
+
+
+ENVIRONMENT_PRESETS: dict[str, EnvironmentConfig] = {
+    c.config_id: c
+    for c in (
+        _env("baseline", "HostCNN", 0.01),
+        _env("fast-lr", "HostCNN", 0.1),
+        _env("slow-lr", "HostCNN", 0.001),
+        _env("wide", "HostCNN-Wide", 0.01),
+        _env("deep", "HostCNN-Deep", 0.01),
+        _env("adam", "HostCNN", 0.001, optimizer="Adam"),
+        _env("small-batch", "HostCNN", 0.01, batch=64),
+        _env("large-batch", "HostCNN", 0.02, batch=256),
+        _env("resnet18", "ResNet-18", 0.01),
+        _env("resnet34", "ResNet-34", 0.01),
+        _env("resnet34-adam", "ResNet-34", 0.001, optimizer="Adam"),
+        _env("resnet34-slow", "ResNet-34", 0.005),
+        _env("resnet34-small-batch", "ResNet-34", 0.01, batch=64),
+    )
+}
+
+
+@dataclass(frozen=True)
+class BehaviorPolicyConfig:
+    """A rule-based behaviour policy: thresholds, exploration and strategy.
+
+    `blueprint_preference` lists head blueprints to germinate in rotation; None means the topology's default
+    (its first head blueprint after noop). The policy validates the names against its topology, so every logged
+    action has a joint index.
+    """
+
+    policy_id: str
+    min_epochs_before_germinate: int = 5
+    plateau_epochs_to_germinate: int = 3
+    cull_after_epochs_without_improvement: int = 5
+    blueprint_preference: tuple[str, ...] | None = None
+    epsilon: float = 0.0
+    temperature: float = 1.0
+    strategy: str = "threshold"
+    germinate_period: int = 5
+
+    def __post_init__(self) -> None:
+        if not self.policy_id:
+            raise ValueError("policy_id must be non-empty")
+        if self.strategy not in POLICY_STRATEGIES:
+            raise ValueError(f"Unknown strategy '{self.strategy}'. Available: {', '.join(POLICY_STRATEGIES)}")
+        if not 0.0 <= self.epsilon <= 1.0:
+            raise ValueError(f"epsilon must be in [0, 1], got {self.epsilon}")
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            raise ValueError(f"temperature must be finite and > 0, got {self.temperature}")
+        for name in ("min_epochs_before_germinate", "plateau_epochs_to_germinate",
+                     "cull_after_epochs_without_improvement"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.germinate_period < 1:
+            raise ValueError(f"germinate_period must be >= 1, got {self.germinate_period}")
+        if self.blueprint_preference is not None:
+            preference = tuple(self.blueprint_preference)
+            if not preference or len(set(preference)) != len(preference):
+                raise ValueError(f"blueprint_preference must be non-empty and unique, got {list(preference)}")
+            object.__setattr__(self, "blueprint_preference", preference)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["blueprint_preference"] = None if self.blueprint_preference is None else list(self.blueprint_preference)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BehaviorPolicyConfig:
+        _check_fields(cls, data)
+        values = dict(data)
+        if values.get("blueprint_preference") is not None:
+            values["blueprint_preference"] = tuple(values["blueprint_preference"])
+        return cls(**values)
+
+    @classmethod
+    def from_preset(cls, preset_id: str) -> BehaviorPolicyConfig:
+        if preset_id not in POLICY_PRESETS:
+            raise _unknown_preset("behaviour policy", preset_id, POLICY_PRESETS)
+        return POLICY_PRESETS[preset_id]
+
+    def with_epsilon(self, epsilon: float) -> BehaviorPolicyConfig:
+        """Copy with ε-greedy exploration, named `{policy_id}-eps{ε}` so datasets tell the variants apart.
+
+        A preset that explores by definition (random: ε = 1) only takes its own ε, which names the variant.
+        """
+        if self.epsilon > 0 and epsilon != self.epsilon:
+            raise ValueError(
+                f"'{self.policy_id}' explores with ε = {self.epsilon} by definition; ε variants ({epsilon}) derive "
+                "from the greedy presets"
+            )
+        return replace(self, policy_id=f"{self.policy_id}-eps{epsilon}", epsilon=epsilon)
+
+
+_EXPLORER_ROTATION = ("conv_light", "attention", "norm", "depthwise")
+
+POLICY_PRESETS: dict[str, BehaviorPolicyConfig] = {
+    c.policy_id: c
+    for c in (
+        BehaviorPolicyConfig("baseline"),
+        BehaviorPolicyConfig("early-intervener", 3, 2, 5),
+        BehaviorPolicyConfig("late-intervener", 8, 5, 5),
+        BehaviorPolicyConfig("quick-culler", 5, 3, 3),
+        BehaviorPolicyConfig("patient-culler", 5, 3, 8),
+        BehaviorPolicyConfig("blueprint-explorer", blueprint_preference=_EXPLORER_ROTATION),
+        BehaviorPolicyConfig("aggressive", 3, 2, 3),
+        BehaviorPolicyConfig("conservative", 8, 5, 8),
+        BehaviorPolicyConfig("random", epsilon=1.0),
+        BehaviorPolicyConfig("anti-kasmina", strategy="inverted"),
+        BehaviorPolicyConfig("periodic", strategy="periodic"),
+    )
+}
+
+
+def _tie_rank(op: str) -> int:
+    return OP_TIE_ORDER.index(op)
+
+
+@dataclass(frozen=True)
+class ActionProbabilities:
+    """The op-level distribution of one decision, logged so offline learners can reweight the data.
+
+    `greedy_probs` and `behavior_probs` hold the valid ops only; behaviour = (1 − ε)·greedy + ε·uniform(valid ops).
+    `was_exploratory` records whether the ε branch produced the action.
+    """
+
+    greedy_probs: dict[str, float]
+    behavior_probs: dict[str, float]
+    behavior_prob: float
+    greedy_action: str
+    sampled_action: str
+    was_exploratory: bool
+    epsilon: float
+
+    @staticmethod
+    def compute_behavior_prob(greedy_probs: Mapping[str, float], action: str, epsilon: float) -> float:
+        """μ(a|s) = (1 − ε)·π_greedy(a|s) + ε/|valid ops|."""
+        if action not in greedy_probs:
+            raise ValueError(f"Action '{action}' is not among the valid ops {list(greedy_probs)}")
+        return (1.0 - epsilon) * greedy_probs[action] + epsilon / len(greedy_probs)
+
+    @staticmethod
+    def greedy_argmax(greedy_probs: Mapping[str, float]) -> str:
+        """Most probable op; ties go to WAIT, then GERMINATE, FOSSILIZE, CULL."""
+        return min(greedy_probs, key=lambda op: (-greedy_probs[op], _tie_rank(op)))
+
+    @classmethod
+    def from_decision(
+        cls,
+        greedy_probs: Mapping[str, float],
+        sampled_action: str,
+        epsilon: float,
+        *,
+        was_exploratory: bool | None = None,
+    ) -> ActionProbabilities:
+        """Probabilities of a decision; `was_exploratory` defaults to "the sampled op is not the greedy one"."""
+        greedy_action = cls.greedy_argmax(greedy_probs)
+        behavior = {op: cls.compute_behavior_prob(greedy_probs, op, epsilon) for op in greedy_probs}
+        return cls(
+            greedy_probs=dict(greedy_probs),
+            behavior_probs=behavior,
+            behavior_prob=cls.compute_behavior_prob(greedy_probs, sampled_action, epsilon),
+            greedy_action=greedy_action,
+            sampled_action=sampled_action,
+            was_exploratory=sampled_action != greedy_action if was_exploratory is None else was_exploratory,
+            epsilon=epsilon,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def stagnation_potential(best_accuracy: float, steps_since_improvement: int) -> float:
+    """Φ = best − 10·(1 − best/100)·(steps since improvement / 5): the best accuracy, decaying while stagnant."""
+    return best_accuracy - 10.0 * (1.0 - best_accuracy / 100.0) * (steps_since_improvement / 5.0)
+
+
+@dataclass(frozen=True)
+class RewardComponents:
+    """Every ingredient of a step's reward, stored so datasets can be relabelled with another reward.
+
+    `gap` is the reward the dataset stores (the growth-vs-static-twin family); `total()` rebuilds the older
+    accuracy-shaped reward from the other components. `return_to_go` is the undiscounted sum of the stored
+    (`gap`) rewards from this step to the end; `sparse` is the sparse family's terminal value (0 before the end).
+    """
+
+    INTERVENTION_COSTS: ClassVar[dict[str, float]] = INTERVENTION_COSTS
+
+    accuracy_delta: float
+    loss_delta: float
+    potential_prev: float
+    potential_next: float
+    intervention_cost: float
+    gap: float = 0.0
+    sparse: float = 0.0
+    return_to_go: float = 0.0
+
+    def total(self, gamma: float = 0.99, shaping_weight: float = 1.0) -> float:
+        """10·Δacc + w·(γ·Φ' − Φ) + intervention cost."""
+        shaping = gamma * self.potential_next - self.potential_prev
+        return 10.0 * self.accuracy_delta + shaping_weight * shaping + self.intervention_cost
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def state_hash(features: Sequence[float]) -> str:
+    """First 16 hex chars of SHA-256 over the features rounded to 6 decimals: equal states hash equally."""
+    rounded = [None if not math.isfinite(v) else round(float(v), 6) for v in features]
+    return hashlib.sha256(json.dumps(rounded).encode("utf-8")).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class StepMetadata:
+    """Per-step bookkeeping for sequence models and dataset audits (0-based timestep).
+
+    Episodes always run their full length, so `truncated` is written as False for readers that expect the
+    Gymnasium-style pair; it is not a setting.
+    """
+
+    timestep: int
+    done: bool
+    state_hash: str
+    active_seed_count: int
+    best_seed_accuracy: float | None
+    training_budget_remaining: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "truncated": False}

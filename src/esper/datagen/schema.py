@@ -1,0 +1,174 @@
+"""The episode file format: version, crash-safe JSON files, and the structural check every episode passes
+before it is written.
+
+Episode files are strict JSON (non-finite floats are written as null, which readers and the health checks treat
+as "not a number"). Every file is written to a temporary name in the same directory, flushed to disk and renamed
+over the target, so a reader (or a killed run) only ever sees a complete old file or a complete new one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from esper.datagen.configs import OP_NAMES
+from esper.leyline import NUM_JOINT_ACTIONS, OBS_DIM
+
+__all__ = [
+    "READABLE_SCHEMA_VERSIONS",
+    "SCHEMA_VERSION",
+    "TEMP_SUFFIX",
+    "finite_or_none",
+    "read_json",
+    "remove_stale_temp_files",
+    "validate_episode",
+    "write_json_atomic",
+]
+
+SCHEMA_VERSION = "2.1.0"
+READABLE_SCHEMA_VERSIONS: tuple[str, ...] = ("2.0.0", "2.1.0")
+TEMP_SUFFIX = ".tmp"
+
+
+def finite_or_none(value: Any) -> Any:
+    """A copy of a JSON-like value with every non-finite float replaced by None (strict JSON has no NaN)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): finite_or_none(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_or_none(v) for v in value]
+    return value
+
+
+def write_json_atomic(path: Path, obj: Any, *, indent: int | None = 2) -> None:
+    """Write `obj` as strict JSON to `path` via a fsynced temp file in the same directory and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(finite_or_none(obj), f, indent=indent, allow_nan=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_name)
+        raise
+
+
+def remove_stale_temp_files(directory: Path) -> int:
+    """Delete temp files a killed writer left behind (only this module's naming pattern); returns the count."""
+    removed = 0
+    for tmp in directory.glob(f".*{TEMP_SUFFIX}"):
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+            removed += 1
+    return removed
+
+
+def read_json(path: Path) -> Any | None:
+    """The parsed file, or None when it is missing or not valid JSON (e.g. written by something else)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check_vector(problems: list[str], where: str, value: Any, length: int) -> None:
+    """A list of `length` numbers (null allowed: non-finite values are the health check's business)."""
+    if not isinstance(value, list) or len(value) != length:
+        problems.append(f"{where} must be a list of {length} numbers")
+    elif not all(v is None or _is_number(v) for v in value):
+        problems.append(f"{where} holds non-numeric entries")
+
+
+def _check_decision(problems: list[str], i: int, decision: Any) -> None:
+    where = f"decisions[{i}]"
+    if not isinstance(decision, Mapping):
+        problems.append(f"{where} is not an object")
+        return
+    observation, action, outcome = decision.get("observation"), decision.get("action"), decision.get("outcome")
+    if not isinstance(observation, Mapping):
+        problems.append(f"{where}.observation is missing")
+    else:
+        _check_vector(problems, f"{where}.observation.features", observation.get("features"), OBS_DIM)
+    if not isinstance(action, Mapping):
+        problems.append(f"{where}.action is missing")
+        return
+    if action.get("action") not in OP_NAMES:
+        problems.append(f"{where}.action.action must be one of {list(OP_NAMES)}")
+    index = action.get("joint_index")
+    if not isinstance(index, int) or not 0 <= index < NUM_JOINT_ACTIONS:
+        problems.append(f"{where}.action.joint_index must be an int in [0, {NUM_JOINT_ACTIONS})")
+    for key in ("action_probabilities", "reward_components"):
+        if not isinstance(action.get(key), Mapping):
+            problems.append(f"{where}.action.{key} is missing")
+    for key in ("joint_behavior_prob", "joint_behavior_logp"):
+        if key not in action:
+            problems.append(f"{where}.action.{key} is missing")
+    mask = decision.get("valid_joint_actions")
+    if not isinstance(mask, list) or len(mask) != NUM_JOINT_ACTIONS or not all(isinstance(v, bool) for v in mask):
+        problems.append(f"{where}.valid_joint_actions must be {NUM_JOINT_ACTIONS} booleans")
+    if not isinstance(outcome, Mapping) or "reward" not in outcome:
+        problems.append(f"{where}.outcome.reward is missing")
+        return
+    components = action.get("reward_components")
+    if isinstance(components, Mapping):
+        if "gap" not in components:
+            problems.append(f"{where}.action.reward_components.gap is missing")
+        elif outcome["reward"] != components["gap"]:
+            problems.append(f"{where}.outcome.reward differs from the stored (gap) reward component")
+
+
+def validate_episode(episode: Any) -> list[str]:
+    """Structural problems of a schema-2.1.0 episode (empty when it is well formed).
+
+    Checks what every reader relies on: identity, configs, the twin, per-step features, the executed joint action
+    with its behaviour probabilities and validity mask, and that the stored reward is the `gap` component.
+    Statistical quality (coverage, entropy, finiteness) is the health checks' job.
+    """
+    if not isinstance(episode, Mapping):
+        return ["the episode is not a JSON object"]
+    problems: list[str] = []
+    if episode.get("schema_version") != SCHEMA_VERSION:
+        problems.append(f"schema_version must be '{SCHEMA_VERSION}', got {episode.get('schema_version')!r}")
+    for key in ("episode_id", "task"):
+        if not isinstance(episode.get(key), str):
+            problems.append(f"{key} must be a string")
+    for key in ("random_seed", "max_epochs", "episode_length"):
+        if not isinstance(episode.get(key), int):
+            problems.append(f"{key} must be an int")
+    for key, id_key in (("behavior_policy", "policy_id"), ("environment", "config_id")):
+        block = episode.get(key)
+        if not isinstance(block, Mapping) or not isinstance(block.get(id_key), str):
+            problems.append(f"{key}.{id_key} is missing")
+    twin = episode.get("twin")
+    if not isinstance(twin, Mapping) or not isinstance(twin.get("twin_id"), str):
+        problems.append("twin.twin_id is missing")
+    else:
+        for key in ("val_accuracy_curve", "val_loss_curve"):
+            if not isinstance(twin.get(key), list):
+                problems.append(f"twin.{key} must be a list")
+    _check_vector(problems, "final_features", episode.get("final_features"), OBS_DIM)
+    decisions = episode.get("decisions")
+    if not isinstance(decisions, list) or not decisions:
+        problems.append("decisions must be a non-empty list")
+        return problems
+    if episode.get("episode_length") != len(decisions):
+        problems.append(f"episode_length {episode.get('episode_length')} != {len(decisions)} decisions")
+    for i, decision in enumerate(decisions):
+        _check_decision(problems, i, decision)
+    return problems

@@ -1,0 +1,179 @@
+"""Test support for datagen: schema-2.1.0 episode builders and cheap, deterministic, picklable job functions.
+
+The job functions live at module level so spawned pool workers and Ray workers can import them. Running this
+module (`python -m unit.datagen.support OUT LOG [serial|pool]`) generates a small matrix with slow fake jobs; the
+kill-and-resume test kills it mid-run.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from esper.datagen.configs import ActionProbabilities, RewardComponents, StepMetadata, state_hash
+from esper.datagen.executors import ProcessPoolEpisodeExecutor, SerialExecutor
+from esper.datagen.orchestrator import GenerationOrchestrator
+from esper.datagen.plans import EpisodeTask, TwinPlan
+from esper.datagen.schema import SCHEMA_VERSION
+from esper.leyline import NUM_JOINT_ACTIONS, OBS_DIM
+
+JOINT_OF_OP = {"WAIT": 0, "GERMINATE": 2, "CULL": 37, "FOSSILIZE": 40}
+TIMESTAMP_KEYS = ("started_at", "ended_at", "timestamp")
+KILL_MATRIX = (["baseline"], ["baseline", "aggressive"], 4)  # env ids, policy ids, episodes per combination
+
+
+def make_decision(
+    op: str = "WAIT",
+    *,
+    timestep: int = 0,
+    epoch: int = 1,
+    plateau: int = 0,
+    has_seed: bool = False,
+    features: Sequence[float | None] | None = None,
+    gap: float = 0.0,
+    valid: Sequence[bool] | None = None,
+) -> dict[str, Any]:
+    """One well-formed step: uniform op probabilities (ε = 1), the stored reward equal to `gap`."""
+    features = [0.1 * (i % 7) for i in range(OBS_DIM)] if features is None else list(features)
+    probs = ActionProbabilities.from_decision({o: 0.25 for o in JOINT_OF_OP}, op, 1.0, was_exploratory=True)
+    joint = 0.25 if op == "WAIT" else 0.25 / 3
+    components = RewardComponents(0.5, 0.01, 50.0, 50.5, RewardComponents.INTERVENTION_COSTS[op], gap=gap)
+    return {
+        "observation": {"epoch": epoch, "plateau_epochs": plateau, "has_active_seed": has_seed,
+                        "features": features},
+        "action": {
+            "action": op, "slot": None if op == "WAIT" else "early", "joint_index": JOINT_OF_OP[op],
+            "action_probabilities": probs.to_dict(), "joint_behavior_prob": joint,
+            "joint_behavior_logp": math.log(joint), "reward_components": components.to_dict(), "reason": "test",
+        },
+        "valid_joint_actions": [True] * NUM_JOINT_ACTIONS if valid is None else list(valid),
+        "outcome": {"reward": gap, "accuracy_after": 50.0},
+        "step_metadata": StepMetadata(timestep, False, state_hash([f or 0.0 for f in features]), int(has_seed),
+                                      None, 0.5).to_dict(),
+        "timestamp": datetime.now(UTC).isoformat(),
+    }
+
+
+def make_episode(
+    episode_id: str = "baseline_baseline_0000",
+    ops: Sequence[str] = ("WAIT", "GERMINATE", "FOSSILIZE", "CULL"),
+    *,
+    policy_id: str = "baseline",
+    env_id: str = "baseline",
+    seed: int = 42,
+    twin_id: str = "baseline_seed42",
+    task: str = "synthetic",
+    created: int = 1,
+    fossilized: int = 1,
+    culled: int = 0,
+) -> dict[str, Any]:
+    decisions = [make_decision(op, timestep=t, epoch=t + 1, plateau=t % 4, has_seed=t % 2 == 1, gap=0.1 * t)
+                 for t, op in enumerate(ops)]
+    return {
+        "schema_version": SCHEMA_VERSION, "episode_id": episode_id, "random_seed": seed, "task": task,
+        "max_epochs": len(ops) + 1, "episode_length": len(ops), "decisions": decisions,
+        "behavior_policy": {"policy_id": policy_id}, "environment": {"config_id": env_id},
+        "twin": {"twin_id": twin_id, "val_accuracy_curve": [10.0] * (len(ops) + 1),
+                 "val_loss_curve": [2.0] * (len(ops) + 1)},
+        "final_features": [0.0] * OBS_DIM, "total_seeds_created": created, "total_seeds_fossilized": fossilized,
+        "total_seeds_culled": culled, "started_at": datetime.now(UTC).isoformat(),
+    }
+
+
+def logged_runs(log: Path) -> list[tuple[str, int]]:
+    """(job id, worker pid) of every fake job run logged in `log`, sorted."""
+    return sorted((name, int(pid)) for name, pid, _ in (p.name.split("__") for p in log.iterdir()))
+
+
+def episode_ids(out: Path) -> list[str]:
+    """Ids of the episode files in a datagen output directory."""
+    return sorted(p.stem for p in out.glob("*.json") if not p.name.startswith(".") and p.name != "manifest.json")
+
+
+def without_timestamps(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: without_timestamps(v) for k, v in value.items() if k not in TIMESTAMP_KEYS}
+    if isinstance(value, list):
+        return [without_timestamps(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class FakeOptions:
+    """How the fake jobs behave: episode length, delay, ids that always fail, and where to log each run."""
+
+    max_epochs: int = 5
+    delay_s: float = 0.0
+    fail_ids: frozenset[str] = frozenset()
+    log_dir: str | None = None
+
+
+def _log(options: FakeOptions, name: str) -> None:
+    if options.log_dir is not None:
+        with open(Path(options.log_dir) / f"{name}__{os.getpid()}__{time.monotonic_ns()}", "w") as f:
+            f.write(name)
+
+
+def fake_twin_fn(twin: TwinPlan, options: FakeOptions, device: str) -> dict[str, Any]:
+    _log(options, twin.twin_id)
+    if twin.twin_id in options.fail_ids:
+        raise RuntimeError(f"planned failure of twin {twin.twin_id}")
+    rng = random.Random(twin.random_seed)
+    return {"val_accuracy_curve": [10.0 + e + rng.random() for e in range(options.max_epochs)],
+            "val_loss_curve": [2.0 - 0.1 * e for e in range(options.max_epochs)]}
+
+
+def fake_episode_fn(task: EpisodeTask, options: FakeOptions, device: str) -> dict[str, Any]:
+    """A deterministic episode derived from the plan's seed and twin (the gap reward uses the twin curve)."""
+    plan = task.plan
+    _log(options, plan.episode_id)
+    if plan.episode_id in options.fail_ids:
+        raise RuntimeError(f"planned failure of {plan.episode_id}")
+    time.sleep(options.delay_s)
+    rng = random.Random(plan.episode_id)
+    ops = [rng.choice(list(JOINT_OF_OP)) for _ in range(options.max_epochs - 1)]
+    episode = make_episode(plan.episode_id, ops, policy_id=plan.get_policy_config().policy_id,
+                           env_id=plan.env_config_id, seed=plan.seed, twin_id=task.twin.twin_id)
+    for t, decision in enumerate(episode["decisions"]):
+        gap = task.twin.val_accuracy_curve[t + 1] - task.twin.val_accuracy_curve[t]
+        decision["action"]["reward_components"]["gap"] = gap
+        decision["outcome"]["reward"] = gap
+    episode["twin"] = task.twin.to_dict()
+    episode["max_epochs"] = options.max_epochs
+    episode["worker"] = {"device": device, "threads": torch.get_num_threads()}
+    return episode
+
+
+def crash_or_echo(job: str, options: None, device: str) -> str:
+    """Pool robustness: "crash" kills the worker process, "fail" raises, anything else is echoed with the device."""
+    if job == "crash":
+        os._exit(3)
+    if job == "fail":
+        raise ValueError("asked to fail")
+    return f"{job}@{device}"
+
+
+def main(argv: Sequence[str]) -> None:
+    """Generate a small matrix with slow fake jobs (the kill-and-resume test's subject)."""
+    from unit.datagen import support  # pickle the job functions by their importable name, not __main__
+
+    out, log, kind = argv[0], argv[1], argv[2]
+    executor = SerialExecutor() if kind == "serial" else ProcessPoolEpisodeExecutor(2)
+    options = FakeOptions(delay_s=0.25, log_dir=log)
+    with GenerationOrchestrator(out, KILL_MATRIX[0], KILL_MATRIX[1], KILL_MATRIX[2],
+                                settings={"max_epochs": options.max_epochs}) as orchestrator:
+        orchestrator.run(executor, support.fake_episode_fn, support.fake_twin_fn, options)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
