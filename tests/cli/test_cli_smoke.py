@@ -28,7 +28,7 @@ def test_train_heuristic_writes_a_complete_run_dir(tmp_path: Path) -> None:
     assert config["command"] == "heuristic" and config["config"]["max_epochs"] == 3
     assert set(config) >= {"argv", "runtime", "versions", "started_at"}
     steps = read_jsonl(run / "steps.jsonl")
-    assert [s["epoch"] for s in steps] == [1, 2, 3]
+    assert [s["epoch"] for s in steps] == [1, 2]  # a decision after each epoch but the last
     assert all(abs(s["reward"] - s["reward_components"]["total"]) < 1e-12 for s in steps)
     [episode] = read_jsonl(run / "episodes.jsonl")
     assert episode["controller"] == "heuristic" and len(episode["accuracy_curve"]) == 3
@@ -99,6 +99,7 @@ def test_bad_input_exits_nonzero_with_message(argv: list[str], tmp_path: Path,
 
 def test_missing_dataset_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["train", "heuristic", "--task", "cifar10", "--max-epochs", "2", "--data-dir", str(tmp_path / "d"),
+                 "--param-cost", "1.0",
                  "--run-dir", str(tmp_path / "r"), *TINY])
     err = capsys.readouterr().err
     assert code == 2 and "cifar-10-batches-py" in err and "--download" in err

@@ -1,5 +1,5 @@
-"""`esper train ppo` end to end on tiny budgets (§1.6, §1.7, §6.2, §6.10, §6.15, §11.5): run directory, checkpoints,
-partial batches, exact resume, strict config, missing data, reward families, AMP on CPU, and PPO in `esper compare`.
+"""`esper train ppo` end to end on tiny budgets: run directory, checkpoints, partial batches, exact resume, strict
+config, missing data, reward families, AMP on CPU, and PPO in `esper compare`.
 
 Every run is in-process (`main(argv)`) on CPU; runs that several tests inspect are module-scoped fixtures.
 """
@@ -25,7 +25,8 @@ from esper.runtime.rundir import read_jsonl
 pytestmark = pytest.mark.smoke
 
 OUTPUT = ["--no-tui", "--no-tensorboard", "--telemetry-level", "minimal", "--device", "cpu"]
-TINY = ["--set", "max_train_samples=256", "--set", "max_val_samples=128", "--set", "max_epochs=3"]
+TINY = ["--set", "max_train_samples=256", "--set", "max_val_samples=128", "--set", "max_epochs=3",
+        "--set", "n_envs=2", "--set", "group_size=1"]  # 3-epoch episodes: decisions after epochs 1 and 2
 QUICK = ["train", "ppo", "--preset", "quick", *TINY, *OUTPUT]
 TIME_KEYS = {"rollout_seconds", "update_seconds", "env_epochs_per_second", "time", "timestamp", "wall_time"}
 
@@ -129,12 +130,12 @@ def test_mini_run_writes_a_complete_run_dir(mini_run: Path) -> None:
 
 def test_mini_run_steps_log_every_env_epoch_with_its_reward(mini_run: Path) -> None:
     steps = read_jsonl(mini_run / "steps.jsonl")
-    assert len(steps) == 2 * 3
-    assert sorted((s["env"], s["epoch"]) for s in steps) == [(e, k) for e in range(2) for k in (1, 2, 3)]
+    assert len(steps) == 2 * 2
+    assert sorted((s["env"], s["epoch"]) for s in steps) == [(e, k) for e in range(2) for k in (1, 2)]
     for s in steps:
         assert s["batch"] == 0
         assert s["reward"] == s["reward_components"]["total"]
-        assert s["reward_components"]["family"] == "contribution"
+        assert s["reward_components"]["family"] == "gap"
 
 
 def test_mini_run_checkpoints_are_plain_ppo_checkpoints(mini_run: Path) -> None:
@@ -143,7 +144,7 @@ def test_mini_run_checkpoints_are_plain_ppo_checkpoints(mini_run: Path) -> None:
         assert data["format"] == "esper-ppo-v2", name
         assert data["batches_completed"] == 1 and data["episodes_completed"] == 2, name
         assert data["obs_normalizer"]["update_count"] == 1 == data["batches_completed"], name
-        assert data["reward_normalizer"]["count"] == 6, name
+        assert data["reward_normalizer"]["count"] == 4, name
         assert data["config"]["n_episodes"] == 2 and data["config"]["max_epochs"] == 3, name
         assert len(data["rolling_window"]) == 1
         assert {"python", "numpy", "torch", "action_generator", "minibatch_generator"} <= set(data["rng"])
@@ -165,7 +166,7 @@ def test_partial_last_batch_runs_one_env_and_updates(partial_run: Path) -> None:
     assert history[1]["n_minibatch_updates"] > 0 and not history[1].get("skipped_update")
     assert len(history[1]["env_accuracies"]) == 1
     steps = read_jsonl(partial_run / "steps.jsonl")
-    assert len([s for s in steps if s["batch"] == 1]) == 3 and len(steps) == 9
+    assert len([s for s in steps if s["batch"] == 1]) == 2 and len(steps) == 6
     assert len(read_jsonl(partial_run / "episodes.jsonl")) == 3
     final = load(partial_run / "checkpoints" / "final.pt")
     assert final["batches_completed"] == 2 and final["episodes_completed"] == 3
@@ -211,7 +212,7 @@ def test_rerunning_an_interrupted_command_resumes_it(straight_run: Path, tmp_pat
     """Ctrl+C after the first batch, then the identical command again: auto-resume, same result as straight."""
     run = tmp_path / "c"
 
-    class StopAfterFirstCheckpoint(ppo_cmd._StopAfterStep):
+    class StopAfterFirstCheckpoint(ppo_cmd.StopAfterStep):
         @property  # type: ignore[override]
         def requested(self) -> bool:
             return (run / "checkpoints" / "latest.pt").exists()
@@ -221,7 +222,7 @@ def test_rerunning_an_interrupted_command_resumes_it(straight_run: Path, tmp_pat
             pass
 
     with monkeypatch.context() as m:
-        m.setattr(ppo_cmd, "_StopAfterStep", StopAfterFirstCheckpoint)
+        m.setattr(ppo_cmd, "StopAfterStep", StopAfterFirstCheckpoint)
         interrupted = ppo(run, "--set", "n_episodes=4")
     assert interrupted.code == 130, interrupted.err
     assert len(read_jsonl(run / "history.jsonl")) == 1 and not (run / "checkpoints" / "final.pt").exists()
@@ -294,7 +295,7 @@ def test_loss_reward_family(tmp_path: Path) -> None:
     result = ppo(run, "--set", "n_episodes=2", "--reward-family", "loss")
     assert result.code == 0, result.err
     steps = read_jsonl(run / "steps.jsonl")
-    assert len(steps) == 6
+    assert len(steps) == 4
     assert {s["reward_components"]["family"] for s in steps} == {"loss"}
     assert all(is_finite_number(s["reward_components"]["loss_primary"]) for s in steps)
     assert any(s["reward_components"]["loss_primary"] != 0 for s in steps)
@@ -311,7 +312,7 @@ def test_amp_on_cpu_completes_with_finite_losses(tmp_path: Path) -> None:
     for key in ("policy_loss", "value_loss", "entropy", "approx_kl"):
         assert is_finite_number(row[key]), key
     steps = read_jsonl(run / "steps.jsonl")
-    assert len(steps) == 6
+    assert len(steps) == 4
     for s in steps:
         assert is_finite_number(s["train_loss"]) and is_finite_number(s["val_loss"]), s
         assert is_finite_number(s["reward"])
