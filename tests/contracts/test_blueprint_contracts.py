@@ -187,9 +187,9 @@ def test_incubator_gradient_is_the_gradient_of_the_loss_with_the_seed_in_place(t
             assert any(float(g.abs().sum()) > 0 for g in naive)  # the comparison can fail
 
 
-@pytest.mark.parametrize("slot", CANONICAL_SLOTS)
+@pytest.mark.parametrize("slot", ["early", "mid"])  # the late slot of this host has no BatchNorm after it
 def test_incubator_leaves_batchnorm_statistics_of_the_host_alone(slot: str) -> None:
-    """BatchNorm running statistics (and batch counters) after a train step with TRAINING seeds are those of a step
+    """BatchNorm running statistics (and batch counters) after a train step with a TRAINING seed are those of a step
     of the host alone: only the main forward updates them."""
     plain = _model("cnn", 8)
     seeded = _model("cnn", 8)

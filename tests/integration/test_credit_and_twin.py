@@ -35,7 +35,7 @@ ENV_SEED = 11
 PARAM_COST = 2.0
 # G1 at germination, G2 after one training epoch, two blending steps: a seed germinated after epoch e trains
 # (isolated, alpha 0) during epoch e + 1 and blends from epoch e + 2.
-FAST_LIFECYCLE = LifecycleConfig(min_training_epochs=1, min_training_improvement=-100.0, min_seed_gradient_ratio=0.0,
+FAST_LIFECYCLE = LifecycleConfig(min_training_epochs=1, min_probe_contribution=-100.0, min_seed_gradient_ratio=0.0,
                                  blending_steps=2, min_blending_epochs=1, max_probation_epochs=3)
 
 
