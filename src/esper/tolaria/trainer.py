@@ -78,8 +78,9 @@ class TrainState:
     def sync_optimizers(self) -> None:
         """Reconcile optimizers with the model after any lifecycle change.
 
-        Live seeds with parameters get their own optimizer; a fossilized seed's parameters join the host optimizer as a new
-        parameter group (host hyperparameters) so it keeps training as part of the host; culled seeds lose theirs.
+        Live seeds with parameters get their own optimizer; a fossilized seed's parameters join the host optimizer as
+        a new parameter group (host hyperparameters) so it keeps training as part of the host; culled seeds lose
+        theirs.
         """
         for s in self.model.slots():
             state = s.state
