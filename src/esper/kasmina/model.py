@@ -90,7 +90,7 @@ class MorphogeneticModel(nn.Module):
         """Logits with `slot`'s TRAINING seed output on `h` (the slot's host activation) in place of the slot's output,
         every other slot as it is (see `SeedSlot.probe`).
 
-        The host's BatchNorm layers use the statistics of the batch and keep their running estimates (see
+        The host's BatchNorm layers use the statistics of the batch and leave their running estimates alone (see
         `batch_statistics`): those estimates describe the activations of the model as it is, not of this
         counterfactual. Differentiable, so the incubator can train the seed on the loss of this very forward.
         """
