@@ -15,7 +15,7 @@ from esper.kasmina.model import MorphogeneticModel
 from esper.kasmina.state import LifecycleConfig
 from esper.leyline import CANONICAL_SLOTS, SeedStage
 from esper.runtime.optim import OptimizerSpec
-from esper.tolaria import TrainState
+from esper.tolaria import TrainState, train_step
 
 BLENDS = ("linear", "sigmoid", "gated")
 CASES = [
@@ -85,27 +85,123 @@ def test_alpha_zero_preserves_host_function(topology: str, name: str, slot: str,
     host_out = m.host(x)
     for blend in BLENDS:
         _germinate(m, name, slot, blend)
-        assert torch.equal(m(x), host_out)  # TRAINING: STE incubator
+        assert torch.equal(m(x), host_out)  # TRAINING: isolated, the slot outputs the host activation
         _force_blending(m, slot, 0.0)
         assert torch.equal(m(x), host_out)  # BLENDING at alpha 0
         m.cull_seed(slot=slot, reason="test", epoch=1)
 
 
+def _task_type(topology: str) -> str:
+    return "classification" if topology == "cnn" else "lm"
+
+
+def _step_gradients(m: MorphogeneticModel, topology: str) -> dict[str, torch.Tensor | None]:
+    """Every parameter's gradient as one real train step sees it (captured by a post-backward hook, i.e. after the
+    main backward and the incubator, before the optimizer step), by parameter name."""
+    x, y = _batch(topology)
+    spec = OptimizerSpec("sgd", 0.01)
+    ts = TrainState(m, spec, spec, _task_type(topology), torch.device("cpu"))  # type: ignore[arg-type]
+    seen: dict[str, torch.Tensor | None] = {}
+
+    def capture(state: TrainState) -> None:
+        seen.update({n: None if p.grad is None else p.grad.clone() for n, p in state.model.named_parameters()})
+
+    ts.post_backward_hooks.append(capture)
+    train_step(ts, x, y)
+    return seen
+
+
 @pytest.mark.parametrize(("topology", "name", "slot", "size"), CASES)
 def test_training_isolation(topology: str, name: str, slot: str, size: int) -> None:
+    """A TRAINING seed leaves the host's gradients bit-identical to the host's alone and still gets a gradient
+    (from the incubator: the main forward does not contain it)."""
+    plain = _step_gradients(_model(topology, size), topology)
+    seeded_model = _model(topology, size)
+    _germinate(seeded_model, name, slot, "sigmoid")
+    seeded = _step_gradients(seeded_model, topology)
+    host = [n for n in plain if n.startswith("host.")]
+    assert host and all(plain[n] is not None for n in host)
+    for n in host:
+        assert torch.equal(plain[n], seeded[n]), n  # type: ignore[arg-type]
+    seed_grads = [seeded[n] for n, _ in seeded_model.seed_slots[slot].named_parameters(prefix=f"seed_slots.{slot}")]
+    assert all(g is not None for g in seed_grads)
+    if seed_grads:
+        assert sum(float(g.abs().sum()) for g in seed_grads if g is not None) > 0
+
+
+def _in_place_loss(m: MorphogeneticModel, topology: str, slot: str) -> torch.Tensor:
+    """The task loss of a naive training-mode forward in which `slot` outputs its seed's output on the detached host
+    activation and every other slot what it computes; the host's BatchNorm layers after the slot normalize with the
+    batch's statistics without tracking them (before it they are in training mode anyway)."""
     x, y = _batch(topology)
-    plain = _model(topology, size)
-    _loss(plain(x), y).backward()
-    seeded = _model(topology, size)
-    _germinate(seeded, name, slot, "sigmoid")
-    _loss(seeded(x), y).backward()
-    for (n1, p1), (n2, p2) in zip(plain.host.named_parameters(), seeded.host.named_parameters(), strict=True):
-        assert n1 == n2 and p1.grad is not None and p2.grad is not None
-        assert torch.equal(p1.grad, p2.grad), n1
-    params = seeded.seed_parameters(slot)
-    assert all(p.grad is not None for p in params)
-    if params:
-        assert sum(float(p.grad.abs().sum()) for p in params if p.grad is not None) > 0
+    norms = [b for b in m.host.modules() if isinstance(b, torch.nn.BatchNorm2d)]
+    prev, prev_slot = x, None
+    try:
+        for s in m.slot_ids:
+            h = m.segments.forward_to_segment(s, prev, from_segment=prev_slot)
+            seed = m.slot(s).seed
+            if s == slot:
+                assert seed is not None
+                prev = seed(h.detach())
+                for b in norms:
+                    b.track_running_stats = False
+            else:
+                prev = m.slot(s)(h)
+            prev_slot = s
+        out = m.segments.forward_from_segment(m.slot_ids[-1], prev)
+    finally:
+        for b in norms:
+            b.track_running_stats = True
+    return torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+
+
+@pytest.mark.parametrize(("topology", "name", "slot", "size"), CASES)
+def test_incubator_gradient_is_the_gradient_of_the_loss_with_the_seed_in_place(topology: str, name: str, slot: str,
+                                                                                size: int) -> None:
+    """The seed's gradient in a train step equals d(loss of the model with the seed's output in place)/d(seed
+    parameters), with another TRAINING seed and a blended seed around it as they are; the other TRAINING seed gets
+    its own in-place gradient, not one that depends on `slot`'s seed."""
+    others = [s for s in CANONICAL_SLOTS if s != slot]
+    m = _model(topology, size)
+    _germinate(m, name, slot, "gated")
+    _perturb(m, slot)
+    _germinate(m, "attention", others[0], "linear")
+    _force_blending(m, others[0], 0.6)
+    _germinate(m, "attention", others[1], "linear")
+    _perturb(m, others[1])
+    m.train()
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    grads = _step_gradients(m, topology)
+    m.load_state_dict(before)  # the step moved the parameters; the naive forward needs the ones the step saw
+    for s in (slot, others[1]):
+        params = dict(m.seed_slots[s].named_parameters(prefix=f"seed_slots.{s}"))
+        seed_params = {n: p for n, p in params.items() if ".seed." in n}
+        gate_params = [n for n in params if ".gate." in n]
+        assert all(grads[n] is None for n in gate_params)  # the gate has no part in TRAINING
+        if not seed_params:
+            continue
+        naive = torch.autograd.grad(_in_place_loss(m, topology, s), list(seed_params.values()))
+        for (n, _), g in zip(seed_params.items(), naive, strict=True):
+            assert grads[n] is not None and torch.allclose(grads[n], g, rtol=1e-4, atol=1e-7), n  # type: ignore[arg-type]
+        if name != "noop" and s == slot:
+            assert any(float(g.abs().sum()) > 0 for g in naive)  # the comparison can fail
+
+
+@pytest.mark.parametrize("slot", ["early", "mid"])  # the late slot of this host has no BatchNorm after it
+def test_incubator_leaves_batchnorm_statistics_of_the_host_alone(slot: str) -> None:
+    """BatchNorm running statistics (and batch counters) after a train step with a TRAINING seed are those of a step
+    of the host alone: only the main forward updates them."""
+    plain = _model("cnn", 8)
+    seeded = _model("cnn", 8)
+    _germinate(seeded, "conv_light", slot, "linear")
+    _perturb(seeded, slot)
+    _step_gradients(plain, "cnn")
+    _step_gradients(seeded, "cnn")
+    buffers = [(n, b) for n, b in plain.host.named_buffers() if "running" in n or "num_batches" in n]
+    assert buffers and int(dict(buffers)["blocks.0.1.num_batches_tracked"]) == 1
+    seeded_buffers = dict(seeded.host.named_buffers())
+    for n, b in buffers:
+        assert torch.equal(b, seeded_buffers[n]), n
 
 
 @pytest.mark.parametrize(("topology", "name", "slot", "size"), CASES)

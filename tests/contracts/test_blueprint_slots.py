@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from esper.kasmina.blueprints import DEFAULT_REGISTRY
-from esper.kasmina.model import MorphogeneticModel
+from esper.kasmina.model import MorphogeneticModel, batch_statistics
 from esper.leyline import CANONICAL_SLOTS, SeedStage
 from esper.runtime.tasks import TASKS, TaskSpec
 from esper.tolaria import TrainState, compute_task_loss, train_step
@@ -54,39 +54,37 @@ def _model(task_name: str) -> MorphogeneticModel:
 
 
 @functools.cache
-def _slot_activation(task_name: str, slot: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """The host activation at `slot` and the loss gradient arriving there: what a TRAINING seed sees and receives.
+def _slot_activation(task_name: str, slot: str) -> torch.Tensor:
+    """The detached host activation at `slot` in training mode: what a TRAINING seed sees in the incubator."""
+    with torch.no_grad():
+        return _model(task_name).host.forward_to_segment(slot, _batch(TASKS[task_name])[0])
 
-    In TRAINING the seed's input is the detached activation and its output gets exactly the upstream gradient (the
-    straight-through incubator), so these two tensors determine a fresh seed's first gradient.
-    """
-    task, model = TASKS[task_name], _model(task_name)
-    x, y = _batch(task)
-    h = model.host.forward_to_segment(slot, x).detach().requires_grad_()
-    compute_task_loss(model.host.forward_from_segment(slot, h), y, task.task_type).backward()
-    assert h.grad is not None
+
+def _step(model: MorphogeneticModel, task: TaskSpec, slot: str) -> None:
+    """One real train step (learning rate 0, so the shared model keeps its weights); every parameter the stage uses
+    has a finite gradient when the post-backward hooks run (a TRAINING seed's comes from the incubator)."""
+    ts = TrainState(model, task.host_optimizer, task.seed_optimizer, task.task_type, torch.device("cpu"))
+    for opt in ts.optimizers():
+        for group in opt.param_groups:
+            group["lr"] = 0.0
+    checked: list[bool] = []
+
+    def check(state: TrainState) -> None:
+        s = state.model.slot(slot)
+        assert s.seed is not None and s.state is not None
+        # The gate only acts while blending; in TRAINING the incubator puts the seed's output in place without it.
+        used = model.seed_parameters(slot) if s.state.stage == SeedStage.BLENDING else list(s.seed.parameters())
+        assert all(p.grad is not None for p in used)
+        grads = [p.grad for p in [*used, *model.host_parameters()] if p.grad is not None]
+        assert all(torch.isfinite(n) for n in torch._foreach_norm(grads))
+        checked.append(True)
+
+    ts.post_backward_hooks.append(check)
+    train_step(ts, *_batch(task))
+    assert checked
     model.zero_grad(set_to_none=True)
-    return h.detach(), h.grad
-
-
-def _backward(model: MorphogeneticModel, task: TaskSpec, slot: str) -> None:
-    """Forward and backward of the whole model; every parameter the stage uses gets a finite gradient."""
-    x, y = _batch(task)
-    model.zero_grad(set_to_none=True)
-    out = model(x)
-    assert torch.isfinite(out).all()
-    compute_task_loss(out, y, task.task_type).backward()
-    s = model.slot(slot)
-    assert s.seed is not None and s.state is not None
-    # The gate only acts while blending; in TRAINING the straight-through incubator bypasses it.
-    used = model.seed_parameters(slot) if s.state.stage == SeedStage.BLENDING else list(s.seed.parameters())
-    assert all(p.grad is not None for p in used)
-    grads = [p.grad for p in [*used, *model.host_parameters()] if p.grad is not None]
-    assert all(torch.isfinite(n) for n in torch._foreach_norm(grads))
-
-
 def test_the_sweep_covers_a_one_by_one_channels_last_slot() -> None:
-    h, _ = _slot_activation("cifar10_deep", "late")
+    h = _slot_activation("cifar10_deep", "late")
     assert h.shape[-2:] == (1, 1)
     assert h.is_contiguous(memory_format=torch.channels_last) and h.is_contiguous()
 
@@ -101,9 +99,9 @@ def test_every_blueprint_trains_and_blends_in_every_task_slot(task_name: str, sl
         model.step_epoch(1)
         state = model.slot(slot).state
         assert state is not None and state.stage == SeedStage.TRAINING
-        _backward(model, task, slot)
+        _step(model, task, slot)
         state.stage, state.alpha = SeedStage.BLENDING, 0.5
-        _backward(model, task, slot)
+        _step(model, task, slot)
         assert model.cull_seed(slot=slot, reason="test", epoch=1)
     model.zero_grad(set_to_none=True)
 
@@ -112,10 +110,13 @@ def test_every_blueprint_trains_and_blends_in_every_task_slot(task_name: str, sl
 def test_every_blueprint_gets_a_gradient_at_initialization(task_name: str) -> None:
     """A seed with an exactly zero first gradient has gradient ratio 0 forever and can never pass G2.
 
-    Each initialization is tried in every slot of its width (one module serves all of them: its weights are the
-    same, only the slot's activation and incoming gradient differ).
+    The first gradient is the incubator's: of the task loss with the fresh seed's output in place of the slot's
+    (the host's BatchNorm on batch statistics, as `MorphogeneticModel.forward_probe` runs it; the other slots are
+    empty). Each initialization is tried in every slot of its width (one module serves all of them: its weights are
+    the same, only the slot's activation and the suffix differ).
     """
     task, host = TASKS[task_name], _model(task_name).host
+    _, y = _batch(task)
     slots_by_width: dict[int, list[str]] = {}
     for slot in CANONICAL_SLOTS:
         slots_by_width.setdefault(host.segment_channels[slot], []).append(slot)
@@ -130,10 +131,10 @@ def test_every_blueprint_gets_a_gradient_at_initialization(task_name: str) -> No
                 seed = DEFAULT_REGISTRY.create(task.topology, name, width).train()
                 params = list(seed.parameters())
                 for slot in slots:
-                    h, upstream = _slot_activation(task_name, slot)
-                    seed.zero_grad(set_to_none=True)
-                    (seed(h) * upstream).sum().backward()
-                    total = sum(float(p.grad.abs().sum()) for p in params if p.grad is not None)
+                    with batch_statistics(host):
+                        out = host.forward_from_segment(slot, seed(_slot_activation(task_name, slot)))
+                    grads = torch.autograd.grad(compute_task_loss(out, y, task.task_type), params, allow_unused=True)
+                    total = sum(float(g.abs().sum()) for g in grads if g is not None)
                     assert total > 0, f"{name} at {task_name}/{slot}: zero gradient at initialization {init}"
 
 

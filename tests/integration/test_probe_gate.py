@@ -2,8 +2,8 @@
 
 The host trains one short epoch (it is left far from what the data allows), then its learning rate is 0 and its
 normalization statistics are re-estimated on the same batches every epoch, so its validation accuracy is exactly
-flat: the old global-improvement gate could never pass here. A seed in the last slot, trained by the real incubator
-on the labels, must still reach BLENDING; one trained against them (on shifted labels) must stay in TRAINING.
+flat: the old global-improvement gate could never pass here. A seed in any slot, trained by the real incubator on
+the labels, must still reach BLENDING; one trained against them (on shifted labels) must stay in TRAINING.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 from esper.kasmina.hosts import CNNHost
 from esper.kasmina.model import MorphogeneticModel
 from esper.kasmina.state import LifecycleConfig
-from esper.leyline import SeedStage
+from esper.leyline import CANONICAL_SLOTS, SeedStage
 from esper.runtime.optim import OptimizerSpec
 from esper.tolaria import TrainState, train_epoch, validate
 
@@ -31,21 +31,21 @@ def _data(seed: int, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return list(zip(x.split(32), y.split(32), strict=True))
 
 
-def _run(label_shift: int) -> tuple[MorphogeneticModel, list[float], list[float]]:
-    """Train a conv_light seed in `late` on labels shifted by `label_shift` (0: the true labels) for up to EPOCHS
+def _run(slot_id: str, label_shift: int) -> tuple[MorphogeneticModel, list[float], list[float]]:
+    """Train a conv_light seed in `slot_id` on labels shifted by `label_shift` (0: the true labels) for up to EPOCHS
     epochs, measuring and stepping the lifecycle like the episode loop. Returns the model, validation accuracies and
     probes."""
     torch.manual_seed(0)
     host = CNNHost(in_channels=3, num_classes=CLASSES, channels=(8, 16, 32))
-    model = MorphogeneticModel(host, slots=["late"], lifecycle=LifecycleConfig())
+    model = MorphogeneticModel(host, slots=[slot_id], lifecycle=LifecycleConfig())
     spec = OptimizerSpec("sgd", 0.003, momentum=0.9)
     ts = TrainState(model, spec, OptimizerSpec("sgd", 0.01, momentum=0.9), "classification", torch.device("cpu"))
     train, val = _data(1, 512), _data(2, 256)
     train_epoch(ts, train)
     for group in ts.host_optimizer.param_groups:
         group["lr"] = 0.0  # a frozen host: OptimizerSpec itself forbids lr 0
-    slot = model.slot("late")
-    model.germinate_seed("conv_light", "s", slot="late", baseline_accuracy=0.0, epoch=0)
+    slot = model.slot(slot_id)
+    model.germinate_seed("conv_light", "s", slot=slot_id, baseline_accuracy=0.0, epoch=0)
     model.step_epoch(0)  # G1: TRAINING
     ts.sync_optimizers()
     train = [(x, (y + label_shift) % CLASSES) for x, y in train]
@@ -59,8 +59,8 @@ def _run(label_shift: int) -> tuple[MorphogeneticModel, list[float], list[float]
         for s, c in val_stats.probe_contribution.items():
             model.slot(s).set_probe_contribution(c)
         accuracies.append(val_stats.val_accuracy)
-        if "late" in val_stats.probe_contribution:
-            probes.append(val_stats.probe_contribution["late"])
+        if slot_id in val_stats.probe_contribution:
+            probes.append(val_stats.probe_contribution[slot_id])
         model.step_epoch(epoch)
         assert slot.state is not None
         if slot.state.stage != SeedStage.TRAINING:
@@ -68,9 +68,10 @@ def _run(label_shift: int) -> tuple[MorphogeneticModel, list[float], list[float]
     return model, accuracies, probes
 
 
-def test_a_seed_that_helps_blends_on_a_flat_host() -> None:
-    model, accuracies, probes = _run(label_shift=0)
-    state = model.slot("late").state
+@pytest.mark.parametrize("slot_id", CANONICAL_SLOTS)
+def test_a_seed_that_helps_blends_on_a_flat_host(slot_id: str) -> None:
+    model, accuracies, probes = _run(slot_id, label_shift=0)
+    state = model.slot(slot_id).state
     assert state is not None
     assert len(set(accuracies)) == 1  # the host is exactly flat
     assert state.stage == SeedStage.BLENDING, (accuracies, probes)
@@ -78,14 +79,15 @@ def test_a_seed_that_helps_blends_on_a_flat_host() -> None:
     assert probes[-1] > 5.0  # the seed's own worth, measured while it is isolated
 
 
-def test_a_seed_that_hurts_stays_in_training() -> None:
-    model, accuracies, probes = _run(label_shift=1)
-    state = model.slot("late").state
+@pytest.mark.parametrize("slot_id", CANONICAL_SLOTS)
+def test_a_seed_that_hurts_stays_in_training(slot_id: str) -> None:
+    model, accuracies, probes = _run(slot_id, label_shift=1)
+    state = model.slot(slot_id).state
     assert state is not None
     assert len(set(accuracies)) == 1
     assert state.stage == SeedStage.TRAINING and len(probes) == EPOCHS
     assert max(probes[LifecycleConfig().min_training_epochs - 1:]) < 0.0, probes
-    result = model.slot("late").gates.check_gate(state, SeedStage.BLENDING)
+    result = model.slot(slot_id).gates.check_gate(state, SeedStage.BLENDING)
     assert not result.passed
     assert [c for c in result.checks_failed if c.startswith("probe_negative_")], result.checks_failed
     assert "seed_ready" in result.checks_passed and any(c.startswith("seed_gradient_active") for c in
@@ -95,7 +97,7 @@ def test_a_seed_that_hurts_stays_in_training() -> None:
 @pytest.mark.parametrize("label_shift", [0, 1])
 def test_validation_does_not_change_the_model(label_shift: int) -> None:
     """Probing is a measurement: a second validation of the same model gives the same numbers."""
-    model, _, _ = _run(label_shift)
+    model, _, _ = _run("early", label_shift)
     ts = TrainState(model, OptimizerSpec("sgd", 0.01), OptimizerSpec("sgd", 0.01), "classification",
                     torch.device("cpu"))
     val = _data(2, 256)

@@ -3,7 +3,7 @@
 from esper.kasmina.blending import BLEND_IDS, GatedBlend, schedule_alpha
 from esper.kasmina.blueprints import DEFAULT_REGISTRY, BlueprintRegistry, BlueprintSpec, default_registry
 from esper.kasmina.hosts import CNNHost, HostProtocol, TransformerHost, slot_boundaries
-from esper.kasmina.isolation import blend_lerp, ste_forward
+from esper.kasmina.isolation import blend_lerp
 from esper.kasmina.model import CounterfactualLogits, MorphogeneticModel
 from esper.kasmina.slot import SeedSlot, StageChange
 from esper.kasmina.state import LifecycleConfig, QualityGates, SeedProgress, SeedState
@@ -29,5 +29,4 @@ __all__ = [
     "default_registry",
     "schedule_alpha",
     "slot_boundaries",
-    "ste_forward",
 ]

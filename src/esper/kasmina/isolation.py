@@ -1,13 +1,12 @@
-"""Pure tensor ops that combine a host activation h with a seed output s. No state, no side effects."""
+"""Pure tensor ops that combine a host activation h with a seed output s. No state, no side effects.
+
+A TRAINING seed needs no op here: its slot returns h itself, and the seed trains in a forward of its own (the
+incubator in Tolaria's train step), so nothing of it can leak into the host's function or gradients.
+"""
 
 from __future__ import annotations
 
 from torch import Tensor
-
-
-def ste_forward(h: Tensor, s: Tensor) -> Tensor:
-    """Value exactly h (for finite s), gradient 1 to h and to s: the seed trains without changing the forward."""
-    return h + (s - s.detach())
 
 
 def blend_lerp(h: Tensor, s: Tensor, w: Tensor | float) -> Tensor:

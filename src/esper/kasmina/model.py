@@ -78,11 +78,24 @@ class MorphogeneticModel(nn.Module):
     # ------------------------------------------------------------------ forward
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        prev, prev_slot = x, None
-        for s in self.slot_ids:
-            h = self.segments.forward_to_segment(s, prev, from_segment=prev_slot)
-            prev, prev_slot = self.seed_slots[s](h), s
-        return self.segments.forward_from_segment(self.slot_ids[-1], prev)
+        return self._run_from(None, x)
+
+    def forward_with_activations(self, x: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The model's logits and the host activation arriving at each enabled slot: the points a counterfactual
+        (or the incubator) restarts from, so that only the suffix after a slot has to be recomputed."""
+        cached: dict[str, torch.Tensor] = {}
+        return self._run_from(None, x, cached), cached
+
+    def forward_probe(self, slot: str, h: torch.Tensor) -> torch.Tensor:
+        """Logits with `slot`'s TRAINING seed output on `h` (the slot's host activation) in place of the slot's output,
+        every other slot as it is (see `SeedSlot.probe`).
+
+        The host's BatchNorm layers use the statistics of the batch and leave their running estimates alone (see
+        `batch_statistics`): those estimates describe the activations of the model as it is, not of this
+        counterfactual. Differentiable, so the incubator can train the seed on the loss of this very forward.
+        """
+        with batch_statistics(self.host):
+            return self._run_from(slot, self._slot(slot).probe(h))
 
     def forward_with_counterfactuals(
         self,
@@ -93,7 +106,7 @@ class MorphogeneticModel(nn.Module):
         """Full logits plus one counterfactual forward per requested slot, every other slot as it is.
 
         `ablate`: the slot's seed removed (the slot outputs its host activation). `probe`: a TRAINING seed put in
-        place of the slot's output (see `SeedSlot.probe`). In both, the host's BatchNorm layers after the slot use
+        place of the slot's output (see `forward_probe`). In both, the host's BatchNorm layers after the slot use
         the statistics of the batch (see `batch_statistics`): their running estimates describe the activations of
         the model as it is, so a counterfactual that shifts the activation distribution would otherwise be judged
         through a normalization the model would re-estimate at once — removing a blended seed then looked like
@@ -101,20 +114,12 @@ class MorphogeneticModel(nn.Module):
         caches every slot's host activation; each counterfactual restarts from its slot's cached activation and
         recomputes only the suffix. Pure: no state is mutated.
         """
-        cached: dict[str, torch.Tensor] = {}
-        prev, prev_slot = x, None
-        for s in self.slot_ids:
-            h = self.segments.forward_to_segment(s, prev, from_segment=prev_slot)
-            cached[s] = h
-            prev, prev_slot = self.seed_slots[s](h), s
-        full = self.segments.forward_from_segment(self.slot_ids[-1], prev)
+        full, cached = self.forward_with_activations(x)
         ablated: dict[str, torch.Tensor] = {}
-        probed: dict[str, torch.Tensor] = {}
         with batch_statistics(self.host):
             for k in self._requested(ablate):
-                ablated[k] = self._forward_from_slot(k, cached[k])
-            for k in self._requested(probe):
-                probed[k] = self._forward_from_slot(k, self._slot(k).probe(cached[k]))
+                ablated[k] = self._run_from(k, cached[k])
+        probed = {k: self.forward_probe(k, cached[k]) for k in self._requested(probe)}
         return CounterfactualLogits(full, ablated, probed)
 
     def _requested(self, slots: list[str] | tuple[str, ...]) -> tuple[str, ...]:
@@ -123,11 +128,16 @@ class MorphogeneticModel(nn.Module):
             self._slot(k)  # an existing but disabled slot is an error too
         return ordered
 
-    def _forward_from_slot(self, slot: str, out: torch.Tensor) -> torch.Tensor:
-        """Logits when `slot` outputs `out`: the later segments and slots, then the head."""
+    def _run_from(self, slot: str | None, out: torch.Tensor, cache: dict[str, torch.Tensor] | None = None
+                  ) -> torch.Tensor:
+        """Logits when `slot` outputs `out` (None: `out` is the model input): the later segments and slots, then the
+        head. `cache`, when given, receives the host activation arriving at each slot passed."""
+        start = 0 if slot is None else self.slot_ids.index(slot) + 1
         prev, prev_slot = out, slot
-        for s in self.slot_ids[self.slot_ids.index(slot) + 1:]:
+        for s in self.slot_ids[start:]:
             h = self.segments.forward_to_segment(s, prev, from_segment=prev_slot)
+            if cache is not None:
+                cache[s] = h
             prev, prev_slot = self.seed_slots[s](h), s
         return self.segments.forward_from_segment(self.slot_ids[-1], prev)
 

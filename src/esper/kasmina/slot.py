@@ -14,7 +14,7 @@ from torch import nn
 
 from esper.kasmina.blending import BLEND_IDS, GatedBlend, schedule_alpha
 from esper.kasmina.blueprints import BlueprintRegistry, default_registry
-from esper.kasmina.isolation import blend_lerp, ste_forward
+from esper.kasmina.isolation import blend_lerp
 from esper.kasmina.state import LifecycleConfig, QualityGates, SeedState
 from esper.leyline import (
     GateLevel,
@@ -68,11 +68,13 @@ class SeedSlot(nn.Module):
     # ------------------------------------------------------------------ forward
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
+        """The slot's output. A TRAINING seed is isolated: the output is the host activation `h` itself, so the
+        model's function and the host's gradients are exactly the host's. The seed learns in the incubator instead
+        (Tolaria's train step trains it on the loss of a second forward with its output in place, see
+        `MorphogeneticModel.forward_probe`); it joins this forward only from BLENDING on, through alpha."""
         state, seed = self.state, self.seed
-        if state is None or seed is None or not is_active_stage(state.stage):
+        if state is None or seed is None or not is_active_stage(state.stage) or state.stage == SeedStage.TRAINING:
             return h
-        if state.stage == SeedStage.TRAINING:
-            return ste_forward(h, seed(h.detach()))
         weight: float | torch.Tensor = state.alpha
         if self.gate is not None:
             weight = state.alpha * self.gate(h)
@@ -82,8 +84,9 @@ class SeedSlot(nn.Module):
         """What a TRAINING seed proposes in place of the slot's output: the seed module's output on `h`.
 
         The model with this in place (every other slot as it is) measures the seed itself, which the global accuracy
-        cannot while the seed is isolated from the forward. A gated blend's gate is not applied: nothing trains it
-        before BLENDING, and it only decides later how much of the seed to keep.
+        cannot while the seed is isolated from the forward, and is what the incubator trains the seed on. A gated
+        blend's gate is not applied: nothing trains it before BLENDING, and it only decides later how much of the
+        seed to keep.
         """
         state, seed = self.state, self.seed
         if state is None or seed is None or state.stage != SeedStage.TRAINING:

@@ -1,19 +1,22 @@
-"""Tolaria: training mechanics (train/validate steps, gradient ratios, counterfactuals) and the governor."""
+"""Tolaria: training mechanics (train step, incubator, validation, gradient ratios, counterfactuals, probes) and the
+governor."""
 
 from esper.tolaria.governor import GovernorReport, TolariaGovernor, export_train_state, restore_train_state
 from esper.tolaria.trainer import (
     BN_RECALIBRATION_BATCHES,
     TrainEpochStats,
     TrainState,
-    ValStats,
     compute_task_loss,
-    counterfactual_slots,
     finish_train_epoch,
-    finish_validation,
-    probe_slots,
     recalibrate_batchnorm,
     train_epoch,
     train_step,
+)
+from esper.tolaria.validation import (
+    ValStats,
+    counterfactual_slots,
+    finish_validation,
+    probe_slots,
     validate,
     validate_batch,
 )

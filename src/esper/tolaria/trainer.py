@@ -1,6 +1,6 @@
-"""Training mechanics of one environment: train and validation steps, gradient ratios, counterfactuals.
+"""Training mechanics of one environment: the train step, the incubator, gradient ratios, BatchNorm recalibration.
 
-Nothing here synchronizes with the host except the `finish_*` functions: per-step statistics accumulate on device,
+Nothing here synchronizes with the host except `finish_train_epoch`: per-step statistics accumulate on device,
 so many environments can share a GPU without stalling each other.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -19,6 +19,7 @@ from torch import nn
 from esper.kasmina.model import MorphogeneticModel
 from esper.leyline import SeedStage
 from esper.leyline.constants import GRADIENT_EPSILON
+from esper.leyline.seeding import derive_seed
 from esper.runtime.optim import OptimizerSpec
 
 TaskType = Literal["classification", "lm"]
@@ -36,24 +37,6 @@ class TrainEpochStats:
 
 
 @dataclass
-class ValStats:
-    """One validation pass. Accuracies and contributions in pp; contributions are relative to `val_accuracy`.
-
-    `contribution`: counterfactual of each ablated slot (accuracy with its seed minus without it).
-    `probe_contribution`: of each probed slot (accuracy with its TRAINING seed in place of the slot's output minus
-    the model as it is).
-    """
-
-    val_loss: float
-    val_accuracy: float
-    n_samples: int
-    ablated_accuracy: dict[str, float]
-    contribution: dict[str, float]
-    probe_accuracy: dict[str, float] = field(default_factory=dict)
-    probe_contribution: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass
 class TrainState:
     """One environment's model, optimizers, AMP settings and on-device accumulators."""
 
@@ -68,6 +51,7 @@ class TrainState:
     host_optimizer: torch.optim.Optimizer = field(init=False)
     seed_optimizers: dict[str, tuple[str, torch.optim.Optimizer]] = field(default_factory=dict)
     fossil_order: list[str] = field(default_factory=list)
+    steps_taken: int = 0  # train steps so far: with the seed id, keys the incubator's private random stream
     scaler: torch.amp.GradScaler | None = field(init=False)
     _acc: dict[str, Any] = field(default_factory=dict)
     _val: dict[str, Any] = field(default_factory=dict)
@@ -94,8 +78,9 @@ class TrainState:
     def sync_optimizers(self) -> None:
         """Reconcile optimizers with the model after any lifecycle change.
 
-        Live seeds get their own optimizer; a fossilized seed's parameters join the host optimizer as a new
-        parameter group (host hyperparameters) so it keeps training as part of the host; culled seeds lose theirs.
+        Live seeds with parameters get their own optimizer; a fossilized seed's parameters join the host optimizer as
+        a new parameter group (host hyperparameters) so it keeps training as part of the host; culled seeds lose
+        theirs.
         """
         for s in self.model.slots():
             state = s.state
@@ -110,7 +95,7 @@ class TrainState:
                 if s.slot_id not in self.fossil_order:
                     self.host_optimizer.add_param_group({"params": s.seed_parameters()})
                     self.fossil_order.append(s.slot_id)
-            elif s.slot_id not in self.seed_optimizers:
+            elif s.slot_id not in self.seed_optimizers and s.seed_parameters():  # noop seeds have nothing to train
                 self.seed_optimizers[s.slot_id] = (state.seed_id, self.seed_optimizer_spec.build(s.seed_parameters()))
 
     def optimizers(self) -> list[torch.optim.Optimizer]:
@@ -134,7 +119,7 @@ def compute_task_loss(outputs: torch.Tensor, targets: torch.Tensor, task_type: T
     return F.cross_entropy(outputs, targets)
 
 
-def _correct(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def correct_count(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return (outputs.argmax(dim=-1) == targets).sum()
 
 
@@ -152,8 +137,58 @@ def reset_train_accumulators(ts: TrainState) -> None:
                "ratio_sum": {}, "ratio_count": {}}
 
 
+@contextlib.contextmanager
+def _private_rng(device: torch.device, seed: int) -> Iterator[None]:
+    """A random stream of its own for the block, seeded with `seed`; the caller's stream is neither read nor advanced.
+
+    The incubator's forward runs the host's dropout layers. Drawing their masks from the env's stream would shift
+    every later host draw, and an env whose seeds never blended would stop being bit-identical to its static twin.
+    """
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.random.default_generator.manual_seed(seed)
+        if device.type == "cuda":
+            with torch.cuda.device(device):
+                torch.cuda.manual_seed(seed)
+        yield
+
+
+def _incubate(ts: TrainState, activations: dict[str, torch.Tensor], y: torch.Tensor) -> None:
+    """Give every TRAINING seed the gradient of the task loss of the model with the seed's output in place of its
+    slot's (`MorphogeneticModel.forward_probe` from the slot's detached host activation, every other slot as it is).
+
+    The seed is isolated from the model's forward, so the main backward cannot train it. A straight-through gradient
+    (the host's dL/dh applied to the seed's output) does not either: the loss is never evaluated with the seed's
+    output in place, so that output drifts wherever the linearization points, and frozen-host probes measured −24 to
+    −59 pp after six epochs whatever the seed was worth. Here the seed learns exactly what its probe (and the G2
+    gate) measures. Gradients are taken for the seed's parameters only, so the host's stay those of the host alone;
+    the host's BatchNorm layers use batch statistics without updating their running estimates, and dropout draws
+    from a stream keyed by (seed id, step). With a GradScaler the loss is scaled like the main loss: the seed's
+    optimizer is unscaled and stepped with the others.
+    """
+    model = ts.model
+    for s in model.slots():
+        if s.state is None or s.state.stage != SeedStage.TRAINING:
+            continue
+        params = s.seed_parameters()
+        if not params:
+            continue
+        with _private_rng(ts.device, derive_seed("incubator", s.state.seed_id, ts.steps_taken)), ts.autocast():
+            loss = compute_task_loss(model.forward_probe(s.slot_id, activations[s.slot_id].detach()), y,
+                                     ts.task_type)
+        if ts.scaler is not None:
+            loss = ts.scaler.scale(loss)
+        # A gated blend's gate has no part in TRAINING: its gradient stays None, as the optimizer expects.
+        grads = torch.autograd.grad(loss, params, allow_unused=True)
+        for p, g in zip(params, grads, strict=True):
+            p.grad = g
+
+
 def train_step(ts: TrainState, x: torch.Tensor, y: torch.Tensor) -> None:
-    """One optimization step of host and live seeds, with the always-on gradient-ratio measurement."""
+    """One optimization step of the host and every live seed, with the always-on gradient-ratio measurement.
+
+    Order: forward and backward of the model (host, blended seeds), then the incubator for TRAINING seeds, then the
+    ratio and the post-backward hooks (every gradient exists by then), then the optimizer steps.
+    """
     model = ts.model
     if not model.training:
         model.train()
@@ -161,14 +196,16 @@ def train_step(ts: TrainState, x: torch.Tensor, y: torch.Tensor) -> None:
     for opt in optimizers:
         opt.zero_grad(set_to_none=True)
     with ts.autocast():
-        outputs = model(x)
+        outputs, activations = model.forward_with_activations(x)
         loss = compute_task_loss(outputs, y, ts.task_type)
     if ts.scaler is not None:
         ts.scaler.scale(loss).backward()
-        for opt in optimizers:
-            ts.scaler.unscale_(opt)
     else:
         loss.backward()
+    _incubate(ts, activations, y)
+    if ts.scaler is not None:
+        for opt in optimizers:
+            ts.scaler.unscale_(opt)
 
     host_norm, host_n = _grad_norm(model.host_parameters())
     acc = ts._acc
@@ -202,9 +239,10 @@ def train_step(ts: TrainState, x: torch.Tensor, y: torch.Tensor) -> None:
 
     n = y.numel()
     acc["loss"] += loss.detach().float() * n
-    acc["correct"] += _correct(outputs.detach(), y)
+    acc["correct"] += correct_count(outputs.detach(), y)
     acc["n"] += n
     acc["steps"] += 1
+    ts.steps_taken += 1
 
 
 BN_RECALIBRATION_BATCHES = 8
@@ -254,70 +292,6 @@ def finish_train_epoch(ts: TrainState) -> TrainEpochStats:
     return stats
 
 
-def validate_batch(ts: TrainState, x: torch.Tensor, y: torch.Tensor, ablate: tuple[str, ...] = (),
-                   probe: tuple[str, ...] = ()) -> None:
-    """Evaluate one batch with the full model, each slot in `ablate` removed and each slot in `probe` replaced by
-    its TRAINING seed (cached prefixes)."""
-    model = ts.model
-    val = ts._val
-    if not val:
-        zero = torch.zeros((), device=ts.device)
-        val.update({"was_training": model.training, "loss": zero.clone(), "correct": zero.clone(), "n": 0,
-                    "ablated": {s: zero.clone() for s in ablate}, "probed": {s: zero.clone() for s in probe},
-                    "ablate": tuple(ablate), "probe": tuple(probe)})
-    elif tuple(ablate) != val["ablate"] or tuple(probe) != val["probe"]:
-        raise ValueError("The ablated and probed slots must be the same for every batch of a validation pass")
-    model.eval()
-    with torch.no_grad(), ts.autocast():
-        logits = model.forward_with_counterfactuals(x, ablate, probe)
-        loss = compute_task_loss(logits.full, y, ts.task_type)
-    n = y.numel()
-    val["loss"] += loss.float() * n
-    val["correct"] += _correct(logits.full, y)
-    for s, out in logits.ablated.items():
-        val["ablated"][s] += _correct(out, y)
-    for s, out in logits.probed.items():
-        val["probed"][s] += _correct(out, y)
-    val["n"] += n
-
-
-def _empty_val_stats(ablate: Iterable[str], probe: Iterable[str]) -> ValStats:
-    zeros, probe_zeros = dict.fromkeys(ablate, 0.0), dict.fromkeys(probe, 0.0)
-    return ValStats(0.0, 0.0, 0, zeros, dict(zeros), probe_zeros, dict(probe_zeros))
-
-
-def finish_validation(ts: TrainState) -> ValStats:
-    """Sample-weighted validation metrics, counterfactual and probe contributions (pp), with one host sync;
-    restores the train/eval mode."""
-    val = ts._val
-    if not val:
-        return _empty_val_stats((), ())
-    ts.model.train(val["was_training"])
-    ablated_slots, probed_slots = list(val["ablated"]), list(val["probed"])
-    values = torch.stack([val["loss"], val["correct"].float(), *(val["ablated"][s].float() for s in ablated_slots),
-                          *(val["probed"][s].float() for s in probed_slots)]).tolist()
-    n = val["n"]
-    ts._val = {}
-    if n == 0:
-        return _empty_val_stats(ablated_slots, probed_slots)
-    acc = 100.0 * values[1] / n
-    counts = iter(values[2:])
-    ablated = {s: 100.0 * next(counts) / n for s in ablated_slots}
-    probed = {s: 100.0 * next(counts) / n for s in probed_slots}
-    return ValStats(values[0] / n, acc, n, ablated, {s: acc - a for s, a in ablated.items()},
-                    probed, {s: p - acc for s, p in probed.items()})
-
-
-def counterfactual_slots(model: MorphogeneticModel) -> tuple[str, ...]:
-    """Slots whose seed blends into the forward (alpha > 0): the ones with a measurable contribution."""
-    return tuple(s.slot_id for s in model.slots() if s.state is not None and s.state.alpha > 0)
-
-
-def probe_slots(model: MorphogeneticModel) -> tuple[str, ...]:
-    """Slots whose seed is in TRAINING: isolated from the forward, so only a probe can measure it."""
-    return tuple(s.slot_id for s in model.slots() if s.state is not None and s.state.stage == SeedStage.TRAINING)
-
-
 def train_epoch(ts: TrainState, batches: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> TrainEpochStats:
     recent: deque[torch.Tensor] = deque(maxlen=BN_RECALIBRATION_BATCHES)
     for x, y in batches:
@@ -325,15 +299,3 @@ def train_epoch(ts: TrainState, batches: Iterable[tuple[torch.Tensor, torch.Tens
         recent.append(x)
     recalibrate_batchnorm(ts, recent)
     return finish_train_epoch(ts)
-
-
-def validate(ts: TrainState, batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
-             ablate: tuple[str, ...] | None = None, probe: tuple[str, ...] | None = None) -> ValStats:
-    """Full validation pass; by default ablates every blended-in seed and probes every TRAINING seed."""
-    ablate = counterfactual_slots(ts.model) if ablate is None else ablate
-    probe = probe_slots(ts.model) if probe is None else probe
-    for x, y in batches:
-        validate_batch(ts, x, y, ablate, probe)
-    if not ts._val:  # empty loader: nothing accumulated
-        return _empty_val_stats(ablate, probe)
-    return finish_validation(ts)

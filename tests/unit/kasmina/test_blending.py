@@ -17,7 +17,7 @@ from esper.kasmina.blending import (
     schedule_alpha,
     sigmoid,
 )
-from esper.kasmina.isolation import blend_lerp, ste_forward
+from esper.kasmina.isolation import blend_lerp
 
 FIVE_STEPS = [0.2, 0.4, 0.6, 0.8, 1.0]
 
@@ -110,17 +110,6 @@ def test_gate_rejects_unknown_topology() -> None:
 
 
 # -------------------------------------------------------------------------------------------------- isolation
-
-
-def test_ste_forward_value_and_gradients() -> None:
-    h = torch.randn(4, 6, requires_grad=True)
-    s = torch.randn(4, 6, requires_grad=True)
-    out = ste_forward(h, s)
-    assert torch.equal(out, h)
-    out.sum().backward()
-    assert h.grad is not None and s.grad is not None
-    assert torch.equal(h.grad, torch.ones_like(h))
-    assert torch.equal(s.grad, torch.ones_like(s))
 
 
 def test_blend_lerp_values_and_gradients() -> None:

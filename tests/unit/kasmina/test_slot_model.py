@@ -35,6 +35,27 @@ def test_no_seeds_equals_host_bit_exact() -> None:
     assert torch.equal(m(x), m.host(x))
 
 
+def test_a_training_slot_outputs_the_host_activation_without_running_its_seed() -> None:
+    """TRAINING isolation is structural: the slot returns the activation it was given (the same tensor) and never
+    calls its seed, so neither the model's value nor its autograd graph contains the seed."""
+    m = _model()
+    _germinate(m)
+    m.step_epoch(1)
+    s = m.slot("mid")
+    assert s.state is not None and s.state.stage == SeedStage.TRAINING and s.seed is not None
+    calls: list[int] = []
+    s.seed.register_forward_hook(lambda mod, args, out: calls.append(1))
+    h = torch.randn(2, 16, 8, 8, requires_grad=True)
+    assert s(h) is h
+    x = torch.randn(2, 3, 32, 32)
+    logits, activations = m.forward_with_activations(x)
+    assert not calls and torch.equal(logits, m.host(x))
+    assert set(activations) == {"early", "mid", "late"}
+    assert torch.equal(activations["mid"], m.host.forward_to_segment("mid", x))
+    m.forward_probe("mid", activations["mid"])
+    assert calls == [1]  # the probe (and the incubator) run it
+
+
 def test_germinate_validates_before_mutating() -> None:
     m = _model()
     slot = m.slot("mid")

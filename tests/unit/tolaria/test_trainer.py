@@ -259,6 +259,72 @@ def test_post_backward_hooks_run_before_the_optimizer_step() -> None:
     assert not torch.equal(weight.detach(), before)
 
 
+# ---------------------------------------------------------------------------------------------- incubator
+
+
+def _step_grads(ts: TrainState, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Gradients by parameter name as the post-backward hooks see them in one train step."""
+    seen: dict[str, torch.Tensor] = {}
+    ts.post_backward_hooks.append(lambda state: seen.update(
+        {n: p.grad.clone() for n, p in state.model.named_parameters() if p.grad is not None}))
+    train_step(ts, x, y)
+    ts.post_backward_hooks.clear()
+    return seen
+
+
+def _dropout_lm(seeded: bool) -> MorphogeneticModel:
+    torch.manual_seed(0)
+    host = TransformerHost(vocab_size=257, n_embd=16, n_head=2, n_layer=3, block_size=8, dropout=0.3)
+    model = MorphogeneticModel(host, slots=["early", "mid"], lifecycle=LifecycleConfig())
+    if seeded:
+        _drive(model, "early", SeedStage.TRAINING, blueprint="mlp")
+    return model
+
+
+def test_incubator_does_not_draw_from_the_callers_random_stream() -> None:
+    """With dropout in the host, a step with a TRAINING seed leaves the global random stream exactly where a step of
+    the host alone leaves it (the host's gradients, dropout masks included, are bit-identical). The incubator's own
+    dropout is keyed by seed id and step: a rerun gives the same seed gradient, and a second step from the same
+    global stream and weights (learning rate 0) another one."""
+    x, y = torch.randint(0, 257, (4, 8)), torch.randint(0, 257, (4, 8))
+    runs = []
+    for seeded in (False, True, True):
+        ts = _ts(_dropout_lm(seeded), task_type="lm")
+        _zero_lr(ts)
+        torch.manual_seed(5)
+        first = _step_grads(ts, x, y)
+        rng = torch.get_rng_state()
+        torch.manual_seed(5)
+        runs.append((rng, first, _step_grads(ts, x, y)))
+    (plain_rng, plain, _), (rng, seeded, seeded_next), (_, rerun, _) = runs
+    assert torch.equal(plain_rng, rng)
+    host = [n for n in plain if n.startswith("host.")]
+    assert host and all(torch.equal(plain[n], seeded[n]) and torch.equal(plain[n], seeded_next[n]) for n in host)
+    seed = [n for n in seeded if n.startswith("seed_slots.early.seed.")]
+    assert seed and all(torch.equal(seeded[n], rerun[n]) for n in seed)
+    assert any(not torch.equal(seeded[n], seeded_next[n]) for n in seed)
+
+
+def test_incubator_loss_is_scaled_like_the_main_loss() -> None:
+    """With a GradScaler the seed's optimizer is unscaled with the others, so the incubator must scale its loss too:
+    the gradients the hooks see equal those of an unscaled step."""
+    grads = []
+    for scale in (None, 2.0**10):
+        torch.manual_seed(0)
+        model = _model()
+        _drive(model, "mid", SeedStage.TRAINING)
+        ts = _ts(model)
+        if scale is not None:
+            ts.scaler = torch.amp.GradScaler("cpu", init_scale=scale)
+        torch.manual_seed(1)
+        grads.append(_step_grads(ts, _images(6), torch.randint(0, 10, (6,))))
+    plain, scaled = grads
+    seed = [n for n in plain if ".seed." in n]
+    assert seed and plain.keys() == scaled.keys()
+    for n in plain:
+        assert torch.allclose(plain[n], scaled[n], rtol=1e-5, atol=1e-8), n
+
+
 # ----------------------------------------------------------------------------------------- counterfactuals
 
 
