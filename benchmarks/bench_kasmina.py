@@ -13,9 +13,10 @@ plain host against the first) shows how small a difference the machine can resol
 1. `model / host`: MorphogeneticModel with slots early, mid, late and no seeds vs the plain host (target ≤ 1.03);
    `train_step / host`: Tolaria's `train_step` on the unseeded model (adds the always-on host gradient norm and the
    on-device loss/accuracy accumulators) vs the plain host.
-2. `seed model / host+seed`: the model with one TRAINING conv_light seed in `mid` vs a plain nn.Module running the
-   host and the same seed module on the detached mid activation, joined by the straight-through identity (the
-   irreducible cost of the seed); also Tolaria's `train_step` (adds the gradient ratio and a seed optimizer).
+2. The incubator: Tolaria's `train_step` with one TRAINING conv_light seed (in `early`, `mid` or `late`, or one in
+   each) vs the same `train_step` with no seed. A TRAINING seed leaves the model's forward exactly the host's; it
+   learns from a second forward of everything after its slot with its output in place, backpropagated to the seed
+   only, so its cost grows with the depth after the slot.
 3. Validation of 2,000 samples in batches of 512 (eval, no_grad) with three seeds (conv_light/early,
    attention/mid, depthwise/late), in three configurations: all blended in at α = 1.0 (three ablations); early still
    in TRAINING, mid and late blended (one probe, the most expensive one, plus two ablations); all three in TRAINING
@@ -34,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import math
 import os
 import statistics
@@ -87,19 +87,6 @@ def tolaria_step(model: MorphogeneticModel, x: torch.Tensor, y: torch.Tensor) ->
     spec = OptimizerSpec("sgd", 0.01, momentum=0.9)
     ts = TrainState(model, spec, spec, "classification", x.device)
     return lambda: train_step(ts, x, y)
-
-
-class HostPlusSeed(nn.Module):
-    """Baseline: host forward with the seed applied to the detached mid activation, joined by STE (value = host)."""
-
-    def __init__(self, host: CNNHost, seed: nn.Module) -> None:
-        super().__init__()
-        self.host, self.seed = host, seed
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.host.forward_to_segment("mid", x)
-        s = self.seed(h.detach())
-        return self.host.forward_from_segment("mid", h + (s - s.detach()))
 
 
 def timed(fn: Step, n: int, sync: Callable[[], None]) -> tuple[float, float]:
@@ -169,8 +156,8 @@ def seed_three_slots(model: MorphogeneticModel, training: tuple[str, ...]) -> No
 
 
 def naive_forward(model: MorphogeneticModel, x: torch.Tensor, slot: str, how: str) -> torch.Tensor:
-    """A full chained forward where `slot` outputs its host activation ("ablate") or its seed's output ("probe",
-    with the host's BatchNorm layers after it on batch statistics, like the probe)."""
+    """A full chained forward where `slot` outputs its host activation ("ablate") or its seed's output ("probe"),
+    with the host's BatchNorm layers after it on batch statistics, as the cached counterfactuals do."""
     prev, prev_slot = x, None
     with contextlib.ExitStack() as after_slot:
         for s in model.slot_ids:
@@ -179,8 +166,7 @@ def naive_forward(model: MorphogeneticModel, x: torch.Tensor, slot: str, how: st
                 seed = model.slot(s).seed
                 assert seed is not None
                 prev = h if how == "ablate" else seed(h)
-                if how == "probe":
-                    after_slot.enter_context(batch_statistics(model.host))
+                after_slot.enter_context(batch_statistics(model.host))
             else:
                 prev = model.slot(s)(h)
             prev_slot = s
@@ -225,17 +211,20 @@ def main() -> None:
         "Tolaria train_step, no seeds": tolaria_step(make_model(device), x, y),
     }, args.repeats, sync)
 
-    # 2. One TRAINING seed vs host + the same seed module alone.
-    seeded = make_model(device)
-    seeded.germinate_seed("conv_light", "bench-mid", slot="mid", baseline_accuracy=50.0, epoch=0)
-    seeded.step_epoch(0)
-    mid = seeded.slot("mid")
-    assert mid.state is not None and mid.state.stage == SeedStage.TRAINING and mid.seed is not None
-    baseline = HostPlusSeed(make_host(device), copy.deepcopy(mid.seed))
+    # 2. The incubator: train_step with TRAINING seeds vs without.
+    def incubating(slots: tuple[str, ...]) -> MorphogeneticModel:
+        m = make_model(device)
+        for slot in slots:
+            m.germinate_seed("conv_light", f"bench-{slot}", slot=slot, baseline_accuracy=50.0, epoch=0)
+        m.step_epoch(0)
+        assert all(m.slot(s).state is not None and m.slot(s).state.stage == SeedStage.TRAINING  # type: ignore[union-attr]
+                   for s in slots)
+        return m
+
     s2 = bench({
-        "host + seed module (baseline)": plain_step(baseline, x, y),
-        "model, TRAINING seed in mid": plain_step(seeded, x, y),
-        "Tolaria train_step, TRAINING seed": tolaria_step(copy.deepcopy(seeded), x, y),
+        "train_step, no seeds": tolaria_step(make_model(device), x, y),
+        **{f"train_step, TRAINING seed in {slot}": tolaria_step(incubating((slot,)), x, y) for slot in SLOTS},
+        "train_step, TRAINING seeds in all three": tolaria_step(incubating(SLOTS), x, y),
     }, args.repeats, sync)
 
     # 3. Counterfactuals and probes of three seeded slots vs one plain validation pass of the same model.
@@ -275,13 +264,15 @@ def main() -> None:
     console = Console()
     console.print(table)
 
-    h, b2 = "plain host", "host + seed module (baseline)"
+    h, b2 = "plain host", "train_step, no seeds"
     rows: list[tuple[str, Times, str, str, float, float | None]] = [
         ("A/A noise floor: plain host copy / plain host", s1, "plain host, 2nd copy (A/A)", h, 0.0, None),
         ("model (no seeds) / plain host", s1, "model, 3 empty slots", h, 0.0, 1.03),
         ("Tolaria train_step (no seeds) / plain host", s1, "Tolaria train_step, no seeds", h, 0.0, None),
-        ("model (TRAINING seed) / host + seed", s2, "model, TRAINING seed in mid", b2, 0.0, None),
-        ("Tolaria train_step (TRAINING seed) / host + seed", s2, "Tolaria train_step, TRAINING seed", b2, 0.0, None),
+        *((f"train_step with a TRAINING seed in {slot} / without", s2, f"train_step, TRAINING seed in {slot}", b2,
+           0.0, None) for slot in SLOTS),
+        ("train_step with three TRAINING seeds / without", s2, "train_step, TRAINING seeds in all three", b2, 0.0,
+         None),
         *((f"counterfactual extra (t_cf − t_plain) / t_plain, {c}", s3, f"counterfactual pass, {c}",
            f"plain validation pass, {c}", 1.0, 1.5) for c in CF_CONFIGS),
         ("naive extra (3 more full forwards), 3 blended", s3, "naive: 1 + 3 full forwards, 3 blended",
