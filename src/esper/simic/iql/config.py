@@ -6,11 +6,11 @@ range, and the object round-trips through a plain dict so checkpoints can store 
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from esper.runtime.strict_config import StrictConfig
 
 __all__ = ["RESUMABLE_FIELDS", "IQLConfig"]
 
@@ -18,10 +18,10 @@ RESUMABLE_FIELDS = frozenset({"epochs", "device"})
 """The only fields a resume may change: train for longer, or move the run to other hardware."""
 
 
-class IQLConfig(BaseModel):
+class IQLConfig(StrictConfig):
     """Discrete IQL over the joint actions: expectile value regression, TD critics, advantage-weighted policy."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+    KIND: ClassVar[str] = "IQL config"
 
     expectile: float = 0.7
     beta: float = 3.0
@@ -32,7 +32,7 @@ class IQLConfig(BaseModel):
     weight_clip: float = 100.0
     epochs: int = 100
     steps_per_epoch: int = 1000
-    hidden_sizes: list[int] = [256, 256]
+    hidden_sizes: list[int] = Field(default_factory=lambda: [256, 256])
     agreement_samples: int = 1000
     seed: int = 42
     device: str = "auto"
@@ -73,47 +73,8 @@ class IQLConfig(BaseModel):
                 raise ValueError(message)
         return self
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any], base: IQLConfig | None = None) -> IQLConfig:
-        """Build from a dict (on top of `base`); unknown keys and invalid values raise one ValueError."""
-        unknown = sorted(set(d) - set(cls.model_fields))
-        if unknown:
-            raise ValueError(f"Unknown IQL config keys: {unknown}. Valid keys: {', '.join(cls.model_fields)}")
-        merged = {**(base.to_dict() if base is not None else {}), **d}
-        try:
-            return cls(**merged)
-        except ValidationError as exc:
-            raise ValueError(_describe(exc)) from None
-
-    @classmethod
-    def from_json_path(cls, path: str | Path, base: IQLConfig | None = None) -> IQLConfig:
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ValueError(f"Config file not found: {path}") from None
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"Config file {path} is not valid JSON: {exc}") from None
-        if not isinstance(data, dict):
-            raise ValueError(f"Config file {path} must hold a JSON object at the top level")
-        return cls.from_dict(data, base)
-
-    def with_overrides(self, **changes: Any) -> IQLConfig:
-        return IQLConfig.from_dict(changes, base=self)
-
-    def to_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
 
     def resume_conflicts(self, saved: dict[str, Any]) -> list[str]:
         """Fields where this config differs from a checkpoint's and a resume may not change them."""
         mine = self.to_dict()
         return sorted(k for k in mine if k not in RESUMABLE_FIELDS and saved.get(k) != mine[k])
-
-
-def _describe(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        msg = str(err["msg"]).removeprefix("Value error, ")
-        where = ".".join(str(x) for x in err["loc"])
-        parts.append(f"{where}: {msg}" if where else msg)
-    return "Invalid IQL config: " + "; ".join(parts) + " (set it with --set KEY=VALUE or in --config-json)"

@@ -6,11 +6,9 @@ a silently ignored knob. Precedence: preset → --config-json → CLI flags and 
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from esper.env.rewards import RewardFamily, SparseRewardConfig
 from esper.leyline import CANONICAL_SLOTS, ordered_slots
@@ -32,6 +30,7 @@ from esper.leyline.constants import (
     DEFAULT_VALUE_CLIP,
     DEFAULT_VALUE_COEF,
 )
+from esper.runtime.strict_config import StrictConfig
 from esper.runtime.tasks import TASKS
 
 _SPARSE_DEFAULTS = SparseRewardConfig()
@@ -53,11 +52,11 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-class TrainingConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+class TrainingConfig(StrictConfig):
+    """Every setting of one PPO run; a checkpoint stores it, so it rebuilds the agent and checks resumes."""
 
     task: str = "cifar10"
-    slots: list[str] = list(CANONICAL_SLOTS)
+    slots: list[str] = Field(default_factory=lambda: list(CANONICAL_SLOTS))
     max_seeds: int | None = None
     max_epochs: int = DEFAULT_EPISODE_LENGTH
     batch_size: int = DEFAULT_BATCH_SIZE_TRAINING
@@ -173,43 +172,3 @@ class TrainingConfig(BaseModel):
         if name not in PRESETS:
             raise ValueError(f"Unknown preset '{name}'. Available: {sorted(PRESETS)}")
         return cls(**PRESETS[name])
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any], base: TrainingConfig | None = None) -> TrainingConfig:
-        """Build from a dict (on top of `base`); unknown keys and invalid values raise ValueError."""
-        unknown = sorted(set(d) - set(cls.model_fields))
-        if unknown:
-            raise ValueError(f"Unknown config keys: {unknown}. Valid keys: {', '.join(cls.model_fields)}")
-        merged = {**(base.to_dict() if base is not None else {}), **d}
-        try:
-            return cls(**merged)
-        except ValidationError as exc:
-            raise ValueError(_describe(exc)) from None
-
-    @classmethod
-    def from_json_path(cls, path: str | Path, base: TrainingConfig | None = None) -> TrainingConfig:
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ValueError(f"Config file not found: {path}") from None
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"Config file {path} is not valid JSON: {exc}") from None
-        if not isinstance(data, dict):
-            raise ValueError(f"Config file {path} must hold a JSON object at the top level")
-        return cls.from_dict(data, base)
-
-    def with_overrides(self, **changes: Any) -> TrainingConfig:
-        return TrainingConfig.from_dict(changes, base=self)
-
-    def to_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
-
-
-def _describe(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        msg = str(err["msg"]).removeprefix("Value error, ")
-        where = ".".join(str(x) for x in err["loc"])
-        parts.append(f"{where}: {msg}" if where else msg)
-    return "Invalid config: " + "; ".join(parts) + " (set it with --set KEY=VALUE or in --config-json)"

@@ -1,0 +1,63 @@
+"""Strict configuration objects: unknown keys are errors, values are validated once, dicts and JSON round-trip.
+
+A typo in a JSON config or a `--set KEY=VALUE` must fail loudly, naming the valid keys, instead of becoming a knob
+that silently does nothing; every learner's config derives from `StrictConfig` to get that behaviour the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, ClassVar, Self
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+__all__ = ["StrictConfig"]
+
+
+class StrictConfig(BaseModel):
+    """Base of every configuration object; subclasses declare fields and validators."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+    KIND: ClassVar[str] = "config"  # how error messages name this config
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], base: Self | None = None) -> Self:
+        """Build from a dict (on top of `base`); unknown keys and invalid values raise one ValueError."""
+        unknown = sorted(set(d) - set(cls.model_fields))
+        if unknown:
+            raise ValueError(f"Unknown {cls.KIND} keys: {unknown}. Valid keys: {', '.join(cls.model_fields)}")
+        merged = {**(base.to_dict() if base is not None else {}), **d}
+        try:
+            return cls(**merged)
+        except ValidationError as exc:
+            raise ValueError(describe_validation_error(exc)) from None
+
+    @classmethod
+    def from_json_path(cls, path: str | Path, base: Self | None = None) -> Self:
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ValueError(f"Config file not found: {path}") from None
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"Config file {path} is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"Config file {path} must hold a JSON object at the top level")
+        return cls.from_dict(data, base)
+
+    def with_overrides(self, **changes: Any) -> Self:
+        return type(self).from_dict(changes, base=self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line naming every invalid field and how to set it."""
+    parts = []
+    for err in exc.errors():
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        where = ".".join(str(x) for x in err["loc"])
+        parts.append(f"{where}: {msg}" if where else msg)
+    return "Invalid config: " + "; ".join(parts) + " (set it with --set KEY=VALUE or in --config-json)"
