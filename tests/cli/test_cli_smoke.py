@@ -17,7 +17,7 @@ from esper.runtime.rundir import read_jsonl
 from esper.runtime.tasks import get_task_spec
 
 TINY = ["--max-train-samples", "256", "--max-val-samples", "128", "--no-tui", "--no-tensorboard",
-        "--telemetry-level", "minimal"]
+        "--telemetry-level", "minimal", "--param-cost", "1.0"]
 
 
 def test_train_heuristic_writes_a_complete_run_dir(tmp_path: Path) -> None:
@@ -28,7 +28,7 @@ def test_train_heuristic_writes_a_complete_run_dir(tmp_path: Path) -> None:
     assert config["command"] == "heuristic" and config["config"]["max_epochs"] == 3
     assert set(config) >= {"argv", "runtime", "versions", "started_at"}
     steps = read_jsonl(run / "steps.jsonl")
-    assert [s["epoch"] for s in steps] == [1, 2, 3]
+    assert [s["epoch"] for s in steps] == [1, 2]  # decisions after epochs 1 .. T-1
     assert all(abs(s["reward"] - s["reward_components"]["total"]) < 1e-12 for s in steps)
     [episode] = read_jsonl(run / "episodes.jsonl")
     assert episode["controller"] == "heuristic" and len(episode["accuracy_curve"]) == 3
@@ -39,14 +39,16 @@ def test_train_heuristic_writes_a_complete_run_dir(tmp_path: Path) -> None:
     assert (run / "events.jsonl").exists()
 
 
-def test_console_prints_real_actions_but_not_each_wait(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run = tmp_path / "h"
+def test_console_prints_epoch_detail_only_at_debug(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     argv = [a for a in TINY if a not in ("--telemetry-level", "minimal")]
-    assert main(["train", "heuristic", "--max-epochs", "2", "--run-dir", str(run), *argv]) == 0
-    actions = [e for e in read_jsonl(run / "events.jsonl") if e["event_type"] == "ACTION_TAKEN"]
+    assert main(["train", "heuristic", "--max-epochs", "2", "--run-dir", str(tmp_path / "n"), *argv]) == 0
+    actions = [e for e in read_jsonl(tmp_path / "n" / "events.jsonl") if e["event_type"] == "ACTION_TAKEN"]
     assert actions and all((e["severity"] == "debug") == (e["data"]["op"] == "WAIT") for e in actions)
-    out = capsys.readouterr().out
-    assert "epoch 2/2" in out and "env0 WAIT" not in out  # the epoch line already names the op
+    normal = capsys.readouterr().out
+    assert "epoch 2/2" not in normal and "episode done" in normal and "ETA" in normal
+    assert main(["train", "heuristic", "--max-epochs", "2", "--run-dir", str(tmp_path / "d"), *argv,
+                 "--telemetry-level", "debug"]) == 0
+    assert "epoch 2/2" in capsys.readouterr().out
 
 
 def test_existing_run_dir_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -25,7 +25,8 @@ from esper.runtime.rundir import read_jsonl
 pytestmark = pytest.mark.smoke
 
 OUTPUT = ["--no-tui", "--no-tensorboard", "--telemetry-level", "minimal", "--device", "cpu"]
-TINY = ["--set", "max_train_samples=256", "--set", "max_val_samples=128", "--set", "max_epochs=3"]
+TINY = ["--set", "max_train_samples=256", "--set", "max_val_samples=128", "--set", "max_epochs=3", "--set", "n_envs=2",
+        "--set", "group_size=1", "--reward-family", "contribution"]
 QUICK = ["train", "ppo", "--preset", "quick", *TINY, *OUTPUT]
 TIME_KEYS = {"rollout_seconds", "update_seconds", "env_epochs_per_second", "time", "timestamp", "wall_time"}
 
@@ -89,7 +90,7 @@ def mini_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = tmp_path_factory.mktemp("ppo") / "mini"
     result = ppo(run, "--set", "n_episodes=2")
     assert result.code == 0, result.err
-    assert "Effective TrainingConfig" in result.out
+    assert "Config: preset quick" in result.out
     return run
 
 
@@ -129,8 +130,8 @@ def test_mini_run_writes_a_complete_run_dir(mini_run: Path) -> None:
 
 def test_mini_run_steps_log_every_env_epoch_with_its_reward(mini_run: Path) -> None:
     steps = read_jsonl(mini_run / "steps.jsonl")
-    assert len(steps) == 2 * 3
-    assert sorted((s["env"], s["epoch"]) for s in steps) == [(e, k) for e in range(2) for k in (1, 2, 3)]
+    assert len(steps) == 2 * 2  # decisions after epochs 1 .. T-1
+    assert sorted((s["env"], s["epoch"]) for s in steps) == [(e, k) for e in range(2) for k in (1, 2)]
     for s in steps:
         assert s["batch"] == 0
         assert s["reward"] == s["reward_components"]["total"]
@@ -143,7 +144,7 @@ def test_mini_run_checkpoints_are_plain_ppo_checkpoints(mini_run: Path) -> None:
         assert data["format"] == "esper-ppo-v2", name
         assert data["batches_completed"] == 1 and data["episodes_completed"] == 2, name
         assert data["obs_normalizer"]["update_count"] == 1 == data["batches_completed"], name
-        assert data["reward_normalizer"]["count"] == 6, name
+        assert data["reward_normalizer"]["count"] == 4, name
         assert data["config"]["n_episodes"] == 2 and data["config"]["max_epochs"] == 3, name
         assert len(data["rolling_window"]) == 1
         assert {"python", "numpy", "torch", "action_generator", "minibatch_generator"} <= set(data["rng"])
@@ -165,7 +166,7 @@ def test_partial_last_batch_runs_one_env_and_updates(partial_run: Path) -> None:
     assert history[1]["n_minibatch_updates"] > 0 and not history[1].get("skipped_update")
     assert len(history[1]["env_accuracies"]) == 1
     steps = read_jsonl(partial_run / "steps.jsonl")
-    assert len([s for s in steps if s["batch"] == 1]) == 3 and len(steps) == 9
+    assert len([s for s in steps if s["batch"] == 1]) == 2 and len(steps) == 6
     assert len(read_jsonl(partial_run / "episodes.jsonl")) == 3
     final = load(partial_run / "checkpoints" / "final.pt")
     assert final["batches_completed"] == 2 and final["episodes_completed"] == 3
@@ -186,7 +187,12 @@ def assert_same_as_straight(run: Path, straight: Path) -> None:
     assert (a["batches_completed"], a["episodes_completed"]) == (b["batches_completed"], b["episodes_completed"])
     assert a["rolling_window"] == b["rolling_window"]
     assert a["agent"]["train_steps"] == b["agent"]["train_steps"]
-    assert without_time(read_jsonl(run / "history.jsonl")) == without_time(read_jsonl(straight / "history.jsonl"))
+    # The anomaly detector's thresholds follow training progress (episodes done / n_episodes), so a first batch run
+    # with n_episodes=2 is judged in another phase than the same batch of a 4-episode run: compare the rest.
+    def comparable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in row.items() if k != "anomalies"} for row in without_time(rows)]
+
+    assert comparable(read_jsonl(run / "history.jsonl")) == comparable(read_jsonl(straight / "history.jsonl"))
     assert read_jsonl(run / "steps.jsonl") == read_jsonl(straight / "steps.jsonl")
     assert read_jsonl(run / "episodes.jsonl") == read_jsonl(straight / "episodes.jsonl")
 
@@ -211,7 +217,7 @@ def test_rerunning_an_interrupted_command_resumes_it(straight_run: Path, tmp_pat
     """Ctrl+C after the first batch, then the identical command again: auto-resume, same result as straight."""
     run = tmp_path / "c"
 
-    class StopAfterFirstCheckpoint(ppo_cmd._StopAfterStep):
+    class StopAfterFirstCheckpoint(ppo_cmd.StopAfterStep):
         @property  # type: ignore[override]
         def requested(self) -> bool:
             return (run / "checkpoints" / "latest.pt").exists()
@@ -221,7 +227,7 @@ def test_rerunning_an_interrupted_command_resumes_it(straight_run: Path, tmp_pat
             pass
 
     with monkeypatch.context() as m:
-        m.setattr(ppo_cmd, "_StopAfterStep", StopAfterFirstCheckpoint)
+        m.setattr(ppo_cmd, "StopAfterStep", StopAfterFirstCheckpoint)
         interrupted = ppo(run, "--set", "n_episodes=4")
     assert interrupted.code == 130, interrupted.err
     assert len(read_jsonl(run / "history.jsonl")) == 1 and not (run / "checkpoints" / "final.pt").exists()
@@ -294,7 +300,7 @@ def test_loss_reward_family(tmp_path: Path) -> None:
     result = ppo(run, "--set", "n_episodes=2", "--reward-family", "loss")
     assert result.code == 0, result.err
     steps = read_jsonl(run / "steps.jsonl")
-    assert len(steps) == 6
+    assert len(steps) == 4
     assert {s["reward_components"]["family"] for s in steps} == {"loss"}
     assert all(is_finite_number(s["reward_components"]["loss_primary"]) for s in steps)
     assert any(s["reward_components"]["loss_primary"] != 0 for s in steps)
@@ -311,7 +317,7 @@ def test_amp_on_cpu_completes_with_finite_losses(tmp_path: Path) -> None:
     for key in ("policy_loss", "value_loss", "entropy", "approx_kl"):
         assert is_finite_number(row[key]), key
     steps = read_jsonl(run / "steps.jsonl")
-    assert len(steps) == 6
+    assert len(steps) == 4
     for s in steps:
         assert is_finite_number(s["train_loss"]) and is_finite_number(s["val_loss"]), s
         assert is_finite_number(s["reward"])
@@ -323,7 +329,7 @@ def test_amp_on_cpu_completes_with_finite_losses(tmp_path: Path) -> None:
 @pytest.fixture
 def compare_args() -> Iterator[list[str]]:
     yield ["compare", "--task", "synthetic", "--episodes", "1", "--max-epochs", "3", "--max-train-samples", "256",
-           "--max-val-samples", "128", *OUTPUT]
+           "--max-val-samples", "128", "--param-cost", "1.0", *OUTPUT]
 
 
 def test_compare_runs_a_ppo_checkpoint(mini_run: Path, tmp_path: Path, compare_args: list[str]) -> None:
@@ -333,7 +339,7 @@ def test_compare_runs_a_ppo_checkpoint(mini_run: Path, tmp_path: Path, compare_a
                       "--run-dir", str(run)])
     assert result.code == 0, result.err
     results = json.loads((run / "results.json").read_text())
-    label = f"ppo:{checkpoint}"
+    label = "ppo:final"  # labels never carry paths
     assert results["controllers"] == ["static", "heuristic", label]
     assert results["per_controller"][label]["episodes"] == 1
     assert len(results["per_controller"][label]["accuracy_curve_mean"]) == 3

@@ -11,6 +11,11 @@ Events update plain state under a lock; `render()` builds the whole screen from 
 * SEED_GERMINATED (blueprint_id), SEED_STAGE_CHANGED (to), SEED_FOSSILIZED, SEED_CULLED (blueprint_id) by slot_id;
   GOVERNOR_ROLLBACK marks the env. Without PPO or batch events (heuristic, compare) those panels show "—"; the
   action mix then comes from the ops of recent EPOCH_COMPLETED events and rolling accuracy from recent episodes.
+
+The panels' own inputs (`always`) arrive at every telemetry level, so the dashboard works with `--telemetry-level
+minimal` too. The header shows the command's progress bar and ETA (from a `ProgressBackend`). Below
+`WIDE_COLUMNS` the env table drops the device and trend columns (the header lists devices) and draws each slot as
+two short lines, so an 80-column terminal shows every slot instead of truncating them.
 """
 
 from __future__ import annotations
@@ -22,9 +27,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.live import Live
 from rich.panel import Panel
+from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
@@ -32,11 +38,16 @@ from esper.leyline.actions import LifecycleOp
 from esper.leyline.constants import CANONICAL_SLOTS
 from esper.leyline.telemetry import TelemetryEvent, TelemetryEventType
 from esper.nissa.console import SEVERITY_STYLES, event_clock, op_name, stage_name, summarize
+from esper.nissa.progress import ProgressBackend, format_duration
 
-__all__ = ["COMPACT_ENV_THRESHOLD", "TuiBackend", "sparkline"]
+__all__ = ["COMPACT_ENV_THRESHOLD", "WIDE_COLUMNS", "TuiBackend", "sparkline"]
 
 _E = TelemetryEventType
 COMPACT_ENV_THRESHOLD = 8
+WIDE_COLUMNS = 110
+_OPS_SHORT = {"WAIT": "WAIT", "GERMINATE": "GERM", "FOSSILIZE": "FOSS", "CULL": "CULL"}
+_STATUS_SHORT = {"initializing": "init", "healthy": "ok", "stalled": "stall", "degraded": "drop",
+                 "rolled back": "rollbk"}
 _SPARK = "▁▂▃▄▅▆▇█"
 _STAGES: dict[str, tuple[str, str]] = {  # name → (abbreviation, style)
     "DORMANT": ("Dorm", "dim"),
@@ -157,11 +168,25 @@ def _severity(value: float, crit: float | None, warn: float | None, direction: s
     return ("ok", "green") if crit is not None or warn is not None else ("", "")
 
 
+class _Screen:
+    """The dashboard laid out for the width it is drawn at (a terminal can be resized while it runs)."""
+
+    def __init__(self, tui: TuiBackend) -> None:
+        self.tui = tui
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.tui.layout(options.max_width)
+
+
 class TuiBackend:
     """Rich `Live` dashboard; `render()` is usable without `start()`."""
 
-    def __init__(self, console: Console | None = None) -> None:
+    always = frozenset({_E.TRAINING_STARTED, _E.EPOCH_COMPLETED, _E.EPISODE_COMPLETED, _E.BATCH_COMPLETED,
+                        _E.PPO_UPDATE_COMPLETED})
+
+    def __init__(self, console: Console | None = None, progress: ProgressBackend | None = None) -> None:
         self.console = console if console is not None else Console()
+        self.progress = progress
         self._lock = threading.Lock()
         self._live: Live | None = None
         self._started_at = time.monotonic()
@@ -206,9 +231,11 @@ class TuiBackend:
 
     def _update(self, e: TelemetryEvent) -> None:
         d, t = e.data, e.event_type
-        if t == _E.TRAINING_STARTED:
+        if t == _E.TRAINING_STARTED:  # a new phase (a study trains, then evaluates): its own envs and counters
             self._run = dict(d)
             self._started_at = time.monotonic()
+            self._envs.clear()
+            self._batch, self._batches_seen, self._episodes_done = None, 0, 0
             for i in range(int(d.get("n_envs") or 0)):
                 self._env(i)
             for env_id, device in (d.get("env_devices") or {}).items():
@@ -300,14 +327,19 @@ class TuiBackend:
 
     # ---------------------------------------------------------------- rendering
     def render(self) -> RenderableType:
+        """The whole screen, laid out for the width it is drawn at."""
+        return _Screen(self)
+
+    def layout(self, width: int) -> RenderableType:
+        wide = width >= WIDE_COLUMNS
         with self._lock:
             top = Table.grid(expand=True, padding=(0, 1))
             top.add_column(ratio=1)
             top.add_column(ratio=1)
-            top.add_row(self._ppo_panel(), self._mix_panel())
+            top.add_row(self._ppo_panel(), self._mix_panel(bar_width=20 if wide else 10))
             top.add_row(self._log_panel(), self._throughput_panel())
             footer = Text(_footer(str(self._run.get("command", ""))), style="dim")
-            return Group(self._header(), self._env_table(), top, footer)
+            return Group(self._header(), self._env_table(wide), top, footer)
 
     def _header(self) -> Panel:
         r = self._run
@@ -321,47 +353,72 @@ class TuiBackend:
             f"batches {self._batch if self._batch is not None else _DASH}/{r.get('total_batches') or _DASH}",
             f"episodes {self._episodes_done}/{r.get('n_episodes') or _DASH}",
             f"rolling {rolling} (best {best})",
-            f"elapsed {elapsed // 3600:d}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}",
+            f"elapsed {format_duration(elapsed)}",
             "devices " + (", ".join(f"{dev}×{n}" for dev, n in sorted(devices.items())) or _DASH),
         ]
-        return Panel(Text(" · ".join(parts)), title=f"esper {r.get('command', '')}".strip(), title_align="left")
+        body: list[RenderableType] = [Text(" · ".join(parts))]
+        if self.progress is not None and self.progress.snapshot().total > 0:
+            body.append(self._progress_row())
+        return Panel(Group(*body), title=f"esper {r.get('command', '')}".strip(), title_align="left")
+
+    def _progress_row(self) -> Table:
+        assert self.progress is not None
+        p = self.progress.snapshot()
+        row = Table.grid(padding=(0, 1), expand=True)
+        row.add_column(no_wrap=True)
+        row.add_column(ratio=1, min_width=10)
+        row.add_column(no_wrap=True)
+        row.add_row(Text(p.description, style="bold"), ProgressBar(total=p.total, completed=p.done),
+                    Text(f"{p.done}/{p.total} ep-epochs {100 * p.fraction:.0f}% · ETA {format_duration(p.eta_s)}"))
+        return row
 
     def _slot_names(self) -> list[str]:
         seen = {s for env in self._envs.values() for s in (*env.slots, *env.flash)}
         known = [s for s in CANONICAL_SLOTS if s in seen]
         return (known + sorted(seen - set(known))) or list(CANONICAL_SLOTS)
 
-    def _slot_cell(self, env: _Env, slot: str) -> Text:
+    def _slot_cell(self, env: _Env, slot: str, wide: bool) -> Text:
         info = env.slots.get(slot)
         if slot in env.flash and (info is None or info.stage in ("CULLED", "EMBARGOED", "RESETTING")):
-            return Text(f"Cull:{env.flash[slot][0]}", style="bold red")
+            return Text(f"Cull:{env.flash[slot][0]}" if wide else f"Cull\n{env.flash[slot][0]}", style="bold red")
         if info is None:
             return Text(_DASH, style="dim")
         abbr, style = _STAGES.get(info.stage, (info.stage.title(), ""))
+        if not wide:  # stage and its one telling number, then the blueprint: two lines of at most 11 characters
+            shown = f"α{info.alpha:.2f}" if info.stage == "BLENDING" or info.contribution is None else \
+                f"{info.contribution:+.1f}"
+            return Text(f"{abbr} {shown}\n{info.blueprint}", style=style)
         text = f"{abbr}:{info.blueprint} α{info.alpha:.2f}"
         if info.contribution is not None:
             text += f" c{info.contribution:+.1f}"
         return Text(text, style=style)
 
-    def _env_table(self) -> Table:
-        compact = len(self._envs) > COMPACT_ENV_THRESHOLD
+    def _env_table(self, wide: bool = True) -> Table:
+        trend = wide and len(self._envs) <= COMPACT_ENV_THRESHOLD
         slots = self._slot_names()
-        table = Table(expand=True, box=None, header_style="bold", title="environments", title_justify="left")
-        for name in ("env", "device", "epoch", "val acc", *(() if compact else ("trend",))):
+        table = Table(expand=True, box=None, header_style="bold", title="environments", title_justify="left",
+                      padding=(0, 1) if wide else (0, 1, 0, 0))
+        for name in ("env", *(("device",) if wide else ()), "epoch", "val acc" if wide else "acc%",
+                     *(("trend",) if trend else ())):
             table.add_column(name, no_wrap=True, min_width=len(name))
         for name in slots:  # slot cells are the widest: they wrap rather than squeeze the short columns
-            table.add_column(name)
+            table.add_column(name, min_width=0 if wide else 10)
         for name in ("action", "reward", "status"):
             table.add_column(name, no_wrap=True, min_width=len(name))
         for env_id in sorted(self._envs):
             env = self._envs[env_id]
             epoch = f"{env.epoch}/{env.max_epochs or '?'}" if env.epoch else _DASH
-            acc = _fmt(env.val_acc, ".1f") + ("%" if env.val_acc is not None else "")
-            row: list[RenderableType] = [str(env_id), env.device, epoch, acc]
-            if not compact:
+            acc = _fmt(env.val_acc, ".1f") + ("%" if env.val_acc is not None and wide else "")
+            row: list[RenderableType] = [str(env_id), *((env.device,) if wide else ()), epoch, acc]
+            if trend:
                 row.append(Text(sparkline(env.curve), style="cyan"))
-            row += [self._slot_cell(env, s) for s in slots]
-            row += [env.last_action, _fmt(env.reward, "+.2f"), env.status()]
+            row += [self._slot_cell(env, s, wide) for s in slots]
+            status = env.status()
+            if not wide:
+                status = Text(_STATUS_SHORT.get(status.plain, status.plain), style=status.style)
+            action = env.last_action if wide else " ".join(
+                [_OPS_SHORT.get(part, part) if i == 0 else part for i, part in enumerate(env.last_action.split())])
+            row += [action, _fmt(env.reward, "+.2f"), status]
             table.add_row(*row)
         return table
 
@@ -376,7 +433,7 @@ class TuiBackend:
         title = "PPO health" + ("" if self._ppo is not None else f" ({_DASH} no updates)")
         return Panel(table, title=title, title_align="left")
 
-    def _mix_panel(self) -> Panel:
+    def _mix_panel(self, bar_width: int = 20) -> Panel:
         shares = self._shares
         if shares is None and self._ops:
             counts = Counter(self._ops)
@@ -385,7 +442,7 @@ class TuiBackend:
         for op in (o.name for o in LifecycleOp):
             share = (shares or {}).get(op)
             style = "bold yellow" if op == "WAIT" and share is not None and share > 0.7 else ""
-            cell = _DASH if share is None else f"{share:6.1%} " + "█" * round(share * 20)
+            cell = _DASH if share is None else f"{share:6.1%} " + "█" * round(share * bar_width)
             lines.append(f"{op:<10} {cell}\n", style=style)
         lines.append("rewards\n", style="bold")
         for name, value in (self._rewards or {}).items():
