@@ -174,6 +174,8 @@ def run_guarded(fn: Callable[[argparse.Namespace], int], args: argparse.Namespac
         if args.debug:
             raise
         message = describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
+        if isinstance(exc, DeviceError):
+            message += " (pass --device cpu, or a cuda:N this machine has)"
         err_console.print(Text("error: ", style="bold red") + Text(" ".join(message.split())))
         return EXIT_USAGE
     except Exception as exc:

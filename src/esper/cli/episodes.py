@@ -16,7 +16,7 @@ from esper.evaluation.resume import ResumePoint, resume_point
 from esper.leyline import ordered_slots
 from esper.nissa import trim_event_log
 from esper.runtime.devices import resolve_devices
-from esper.runtime.rundir import RunDirectory, RunDirectoryError, read_jsonl
+from esper.runtime.rundir import RunDirectory, RunDirectoryError, read_jsonl, recorded_config
 from esper.runtime.tasks import DataCache, get_task_spec
 
 EPISODE_COUNT_KEY = "episodes"
@@ -60,9 +60,8 @@ def open_episode_run(path: Path, command: str, *, overwrite: bool, argv: list[st
         run_dir = RunDirectory(path)
         run_dir.write_config(command, argv, config, runtime)
         return run_dir, None
+    check_same_arguments(path, recorded_config(path), config, may_differ=(EPISODE_COUNT_KEY,))
     run_dir = RunDirectory(path, resume=True)
-    recorded = run_dir.recorded_config()
-    check_same_arguments(path, recorded, config, may_differ=(EPISODE_COUNT_KEY,))
     episodes = int(config[EPISODE_COUNT_KEY])
     point = resume_point(run_dir, phases, episodes)
     finished = max(point.completed)

@@ -85,8 +85,8 @@ def discard_on_error(run_dir: RunDirectory, *, fresh: bool, errors: tuple[type[B
     except errors:
         run_dir.close()
         if fresh and run_dir.path.is_dir() and not holds_results(run_dir.path):
-            if run_dir.created:
-                shutil.rmtree(run_dir.path, ignore_errors=True)
+            if run_dir.created_root is not None:  # created here, with any parents it needed
+                shutil.rmtree(run_dir.created_root, ignore_errors=True)
             else:
                 clear_run_directory(run_dir.path)
         raise

@@ -39,7 +39,7 @@ from esper.evaluation.study import STUDY_PRESETS, evaluation_plan, run_evaluatio
 from esper.leyline import TelemetryEventType
 from esper.nissa import NissaHub, ProgressBackend
 from esper.runtime.devices import resolve_devices
-from esper.runtime.rundir import RunDirectory, RunDirectoryError, default_run_dir, holds_results
+from esper.runtime.rundir import RunDirectory, RunDirectoryError, default_run_dir, holds_results, recorded_config
 from esper.runtime.tasks import DataCache, get_task_spec
 from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config
 from esper.simic.ppo.config import TrainingConfig
@@ -69,13 +69,14 @@ def add_study_parser(sub: Any) -> None:
 
 
 def _training_config(args: argparse.Namespace, train_dir: Path) -> tuple[TrainingConfig, Path | None]:
-    """The preset's config with the overrides, or the saved one when the run (or --ppo) already has checkpoints."""
+    """The preset's config with the overrides, or the saved one when the run (or --ppo) already has checkpoints
+    (ignored under --overwrite, which starts the study over)."""
     requested = TrainingConfig.preset(STUDY_PRESETS[args.preset].training).with_overrides(**flag_overrides(args))
     latest = train_dir / "checkpoints" / "latest.pt"
     if args.ppo is not None and not args.ppo.is_dir():
         raise FileNotFoundError(f"--ppo {args.ppo} is not a directory: pass a PPO run directory (holding "
                                 f"checkpoints/init.pt and final.pt)")
-    if not latest.exists():
+    if not latest.exists() or (args.overwrite and args.ppo is None):
         if args.ppo is not None:
             raise FileNotFoundError(f"{latest} not found: --ppo needs a PPO run directory with checkpoints")
         return requested, None
@@ -96,9 +97,8 @@ def _open_study(path: Path, args: argparse.Namespace, settings: dict[str, Any]) 
         study = RunDirectory(path)
         study.write_config("study", args.argv, settings, {"data_dir": str(args.data_dir)})
         return study, True
-    study = RunDirectory(path, resume=True)
-    check_same_arguments(path, study.recorded_config(), settings, may_differ=("seeds",))
-    return study, False
+    check_same_arguments(path, recorded_config(path), settings, may_differ=("seeds",))
+    return RunDirectory(path, resume=True), False
 
 
 def _train(args: argparse.Namespace, config: TrainingConfig, checkpoint: Path | None, train_path: Path,
@@ -125,7 +125,7 @@ def _evaluation_config(path: Path, labels: list[str], specs: list[str], seeds: i
     if not (path / "config.json").exists():
         return eval_config, False
     try:
-        check_same_arguments(path, RunDirectory(path, resume=True).recorded_config(), eval_config,
+        check_same_arguments(path, recorded_config(path), eval_config,
                              may_differ=("episodes",))
     except RunDirectoryError:
         return eval_config, True
@@ -138,16 +138,16 @@ def cmd_study(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else TrainingConfig.preset(preset.training).seed
     path = args.run_dir or default_run_dir(args.runs_root, "study", args.preset, seed)
     settings = _settings(args, seeds)
+    train_path = args.ppo if args.ppo is not None else path / "train"
+    config, checkpoint = _training_config(args, train_path)  # bad settings fail before anything is written
+    cache = DataCache(data_options(args))
+    cache.preload(get_task_spec(config.task), resolve_devices(config.device, config.devices),
+                  config.max_train_samples, config.max_val_samples)
+    specs, labels = study_controllers(preset.baselines, train_path, args.controller)
+    plan = evaluation_plan(config)
+    phases = comparison_phases(parse_controllers(specs), labels)
     study, fresh = _open_study(path, args, settings)
     with discard_on_error(study, fresh=fresh, errors=USER_ERRORS):
-        train_path = args.ppo if args.ppo is not None else path / "train"
-        config, checkpoint = _training_config(args, train_path)
-        cache = DataCache(data_options(args))
-        cache.preload(get_task_spec(config.task), resolve_devices(config.device, config.devices),
-                      config.max_train_samples, config.max_val_samples)
-        specs, labels = study_controllers(preset.baselines, train_path, args.controller)
-        plan = evaluation_plan(config)
-        phases = comparison_phases(parse_controllers(specs), labels)
         hub, progress = make_hub(args, study, {**settings, "training": config.to_dict()})
         stop = StopAfterStep()
         with closing_hub(hub, study):

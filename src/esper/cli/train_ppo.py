@@ -59,7 +59,8 @@ def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
     for item in args.set:
         key, sep, raw = item.partition("=")
         if not sep:
-            raise ValueError(f"--set expects KEY=VALUE, got '{item}'")
+            raise ValueError(f"--set expects KEY=VALUE, got '{item}': pass a config field and its value, e.g. "
+                             f"--set lr=0.001")
         try:
             changes[key] = json.loads(raw)
         except json.JSONDecodeError:

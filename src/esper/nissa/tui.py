@@ -369,7 +369,7 @@ class TuiBackend:
         row.add_column(ratio=1, min_width=10)
         row.add_column(no_wrap=True)
         row.add_row(Text(p.description, style="bold"), ProgressBar(total=p.total, completed=p.done),
-                    Text(f"{p.done}/{p.total} ep-epochs {100 * p.fraction:.0f}% · ETA {format_duration(p.eta_s)}"))
+                    Text(f"{p.done}/{p.total} env-epochs {100 * p.fraction:.0f}% · ETA {format_duration(p.eta_s)}"))
         return row
 
     def _slot_names(self) -> list[str]:

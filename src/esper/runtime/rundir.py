@@ -61,6 +61,20 @@ def clear_run_directory(path: Path) -> None:
                                 f"or choose another --run-dir") from exc
 
 
+def recorded_config(path: Path) -> dict[str, Any]:
+    """A run directory's config.json "config" object (the arguments it was started with)."""
+    try:
+        record = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise RunDirectoryError(f"Cannot read {path / 'config.json'} ({exc}): choose another --run-dir or pass "
+                                f"--overwrite") from exc
+    config = record.get("config") if isinstance(record, dict) else None
+    if not isinstance(config, dict):
+        raise RunDirectoryError(f"{path / 'config.json'} has no \"config\" object: is it an esper run directory? "
+                                f"Choose another --run-dir or pass --overwrite")
+    return config
+
+
 def recorded_command(path: Path) -> str | None:
     """The command a run directory's config.json records, if it can be read."""
     try:
@@ -154,16 +168,17 @@ class RunDirectory:
                 f"Run directory {self.path} already exists and is not empty: choose another --run-dir "
                 f"(or pass --overwrite to replace it)."
             )
-        self.created = not self.path.exists()
+        missing = [p for p in (self.path, *self.path.parents) if not p.exists()]
+        self.created_root: Path | None = missing[-1] if missing else None  # what removing a failed start removes
         try:
             self.path.mkdir(parents=True, exist_ok=True)
-            probe = self.path / ".write_test.tmp"
-            probe.write_bytes(b"")
-            probe.unlink()
         except OSError as exc:
             raise RunDirectoryError(f"Cannot create run directory {self.path} ({exc.strerror or exc}"
                                     f"{': ' + str(exc.filename) if exc.filename else ''}): choose a writable "
                                     f"--run-dir or --runs-root") from exc
+        if not os.access(self.path, os.W_OK | os.X_OK):
+            raise RunDirectoryError(f"Run directory {self.path} is not writable: check its permissions or choose "
+                                    f"another --run-dir")
         self._logs: dict[str, TextIO] = {}
 
     @property
@@ -195,15 +210,6 @@ class RunDirectory:
         record.setdefault("resumes", []).append(
             {"argv": argv, "at": datetime.now(UTC).isoformat(), **resumed_at, "changed": changed})
         write_json_atomic(path, record)
-
-    def recorded_config(self) -> dict[str, Any]:
-        """config.json's "config" object."""
-        record = json.loads((self.path / "config.json").read_text(encoding="utf-8"))
-        config = record.get("config") if isinstance(record, dict) else None
-        if not isinstance(config, dict):
-            raise RunDirectoryError(f"{self.path / 'config.json'} has no \"config\" object: is it an esper run "
-                                    f"directory? Choose another --run-dir or pass --overwrite")
-        return config
 
     def append(self, name: str, row: dict[str, Any]) -> None:
         """Append one JSON line to `name` (e.g. "steps.jsonl") and flush it."""

@@ -170,6 +170,8 @@ class TrainingConfig(BaseModel):
             return v
         lo, hi, low_open = BOUNDS[str(info.field_name)]
         if not math.isfinite(v) or (v <= lo if low_open else v < lo) or v > hi:
+            if isinstance(v, int):
+                raise ValueError(f"must be an integer in [{lo:g}, {hi:g}], got {v}")
             low = f"> {lo:g}" if low_open else f">= {lo:g}"
             raise ValueError(f"must be a finite number {low} and <= {hi:g}, got {v}")
         return v
@@ -228,11 +230,13 @@ class TrainingConfig(BaseModel):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            raise ValueError(f"Config file not found: {path}") from None
+            raise ValueError(f"Config file not found: {path}; pass an existing JSON file of TrainingConfig fields"
+                             ) from None
         except json.JSONDecodeError as exc:
-            raise ValueError(f"Config file {path} is not valid JSON: {exc}") from None
+            raise ValueError(f"Config file {path} is not valid JSON ({exc}): check its syntax") from None
         if not isinstance(data, dict):
-            raise ValueError(f"Config file {path} must hold a JSON object at the top level")
+            raise ValueError(f"Config file {path} must hold a JSON object at the top level: use "
+                             f'{{"field": value, ...}}')
         return cls.from_dict(data, base)
 
     def with_overrides(self, **changes: Any) -> TrainingConfig:
