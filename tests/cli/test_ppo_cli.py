@@ -10,6 +10,7 @@ import contextlib
 import io
 import json
 import math
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -214,28 +215,46 @@ def test_resume_is_exact(straight_run: Path, tmp_path: Path) -> None:
 
 def test_rerunning_an_interrupted_command_resumes_it(straight_run: Path, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """Ctrl+C after the first batch, then the identical command again: auto-resume, same result as straight."""
+    """Ctrl+C in the middle of the second batch, then the identical command again: auto-resume from the first
+    batch's checkpoint, same result as straight, and the second batch's events recorded once."""
     run = tmp_path / "c"
 
-    class StopAfterFirstCheckpoint(ppo_cmd.StopAfterStep):
+    class StopInSecondBatch(ppo_cmd.StopAfterStep):
         @property  # type: ignore[override]
         def requested(self) -> bool:
-            return (run / "checkpoints" / "latest.pt").exists()
+            steps = run / "steps.jsonl"
+            return steps.exists() and '"batch": 1' in steps.read_text()
 
         @requested.setter
         def requested(self, value: bool) -> None:
             pass
 
     with monkeypatch.context() as m:
-        m.setattr(ppo_cmd, "StopAfterStep", StopAfterFirstCheckpoint)
-        interrupted = ppo(run, "--set", "n_episodes=4")
+        m.setattr(ppo_cmd, "StopAfterStep", StopInSecondBatch)
+        interrupted = ppo(run, "--set", "n_episodes=4", "--telemetry-level", "normal")
     assert interrupted.code == 130, interrupted.err
     assert len(read_jsonl(run / "history.jsonl")) == 1 and not (run / "checkpoints" / "final.pt").exists()
 
-    rerun = ppo(run, "--set", "n_episodes=4")
+    events_before = read_jsonl(run / "events.jsonl")
+    assert any(e["data"].get("batch") == 1 for e in events_before if e["event_type"] == "EPOCH_COMPLETED")
+    rerun = ppo(run, "--set", "n_episodes=4", "--telemetry-level", "normal")
     assert rerun.code == 0, rerun.err
     assert "Resuming from" in rerun.out
     assert_same_as_straight(run, straight_run)
+    assert_events_once(run)
+
+
+def assert_events_once(run: Path) -> None:
+    """After a resume events.jsonl holds the interrupted batch once: every (batch, env, epoch) once, each batch's
+    completion and latest checkpoint once."""
+    events = read_jsonl(run / "events.jsonl")
+    epochs = Counter((e["data"]["batch"], e["env_id"], e["epoch"]) for e in events
+                     if e["event_type"] == "EPOCH_COMPLETED")
+    assert epochs == Counter([(b, env, k) for b in range(2) for env in range(2) for k in (1, 2, 3)])
+    assert [e["data"]["batch"] for e in events if e["event_type"] == "BATCH_COMPLETED"] == [0, 1]
+    assert [e["data"]["batch"] for e in events if e["event_type"] == "CHECKPOINT_SAVED"
+            and e["data"]["kind"] == "latest"] == [1, 2]
+    assert [e["event_type"] for e in events if e["event_type"] == "CHECKPOINT_LOADED"] == ["CHECKPOINT_LOADED"]
 
 
 def test_resume_refuses_a_changed_field(mini_run: Path) -> None:
