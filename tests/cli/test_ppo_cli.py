@@ -376,3 +376,33 @@ def test_compare_rejects_a_ppo_checkpoint_trained_on_other_slots(tmp_path: Path,
     assert compared.code == 2
     assert "slots" in compared.err and "Traceback" not in compared.err
     assert not (tmp_path / "cmp" / "results.json").exists()
+
+
+# ------------------------------------------------------------------------------------------------- run directories
+
+
+def test_a_run_killed_before_its_first_batch_is_reused(tmp_path: Path) -> None:
+    """Only config.json, events and init.pt: nothing to resume, so the same command starts over in place."""
+    run = tmp_path / "r"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"command": "ppo", "argv": [], "config": {"lr": 0.5}}))
+    (run / "checkpoints" / "init.pt").write_bytes(b"stale")
+    (run / "events.jsonl").write_text('{"event_type": "TRAINING_STARTED"}\n')
+    result = ppo(run, "--set", "n_episodes=2")
+    assert result.code == 0, result.err
+    config = json.loads((run / "config.json").read_text())
+    assert "resumes" not in config and config["config"]["lr"] != 0.5
+    assert len(read_jsonl(run / "history.jsonl")) == 1
+    assert load(run / "checkpoints" / "init.pt")["batches_completed"] == 0
+
+
+def test_overwrite_replaces_a_finished_run(tmp_path: Path) -> None:
+    run = tmp_path / "r"
+    assert ppo(run, "--set", "n_episodes=2").code == 0
+    assert ppo(run, "--set", "n_episodes=2", "--set", "lr=0.001").code == 2  # a changed field is refused ...
+    result = ppo(run, "--set", "n_episodes=2", "--set", "lr=0.001", "--overwrite")  # ... unless replaced
+    assert result.code == 0, result.err
+    assert "Resuming" not in result.out
+    assert load(run / "checkpoints" / "final.pt")["config"]["lr"] == 0.001
+    assert len(read_jsonl(run / "history.jsonl")) == 1
+    assert "resumes" not in json.loads((run / "config.json").read_text())

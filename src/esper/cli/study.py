@@ -7,7 +7,8 @@
 Rerunning the same command with the same --run-dir continues an interrupted study: training resumes from its last
 checkpoint and the evaluation from its finished paired episodes (an evaluation of a policy that has since trained
 further starts over). Other arguments are refused; --overwrite starts the study over. Writes STUDY_DIR/{train/,
-eval/, results.json, summary.md} and plots in eval/report/.
+eval/, results.json, summary.md} and plots in eval/report/; train/ and eval/ are complete run directories (their
+own events and TensorBoard logs), so each can be reported and resumed on its own.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ from esper.cli.train_ppo import StopAfterStep, flag_overrides, open_training_dir
 from esper.evaluation.comparison import comparison_phases, parse_controllers
 from esper.evaluation.study import STUDY_PRESETS, evaluation_plan, run_evaluation, study_controllers, write_study
 from esper.leyline import TelemetryEventType
-from esper.nissa import NissaHub, ProgressBackend
 from esper.runtime.devices import resolve_devices
 from esper.runtime.rundir import RunDirectory, RunDirectoryError, default_run_dir, holds_results, recorded_config
 from esper.runtime.tasks import DataCache, get_task_spec
@@ -102,17 +102,18 @@ def _open_study(path: Path, args: argparse.Namespace, settings: dict[str, Any]) 
 
 
 def _train(args: argparse.Namespace, config: TrainingConfig, checkpoint: Path | None, train_path: Path,
-           cache: DataCache, hub: NissaHub, progress: ProgressBackend, stop: StopAfterStep) -> bool:
-    """Train (or continue training) the policy; False when stopped before the last batch."""
+           cache: DataCache) -> bool:
+    """Train (or continue training) the policy in train/, with that directory's own telemetry (so a resume trims
+    its own events); False when stopped before the last batch."""
     episodes_done = int(read_policy_checkpoint(checkpoint)["episodes_completed"]) if checkpoint is not None else 0
     train_dir = open_training_dir(train_path, config, args, checkpoint, cache)
-    try:
+    hub, progress = make_hub(args, train_dir, config.to_dict())
+    stop = StopAfterStep()
+    with closing_hub(hub, train_dir):
         result = train_with_stop(config, PPORun(train_dir, sink=hub, data=cache, resume_from=checkpoint,
                                                 should_stop=lambda: stop.requested), stop, progress,
                                  preset=STUDY_PRESETS[args.preset].training,
                                  debug=args.telemetry_level == "debug", episodes_done=episodes_done)
-    finally:
-        train_dir.close()
     return not stop.requested and result.episodes_completed >= config.n_episodes
 
 
@@ -148,27 +149,24 @@ def cmd_study(args: argparse.Namespace) -> int:
     phases = comparison_phases(parse_controllers(specs), labels)
     study, fresh = _open_study(path, args, settings)
     with discard_on_error(study, fresh=fresh, errors=USER_ERRORS):
-        hub, progress = make_hub(args, study, {**settings, "training": config.to_dict()})
-        stop = StopAfterStep()
-        with closing_hub(hub, study):
-            if args.ppo is None and not _train(args, config, checkpoint, train_path, cache, hub, progress, stop):
-                console.print(f"Stopped during training. Continue with the same command (--run-dir {path}).")
-                return EXIT_INTERRUPTED
-            eval_path = path / "eval"
-            eval_config, stale = _evaluation_config(eval_path, labels, specs, seeds, plan.first_episode, config,
-                                                    settings)
-            eval_dir, resume = open_episode_run(eval_path, "compare", overwrite=stale, argv=args.argv,
-                                                config=eval_config, runtime={}, phases=phases)
+        if args.ppo is None and not _train(args, config, checkpoint, train_path, cache):
+            console.print(f"Stopped during training. Continue with the same command (--run-dir {path}).")
+            return EXIT_INTERRUPTED
+        eval_path = path / "eval"
+        eval_config, stale = _evaluation_config(eval_path, labels, specs, seeds, plan.first_episode, config,
+                                                settings)
+        eval_dir, resume = open_episode_run(eval_path, "compare", overwrite=stale, argv=args.argv,
+                                            config=eval_config, runtime={"data_dir": str(args.data_dir)},
+                                            phases=phases)
+        hub, progress = make_hub(args, eval_dir, eval_config)
+        with closing_hub(hub, eval_dir):
             emit(hub, TelemetryEventType.TRAINING_STARTED, f"study evaluation on {config.task}", {
-                "command": "study evaluation", "task": config.task, "n_envs": len(specs), "controllers": labels,
-                "n_episodes": seeds, "config": eval_config})
-            progress.start("evaluation", seeds * len(specs) * (config.max_epochs), round_size=len(phases[0]),
+                "command": "study evaluation", "task": config.task, "topology": plan.task.topology,
+                "n_envs": len(specs), "controllers": labels, "n_episodes": seeds, "config": eval_config})
+            progress.start("evaluation", seeds * len(specs) * config.max_epochs, round_size=len(phases[0]),
                            done=(resume.episodes_done if resume is not None else 0) * config.max_epochs)
-            try:
-                comparison = run_evaluation(plan, specs, labels, seeds, cache, run_dir=eval_dir, sink=hub,
-                                            resume=resume)
-            finally:
-                eval_dir.close()
+            comparison = run_evaluation(plan, specs, labels, seeds, cache, run_dir=eval_dir, sink=hub,
+                                        resume=resume)
     title = f"esper study --preset {args.preset} ({config.task})"
     summary = write_study(path, comparison, title=title, command="esper " + " ".join(args.argv),
                           extra={"preset": args.preset, "seeds": seeds, "training": config.to_dict()})
