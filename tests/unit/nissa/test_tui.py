@@ -239,3 +239,15 @@ def test_eighty_columns_show_every_slot_and_the_progress_eta() -> None:
     assert "device" not in text.split("PPO health")[0].split("environments")[1]  # the header lists the devices
     wide = _text(tui, width=160)
     assert "Prob:conv_light α1.00 c+0.8" in wide and "trend" in wide
+
+
+def test_an_80_by_30_terminal_shows_the_whole_screen_with_four_envs() -> None:
+    progress = ProgressBackend("none")
+    progress.start("training", 400, round_size=4)
+    tui = TuiBackend(progress=progress)
+    _ppo_run(tui, 4)
+    console = Console(record=True, width=80, height=30, file=io.StringIO(), force_terminal=True, color_system=None)
+    console.print(tui.render())
+    lines = console.export_text().splitlines()
+    assert len(lines) <= 30 and lines[-1].startswith("Ctrl+C stops")
+    assert any("grad norm" in line and "WARN" in line for line in lines)
