@@ -77,6 +77,7 @@ def fx(tmp_path_factory: pytest.TempPathFactory) -> Fixtures:
     (root / "bad.json").write_text("{not json")
     (root / "list.json").write_text("[1, 2]")
     (root / "corrupt.pt").write_bytes(os.urandom(256))
+    (root / "latin1.txt").write_bytes(b"caf\xe9 \xff\xfe" * 50)
     (root / "userdir").mkdir()
     (root / "userdir" / "notes.txt").write_text("mine")
     (root / "emptydir").mkdir()
@@ -192,6 +193,9 @@ CASES = [
     # data
     Case("data-path-missing", lambda f: [*HEURISTIC, "--data-path", f.nothere], "nothere"),
     Case("data-path-directory", lambda f: [*HEURISTIC, "--data-path", f.emptydir], "emptydir"),
+    Case("data-path-not-utf8", lambda f: [*HEURISTIC, "--task", "tinystories", "--data-path",
+                                          str(f.root / "latin1.txt")], "latin1.txt"),
+    Case("data-path-too-small", lambda f: [*HEURISTIC, "--task", "tinystories", "--data-path", f.afile], "afile"),
     Case("dataset-missing", lambda f: [*HEURISTIC, "--task", "cifar10", "--data-dir", f.emptydir], "--download"),
     # report
     Case("report-not-there", lambda f: ["report", f.nothere], "does not exist"),

@@ -110,3 +110,37 @@ def test_missing_dataset_is_a_clear_error(tmp_path: Path, capsys: pytest.Capture
 def test_module_entry_point_help() -> None:
     out = subprocess.run([sys.executable, "-m", "esper", "--help"], capture_output=True, text=True, check=True)
     assert "train" in out.stdout and "compare" in out.stdout and "report" in out.stdout
+
+
+def test_telemetry_off_filters_events_but_keeps_tensorboard_curves(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    argv = [a for a in TINY if a not in ("--telemetry-level", "minimal", "--no-tensorboard")]
+    run = tmp_path / "off"
+    assert main(["compare", "--controllers", "static", "heuristic", "--max-epochs", "2", "--episodes", "1",
+                 "--telemetry-level", "off", "--run-dir", str(run), *argv]) == 0
+    out = capsys.readouterr().out
+    assert (run / "events.jsonl").read_text() == "" and "TensorBoard:" in out and "progress:" in out
+    acc = EventAccumulator(str(run / "tb"))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"epoch/val_accuracy/static", "epoch/val_accuracy/heuristic", "epoch/seed_params/heuristic",
+            "episode/static/final_accuracy"} <= tags
+    assert [p.step for p in acc.Scalars("epoch/val_loss/heuristic")] == [1, 2]
+
+    assert main(["train", "heuristic", "--max-epochs", "2", "--run-dir", str(tmp_path / "no_tb"), *TINY]) == 0
+    assert "TensorBoard:" not in capsys.readouterr().out and not (tmp_path / "no_tb" / "tb").exists()
+
+
+def test_normal_level_without_a_terminal_prints_well_under_a_line_per_env_epoch(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [a for a in TINY if a not in ("--telemetry-level", "minimal")]
+    assert main(["compare", "--controllers", "static", "heuristic", "random", "--episodes", "2", "--max-epochs", "4",
+                 "--run-dir", str(tmp_path / "c"), *argv]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    env_epochs = 3 * 2 * 4
+    streamed = [line for line in lines if line.startswith("[")]  # events and progress, not the final table
+    assert len(streamed) <= env_epochs / 2
+    assert any("ETA" in line for line in streamed)
+    assert len(lines) <= env_epochs + 12  # the closing table and the next-step lines included

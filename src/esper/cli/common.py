@@ -7,11 +7,12 @@ import argparse
 import math
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
+import torch
 from rich.console import Console
 from rich.text import Text
 
@@ -22,7 +23,7 @@ from esper.runtime.checkpoint import CheckpointFormatError
 from esper.runtime.devices import DeviceError
 from esper.runtime.readers import DatasetFormatError, DatasetNotFoundError
 from esper.runtime.rundir import RunDirectory, RunDirectoryError
-from esper.runtime.tasks import TASKS, DataOptions
+from esper.runtime.tasks import TASKS, DataCache, DataOptions, TaskSpec
 from esper.simic.ppo.config import MAX_EPISODE_LENGTH, MAX_EPISODES, MAX_SAMPLES, MAX_SEED
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -126,6 +127,24 @@ def data_options(args: argparse.Namespace) -> DataOptions:
         if not os.access(path, os.R_OK):
             raise PermissionError(f"--data-path {path} is not readable: check its permissions")
     return DataOptions(data_dir=args.data_dir, data_path=path, download=args.download)
+
+
+def preload_data(args: argparse.Namespace, task: TaskSpec, devices: Sequence[torch.device],
+                 max_train_samples: int | None, max_val_samples: int | None) -> DataCache:
+    """Load every split a run needs before anything is written; a --data-path whose content cannot be used is an
+    error naming that file (the readers' own messages name the problem but not always the file)."""
+    cache = DataCache(data_options(args))
+    try:
+        cache.preload(task, list(devices), max_train_samples, max_val_samples)
+    except UnicodeDecodeError as exc:
+        raise DatasetFormatError(f"--data-path {args.data_path} is not UTF-8 text ({exc.reason} at byte {exc.start}):"
+                                 f" pass a UTF-8 .txt or .jsonl file") from exc
+    except ValueError as exc:
+        if args.data_path is None or str(args.data_path) in str(exc):
+            raise
+        raise DatasetFormatError(f"--data-path {args.data_path}: {exc}; pass a corpus the task can split into "
+                                 f"train and validation") from exc
+    return cache
 
 
 def make_hub(args: argparse.Namespace, run_dir: RunDirectory, hparams: dict[str, Any]

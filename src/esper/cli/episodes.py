@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from esper.cli.common import console, data_options
+from esper.cli.common import console, preload_data
 from esper.cli.rundirs import check_same_arguments, prepare_run_dir
 from esper.env.rewards import reward_config
 from esper.evaluation.episodes import EpisodePlan
@@ -37,9 +37,7 @@ def episode_plan(args: argparse.Namespace, devices: list[str] | None) -> Episode
 
 def load_data(args: argparse.Namespace, plan: EpisodePlan) -> DataCache:
     """Load every split before the run directory exists, so a missing dataset leaves nothing behind."""
-    cache = DataCache(data_options(args))
-    cache.preload(plan.task, list(plan.devices), plan.max_train_samples, plan.max_val_samples)
-    return cache
+    return preload_data(args, plan.task, plan.devices, plan.max_train_samples, plan.max_val_samples)
 
 
 def runtime_info(args: argparse.Namespace, plan: EpisodePlan) -> dict[str, Any]:

@@ -24,11 +24,11 @@ from esper.cli.common import (
     add_shared_options,
     closing_hub,
     console,
-    data_options,
     emit,
     float_in,
     int_in,
     make_hub,
+    preload_data,
 )
 from esper.cli.compare import comparison_table
 from esper.cli.episodes import open_episode_run
@@ -141,9 +141,8 @@ def cmd_study(args: argparse.Namespace) -> int:
     settings = _settings(args, seeds)
     train_path = args.ppo if args.ppo is not None else path / "train"
     config, checkpoint = _training_config(args, train_path)  # bad settings fail before anything is written
-    cache = DataCache(data_options(args))
-    cache.preload(get_task_spec(config.task), resolve_devices(config.device, config.devices),
-                  config.max_train_samples, config.max_val_samples)
+    cache = preload_data(args, get_task_spec(config.task), resolve_devices(config.device, config.devices),
+                         config.max_train_samples, config.max_val_samples)
     specs, labels = study_controllers(preset.baselines, train_path, args.controller)
     plan = evaluation_plan(config)
     phases = comparison_phases(parse_controllers(specs), labels)
@@ -174,4 +173,6 @@ def cmd_study(args: argparse.Namespace) -> int:
     plots = render_report(path / "eval")
     console.print(f"\nStudy directory: [bold]{path}[/bold]\nSummary:         {summary}\n"
                   f"Plots:           {plots[0].parent if plots else path / 'eval' / 'report'}")
+    if not args.no_tensorboard:
+        console.print(f"TensorBoard:     tensorboard --logdir {path}")
     return EXIT_OK

@@ -19,9 +19,9 @@ from esper.cli.common import (
     add_shared_options,
     closing_hub,
     console,
-    data_options,
     emit,
     make_hub,
+    preload_data,
     print_next_steps,
 )
 from esper.cli.rundirs import discard_on_error, prepare_run_dir
@@ -212,9 +212,8 @@ def cmd_train_ppo(args: argparse.Namespace) -> int:
     checkpoint = _resume_target(args)
     config = _config_for_resume(args, checkpoint) if checkpoint is not None else effective_config(args)
     episodes_done = int(read_policy_checkpoint(checkpoint)["episodes_completed"]) if checkpoint is not None else 0
-    cache = DataCache(data_options(args))
-    cache.preload(get_task_spec(config.task), resolve_devices(config.device, config.devices),
-                  config.max_train_samples, config.max_val_samples)
+    cache = preload_data(args, get_task_spec(config.task), resolve_devices(config.device, config.devices),
+                         config.max_train_samples, config.max_val_samples)
     path = checkpoint.parent.parent if checkpoint is not None else (
         args.run_dir or default_run_dir(args.runs_root, "ppo", config.task, config.seed))
     run_dir = open_training_dir(path, config, args, checkpoint, cache)
