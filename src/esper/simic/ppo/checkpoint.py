@@ -152,7 +152,8 @@ def resume_config(saved: TrainingConfig, requested: TrainingConfig) -> TrainingC
     differing = sorted(k for k, v in requested_dict.items() if k not in RESUMABLE_FIELDS and saved_dict[k] != v)
     if differing:
         raise ValueError(f"A resumed run may only change {sorted(RESUMABLE_FIELDS)}, but these differ from the "
-                         f"checkpoint: {differing}. Use another --run-dir for a new run.")
+                         f"checkpoint: {differing}. Use another --run-dir for a new run, or --overwrite to replace "
+                         f"this one.")
     return saved.with_overrides(**{k: requested_dict[k] for k in RESUMABLE_FIELDS})
 
 
