@@ -128,7 +128,7 @@ def config_summary(config: TrainingConfig, preset: str | None) -> str:
 
 
 def device_summary(config: TrainingConfig) -> str:
-    """Env → device as counts per device ("4 envs: cpu×4"), one line however many envs."""
+    """Env → device as counts per device ("Envs: 4 (cpu×4)"), one line however many envs."""
     mapping = [str(d) for d in env_device_map(config.n_envs, resolve_devices(config.device, config.devices))]
     counts = {d: mapping.count(d) for d in dict.fromkeys(mapping)}
     return f"Envs: {config.n_envs} ({', '.join(f'{d}×{n}' for d, n in counts.items())})"
@@ -163,7 +163,7 @@ def open_training_dir(path: Path, config: TrainingConfig, args: argparse.Namespa
     devices = resolve_devices(config.device, config.devices)
     run_dir.write_config("ppo", args.argv, config.to_dict(), {
         "data_dir": str(cache.options.data_dir), "devices": [str(d) for d in devices],
-        "policy_device": str(resolve_device(config.device)), "preset": getattr(args, "preset", None),
+        "policy_device": str(resolve_device(config.device)), "preset": args.preset,
         "telemetry_level": args.telemetry_level})
     return run_dir
 
