@@ -66,7 +66,8 @@ def _epoch(e: TelemetryEvent) -> str:
 
 def _episode(e: TelemetryEvent) -> str:
     d = e.data
-    text = f"episode done: final {d['final_accuracy']:.1f}%"
+    who = f"{d['controller']} " if d.get("controller") else ""
+    text = f"{who}episode done: final {d['final_accuracy']:.1f}%"
     if d.get("best_accuracy") is not None:
         text += f" (best {d['best_accuracy']:.1f}%)"
     if "seeds_fossilized" in d:
