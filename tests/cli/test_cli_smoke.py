@@ -17,7 +17,7 @@ from esper.runtime.rundir import read_jsonl
 from esper.runtime.tasks import get_task_spec
 
 TINY = ["--max-train-samples", "256", "--max-val-samples", "128", "--no-tui", "--no-tensorboard",
-        "--telemetry-level", "minimal"]
+        "--telemetry-level", "minimal", "--param-cost", "1.0"]
 
 
 def test_train_heuristic_writes_a_complete_run_dir(tmp_path: Path) -> None:
@@ -28,7 +28,7 @@ def test_train_heuristic_writes_a_complete_run_dir(tmp_path: Path) -> None:
     assert config["command"] == "heuristic" and config["config"]["max_epochs"] == 3
     assert set(config) >= {"argv", "runtime", "versions", "started_at"}
     steps = read_jsonl(run / "steps.jsonl")
-    assert [s["epoch"] for s in steps] == [1, 2]  # a decision after each epoch but the last
+    assert [s["epoch"] for s in steps] == [1, 2]  # decisions after epochs 1 .. T-1
     assert all(abs(s["reward"] - s["reward_components"]["total"]) < 1e-12 for s in steps)
     [episode] = read_jsonl(run / "episodes.jsonl")
     assert episode["controller"] == "heuristic" and len(episode["accuracy_curve"]) == 3
@@ -39,14 +39,16 @@ def test_train_heuristic_writes_a_complete_run_dir(tmp_path: Path) -> None:
     assert (run / "events.jsonl").exists()
 
 
-def test_console_prints_real_actions_but_not_each_wait(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run = tmp_path / "h"
+def test_console_prints_epoch_detail_only_at_debug(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     argv = [a for a in TINY if a not in ("--telemetry-level", "minimal")]
-    assert main(["train", "heuristic", "--max-epochs", "2", "--run-dir", str(run), *argv]) == 0
-    actions = [e for e in read_jsonl(run / "events.jsonl") if e["event_type"] == "ACTION_TAKEN"]
+    assert main(["train", "heuristic", "--max-epochs", "2", "--run-dir", str(tmp_path / "n"), *argv]) == 0
+    actions = [e for e in read_jsonl(tmp_path / "n" / "events.jsonl") if e["event_type"] == "ACTION_TAKEN"]
     assert actions and all((e["severity"] == "debug") == (e["data"]["op"] == "WAIT") for e in actions)
-    out = capsys.readouterr().out
-    assert "epoch 2/2" in out and "env0 WAIT" not in out  # the epoch line already names the op
+    normal = capsys.readouterr().out
+    assert "epoch 2/2" not in normal and "episode done" in normal and "ETA" in normal
+    assert main(["train", "heuristic", "--max-epochs", "2", "--run-dir", str(tmp_path / "d"), *argv,
+                 "--telemetry-level", "debug"]) == 0
+    assert "epoch 2/2" in capsys.readouterr().out
 
 
 def test_existing_run_dir_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -99,7 +101,6 @@ def test_bad_input_exits_nonzero_with_message(argv: list[str], tmp_path: Path,
 
 def test_missing_dataset_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["train", "heuristic", "--task", "cifar10", "--max-epochs", "2", "--data-dir", str(tmp_path / "d"),
-                 "--param-cost", "1.0",
                  "--run-dir", str(tmp_path / "r"), *TINY])
     err = capsys.readouterr().err
     assert code == 2 and "cifar-10-batches-py" in err and "--download" in err
@@ -109,3 +110,37 @@ def test_missing_dataset_is_a_clear_error(tmp_path: Path, capsys: pytest.Capture
 def test_module_entry_point_help() -> None:
     out = subprocess.run([sys.executable, "-m", "esper", "--help"], capture_output=True, text=True, check=True)
     assert "train" in out.stdout and "compare" in out.stdout and "report" in out.stdout
+
+
+def test_telemetry_off_filters_events_but_keeps_tensorboard_curves(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    argv = [a for a in TINY if a not in ("--telemetry-level", "minimal", "--no-tensorboard")]
+    run = tmp_path / "off"
+    assert main(["compare", "--controllers", "static", "heuristic", "--max-epochs", "2", "--episodes", "1",
+                 "--telemetry-level", "off", "--run-dir", str(run), *argv]) == 0
+    out = capsys.readouterr().out
+    assert (run / "events.jsonl").read_text() == "" and "TensorBoard:" in out and "progress:" in out
+    acc = EventAccumulator(str(run / "tb"))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"epoch/val_accuracy/static", "epoch/val_accuracy/heuristic", "epoch/seed_params/heuristic",
+            "episode/static/final_accuracy"} <= tags
+    assert [p.step for p in acc.Scalars("epoch/val_loss/heuristic")] == [1, 2]
+
+    assert main(["train", "heuristic", "--max-epochs", "2", "--run-dir", str(tmp_path / "no_tb"), *TINY]) == 0
+    assert "TensorBoard:" not in capsys.readouterr().out and not (tmp_path / "no_tb" / "tb").exists()
+
+
+def test_normal_level_without_a_terminal_prints_well_under_a_line_per_env_epoch(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [a for a in TINY if a not in ("--telemetry-level", "minimal")]
+    assert main(["compare", "--controllers", "static", "heuristic", "random", "--episodes", "2", "--max-epochs", "4",
+                 "--run-dir", str(tmp_path / "c"), *argv]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    env_epochs = 3 * 2 * 4
+    streamed = [line for line in lines if line.startswith("[")]  # events and progress, not the final table
+    assert len(streamed) <= env_epochs / 2
+    assert any("ETA" in line for line in streamed)
+    assert len(lines) <= env_epochs + 12  # the closing table and the next-step lines included

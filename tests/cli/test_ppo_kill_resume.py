@@ -8,14 +8,17 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 import torch
 
+from esper.runtime.rundir import read_jsonl
+
 ARGS = ["train", "ppo", "--preset", "quick", "--device", "cpu", "--set", "n_episodes=6", "--set", "max_epochs=3",
-        "--set", "max_train_samples=256", "--set", "max_val_samples=128", "--no-tui", "--no-tensorboard",
-        "--telemetry-level", "off"]
+        "--set", "max_train_samples=256", "--set", "max_val_samples=128", "--set", "n_envs=2", "--set",
+        "group_size=1", "--reward-family", "contribution", "--no-tui", "--no-tensorboard"]
 
 
 def _command(run_dir: Path) -> list[str]:
@@ -23,7 +26,7 @@ def _command(run_dir: Path) -> list[str]:
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "OMP_NUM_THREADS": "1"}
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
 
 
 @pytest.mark.slow
@@ -55,3 +58,7 @@ def test_sigkill_then_rerun_resumes_exactly(tmp_path: Path) -> None:
     lines_a = (straight / "episodes.jsonl").read_text().splitlines()
     lines_b = (killed / "episodes.jsonl").read_text().splitlines()
     assert lines_a == lines_b
+    # events.jsonl: the killed batch's events were dropped on resume, so every epoch is recorded once
+    epochs = Counter((e["data"]["batch"], e["env_id"], e["epoch"]) for e in read_jsonl(killed / "events.jsonl")
+                     if e["event_type"] == "EPOCH_COMPLETED")
+    assert epochs == Counter([(b, env, k) for b in range(3) for env in range(2) for k in (1, 2, 3)])

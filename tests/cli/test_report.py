@@ -72,8 +72,8 @@ def episode_row(controller: str, episode: int, env: int, batch: int, *, active: 
         "WAIT": EPOCHS, "GERMINATE": 0, "FOSSILIZE": 0, "CULL": 0}
     return EpisodeResult(
         controller=controller, env_id=env, episode=episode, batch=batch, env_seed=42 + episode, host_width=1.0,
-        host_params=6418, final_accuracy=curve[-1], final_loss=0.4, twin_final_accuracy=curve[-1] - 0.5,
-        twin_final_loss=0.45, best_accuracy=max(curve), seeds_created=2 if active else 0,
+        host_params=100_000, final_accuracy=curve[-1], final_loss=0.9, twin_final_accuracy=None,
+        twin_final_loss=None, best_accuracy=max(curve), seeds_created=2 if active else 0,
         seeds_fossilized=1 if active else 0, seeds_culled=1 if active else 0, params_added=12_000 if active else 0,
         action_counts=counts, accuracy_curve=curve, total_reward=4.2, rollbacks=0)
 

@@ -1,100 +1,162 @@
-"""What every command shares: run directory, telemetry hub, data options, devices, and error → exit-code mapping."""
+"""What every command shares: options, bounded number parsing, the telemetry hub and progress display, and the
+error → exit-code mapping."""
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+import torch
 from rich.console import Console
+from rich.text import Text
 
 from esper.env.rewards import RewardFamily
 from esper.leyline import CANONICAL_SLOTS, TelemetryEvent, TelemetryEventType, TelemetryLevel, TelemetrySink
-from esper.nissa import NissaHub, build_hub
+from esper.nissa import NissaHub, ProgressBackend, build_hub
 from esper.runtime.checkpoint import CheckpointFormatError
 from esper.runtime.devices import DeviceError
 from esper.runtime.readers import DatasetFormatError, DatasetNotFoundError
-from esper.runtime.rundir import RunDirectory, RunDirectoryError, default_run_dir
-from esper.runtime.tasks import TASKS, DataOptions
+from esper.runtime.rundir import RunDirectory, RunDirectoryError
+from esper.runtime.tasks import TASKS, DataCache, DataOptions, TaskSpec
+from esper.simic.ppo.config import MAX_EPISODE_LENGTH, MAX_EPISODES, MAX_SAMPLES, MAX_SEED
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 USER_ERRORS = (ValueError, DeviceError, DatasetNotFoundError, DatasetFormatError, RunDirectoryError,
-               CheckpointFormatError, FileNotFoundError)
+               CheckpointFormatError, OSError)
+"""Bad input: a clear message and exit 2. OSError covers the file system saying no (a path that is a file, a
+directory without write permission, a full disk), which the user fixes, not the code."""
 
 # Piped output (CI logs, files) gets a wide fixed width so result tables stay on one line per row.
 console = Console(width=None if sys.stdout.isatty() else 160)
 err_console = Console(stderr=True, soft_wrap=True)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line usage errors (problem and where to look) instead of the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"error: {message} (see '{self.prog} --help')\n")
+
+
+def int_in(low: int, high: int) -> Callable[[str], int]:
+    """argparse type: an integer in [low, high] (bounds keep seeds and sizes within what the code can use)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be an integer in [{low}, {high}], got {text}")
+        return value
+    return parse
+
+
+def float_in(low: float, high: float) -> Callable[[str], float]:
+    """argparse type: a finite number in [low, high] ("inf" and "nan" parse as floats, and are refused here)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(value) or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be a finite number in [{low:g}, {high:g}], got {text}")
+        return value
+    return parse
+
+
+SEED = int_in(0, MAX_SEED)
+EPISODES = int_in(1, MAX_EPISODES)
+SAMPLES = int_in(1, MAX_SAMPLES)
+
+
 def add_shared_options(p: argparse.ArgumentParser, *, seed_default: int | None = 42) -> None:
     g = p.add_argument_group("run and telemetry")
     g.add_argument("--run-dir", type=Path, help="run directory (default: <runs-root>/<command>_<task>_<time>_s<seed>)")
     g.add_argument("--runs-root", type=Path, default=Path("runs"), help="parent of default run directories")
+    g.add_argument("--overwrite", action="store_true",
+                   help="replace an existing run directory instead of resuming or refusing it")
     g.add_argument("--data-dir", type=Path, default=Path(os.environ.get("ESPER_DATA_DIR", "data")),
                    help="dataset root (env ESPER_DATA_DIR, default ./data)")
     g.add_argument("--data-path", type=Path, help="text or JSONL file for language-model tasks")
     g.add_argument("--download", action="store_true", help="download CIFAR-10 into --data-dir if it is missing")
-    g.add_argument("--telemetry-level", choices=[lv.name.lower() for lv in TelemetryLevel], default="normal")
+    g.add_argument("--telemetry-level", choices=[lv.name.lower() for lv in TelemetryLevel], default="normal",
+                   help="which events are recorded and printed (TensorBoard, progress and run files are unaffected)")
     g.add_argument("--no-tui", action="store_true", help="plain console lines instead of the live dashboard")
     g.add_argument("--no-tensorboard", action="store_true", help="do not write TensorBoard logs")
     seed_help = f"base seed (default {seed_default})" if seed_default is not None else "base seed (default: config)"
-    g.add_argument("--seed", type=int, default=seed_default, help=seed_help)
+    g.add_argument("--seed", type=SEED, default=seed_default, help=seed_help)
     g.add_argument("--debug", action="store_true", help="show tracebacks on errors")
 
 
 def add_episode_options(p: argparse.ArgumentParser, *, episodes: int, task: str = "synthetic") -> None:
     p.add_argument("--task", choices=sorted(TASKS), default=task, type=str.lower)
-    p.add_argument("--episodes", type=positive_int, default=episodes)
-    p.add_argument("--max-epochs", type=positive_int, default=25)
+    p.add_argument("--episodes", type=EPISODES, default=episodes)
+    p.add_argument("--max-epochs", type=int_in(2, MAX_EPISODE_LENGTH), default=25,
+                   help="episode length (decisions follow epochs 1 .. T-1)")
     p.add_argument("--slots", nargs="+", choices=CANONICAL_SLOTS, default=list(CANONICAL_SLOTS))
-    p.add_argument("--max-seeds", type=positive_int, help="seed budget (default: one per enabled slot)")
+    p.add_argument("--max-seeds", type=int_in(1, len(CANONICAL_SLOTS)),
+                   help="seed budget (default: one per enabled slot)")
     p.add_argument("--device", default="auto", help="'auto', 'cpu' or 'cuda:N'")
-    p.add_argument("--max-train-samples", type=positive_int, help="use a deterministic prefix of the train split")
-    p.add_argument("--max-val-samples", type=positive_int, help="use a deterministic prefix of the val split")
+    p.add_argument("--max-train-samples", type=SAMPLES, help="use a deterministic prefix of the train split")
+    p.add_argument("--max-val-samples", type=SAMPLES, help="use a deterministic prefix of the val split")
     p.add_argument("--reward-family", choices=[f.value for f in RewardFamily], default=RewardFamily.GAP.value,
                    help="reward computed and logged per decision (gap: against the static twin, the default)")
-    p.add_argument("--param-cost", type=non_negative_float,
+    p.add_argument("--param-cost", type=float_in(0.0, 1e6),
                    help="gap reward's cost of added parameters, pp per 100 %% (default: the task's measured value)")
 
 
-def non_negative_float(text: str) -> float:
-    value = float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
 def uses_tui(args: argparse.Namespace) -> bool:
-    """The live dashboard draws on a terminal unless --no-tui (or telemetry is off)."""
-    return not args.no_tui and sys.stdout.isatty() and args.telemetry_level != "off"
-
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+    """The live dashboard draws on a terminal unless --no-tui."""
+    return not args.no_tui and sys.stdout.isatty()
 
 
 def data_options(args: argparse.Namespace) -> DataOptions:
-    return DataOptions(data_dir=args.data_dir, data_path=args.data_path, download=args.download)
+    """Data options; a --data-path that cannot be read fails here, naming the file, before anything is written."""
+    path = args.data_path
+    if path is not None:
+        if not path.exists():
+            raise FileNotFoundError(f"--data-path {path} does not exist: pass a text or JSONL file")
+        if not path.is_file():
+            raise ValueError(f"--data-path {path} is not a file: pass a text or JSONL file")
+        if not os.access(path, os.R_OK):
+            raise PermissionError(f"--data-path {path} is not readable: check its permissions")
+    return DataOptions(data_dir=args.data_dir, data_path=path, download=args.download)
 
 
-def open_run_dir(args: argparse.Namespace, command: str, task: str, *, resume: bool = False) -> RunDirectory:
-    path = args.run_dir or default_run_dir(args.runs_root, command, task, args.seed)
-    return RunDirectory(path, resume=resume)
+def preload_data(args: argparse.Namespace, task: TaskSpec, devices: Sequence[torch.device],
+                 max_train_samples: int | None, max_val_samples: int | None) -> DataCache:
+    """Load every split a run needs before anything is written; a --data-path whose content cannot be used is an
+    error naming that file (the readers' own messages name the problem but not always the file)."""
+    cache = DataCache(data_options(args))
+    try:
+        cache.preload(task, list(devices), max_train_samples, max_val_samples)
+    except UnicodeDecodeError as exc:
+        raise DatasetFormatError(f"--data-path {args.data_path} is not UTF-8 text ({exc.reason} at byte {exc.start}):"
+                                 f" pass a UTF-8 .txt or .jsonl file") from exc
+    except ValueError as exc:
+        if args.data_path is None or str(args.data_path) in str(exc):
+            raise
+        raise DatasetFormatError(f"--data-path {args.data_path}: {exc}; pass a corpus the task can split into "
+                                 f"train and validation") from exc
+    return cache
 
 
-def make_hub(args: argparse.Namespace, run_dir: RunDirectory, hparams: dict[str, Any]) -> NissaHub:
-    """The run's telemetry hub: JSONL always, TensorBoard unless disabled, live TUI on a TTY else console lines."""
+def make_hub(args: argparse.Namespace, run_dir: RunDirectory, hparams: dict[str, Any]
+             ) -> tuple[NissaHub, ProgressBackend]:
+    """The run's telemetry hub (JSONL always, TensorBoard unless disabled, live TUI on a TTY else console lines) and
+    its progress display (in the TUI header, a bar on a terminal without it, periodic lines otherwise)."""
     level = TelemetryLevel[args.telemetry_level.upper()]
     tui = uses_tui(args)
-    return build_hub(level, run_dir.path, console=not tui, tui=tui, tensorboard=not args.no_tensorboard,
-                     hparams=hparams)
+    progress = ProgressBackend("none" if tui else "bar" if console.is_terminal else "lines", console)
+    hub = build_hub(level, run_dir.path, console=not tui, tui=tui, tensorboard=not args.no_tensorboard,
+                    hparams=hparams, progress=progress, screen=console)
+    return hub, progress
 
 
 def emit(hub: TelemetrySink, event_type: TelemetryEventType, message: str, data: dict[str, Any]) -> None:
@@ -111,23 +173,36 @@ def closing_hub(hub: NissaHub, run_dir: RunDirectory) -> Iterator[NissaHub]:
         run_dir.close()
 
 
+def describe_os_error(exc: OSError) -> str:
+    """"<what the system said>: <file>" plus the usual fix, for file system errors that carry no message of ours."""
+    if exc.strerror is None:  # raised by esper with its own message
+        return str(exc)
+    where = f": {exc.filename}" if exc.filename else ""
+    return f"{exc.strerror}{where} (check that the path exists, is of the right kind, and is writable)"
+
+
 def run_guarded(fn: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     """Map errors to exit codes: 2 for bad input (clear message, no traceback unless --debug), 130 for Ctrl+C."""
     try:
         return fn(args)
     except KeyboardInterrupt:
-        err_console.print("[yellow]Interrupted.[/yellow] Completed work in the run directory is kept.")
+        err_console.print("[yellow]Interrupted.[/yellow] Completed work in the run directory is kept; rerun the "
+                          "same command to continue it.")
         return EXIT_INTERRUPTED
     except USER_ERRORS as exc:
         if args.debug:
             raise
-        err_console.print(f"[bold red]error:[/bold red] {exc}")
+        message = describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
+        if isinstance(exc, DeviceError):
+            message += " (pass --device cpu, or a cuda:N this machine has)"
+        err_console.print(Text("error: ", style="bold red") + Text(" ".join(message.split())))
         return EXIT_USAGE
     except Exception as exc:
         if args.debug:
             raise
-        err_console.print(f"[bold red]unexpected error:[/bold red] {type(exc).__name__}: {exc} (rerun with --debug "
-                          f"for the traceback)")
+        message = " ".join(str(exc).split())
+        err_console.print(Text("unexpected error: ", style="bold red") + Text(
+            f"{type(exc).__name__}: {message} (rerun with --debug for the traceback)"))
         return EXIT_ERROR
 
 

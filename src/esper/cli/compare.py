@@ -9,21 +9,29 @@ from rich.table import Table
 
 from esper.cli.common import (
     EXIT_OK,
+    USER_ERRORS,
     add_episode_options,
     add_shared_options,
     closing_hub,
     console,
     emit,
+    float_in,
     make_hub,
-    non_negative_float,
-    open_run_dir,
     print_next_steps,
 )
-from esper.cli.episodes import episode_plan, load_data, progress_bar, runtime_info
-from esper.env import EnvStep
-from esper.evaluation.comparison import ComparisonResult, check_controllers, parse_controllers, run_comparison
+from esper.cli.episodes import episode_plan, load_data, open_episode_run, runtime_info
+from esper.cli.rundirs import discard_on_error
+from esper.evaluation.comparison import (
+    ComparisonResult,
+    check_controllers,
+    comparison_phases,
+    controller_labels,
+    parse_controllers,
+    run_comparison,
+)
 from esper.evaluation.controllers import all_controllers
 from esper.leyline import LifecycleOp, TelemetryEventType
+from esper.runtime.rundir import default_run_dir
 
 
 def add_compare_parser(sub: Any) -> None:
@@ -32,7 +40,7 @@ def add_compare_parser(sub: Any) -> None:
                    help=f"registered controllers ({', '.join(all_controllers().usages())}); the first is the reference")
     add_episode_options(p, episodes=5)
     p.add_argument("--devices", nargs="+", help="env devices, round-robin (default: --device)")
-    p.add_argument("--tie-threshold", type=non_negative_float, default=0.5,
+    p.add_argument("--tie-threshold", type=float_in(0.0, 100.0), default=0.5,
                    help="|Δ final accuracy| in pp counted as a tie")
     add_shared_options(p)
     p.set_defaults(func=cmd_compare)
@@ -65,31 +73,32 @@ def comparison_table(result: ComparisonResult) -> Table:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     specs = parse_controllers(args.controllers)
+    labels = controller_labels(specs)
     plan = episode_plan(args, args.devices)
     check_controllers(specs, plan)  # a checkpoint that cannot drive this setup fails before anything is written
     cache = load_data(args, plan)
-    run_dir = open_run_dir(args, "compare", plan.task.name)
-    config = {"controllers": [s.label for s in specs], "task": plan.task.name, "episodes": args.episodes,
-              "max_epochs": args.max_epochs, "slots": list(args.slots), "max_seeds": args.max_seeds,
-              "seed": args.seed, "tie_threshold": args.tie_threshold, "max_train_samples": args.max_train_samples,
-              "max_val_samples": args.max_val_samples, "reward_family": args.reward_family,
-              "param_cost": args.param_cost}
-    run_dir.write_config("compare", args.argv, config, runtime_info(args, plan))
-    hub = make_hub(args, run_dir, config)
-    with closing_hub(hub, run_dir), progress_bar(args) as progress:
-        emit(hub, TelemetryEventType.TRAINING_STARTED, f"compare on {plan.task.name}", {
-            "command": "compare", "task": plan.task.name, "topology": plan.task.topology, "n_envs": len(specs),
-            "env_devices": {i: str(plan.devices[i % len(plan.devices)]) for i in range(len(specs))},
-            "n_episodes": args.episodes, "config": config})
-        bar = progress.add_task("epochs", total=args.episodes * args.max_epochs, status="")
-
-        def on_step(steps: list[EnvStep]) -> None:
-            status = " ".join(f"{s.env.controller_name} {s.val.val_accuracy:.1f}%" for s in steps)
-            progress.update(bar, advance=1, status=f"ep {steps[0].env.spec.episode}: {status}")
-
-        result = run_comparison(specs, plan, args.episodes, cache,
-                                tie_threshold=args.tie_threshold, sink=hub, run_dir=run_dir, on_step=on_step)
-        emit(hub, TelemetryEventType.RUN_COMPLETED, "comparison completed", {"controllers": result.controllers})
+    config = {"controllers": labels, "specs": [s.label for s in specs], "task": plan.task.name,
+              "episodes": args.episodes, "max_epochs": args.max_epochs, "slots": list(args.slots),
+              "max_seeds": args.max_seeds, "seed": args.seed, "tie_threshold": args.tie_threshold,
+              "max_train_samples": args.max_train_samples, "max_val_samples": args.max_val_samples,
+              "reward_family": args.reward_family, "param_cost": args.param_cost}
+    phases = comparison_phases(specs, labels)
+    path = args.run_dir or default_run_dir(args.runs_root, "compare", plan.task.name, args.seed)
+    run_dir, resume = open_episode_run(path, "compare", overwrite=args.overwrite, argv=args.argv, config=config,
+                                       runtime=runtime_info(args, plan), phases=phases)
+    with discard_on_error(run_dir, fresh=resume is None, errors=USER_ERRORS):
+        hub, progress = make_hub(args, run_dir, config)
+        with closing_hub(hub, run_dir):
+            emit(hub, TelemetryEventType.TRAINING_STARTED, f"compare on {plan.task.name}", {
+                "command": "compare", "task": plan.task.name, "topology": plan.task.topology,
+                "n_envs": len(specs), "controllers": labels,
+                "env_devices": {i: str(plan.devices[i % len(plan.devices)]) for i in range(len(specs))},
+                "n_episodes": args.episodes, "config": config})
+            progress.start("paired episodes", args.episodes * len(specs) * args.max_epochs, round_size=len(phases[0]),
+                           done=(resume.episodes_done if resume is not None else 0) * args.max_epochs)
+            result = run_comparison(specs, plan, args.episodes, cache, tie_threshold=args.tie_threshold, sink=hub,
+                                    run_dir=run_dir, labels=labels, resume=resume)
+            emit(hub, TelemetryEventType.RUN_COMPLETED, "comparison completed", {"controllers": result.controllers})
     console.print(comparison_table(result))
     print_next_steps(run_dir.path, tensorboard=not args.no_tensorboard)
     return EXIT_OK

@@ -1,19 +1,26 @@
-"""What the episode commands (`train heuristic`, `compare`) share: the episode plan, data loading, progress."""
+"""What the episode commands (`train heuristic`, `compare`, a study's evaluation) share: the episode plan, data
+loading, and opening (or resuming) their run directory."""
 
 from __future__ import annotations
 
 import argparse
-import sys
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-from esper.cli.common import console, data_options, uses_tui
+from esper.cli.common import console, preload_data
+from esper.cli.rundirs import check_same_arguments, prepare_run_dir
 from esper.env.rewards import reward_config
 from esper.evaluation.episodes import EpisodePlan
+from esper.evaluation.resume import ResumePoint, resume_point
 from esper.leyline import ordered_slots
+from esper.nissa import trim_event_log
 from esper.runtime.devices import resolve_devices
+from esper.runtime.rundir import RunDirectory, RunDirectoryError, read_jsonl, recorded_config
 from esper.runtime.tasks import DataCache, get_task_spec
+
+EPISODE_COUNT_KEY = "episodes"
+"""The one argument a rerun may change: more paired episodes extend the run (each episode is seeded by its index)."""
 
 
 def episode_plan(args: argparse.Namespace, devices: list[str] | None) -> EpisodePlan:
@@ -30,9 +37,7 @@ def episode_plan(args: argparse.Namespace, devices: list[str] | None) -> Episode
 
 def load_data(args: argparse.Namespace, plan: EpisodePlan) -> DataCache:
     """Load every split before the run directory exists, so a missing dataset leaves nothing behind."""
-    cache = DataCache(data_options(args))
-    cache.preload(plan.task, list(plan.devices), plan.max_train_samples, plan.max_val_samples)
-    return cache
+    return preload_data(args, plan.task, plan.devices, plan.max_train_samples, plan.max_val_samples)
 
 
 def runtime_info(args: argparse.Namespace, plan: EpisodePlan) -> dict[str, Any]:
@@ -40,10 +45,39 @@ def runtime_info(args: argparse.Namespace, plan: EpisodePlan) -> dict[str, Any]:
             "telemetry_level": args.telemetry_level}
 
 
-def progress_bar(args: argparse.Namespace) -> Progress:
-    """A progress bar on a terminal, unless the live dashboard already owns it."""
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TextColumn("{task.fields[status]}"), console=console,
-                    disable=not sys.stdout.isatty() or uses_tui(args))
+def has_episodes(path: Path) -> bool:
+    return bool(read_jsonl(path / "episodes.jsonl"))
 
 
+def open_episode_run(path: Path, command: str, *, overwrite: bool, argv: list[str], config: dict[str, Any],
+                     runtime: dict[str, Any], phases: Sequence[Sequence[str]]
+                     ) -> tuple[RunDirectory, ResumePoint | None]:
+    """A new run directory (config.json written), or the same command's interrupted run continued: the finished
+    paired episodes are kept, the logs (events included) cut back to them, and the resume recorded."""
+    if prepare_run_dir(path, command=command, overwrite=overwrite, resumable=has_episodes) == "new":
+        run_dir = RunDirectory(path)
+        run_dir.write_config(command, argv, config, runtime)
+        return run_dir, None
+    check_same_arguments(path, recorded_config(path), config, may_differ=(EPISODE_COUNT_KEY,))
+    run_dir = RunDirectory(path, resume=True)
+    episodes = int(config[EPISODE_COUNT_KEY])
+    point = resume_point(run_dir, phases, episodes)
+    finished = max(point.completed)
+    if episodes < finished:
+        raise RunDirectoryError(f"{path} already holds {finished} paired episodes: pass --episodes {finished} or "
+                                f"more to continue it, or --overwrite to start over")
+    trim_event_log(path / "events.jsonl", lambda event: _episode_finished(point, event))
+    run_dir.record_resume(argv, config, {"from_episodes": list(point.completed)})
+    console.print(f"Resuming {path}: {point.episodes_done} finished episode(s) kept "
+                  f"({', '.join(f'{k}/{episodes}' for k in point.completed)} paired episodes per phase)")
+    return run_dir, point
+
+
+def _episode_finished(point: ResumePoint, event: dict[str, Any]) -> bool | None:
+    data = event.get("data")
+    if not isinstance(data, dict):
+        return None
+    episode = data.get("episode")
+    if not isinstance(episode, int) or isinstance(episode, bool):
+        return None
+    return point.keeps(data.get("controller"), episode)

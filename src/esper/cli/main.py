@@ -18,7 +18,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from esper.cli.common import run_guarded
+import esper
+from esper.cli.common import Parser, run_guarded
 from esper.cli.compare import add_compare_parser
 from esper.cli.report import add_report_parser
 from esper.cli.study import add_study_parser
@@ -27,8 +28,9 @@ from esper.cli.train_ppo import add_ppo_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="esper", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="esper", description=__doc__.split("\n\n")[0],
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"esper {esper.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     train = sub.add_parser("train", help="train or run a controller")
     train_sub = train.add_subparsers(dest="controller", required=True, metavar="CONTROLLER")

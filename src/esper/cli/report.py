@@ -62,13 +62,15 @@ def run_type(run_dir: Path) -> str:
     """The run type from config.json's "command" ("train heuristic" and "heuristic" both give "heuristic")."""
     path = run_dir / "config.json"
     if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: a run directory starts with config.json ({WHAT['config.json']})")
+        raise FileNotFoundError(f"{path} not found: a run directory starts with config.json ({WHAT['config.json']}); "
+                                f"pass the folder an esper command wrote")
     data = _json(path)
     if not isinstance(data, dict) or not isinstance(data.get("command"), str):
         raise LogFormatError(f"{path} has no \"command\" string: is this an esper run directory?")
     kind = data["command"].removeprefix("train ").strip()
     if kind not in RUN_TYPES:
-        raise ValueError(f"{path}: run type {data['command']!r} has no report (supported: {', '.join(RUN_TYPES)})")
+        raise ValueError(f"{path}: run type {data['command']!r} has no report: pass the run directory of one of "
+                         f"{', '.join(RUN_TYPES)}")
     return kind
 
 
@@ -78,8 +80,14 @@ def render_report(run_dir: Path, out: Path | None = None) -> list[Path]:
     Every input is read and checked before the first plot, so a bad run directory leaves no partial report.
     """
     run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ValueError(f"{run_dir} is a file, not a run directory: pass the folder that holds config.json")
     if not run_dir.is_dir():
-        raise FileNotFoundError(f"Run directory {run_dir} does not exist")
+        raise FileNotFoundError(f"Run directory {run_dir} does not exist: pass the folder an esper command wrote "
+                                f"(its last lines name it)")
+    out = Path(out) if out is not None else run_dir / "report"
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file, not a directory: pass a folder for the PNGs")
     kind = run_type(run_dir)
     for name in NEEDED[kind]:
         if not (run_dir / name).is_file():
@@ -96,8 +104,11 @@ def render_report(run_dir: Path, out: Path | None = None) -> list[Path]:
         draw = partial(compare_report, load_results(run_dir), steps)
     else:
         draw = partial(ppo_report, load_rows(run_dir, HistoryRow), steps, load_rows(run_dir, EpisodeResult))
-    out = Path(out) if out is not None else run_dir / "report"
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"Cannot create the report folder {out} ({exc.strerror or exc}): pass a writable --out"
+                         ) from exc
     return draw(out)
 
 

@@ -4,47 +4,56 @@
     esper study --preset synthetic --seeds 10       # CPU reference study (adds static:matched and random)
     esper study --preset synthetic --ppo runs/ppo_x --controller iql:runs/iql_y   # reuse a trained policy
 
-Rerunning the same command with the same --run-dir continues an interrupted study (training resumes from its last
-checkpoint). Writes STUDY_DIR/{train/, eval/, results.json, summary.md} and plots in eval/report/.
+Rerunning the same command with the same --run-dir continues an interrupted study: training resumes from its last
+checkpoint and the evaluation from its finished paired episodes (an evaluation of a policy that has since trained
+further starts over). Other arguments are refused; --overwrite starts the study over. Writes STUDY_DIR/{train/,
+eval/, results.json, summary.md} and plots in eval/report/; train/ and eval/ are complete run directories (their
+own events and TensorBoard logs), so each can be reported and resumed on its own.
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
 from pathlib import Path
 from typing import Any
 
 from esper.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
+    USER_ERRORS,
     add_shared_options,
     closing_hub,
     console,
-    data_options,
+    emit,
+    float_in,
+    int_in,
     make_hub,
-    non_negative_float,
-    positive_int,
+    preload_data,
 )
 from esper.cli.compare import comparison_table
-from esper.cli.episodes import progress_bar
+from esper.cli.episodes import open_episode_run
 from esper.cli.report import render_report
+from esper.cli.rundirs import check_same_arguments, discard_on_error, prepare_run_dir
 from esper.cli.train_ppo import StopAfterStep, flag_overrides, open_training_dir, train_with_stop
-from esper.env import EnvStep
+from esper.evaluation.comparison import comparison_phases, parse_controllers
 from esper.evaluation.study import STUDY_PRESETS, evaluation_plan, run_evaluation, study_controllers, write_study
+from esper.leyline import TelemetryEventType
 from esper.runtime.devices import resolve_devices
-from esper.runtime.rundir import RunDirectory, default_run_dir
+from esper.runtime.rundir import RunDirectory, RunDirectoryError, default_run_dir, holds_results, recorded_config
 from esper.runtime.tasks import DataCache, get_task_spec
 from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config
 from esper.simic.ppo.config import TrainingConfig
 from esper.simic.ppo.train import PPORun
+
+MAX_STUDY_SEEDS = 10_000
 
 
 def add_study_parser(sub: Any) -> None:
     p = sub.add_parser("study", help="train a PPO controller, then compare it with its baselines on held-out seeds",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", choices=sorted(STUDY_PRESETS), default="quick")
-    p.add_argument("--seeds", type=positive_int, help="paired held-out evaluation seeds (default: the preset's)")
+    p.add_argument("--seeds", type=int_in(1, MAX_STUDY_SEEDS),
+                   help="paired held-out evaluation seeds (default: the preset's)")
     p.add_argument("--controller", action="append", default=[], metavar="SPEC",
                    help="an extra controller to compare (e.g. iql:PATH); repeatable")
     p.add_argument("--ppo", type=Path, help="evaluate this PPO run directory instead of training one")
@@ -52,7 +61,7 @@ def add_study_parser(sub: Any) -> None:
                    help="override one TrainingConfig field of the preset; VALUE is parsed as JSON (repeatable)")
     p.add_argument("--device", help="policy and env device: 'auto', 'cpu' or 'cuda:N'")
     p.add_argument("--devices", nargs="+", help="env devices, round-robin (default: --device)")
-    p.add_argument("--tie-threshold", type=non_negative_float, default=0.5,
+    p.add_argument("--tie-threshold", type=float_in(0.0, 100.0), default=0.5,
                    help="|Δ final accuracy| in pp counted as a tie")
     add_shared_options(p, seed_default=None)
     p.set_defaults(func=cmd_study, task=None, amp=None, reward_family=None, episodes=None, resume=None,
@@ -60,10 +69,14 @@ def add_study_parser(sub: Any) -> None:
 
 
 def _training_config(args: argparse.Namespace, train_dir: Path) -> tuple[TrainingConfig, Path | None]:
-    """The preset's config with the overrides, or the saved one when the run (or --ppo) already has checkpoints."""
+    """The preset's config with the overrides, or the saved one when the run (or --ppo) already has checkpoints
+    (ignored under --overwrite, which starts the study over)."""
     requested = TrainingConfig.preset(STUDY_PRESETS[args.preset].training).with_overrides(**flag_overrides(args))
     latest = train_dir / "checkpoints" / "latest.pt"
-    if not latest.exists():
+    if args.ppo is not None and not args.ppo.is_dir():
+        raise FileNotFoundError(f"--ppo {args.ppo} is not a directory: pass a PPO run directory (holding "
+                                f"checkpoints/init.pt and final.pt)")
+    if not latest.exists() or (args.overwrite and args.ppo is None):
         if args.ppo is not None:
             raise FileNotFoundError(f"{latest} not found: --ppo needs a PPO run directory with checkpoints")
         return requested, None
@@ -73,52 +86,86 @@ def _training_config(args: argparse.Namespace, train_dir: Path) -> tuple[Trainin
     return resume_config(saved, requested), latest
 
 
+def _settings(args: argparse.Namespace, seeds: int) -> dict[str, Any]:
+    return {"preset": args.preset, "seeds": seeds, "controllers": args.controller,
+            "ppo": None if args.ppo is None else str(args.ppo), "tie_threshold": args.tie_threshold}
+
+
+def _open_study(path: Path, args: argparse.Namespace, settings: dict[str, Any]) -> tuple[RunDirectory, bool]:
+    """The study directory, new or (same settings; more seeds allowed) continued; True when new."""
+    if prepare_run_dir(path, command="study", overwrite=args.overwrite, resumable=holds_results) == "new":
+        study = RunDirectory(path)
+        study.write_config("study", args.argv, settings, {"data_dir": str(args.data_dir)})
+        return study, True
+    check_same_arguments(path, recorded_config(path), settings, may_differ=("seeds",))
+    return RunDirectory(path, resume=True), False
+
+
+def _train(args: argparse.Namespace, config: TrainingConfig, checkpoint: Path | None, train_path: Path,
+           cache: DataCache) -> bool:
+    """Train (or continue training) the policy in train/, with that directory's own telemetry (so a resume trims
+    its own events); False when stopped before the last batch."""
+    episodes_done = int(read_policy_checkpoint(checkpoint)["episodes_completed"]) if checkpoint is not None else 0
+    train_dir = open_training_dir(train_path, config, args, checkpoint, cache)
+    hub, progress = make_hub(args, train_dir, config.to_dict())
+    stop = StopAfterStep()
+    with closing_hub(hub, train_dir):
+        result = train_with_stop(config, PPORun(train_dir, sink=hub, data=cache, resume_from=checkpoint,
+                                                should_stop=lambda: stop.requested), stop, progress,
+                                 preset=STUDY_PRESETS[args.preset].training,
+                                 debug=args.telemetry_level == "debug", episodes_done=episodes_done)
+    return not stop.requested and result.episodes_completed >= config.n_episodes
+
+
+def _evaluation_config(path: Path, labels: list[str], specs: list[str], seeds: int, first_episode: int,
+                       config: TrainingConfig, settings: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """The evaluation's arguments, and whether a stored evaluation was of something else (then it starts over:
+    its results describe a policy or setting that no longer exists)."""
+    eval_config = {"controllers": labels, "specs": specs, "episodes": seeds, "first_episode": first_episode,
+                   "training": config.to_dict(), **{k: v for k, v in settings.items() if k != "seeds"}}
+    if not (path / "config.json").exists():
+        return eval_config, False
+    try:
+        check_same_arguments(path, recorded_config(path), eval_config,
+                             may_differ=("episodes",))
+    except RunDirectoryError:
+        return eval_config, True
+    return eval_config, False
+
+
 def cmd_study(args: argparse.Namespace) -> int:
     preset = STUDY_PRESETS[args.preset]
     seeds = args.seeds or preset.seeds
     seed = args.seed if args.seed is not None else TrainingConfig.preset(preset.training).seed
     path = args.run_dir or default_run_dir(args.runs_root, "study", args.preset, seed)
+    settings = _settings(args, seeds)
     train_path = args.ppo if args.ppo is not None else path / "train"
-    config, checkpoint = _training_config(args, train_path)
-    task = get_task_spec(config.task)
-    cache = DataCache(data_options(args))
-    cache.preload(task, resolve_devices(config.device, config.devices), config.max_train_samples,
-                  config.max_val_samples)
-    rerun = (path / "config.json").exists()
-    study = RunDirectory(path, resume=rerun)
-    settings = {"preset": args.preset, "seeds": seeds, "controllers": args.controller, "ppo": args.ppo,
-                "training": config.to_dict()}
-    if not rerun:
-        study.write_config("study", args.argv, settings, {"data_dir": str(args.data_dir)})
-    hub = make_hub(args, study, settings)
-    stop = StopAfterStep()
-    with closing_hub(hub, study):
-        if args.ppo is None:
-            train_dir = open_training_dir(train_path, config, args, checkpoint, cache)
-            try:
-                result = train_with_stop(config, PPORun(train_dir, sink=hub, data=cache, resume_from=checkpoint,
-                                                        should_stop=lambda: stop.requested), stop)
-            finally:
-                train_dir.close()
-            if stop.requested or result.episodes_completed < config.n_episodes:
-                console.print(f"Stopped during training. Continue with the same command (--run-dir {path}).")
-                return EXIT_INTERRUPTED
-        specs, labels = study_controllers(preset.baselines, train_path, args.controller)
-        plan = evaluation_plan(config)
-        shutil.rmtree(path / "eval", ignore_errors=True)  # an interrupted evaluation starts over
-        eval_dir = RunDirectory(path / "eval")
-        eval_dir.write_config("compare", args.argv, {"controllers": labels, "specs": specs, "episodes": seeds,
-                                                     "first_episode": plan.first_episode, **settings}, {})
-        with progress_bar(args) as progress:
-            bar = progress.add_task("evaluation epochs", total=seeds * (config.max_epochs - 1), status="")
-
-            def on_step(steps: list[EnvStep]) -> None:
-                progress.update(bar, advance=1, status=" ".join(
-                    f"{s.env.controller_name} {s.val.val_accuracy:.1f}%" for s in steps))
-
+    config, checkpoint = _training_config(args, train_path)  # bad settings fail before anything is written
+    cache = preload_data(args, get_task_spec(config.task), resolve_devices(config.device, config.devices),
+                         config.max_train_samples, config.max_val_samples)
+    specs, labels = study_controllers(preset.baselines, train_path, args.controller)
+    plan = evaluation_plan(config)
+    phases = comparison_phases(parse_controllers(specs), labels)
+    study, fresh = _open_study(path, args, settings)
+    with discard_on_error(study, fresh=fresh, errors=USER_ERRORS):
+        if args.ppo is None and not _train(args, config, checkpoint, train_path, cache):
+            console.print(f"Stopped during training. Continue with the same command (--run-dir {path}).")
+            return EXIT_INTERRUPTED
+        eval_path = path / "eval"
+        eval_config, stale = _evaluation_config(eval_path, labels, specs, seeds, plan.first_episode, config,
+                                                settings)
+        eval_dir, resume = open_episode_run(eval_path, "compare", overwrite=stale, argv=args.argv,
+                                            config=eval_config, runtime={"data_dir": str(args.data_dir)},
+                                            phases=phases)
+        hub, progress = make_hub(args, eval_dir, eval_config)
+        with closing_hub(hub, eval_dir):
+            emit(hub, TelemetryEventType.TRAINING_STARTED, f"study evaluation on {config.task}", {
+                "command": "study evaluation", "task": config.task, "topology": plan.task.topology,
+                "n_envs": len(specs), "controllers": labels, "n_episodes": seeds, "config": eval_config})
+            progress.start("evaluation", seeds * len(specs) * config.max_epochs, round_size=len(phases[0]),
+                           done=(resume.episodes_done if resume is not None else 0) * config.max_epochs)
             comparison = run_evaluation(plan, specs, labels, seeds, cache, run_dir=eval_dir, sink=hub,
-                                        on_step=on_step)
-        eval_dir.close()
+                                        resume=resume)
     title = f"esper study --preset {args.preset} ({config.task})"
     summary = write_study(path, comparison, title=title, command="esper " + " ".join(args.argv),
                           extra={"preset": args.preset, "seeds": seeds, "training": config.to_dict()})
@@ -126,4 +173,6 @@ def cmd_study(args: argparse.Namespace) -> int:
     plots = render_report(path / "eval")
     console.print(f"\nStudy directory: [bold]{path}[/bold]\nSummary:         {summary}\n"
                   f"Plots:           {plots[0].parent if plots else path / 'eval' / 'report'}")
+    if not args.no_tensorboard:
+        console.print(f"TensorBoard:     tensorboard --logdir {path}")
     return EXIT_OK

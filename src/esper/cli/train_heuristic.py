@@ -9,21 +9,23 @@ from rich.table import Table
 
 from esper.cli.common import (
     EXIT_OK,
+    USER_ERRORS,
     add_episode_options,
     add_shared_options,
     closing_hub,
     console,
     emit,
     make_hub,
-    open_run_dir,
     print_next_steps,
 )
-from esper.cli.episodes import episode_plan, load_data, progress_bar, runtime_info
-from esper.env import EnvStep, EpisodeResult, MorphoEnv
+from esper.cli.episodes import episode_plan, load_data, open_episode_run, runtime_info
+from esper.cli.rundirs import discard_on_error
+from esper.env import EpisodeResult, MorphoEnv
 from esper.evaluation.comparison import parse_controllers
 from esper.evaluation.episodes import run_controller_episodes
 from esper.leyline import TelemetryEventType
 from esper.runtime.checkpoint import atomic_save, model_checkpoint
+from esper.runtime.rundir import default_run_dir
 
 
 def add_heuristic_parser(sub: Any) -> None:
@@ -48,34 +50,31 @@ def _episode_table(results: list[EpisodeResult]) -> Table:
 def cmd_train_heuristic(args: argparse.Namespace) -> int:
     plan = episode_plan(args, None)
     cache = load_data(args, plan)
-    run_dir = open_run_dir(args, "heuristic", plan.task.name)
     config = {"task": plan.task.name, "episodes": args.episodes, "max_epochs": args.max_epochs,
               "slots": list(args.slots), "max_seeds": args.max_seeds, "seed": args.seed,
               "max_train_samples": args.max_train_samples, "max_val_samples": args.max_val_samples,
               "reward_family": args.reward_family, "param_cost": args.param_cost}
-    run_dir.write_config("heuristic", args.argv, config, runtime_info(args, plan))
-    hub = make_hub(args, run_dir, config)
-    with closing_hub(hub, run_dir), progress_bar(args) as progress:
-        emit(hub, TelemetryEventType.TRAINING_STARTED, f"heuristic on {plan.task.name}", {
-            "command": "train heuristic", "task": plan.task.name, "topology": plan.task.topology, "n_envs": 1,
-            "env_devices": {0: str(plan.devices[0])}, "n_episodes": args.episodes, "config": config})
-        bar = progress.add_task("epochs", total=args.episodes * args.max_epochs, status="")
+    path = args.run_dir or default_run_dir(args.runs_root, "heuristic", plan.task.name, args.seed)
+    run_dir, resume = open_episode_run(path, "heuristic", overwrite=args.overwrite, argv=args.argv, config=config,
+                                       runtime=runtime_info(args, plan), phases=[["heuristic"]])
+    done = resume.done(0) if resume is not None else []
+    with discard_on_error(run_dir, fresh=resume is None, errors=USER_ERRORS):
+        hub, progress = make_hub(args, run_dir, config)
+        with closing_hub(hub, run_dir):
+            emit(hub, TelemetryEventType.TRAINING_STARTED, f"heuristic on {plan.task.name}", {
+                "command": "train heuristic", "task": plan.task.name, "topology": plan.task.topology, "n_envs": 1,
+                "env_devices": {0: str(plan.devices[0])}, "n_episodes": args.episodes, "config": config})
+            progress.start("episodes", args.episodes * args.max_epochs, done=len(done) * args.max_epochs)
 
-        def on_step(steps: list[EnvStep]) -> None:
-            s = steps[0]
-            stages = " ".join(f"{slot}:{r.stage.name[:5]}" for slot, r in s.env.model.get_slot_reports().items())
-            progress.update(bar, advance=1, status=f"ep {s.env.spec.episode} val {s.val.val_accuracy:.1f}% "
-                                                   f"loss {s.val.val_loss:.3f} {stages}")
+            def save_model(episode: int, results: list[EpisodeResult], envs: list[MorphoEnv]) -> None:
+                atomic_save(model_checkpoint(envs[0].model, task=plan.task.name),
+                            run_dir.checkpoints / "model_final.pt")
 
-        def save_model(episode: int, results: list[EpisodeResult], envs: list[MorphoEnv]) -> None:
-            atomic_save(model_checkpoint(envs[0].model, task=plan.task.name), run_dir.checkpoints / "model_final.pt")
-
-        results = run_controller_episodes(parse_controllers(["heuristic"]), plan, args.episodes, cache, sink=hub,
-                                          run_dir=run_dir, on_step=on_step, on_episode=save_model)
-        emit(hub, TelemetryEventType.RUN_COMPLETED, "heuristic run completed",
-             {"episodes": len(results), "final_accuracy": [r.final_accuracy for r in results]})
+            results = done + run_controller_episodes(parse_controllers(["heuristic"]), plan, args.episodes, cache,
+                                                     sink=hub, run_dir=run_dir, on_episode=save_model,
+                                                     start=len(done))
+            emit(hub, TelemetryEventType.RUN_COMPLETED, "heuristic run completed",
+                 {"episodes": len(results), "final_accuracy": [r.final_accuracy for r in results]})
     console.print(_episode_table(results))
     print_next_steps(run_dir.path, tensorboard=not args.no_tensorboard)
     return EXIT_OK
-
-

@@ -12,18 +12,22 @@ from typing import Any
 from rich.table import Table
 
 from esper.cli.common import (
+    EPISODES,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    USER_ERRORS,
     add_shared_options,
     closing_hub,
     console,
-    data_options,
     emit,
     make_hub,
+    preload_data,
     print_next_steps,
 )
+from esper.cli.rundirs import discard_on_error, prepare_run_dir
 from esper.env.rewards import RewardFamily
 from esper.leyline import TelemetryEventType
+from esper.nissa import ProgressBackend, trim_event_log
 from esper.runtime.devices import env_device_map, resolve_device, resolve_devices
 from esper.runtime.rundir import RunDirectory, checkpoint_file, default_run_dir
 from esper.runtime.tasks import TASKS, DataCache, get_task_spec
@@ -44,7 +48,7 @@ def add_ppo_parser(sub: Any) -> None:
     p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None,
                    help="mixed precision (fp16 + GradScaler on CUDA, bf16 on CPU)")
     p.add_argument("--reward-family", choices=[f.value for f in RewardFamily])
-    p.add_argument("--episodes", type=int, help="n_episodes")
+    p.add_argument("--episodes", type=EPISODES, help="n_episodes")
     p.add_argument("--resume", type=Path, help="checkpoint file or run directory (its checkpoints/latest.pt)")
     add_shared_options(p, seed_default=None)
     p.set_defaults(func=cmd_train_ppo)
@@ -55,7 +59,8 @@ def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
     for item in args.set:
         key, sep, raw = item.partition("=")
         if not sep:
-            raise ValueError(f"--set expects KEY=VALUE, got '{item}'")
+            raise ValueError(f"--set expects KEY=VALUE, got '{item}': pass a config field and its value, e.g. "
+                             f"--set lr=0.001")
         try:
             changes[key] = json.loads(raw)
         except json.JSONDecodeError:
@@ -80,13 +85,22 @@ def effective_config(args: argparse.Namespace) -> TrainingConfig:
 def _resume_target(args: argparse.Namespace) -> Path | None:
     """--resume, or an existing run directory of an interrupted PPO run (rerunning the command resumes it)."""
     if args.resume is not None:
+        if args.overwrite:
+            raise ValueError("--overwrite starts a new run and --resume continues one: pass only one of them")
+        if not args.resume.exists():
+            raise FileNotFoundError(f"--resume {args.resume} not found: pass a PPO run directory or a checkpoint file "
+                                    f"(e.g. RUN/checkpoints/latest.pt)")
         target = checkpoint_file(args.resume, "latest.pt")
+        if not target.is_file():
+            raise FileNotFoundError(f"--resume {args.resume}: {target} not found (the run has no checkpoint yet, "
+                                    f"so there is nothing to resume); start it again without --resume")
         if args.run_dir is not None and args.run_dir.resolve() != target.parent.parent.resolve():
             raise ValueError(f"--resume {args.resume} continues in its own run directory {target.parent.parent}; "
                              f"drop --run-dir {args.run_dir}")
         return target
-    if args.run_dir is not None and (args.run_dir / "checkpoints" / "latest.pt").exists():
-        return args.run_dir / "checkpoints" / "latest.pt"
+    latest = None if args.run_dir is None else args.run_dir / "checkpoints" / "latest.pt"
+    if latest is not None and latest.is_file() and not args.overwrite:
+        return latest
     return None
 
 
@@ -104,6 +118,22 @@ def config_table(config: TrainingConfig) -> Table:
     return table
 
 
+def config_summary(config: TrainingConfig, preset: str | None) -> str:
+    """One line: the preset and every field that differs from it (the full table is printed at --telemetry-level
+    debug and stored in config.json)."""
+    base = TrainingConfig.preset(preset).to_dict() if preset in PRESETS else TrainingConfig().to_dict()
+    changed = [f"{k}={json.dumps(v)}" for k, v in config.to_dict().items() if base.get(k) != v]
+    return (f"Config: preset {preset or '—'}" + (f"; changed: {', '.join(changed)}" if changed else "")
+            + " (full config in config.json)")
+
+
+def device_summary(config: TrainingConfig) -> str:
+    """Env → device as counts per device ("Envs: 4 (cpu×4)"), one line however many envs."""
+    mapping = [str(d) for d in env_device_map(config.n_envs, resolve_devices(config.device, config.devices))]
+    counts = {d: mapping.count(d) for d in dict.fromkeys(mapping)}
+    return f"Envs: {config.n_envs} ({', '.join(f'{d}×{n}' for d, n in counts.items())})"
+
+
 class StopAfterStep:
     """First Ctrl+C: finish the current env step and stop (the last batch checkpoint stays); second: abort."""
 
@@ -119,12 +149,16 @@ class StopAfterStep:
 
 def open_training_dir(path: Path, config: TrainingConfig, args: argparse.Namespace, checkpoint: Path | None,
                       cache: DataCache) -> RunDirectory:
-    """The PPO run directory: reopened (and the resume logged) for a checkpoint, else created with config.json."""
+    """The PPO run directory: reopened for a checkpoint (the resume logged, events of the interrupted batch dropped),
+    else started afresh with config.json (a directory left by an attempt that never finished a batch is reused)."""
     if checkpoint is not None:
         run_dir = RunDirectory(path, resume=True)
-        console.print(f"Resuming from [bold]{checkpoint}[/bold]")
-        run_dir.record_resume(args.argv, config.to_dict(), int(read_policy_checkpoint(checkpoint)["batches_completed"]))
+        batches = int(read_policy_checkpoint(checkpoint)["batches_completed"])
+        console.print(f"Resuming from [bold]{checkpoint}[/bold] (after batch {batches})")
+        trim_event_log(path / "events.jsonl", lambda event: _batch_finished(event, batches))
+        run_dir.record_resume(args.argv, config.to_dict(), {"from_batch": batches})
         return run_dir
+    prepare_run_dir(path, command="ppo", overwrite=args.overwrite, resumable=lambda p: False)
     run_dir = RunDirectory(path)
     devices = resolve_devices(config.device, config.devices)
     run_dir.write_config("ppo", args.argv, config.to_dict(), {
@@ -134,11 +168,27 @@ def open_training_dir(path: Path, config: TrainingConfig, args: argparse.Namespa
     return run_dir
 
 
-def train_with_stop(config: TrainingConfig, run: PPORun, stop: StopAfterStep) -> PPOTrainingResult:
+def _batch_finished(event: dict[str, Any], batches: int) -> bool | None:
+    """Whether an event belongs to the first `batches` rollout batches (None: it carries no batch index).
+
+    Batch events carry the 0-based index of their batch; checkpoint events carry the number of batches completed
+    when they were written, so the checkpoint of the resume point itself is kept."""
+    data = event.get("data")
+    batch = data.get("batch") if isinstance(data, dict) else None
+    if not isinstance(batch, int) or isinstance(batch, bool):
+        return None
+    if event.get("event_type") in ("CHECKPOINT_SAVED", "CHECKPOINT_LOADED"):
+        return batch <= batches
+    return batch < batches
+
+
+def train_with_stop(config: TrainingConfig, run: PPORun, stop: StopAfterStep, progress: ProgressBackend, *,
+                    preset: str | None, debug: bool, episodes_done: int) -> PPOTrainingResult:
     """Train with Ctrl+C meaning "stop after the current step" (the last batch checkpoint stays)."""
-    console.print(config_table(config))
-    mapping = env_device_map(config.n_envs, resolve_devices(config.device, config.devices))
-    console.print("Env → device: " + ", ".join(f"env{i}→{d}" for i, d in enumerate(mapping)))
+    console.print(config_table(config) if debug else config_summary(config, preset))
+    console.print(device_summary(config))
+    progress.start("training", config.n_episodes * config.max_epochs, done=episodes_done * config.max_epochs,
+                   round_size=config.n_envs)
     previous = signal.signal(signal.SIGINT, stop)
     try:
         result = train_ppo(config, run)
@@ -161,17 +211,20 @@ def train_with_stop(config: TrainingConfig, run: PPORun, stop: StopAfterStep) ->
 def cmd_train_ppo(args: argparse.Namespace) -> int:
     checkpoint = _resume_target(args)
     config = _config_for_resume(args, checkpoint) if checkpoint is not None else effective_config(args)
-    cache = DataCache(data_options(args))
-    cache.preload(get_task_spec(config.task), resolve_devices(config.device, config.devices),
-                  config.max_train_samples, config.max_val_samples)
+    episodes_done = int(read_policy_checkpoint(checkpoint)["episodes_completed"]) if checkpoint is not None else 0
+    cache = preload_data(args, get_task_spec(config.task), resolve_devices(config.device, config.devices),
+                         config.max_train_samples, config.max_val_samples)
     path = checkpoint.parent.parent if checkpoint is not None else (
         args.run_dir or default_run_dir(args.runs_root, "ppo", config.task, config.seed))
     run_dir = open_training_dir(path, config, args, checkpoint, cache)
-    hub = make_hub(args, run_dir, config.to_dict())
     stop = StopAfterStep()
-    with closing_hub(hub, run_dir):
-        result = train_with_stop(config, PPORun(run_dir, sink=hub, data=cache, resume_from=checkpoint,
-                                                should_stop=lambda: stop.requested), stop)
+    with discard_on_error(run_dir, fresh=checkpoint is None, errors=USER_ERRORS):
+        hub, progress = make_hub(args, run_dir, config.to_dict())
+        with closing_hub(hub, run_dir):
+            result = train_with_stop(config, PPORun(run_dir, sink=hub, data=cache, resume_from=checkpoint,
+                                                    should_stop=lambda: stop.requested), stop, progress,
+                                     preset=args.preset, debug=args.telemetry_level == "debug",
+                                     episodes_done=episodes_done)
     if stop.requested:
         if (run_dir.checkpoints / "latest.pt").exists():
             console.print(f"Stopped. Resume with: esper train ppo --resume {run_dir.path}")

@@ -157,7 +157,8 @@ def _emit_epoch(env: MorphoEnv, obs: EnvObservation, decision: TamiyoDecision | 
         "train_loss": m.train_loss, "val_loss": m.val_loss, "train_accuracy": m.train_accuracy,
         "val_accuracy": m.val_accuracy, "slots": slots, "op": None if cmd is None else cmd.op.name,
         "slot": None if cmd is None else cmd.slot_id, "reward": env.episode_reward, "device": env.device_key,
-        "rollback": rollback, "controller": env.controller_name})
+        "rollback": rollback, "controller": env.controller_name,
+        "seed_params": obs.total_param_count - obs.host_param_count})
     if obs.epoch == spec.max_epochs:
         r = env.result()
         env.emit(TelemetryEventType.EPISODE_COMPLETED, obs.epoch, f"episode {r.episode} done: "

@@ -8,19 +8,21 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
+from pathlib import PurePath
 from typing import Any
 
 from esper.env import EnvStep, EpisodeResult
 from esper.evaluation.controllers import all_controllers
 from esper.evaluation.episodes import EpisodePlan, build_controller, run_controller_episodes
 from esper.evaluation.results import ComparisonResult
+from esper.evaluation.resume import ResumePoint
 from esper.leyline import TelemetrySink
 from esper.runtime.rundir import RunDirectory
 from esper.runtime.tasks import DataCache, TaskSpec
 from esper.tamiyo import MATCHED, MAX_HOST_WIDTH, ControllerSpec
 
-__all__ = ["ComparisonResult", "check_controllers", "host_params", "largest_grown", "matched_width",
-           "parse_controllers", "run_comparison"]
+__all__ = ["ComparisonResult", "check_controllers", "comparison_phases", "controller_labels", "host_params",
+           "largest_grown", "matched_width", "parse_controllers", "run_comparison"]
 
 
 def parse_controllers(texts: Sequence[str]) -> list[ControllerSpec]:
@@ -30,6 +32,30 @@ def parse_controllers(texts: Sequence[str]) -> list[ControllerSpec]:
     if len(set(labels)) != len(labels):
         raise ValueError(f"Controllers must be distinct, got {labels}")
     return specs
+
+
+def controller_labels(specs: Sequence[ControllerSpec]) -> list[str]:
+    """How tables, files, plots and TensorBoard name each controller: the spec as written, except that a file or
+    directory argument is shortened to its name (`ppo:runs/x/checkpoints/final.pt` is `ppo:final`, `ppo:runs/x` is
+    `ppo:x`), so no label carries a path; repeated names get `#2`, `#3`."""
+    labels: list[str] = []
+    for spec in specs:
+        label = spec.label
+        if spec.argument is not None and ("/" in spec.argument or "\\" in spec.argument
+                                          or spec.argument.endswith(".pt")):
+            path = PurePath(spec.argument)
+            label = f"{spec.name}:{path.stem if path.suffix == '.pt' else path.name}"
+        base, n = label, 2
+        while label in labels:
+            label, n = f"{base}#{n}", n + 1
+        labels.append(label)
+    return labels
+
+
+def comparison_phases(specs: Sequence[ControllerSpec], labels: Sequence[str]) -> list[list[str]]:
+    """The labels run side by side, then (when asked for) `static:matched`, which needs the first phase's results."""
+    first = [n for s, n in zip(specs, labels, strict=True) if not _is_matched(s)]
+    return [first, [f"static:{MATCHED}"]] if len(first) < len(specs) else [first]
 
 
 def check_controllers(specs: Sequence[ControllerSpec], plan: EpisodePlan) -> list[str]:
@@ -84,30 +110,45 @@ def largest_grown(episodes: Sequence[EpisodeResult], labels: Sequence[str]) -> t
 def run_comparison(specs: Sequence[ControllerSpec], plan: EpisodePlan, episodes: int, cache: DataCache, *,
                    tie_threshold: float = 0.5, sink: TelemetrySink | None = None,
                    run_dir: RunDirectory | None = None, on_step: Callable[[list[EnvStep]], None] | None = None,
-                   labels: Sequence[str] | None = None) -> ComparisonResult:
+                   labels: Sequence[str] | None = None, resume: ResumePoint | None = None) -> ComparisonResult:
     """Every controller on the same paired episodes; `static:matched` runs last, widened to the largest grown one.
 
-    `labels` (default: the specs as written) name the controllers in results, tables and plots.
+    `labels` (default: `controller_labels(specs)`) name the controllers in results, tables and plots. `resume`
+    (from `resume_point`) continues an interrupted run past its finished episodes. With a `run_dir`, results.json is
+    rewritten after every paired episode of the first phase, so an interrupted comparison still has results for its
+    finished episodes; the final one follows the last phase.
     """
     check_controllers(specs, plan)
-    names = list(labels) if labels is not None else [s.label for s in specs]
+    names = list(labels) if labels is not None else controller_labels(specs)
     if len(names) != len(specs) or len(set(names)) != len(names):
         raise ValueError(f"Need one distinct label per controller, got {names}")
     first = [(s, n) for s, n in zip(specs, names, strict=True) if not _is_matched(s)]
-    results = run_controller_episodes([s for s, _ in first], plan, episodes, cache, sink=sink, run_dir=run_dir,
-                                      on_step=on_step, labels=[n for _, n in first])
+    first_names = [n for _, n in first]
+    results = list(resume.done(0)) if resume is not None else []
+
+    def partial_results(episode: int, finished: list[EpisodeResult], envs: object) -> None:
+        results.extend(finished)
+        if run_dir is not None:
+            partial = ComparisonResult.from_episodes(first_names, results, tie_threshold=tie_threshold, seed=plan.seed)
+            run_dir.write_json(ComparisonResult.FILE, partial.to_dict())
+
+    run_controller_episodes([s for s, _ in first], plan, episodes, cache, sink=sink, run_dir=run_dir,
+                            on_step=on_step, on_episode=partial_results, labels=first_names,
+                            start=resume.completed[0] if resume is not None else 0)
     matched: dict[str, Any] = {}
     if len(first) < len(specs):
-        grown = largest_grown(results, [n for _, n in first])
+        grown = largest_grown(results, first_names)
         target = grown[1] if grown is not None else float(host_params(plan.task, 1.0))
         width = matched_width(plan.task, target)
         matched = {"width": width, "matched_to": None if grown is None else grown[0], "target_params": target,
                    "host_params": host_params(plan.task, width)}
         spec = all_controllers().parse(f"static:{width}")
+        results += resume.done(1) if resume is not None else []
         results += run_controller_episodes([spec], plan, episodes, cache, sink=sink, run_dir=run_dir,
-                                           on_step=on_step, labels=[f"static:{MATCHED}"])
+                                           on_step=on_step, labels=[f"static:{MATCHED}"],
+                                           start=resume.completed[1] if resume is not None else 0)
     comparison = ComparisonResult.from_episodes(names, results, tie_threshold=tie_threshold, seed=plan.seed)
     comparison.matched = matched
     if run_dir is not None:
-        run_dir.write_json("results.json", comparison.to_dict())
+        run_dir.write_json(ComparisonResult.FILE, comparison.to_dict())
     return comparison

@@ -68,16 +68,17 @@ def run_controller_episodes(
     sink: TelemetrySink | None = None, run_dir: RunDirectory | None = None,
     on_step: Callable[[list[EnvStep]], None] | None = None,
     on_episode: Callable[[int, list[EpisodeResult], list[MorphoEnv]], None] | None = None,
-    labels: Sequence[str] | None = None,
+    labels: Sequence[str] | None = None, start: int = 0,
 ) -> list[EpisodeResult]:
-    """Run `episodes` paired episodes of every controller; `labels` (default: the specs' labels) name them."""
+    """Run paired episodes `start` .. `episodes` − 1 of every controller (a resumed run starts past the episodes it
+    finished); `labels` (default: the specs' labels) name them."""
     task = plan.task
     names = list(labels) if labels is not None else [s.label for s in specs]
     reward_fn = make_reward_fn(plan.reward_family, task, plan.gamma, param_cost=plan.param_cost)
     with_twin = needs_twin(plan.reward_family)
     device_of = env_device_map(max(len(specs) + 1, len(plan.devices)), plan.devices)
     results: list[EpisodeResult] = []
-    for episode in range(episodes):
+    for episode in range(start, episodes):
         seed = episode_seed(plan, episode)
         data = EpochData.build(task, cache, plan.devices, batch_size=plan.batch_size,
                                seed=derive_seed(plan.seed, plan.first_episode + episode),

@@ -17,6 +17,7 @@ from typing import Any
 from esper.env import EnvStep
 from esper.evaluation.comparison import ComparisonResult, check_controllers, parse_controllers, run_comparison
 from esper.evaluation.episodes import EpisodePlan
+from esper.evaluation.resume import ResumePoint
 from esper.leyline import TelemetrySink
 from esper.runtime.devices import resolve_devices
 from esper.runtime.rundir import RunDirectory, write_text_atomic
@@ -71,11 +72,12 @@ def study_controllers(baselines: Sequence[str], train_dir: Path, extra: Sequence
 
 def run_evaluation(plan: EpisodePlan, specs: Sequence[str], labels: Sequence[str], episodes: int, cache: DataCache,
                    *, run_dir: RunDirectory, sink: TelemetrySink | None = None,
-                   on_step: Callable[[list[EnvStep]], None] | None = None) -> ComparisonResult:
+                   on_step: Callable[[list[EnvStep]], None] | None = None, resume: ResumePoint | None = None
+                   ) -> ComparisonResult:
     parsed = parse_controllers(specs)
     check_controllers(parsed, plan)
     return run_comparison(parsed, plan, episodes, cache, sink=sink, run_dir=run_dir, on_step=on_step,
-                          labels=list(labels))
+                          labels=list(labels), resume=resume)
 
 
 def _row(result: ComparisonResult, label: str) -> dict[str, Any]:

@@ -9,10 +9,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
 from esper.leyline.telemetry import TelemetryLevel
 from esper.nissa.console import ConsoleBackend, summarize
 from esper.nissa.hub import Backend, NissaHub
-from esper.nissa.jsonl import JsonlBackend
+from esper.nissa.jsonl import JsonlBackend, trim_event_log
+from esper.nissa.progress import ProgressBackend, ProgressSnapshot
 from esper.nissa.serialize import event_to_dict, event_to_json, to_json_safe
 from esper.nissa.tensorboard import TensorBoardBackend
 from esper.nissa.tui import TuiBackend
@@ -22,6 +25,8 @@ __all__ = [
     "ConsoleBackend",
     "JsonlBackend",
     "NissaHub",
+    "ProgressBackend",
+    "ProgressSnapshot",
     "TensorBoardBackend",
     "TuiBackend",
     "build_hub",
@@ -29,6 +34,7 @@ __all__ = [
     "event_to_json",
     "summarize",
     "to_json_safe",
+    "trim_event_log",
 ]
 
 
@@ -40,25 +46,29 @@ def build_hub(
     tui: bool,
     tensorboard: bool,
     hparams: Mapping[str, Any] | None = None,
+    progress: ProgressBackend | None = None,
+    screen: Console | None = None,
 ) -> NissaHub:
-    """A hub with `run_dir/events.jsonl`, optionally `run_dir/tb`, and the console or (started) TUI display.
+    """A hub with `run_dir/events.jsonl`, optionally `run_dir/tb`, the console or (started) TUI display, and the
+    command's progress display (the TUI draws it in its header).
 
-    At level OFF no backend is created, so no telemetry files appear (run artifacts are not Nissa's).
-    The console and the TUI both draw on stdout, so at most one of them may be requested.
+    The level filters events only: events.jsonl is created at every level (empty at OFF), and TensorBoard and the
+    progress display receive their inputs whatever the level. The console and the TUI both draw on stdout (`screen`),
+    so at most one of them may be requested.
     """
     if console and tui:
         raise ValueError("console and tui are exclusive: the console backend is the TUI's non-TTY fallback")
     hub = NissaHub(level)
-    if level == TelemetryLevel.OFF:
-        return hub
     run_dir = Path(run_dir)
     hub.add_backend(JsonlBackend(run_dir / "events.jsonl"))
     if tensorboard:
         hub.add_backend(TensorBoardBackend(run_dir / "tb", hparams))
+    if progress is not None:
+        hub.add_backend(progress)
     if console:
-        hub.add_backend(ConsoleBackend(level=level))
+        hub.add_backend(ConsoleBackend(screen, level=level))
     if tui:
-        display = TuiBackend()
+        display = TuiBackend(screen, progress=progress)
         display.start()
         hub.add_backend(display)
     return hub

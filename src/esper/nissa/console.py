@@ -17,7 +17,7 @@ from esper.leyline.actions import LifecycleOp
 from esper.leyline.stages import SeedStage
 from esper.leyline.telemetry import SEVERITIES, TelemetryEvent, TelemetryEventType, TelemetryLevel
 
-__all__ = ["SEVERITY_STYLES", "ConsoleBackend", "event_clock", "op_name", "stage_name", "summarize"]
+__all__ = ["DETAIL_TYPES", "SEVERITY_STYLES", "ConsoleBackend", "event_clock", "op_name", "stage_name", "summarize"]
 
 _E = TelemetryEventType
 
@@ -66,7 +66,8 @@ def _epoch(e: TelemetryEvent) -> str:
 
 def _episode(e: TelemetryEvent) -> str:
     d = e.data
-    text = f"episode done: final {d['final_accuracy']:.1f}%"
+    who = f"{d['controller']} " if d.get("controller") else ""
+    text = f"{who}episode done: final {d['final_accuracy']:.1f}%"
     if d.get("best_accuracy") is not None:
         text += f" (best {d['best_accuracy']:.1f}%)"
     if "seeds_fossilized" in d:
@@ -209,15 +210,29 @@ def event_clock(event: TelemetryEvent) -> str:
     return event.timestamp.astimezone().strftime("%H:%M:%S")
 
 
+DETAIL_TYPES: frozenset[TelemetryEventType] = frozenset({
+    _E.EPOCH_COMPLETED, _E.SEED_GERMINATED, _E.SEED_STAGE_CHANGED, _E.SEED_GATE_EVALUATED, _E.SEED_FOSSILIZED,
+    _E.SEED_CULLED, _E.HOST_STABILIZED, _E.COUNTERFACTUAL_COMPUTED, _E.ACTION_TAKEN, _E.REWARD_COMPUTED,
+    _E.PPO_UPDATE_COMPLETED, _E.GRADIENT_STATS, _E.GOVERNOR_SNAPSHOT, _E.PLATEAU_DETECTED, _E.IMPROVEMENT_DETECTED,
+    _E.DEGRADATION_DETECTED, _E.CHECKPOINT_SAVED, _E.COMPARISON_EPISODE_COMPLETED,
+})
+"""Per-epoch and per-seed detail: printed at level DEBUG only. Below DEBUG the console prints episode and batch
+summaries (which count the seeds), warnings and run milestones, so it stays well under one line per env-epoch and
+a log stays readable; events.jsonl keeps every event of the level."""
+
+
 class ConsoleBackend:
-    """Prints events of severity ≥ "info" (≥ "debug" when `level` is DEBUG)."""
+    """Prints events of severity ≥ "info" outside `DETAIL_TYPES`; at level DEBUG every event."""
 
     def __init__(self, console: Console | None = None, level: TelemetryLevel = TelemetryLevel.NORMAL) -> None:
         self.console = console if console is not None else Console()
-        self._min_severity = SEVERITIES.index("debug" if level >= TelemetryLevel.DEBUG else "info")
+        self._debug = level >= TelemetryLevel.DEBUG
+        self._min_severity = SEVERITIES.index("debug" if self._debug else "info")
 
     def emit(self, event: TelemetryEvent) -> None:
         if SEVERITIES.index(event.severity) < self._min_severity:
+            return
+        if not self._debug and event.event_type in DETAIL_TYPES and event.severity in ("debug", "info"):
             return
         line = Text(f"[{event_clock(event)}] ", style="dim")
         if event.env_id is not None:

@@ -12,16 +12,23 @@ from typing import Protocol, runtime_checkable
 
 from esper.leyline.telemetry import EVENT_MIN_LEVEL, TelemetryEvent, TelemetryEventType, TelemetryLevel
 
-__all__ = ["Backend", "NissaHub"]
+__all__ = ["Backend", "NissaHub", "always_of"]
 
 
 @runtime_checkable
 class Backend(Protocol):
-    """An output of the hub. Backends receive only events that passed the hub's level filter."""
+    """An output of the hub. Backends receive the events that passed the hub's level filter, plus the event types of
+    their optional `always` attribute at every level (see `always_of`)."""
 
     def emit(self, event: TelemetryEvent) -> None: ...
 
     def close(self) -> None: ...
+
+
+def always_of(backend: Backend) -> frozenset[TelemetryEventType]:
+    """The event types a backend receives whatever the level: TensorBoard curves and progress displays are outputs
+    of the run, not telemetry detail, so `--telemetry-level` must never switch them off."""
+    return frozenset(getattr(backend, "always", frozenset()))
 
 
 class NissaHub:
@@ -29,12 +36,14 @@ class NissaHub:
 
     Escalation raises the effective level to DEBUG for a number of `tick()`s (the env runner ticks once per epoch),
     so an anomaly yields detailed telemetry for a short window only. Level OFF drops everything, escalation included.
-    A backend that raises never stops the others; its first error is reported once on stderr.
+    A backend that raises never stops the others; its first error is reported once on stderr. Event types listed in
+    a backend's `always` reach that backend at every level, OFF included (and only that backend).
     """
 
     def __init__(self, level: TelemetryLevel = TelemetryLevel.NORMAL) -> None:
         self._level = TelemetryLevel(level)
         self._backends: list[Backend] = []
+        self._always: frozenset[TelemetryEventType] = frozenset()
         self._failed: set[int] = set()
         self._escalation_left = 0
         self._closed = False
@@ -58,16 +67,24 @@ class NissaHub:
         if self._closed:
             raise RuntimeError("cannot add a backend to a closed NissaHub")
         self._backends.append(backend)
+        self._always |= always_of(backend)
+
+    def passes_level(self, event_type: TelemetryEventType) -> bool:
+        """Whether the (effective) level lets this event type through to every backend."""
+        level = self.effective_level
+        return level != TelemetryLevel.OFF and EVENT_MIN_LEVEL[event_type] <= level
 
     def wants(self, event_type: TelemetryEventType) -> bool:
         """Whether an event of this type would be forwarded now; lets producers skip building payloads."""
-        level = self.effective_level
-        return level != TelemetryLevel.OFF and EVENT_MIN_LEVEL[event_type] <= level
+        return self.passes_level(event_type) or event_type in self._always
 
     def emit(self, event: TelemetryEvent) -> None:
         if self._closed or not self.wants(event.event_type):
             return
+        level_ok = self.passes_level(event.event_type)
         for backend in self._backends:
+            if not level_ok and event.event_type not in always_of(backend):
+                continue
             try:
                 backend.emit(event)
             except Exception as exc:  # isolation: one broken backend must not stop training or other backends

@@ -11,6 +11,11 @@ Events update plain state under a lock; `render()` builds the whole screen from 
 * SEED_GERMINATED (blueprint_id), SEED_STAGE_CHANGED (to), SEED_FOSSILIZED, SEED_CULLED (blueprint_id) by slot_id;
   GOVERNOR_ROLLBACK marks the env. Without PPO or batch events (heuristic, compare) those panels show "—"; the
   action mix then comes from the ops of recent EPOCH_COMPLETED events and rolling accuracy from recent episodes.
+
+The panels' own inputs (`always`) arrive at every telemetry level, so the dashboard works with `--telemetry-level
+minimal` too. The header shows the command's progress bar and ETA (from a `ProgressBackend`). Below
+`WIDE_COLUMNS` the env table drops the device and trend columns (the header lists devices) and draws each slot as
+two short lines, so an 80-column terminal shows every slot instead of truncating them.
 """
 
 from __future__ import annotations
@@ -18,13 +23,12 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.live import Live
 from rich.panel import Panel
+from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
@@ -32,37 +36,17 @@ from esper.leyline.actions import LifecycleOp
 from esper.leyline.constants import CANONICAL_SLOTS
 from esper.leyline.telemetry import TelemetryEvent, TelemetryEventType
 from esper.nissa.console import SEVERITY_STYLES, event_clock, op_name, stage_name, summarize
+from esper.nissa.progress import ProgressBackend, format_duration
+from esper.nissa.tui_state import DASH, PPO_ROWS, STAGES, EnvView, SlotView, fmt, num, severity, sparkline
 
-__all__ = ["COMPACT_ENV_THRESHOLD", "TuiBackend", "sparkline"]
+__all__ = ["COMPACT_ENV_THRESHOLD", "WIDE_COLUMNS", "TuiBackend", "sparkline"]
 
 _E = TelemetryEventType
 COMPACT_ENV_THRESHOLD = 8
-_SPARK = "▁▂▃▄▅▆▇█"
-_STAGES: dict[str, tuple[str, str]] = {  # name → (abbreviation, style)
-    "DORMANT": ("Dorm", "dim"),
-    "GERMINATED": ("Germ", "cyan"),
-    "TRAINING": ("Train", "yellow"),
-    "BLENDING": ("Blend", "magenta"),
-    "PROBATIONARY": ("Prob", "bright_blue"),
-    "FOSSILIZED": ("Foss", "bright_green"),
-    "CULLED": ("Cull", "bold red"),
-    "EMBARGOED": ("Emb", "red"),
-    "RESETTING": ("Reset", "dim red"),
-}
-# (label, metric key, format, CRIT threshold, WARN threshold, bad direction); ratio limits are the anomaly detector's.
-_PPO_ROWS: tuple[tuple[str, str, str, float | None, float | None, str], ...] = (
-    ("entropy", "entropy", ".3f", 0.3, 0.5, "below"),
-    ("clip fraction", "clip_fraction", ".3f", 0.3, 0.25, "above"),
-    ("approx KL", "approx_kl", ".4f", None, 0.05, "above"),
-    ("explained var", "explained_variance", ".3f", 0.0, 0.3, "below"),
-    ("ratio max", "ratio_max", ".3f", 5.0, None, "above"),
-    ("ratio min", "ratio_min", ".3f", 0.1, None, "below"),
-    ("policy loss", "policy_loss", "+.4f", None, None, "above"),
-    ("value loss", "value_loss", ".4f", None, None, "above"),
-    ("grad norm", "grad_norm", ".3f", 10.0, 5.0, "above"),
-    ("entropy coef", "entropy_coef", ".4f", None, None, "above"),
-    ("early stop epoch", "early_stop_epoch", "g", None, None, "above"),
-)
+WIDE_COLUMNS = 110
+_OPS_SHORT = {"WAIT": "WAIT", "GERMINATE": "GERM", "FOSSILIZE": "FOSS", "CULL": "CULL"}
+_STATUS_SHORT = {"initializing": "init", "healthy": "ok", "stalled": "stall", "degraded": "drop",
+                 "rolled back": "rollbk"}
 # Frequent per-epoch events stay out of the 8-line log so it shows what changed.
 _UNLOGGED = frozenset(
     {
@@ -77,9 +61,6 @@ _UNLOGGED = frozenset(
 )
 _SEED_EVENTS = (_E.SEED_GERMINATED, _E.SEED_STAGE_CHANGED, _E.SEED_FOSSILIZED, _E.SEED_CULLED)
 _FLASH_EPOCHS = 2  # the epoch of the event plus the next one (the event precedes its own EPOCH_COMPLETED)
-_STALL_EPOCHS = 10
-_DROP_PP = 1.0
-_DASH = "—"
 
 
 def _footer(command: str) -> str:
@@ -88,85 +69,30 @@ def _footer(command: str) -> str:
     return "Ctrl+C stops the run; finished episodes stay in the run directory."
 
 
-def sparkline(values: Iterable[float]) -> str:
-    """One block character per value, scaled to the window's min..max (flat windows sit mid-height)."""
-    vals = list(values)
-    if not vals:
-        return ""
-    lo, hi = min(vals), max(vals)
-    if hi - lo < 1e-9:
-        return _SPARK[3] * len(vals)
-    return "".join(_SPARK[round((v - lo) / (hi - lo) * (len(_SPARK) - 1))] for v in vals)
+class _Screen:
+    """The dashboard laid out for the width it is drawn at (a terminal can be resized while it runs)."""
 
+    def __init__(self, tui: TuiBackend) -> None:
+        self.tui = tui
 
-@dataclass(slots=True)
-class _Slot:
-    stage: str
-    blueprint: str
-    alpha: float = 0.0
-    contribution: float | None = None
-
-
-@dataclass(slots=True)
-class _Env:
-    env_id: int
-    device: str = "?"
-    episode: Any = None
-    epoch: int = 0
-    max_epochs: int | None = None
-    val_acc: float | None = None
-    curve: deque[float] = field(default_factory=lambda: deque(maxlen=8))
-    best: float = float("-inf")
-    since_best: int = 0
-    drop: float = 0.0
-    reward: float | None = None
-    last_action: str = _DASH
-    slots: dict[str, _Slot | None] = field(default_factory=dict)
-    flash: dict[str, tuple[str, int]] = field(default_factory=dict)  # culled slot → (blueprint, epochs left)
-    rollback_left: int = 0
-
-    def status(self) -> Text:
-        if self.epoch == 0:
-            return Text("initializing", style="dim")
-        if self.rollback_left > 0:
-            return Text("rolled back", style="bold red")
-        if self.drop > _DROP_PP:
-            return Text("degraded", style="red")
-        if self.since_best > _STALL_EPOCHS:
-            return Text("stalled", style="yellow")
-        return Text("healthy", style="green")
-
-
-def _num(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _fmt(value: Any, spec: str) -> str:
-    number = _num(value)
-    return _DASH if number is None else format(number, spec)
-
-
-def _severity(value: float, crit: float | None, warn: float | None, direction: str) -> tuple[str, str]:
-    def bad(limit: float | None) -> bool:
-        return limit is not None and (value < limit if direction == "below" else value > limit)
-
-    if bad(crit):
-        return "CRIT", "bold red"
-    if bad(warn):
-        return "WARN", "yellow"
-    return ("ok", "green") if crit is not None or warn is not None else ("", "")
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.tui.layout(options.max_width, console.height if console.is_terminal else None)
 
 
 class TuiBackend:
     """Rich `Live` dashboard; `render()` is usable without `start()`."""
 
-    def __init__(self, console: Console | None = None) -> None:
+    always = frozenset({_E.TRAINING_STARTED, _E.EPOCH_COMPLETED, _E.EPISODE_COMPLETED, _E.BATCH_COMPLETED,
+                        _E.PPO_UPDATE_COMPLETED})
+
+    def __init__(self, console: Console | None = None, progress: ProgressBackend | None = None) -> None:
         self.console = console if console is not None else Console()
+        self.progress = progress
         self._lock = threading.Lock()
         self._live: Live | None = None
         self._started_at = time.monotonic()
         self._run: dict[str, Any] = {}
-        self._envs: dict[int, _Env] = {}
+        self._envs: dict[int, EnvView] = {}
         self._batch: int | None = None
         self._batches_seen = 0
         self._episodes_done = 0
@@ -199,16 +125,18 @@ class TuiBackend:
             if event.event_type not in _UNLOGGED:
                 self._log.append(event)
 
-    def _env(self, env_id: int) -> _Env:
+    def _env(self, env_id: int) -> EnvView:
         if env_id not in self._envs:
-            self._envs[env_id] = _Env(env_id)
+            self._envs[env_id] = EnvView(env_id)
         return self._envs[env_id]
 
     def _update(self, e: TelemetryEvent) -> None:
         d, t = e.data, e.event_type
-        if t == _E.TRAINING_STARTED:
+        if t == _E.TRAINING_STARTED:  # a new phase (a study trains, then evaluates): its own envs and counters
             self._run = dict(d)
             self._started_at = time.monotonic()
+            self._envs.clear()
+            self._batch, self._batches_seen, self._episodes_done = None, 0, 0
             for i in range(int(d.get("n_envs") or 0)):
                 self._env(i)
             for env_id, device in (d.get("env_devices") or {}).items():
@@ -217,7 +145,7 @@ class TuiBackend:
             self._epoch(self._env(e.env_id), e)
         elif t == _E.EPISODE_COMPLETED:
             self._episodes_done += 1
-            if (final := _num(d.get("final_accuracy"))) is not None:
+            if (final := num(d.get("final_accuracy"))) is not None:
                 self._finals.append(final)
             if self._batches_seen == 0 and self._finals:
                 self._set_rolling(sum(self._finals) / len(self._finals))
@@ -225,10 +153,10 @@ class TuiBackend:
             if self._batches_seen == 0:  # batch rolling accuracy supersedes the episode-based estimate
                 self._best_rolling = None
             self._batches_seen += 1
-            if (index := _num(d.get("batch"))) is not None:
+            if (index := num(d.get("batch"))) is not None:
                 self._batch = int(index) + 1  # batches completed (the event carries the 0-based batch index)
             self._episodes_done = max(self._episodes_done, int(d.get("episodes_completed") or 0))
-            if (rolling := _num(d.get("rolling_accuracy"))) is not None:
+            if (rolling := num(d.get("rolling_accuracy"))) is not None:
                 self._set_rolling(rolling)
             self._shares = {op_name(k): float(v) for k, v in (d.get("action_shares") or {}).items()} or None
             self._rewards = dict(d.get("reward_components") or {}) or None
@@ -242,7 +170,7 @@ class TuiBackend:
         self._rolling = value
         self._best_rolling = value if self._best_rolling is None else max(self._best_rolling, value)
 
-    def _epoch(self, env: _Env, e: TelemetryEvent) -> None:
+    def _epoch(self, env: EnvView, e: TelemetryEvent) -> None:
         d = e.data
         epoch = int(e.epoch if e.epoch is not None else d.get("epoch", env.epoch + 1))
         episode = d.get("episode", env.episode)
@@ -252,23 +180,23 @@ class TuiBackend:
         env.episode, env.epoch = episode, epoch
         env.max_epochs = d.get("max_epochs", env.max_epochs)
         env.device = str(d.get("device", env.device))
-        if (acc := _num(d.get("val_accuracy"))) is not None:
+        if (acc := num(d.get("val_accuracy"))) is not None:
             env.drop = env.val_acc - acc if env.val_acc is not None else 0.0
             env.since_best = 0 if acc > env.best else env.since_best + 1
             env.best = max(env.best, acc)
             env.val_acc = acc
             env.curve.append(acc)
-        if (reward := _num(d.get("reward"))) is not None:
+        if (reward := num(d.get("reward"))) is not None:
             env.reward = (env.reward or 0.0) + reward
         for slot, info in (d.get("slots") or {}).items():
             env.slots[slot] = (
                 None
                 if info is None
-                else _Slot(
+                else SlotView(
                     stage_name(info["stage"]),
                     str(info.get("blueprint") or "?"),
-                    _num(info.get("alpha")) or 0.0,
-                    _num(info.get("contribution")),
+                    num(info.get("alpha")) or 0.0,
+                    num(info.get("contribution")),
                 )
             )
         if d.get("op") is not None:
@@ -279,7 +207,7 @@ class TuiBackend:
         env.rollback_left = max(env.rollback_left - 1, 0)
         self._epoch_times.append(time.monotonic())
 
-    def _seed_or_rollback(self, env: _Env, e: TelemetryEvent) -> None:
+    def _seed_or_rollback(self, env: EnvView, e: TelemetryEvent) -> None:
         if e.event_type == _E.GOVERNOR_ROLLBACK:
             env.rollback_left = _FLASH_EPOCHS
             return
@@ -288,7 +216,7 @@ class TuiBackend:
             return
         current = env.slots.get(slot)
         if e.event_type == _E.SEED_GERMINATED:
-            env.slots[slot] = _Slot("GERMINATED", str(e.data.get("blueprint_id", "?")))
+            env.slots[slot] = SlotView("GERMINATED", str(e.data.get("blueprint_id", "?")))
             env.flash.pop(slot, None)
         elif e.event_type == _E.SEED_CULLED:
             blueprint = e.data.get("blueprint_id") or (current.blueprint if current else "?")
@@ -300,83 +228,132 @@ class TuiBackend:
 
     # ---------------------------------------------------------------- rendering
     def render(self) -> RenderableType:
+        """The whole screen, laid out for the width it is drawn at."""
+        return _Screen(self)
+
+    def layout(self, width: int, height: int | None = None) -> RenderableType:
+        """The screen for a terminal of `width` × `height`: below `WIDE_COLUMNS` the compact forms, and the event
+        log gets the rows left over (2 to 8), so the footer stays on an 80×30 screen with four envs."""
+        wide = width >= WIDE_COLUMNS
         with self._lock:
+            header = self._header()
+            table = self._env_table(wide)
+            health_rows = len(PPO_ROWS) if wide else sum(1 for row in PPO_ROWS if row[3] is not None
+                                                         or row[4] is not None)
+            header_lines = 2 + len(self._header_text()) // max(1, width - 4) + 1 + (self.progress is not None)
+            table_lines = 2 + len(self._envs) * (1 if wide else 2)
+            log_lines = 8 if height is None else max(2, min(8, height - header_lines - table_lines
+                                                            - (health_rows + 2) - 2 - 1))
             top = Table.grid(expand=True, padding=(0, 1))
             top.add_column(ratio=1)
             top.add_column(ratio=1)
-            top.add_row(self._ppo_panel(), self._mix_panel())
-            top.add_row(self._log_panel(), self._throughput_panel())
+            top.add_row(self._ppo_panel(wide), self._mix_panel(bar_width=20 if wide else 10, rows=health_rows))
+            top.add_row(self._log_panel(log_lines), self._throughput_panel())
             footer = Text(_footer(str(self._run.get("command", ""))), style="dim")
-            return Group(self._header(), self._env_table(), top, footer)
+            return Group(header, table, top, footer)
 
-    def _header(self) -> Panel:
+    def _header_text(self) -> str:
         r = self._run
         elapsed = int(time.monotonic() - self._started_at)
         devices = Counter(env.device for env in self._envs.values())
-        rolling = _fmt(self._rolling, ".1f") + "%" if self._rolling is not None else _DASH
-        best = _fmt(self._best_rolling, ".1f") + "%" if self._best_rolling is not None else _DASH
+        rolling = fmt(self._rolling, ".1f") + "%" if self._rolling is not None else DASH
+        best = fmt(self._best_rolling, ".1f") + "%" if self._best_rolling is not None else DASH
         parts = [
             f"task {r.get('task', '?')} ({r.get('topology', '?')})",
-            f"preset {r.get('preset') or _DASH}",
-            f"batches {self._batch if self._batch is not None else _DASH}/{r.get('total_batches') or _DASH}",
-            f"episodes {self._episodes_done}/{r.get('n_episodes') or _DASH}",
+            *([f"preset {r['preset']}"] if r.get("preset") else []),
+            *([f"batches {self._batch if self._batch is not None else DASH}/{r['total_batches']}"]
+              if r.get("total_batches") else []),
+            f"episodes {self._episodes_done}/{r.get('n_episodes') or DASH}",
             f"rolling {rolling} (best {best})",
-            f"elapsed {elapsed // 3600:d}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}",
-            "devices " + (", ".join(f"{dev}×{n}" for dev, n in sorted(devices.items())) or _DASH),
+            f"elapsed {format_duration(elapsed)}",
+            "devices " + (", ".join(f"{dev}×{n}" for dev, n in sorted(devices.items())) or DASH),
         ]
-        return Panel(Text(" · ".join(parts)), title=f"esper {r.get('command', '')}".strip(), title_align="left")
+        return " · ".join(parts)
+
+    def _header(self) -> Panel:
+        r = self._run
+        body: list[RenderableType] = [Text(self._header_text())]
+        if self.progress is not None and self.progress.snapshot().total > 0:
+            body.append(self._progress_row())
+        return Panel(Group(*body), title=f"esper {r.get('command', '')}".strip(), title_align="left")
+
+    def _progress_row(self) -> Table:
+        assert self.progress is not None
+        p = self.progress.snapshot()
+        row = Table.grid(padding=(0, 1), expand=True)
+        row.add_column(no_wrap=True)
+        row.add_column(ratio=1, min_width=10)
+        row.add_column(no_wrap=True)
+        row.add_row(Text(p.description, style="bold"), ProgressBar(total=p.total, completed=p.done),
+                    Text(f"{p.done}/{p.total} env-epochs {100 * p.fraction:.0f}% · ETA {format_duration(p.eta_s)}"))
+        return row
 
     def _slot_names(self) -> list[str]:
         seen = {s for env in self._envs.values() for s in (*env.slots, *env.flash)}
         known = [s for s in CANONICAL_SLOTS if s in seen]
         return (known + sorted(seen - set(known))) or list(CANONICAL_SLOTS)
 
-    def _slot_cell(self, env: _Env, slot: str) -> Text:
+    def _slot_cell(self, env: EnvView, slot: str, wide: bool) -> Text:
         info = env.slots.get(slot)
         if slot in env.flash and (info is None or info.stage in ("CULLED", "EMBARGOED", "RESETTING")):
-            return Text(f"Cull:{env.flash[slot][0]}", style="bold red")
+            return Text(f"Cull:{env.flash[slot][0]}" if wide else f"Cull\n{env.flash[slot][0]}", style="bold red")
         if info is None:
-            return Text(_DASH, style="dim")
-        abbr, style = _STAGES.get(info.stage, (info.stage.title(), ""))
+            return Text(DASH, style="dim")
+        abbr, style = STAGES.get(info.stage, (info.stage.title(), ""))
+        if not wide:  # stage and its one telling number, then the blueprint: two lines of at most 11 characters
+            shown = f" α{info.alpha:.2f}" if info.stage == "BLENDING" else \
+                "" if info.contribution is None else f" {info.contribution:+.1f}"
+            return Text(f"{abbr}{shown}\n{info.blueprint}", style=style)
         text = f"{abbr}:{info.blueprint} α{info.alpha:.2f}"
         if info.contribution is not None:
             text += f" c{info.contribution:+.1f}"
         return Text(text, style=style)
 
-    def _env_table(self) -> Table:
-        compact = len(self._envs) > COMPACT_ENV_THRESHOLD
+    def _env_table(self, wide: bool = True) -> Table:
+        trend = wide and len(self._envs) <= COMPACT_ENV_THRESHOLD
         slots = self._slot_names()
-        table = Table(expand=True, box=None, header_style="bold", title="environments", title_justify="left")
-        for name in ("env", "device", "epoch", "val acc", *(() if compact else ("trend",))):
+        table = Table(expand=True, box=None, header_style="bold", title="environments", title_justify="left",
+                      padding=(0, 1) if wide else (0, 1, 0, 0))
+        for name in ("env", *(("device",) if wide else ()), "epoch", "val acc" if wide else "acc%",
+                     *(("trend",) if trend else ())):
             table.add_column(name, no_wrap=True, min_width=len(name))
         for name in slots:  # slot cells are the widest: they wrap rather than squeeze the short columns
-            table.add_column(name)
+            table.add_column(name, min_width=0 if wide else 10)
         for name in ("action", "reward", "status"):
             table.add_column(name, no_wrap=True, min_width=len(name))
         for env_id in sorted(self._envs):
             env = self._envs[env_id]
-            epoch = f"{env.epoch}/{env.max_epochs or '?'}" if env.epoch else _DASH
-            acc = _fmt(env.val_acc, ".1f") + ("%" if env.val_acc is not None else "")
-            row: list[RenderableType] = [str(env_id), env.device, epoch, acc]
-            if not compact:
+            epoch = f"{env.epoch}/{env.max_epochs or '?'}" if env.epoch else DASH
+            acc = fmt(env.val_acc, ".1f") + ("%" if env.val_acc is not None and wide else "")
+            row: list[RenderableType] = [str(env_id), *((env.device,) if wide else ()), epoch, acc]
+            if trend:
                 row.append(Text(sparkline(env.curve), style="cyan"))
-            row += [self._slot_cell(env, s) for s in slots]
-            row += [env.last_action, _fmt(env.reward, "+.2f"), env.status()]
+            row += [self._slot_cell(env, s, wide) for s in slots]
+            status = env.status()
+            if not wide:
+                status = Text(_STATUS_SHORT.get(status.plain, status.plain), style=status.style)
+            action = env.last_action if wide else " ".join(
+                [_OPS_SHORT.get(part, part) if i == 0 else part for i, part in enumerate(env.last_action.split())])
+            row += [action, fmt(env.reward, "+.2f"), status]
             table.add_row(*row)
         return table
 
-    def _ppo_panel(self) -> Panel:
+    def _ppo_panel(self, wide: bool = True) -> Panel:
+        """Every metric, or (narrow) the ones with health thresholds."""
         table = Table.grid(padding=(0, 2))
         for _ in range(3):
             table.add_column(no_wrap=True)
-        for label, key, spec, crit, warn, direction in _PPO_ROWS:
-            value = _num((self._ppo or {}).get(key))
-            badge, style = _severity(value, crit, warn, direction) if value is not None else ("", "")
-            table.add_row(label, Text(_fmt(value, spec), style=style), Text(badge, style=style))
-        title = "PPO health" + ("" if self._ppo is not None else f" ({_DASH} no updates)")
+        for label, key, spec, crit, warn, direction in PPO_ROWS:
+            if not wide and crit is None and warn is None:
+                continue
+            value = num((self._ppo or {}).get(key))
+            badge, style = severity(value, crit, warn, direction) if value is not None else ("", "")
+            table.add_row(label, Text(fmt(value, spec), style=style), Text(badge, style=style))
+        title = "PPO health" + ("" if self._ppo is not None else f" ({DASH} no updates)")
         return Panel(table, title=title, title_align="left")
 
-    def _mix_panel(self) -> Panel:
+    def _mix_panel(self, bar_width: int = 20, rows: int = len(PPO_ROWS)) -> Panel:
+        """Op shares, then the largest mean reward components that fit in `rows` lines."""
         shares = self._shares
         if shares is None and self._ops:
             counts = Counter(self._ops)
@@ -385,31 +362,33 @@ class TuiBackend:
         for op in (o.name for o in LifecycleOp):
             share = (shares or {}).get(op)
             style = "bold yellow" if op == "WAIT" and share is not None and share > 0.7 else ""
-            cell = _DASH if share is None else f"{share:6.1%} " + "█" * round(share * 20)
+            cell = DASH if share is None else f"{share:6.1%} " + "█" * round(share * bar_width)
             lines.append(f"{op:<10} {cell}\n", style=style)
-        lines.append("rewards\n", style="bold")
-        for name, value in (self._rewards or {}).items():
-            lines.append(f"  {name:<22} {_fmt(value, '+.4f')}\n")
-        if not self._rewards:
-            lines.append(f"  {_DASH}\n", style="dim")
+        room = max(1, rows - len(LifecycleOp) - 1)
+        rewards = sorted((self._rewards or {}).items(), key=lambda kv: -abs(num(kv[1]) or 0.0))[:room]
+        lines.append("rewards" + (f" (top {room})" if len(self._rewards or {}) > room else "") + "\n", style="bold")
+        for name, value in rewards:
+            lines.append(f"  {name[:20]:<20} {fmt(value, '+.4f')}\n")
+        if not rewards:
+            lines.append(f"  {DASH}\n", style="dim")
         lines.rstrip()
         return Panel(lines, title="action mix and rewards", title_align="left")
 
-    def _log_panel(self) -> Panel:
+    def _log_panel(self, lines_shown: int = 8) -> Panel:
         lines = Text(no_wrap=True, overflow="ellipsis")
-        for event in self._log:
+        for event in list(self._log)[-lines_shown:]:
             env = f" env{event.env_id}" if event.env_id is not None else ""
             lines.append(f"{event_clock(event)}{env} ", style="dim")
             lines.append(summarize(event) + "\n", style=SEVERITY_STYLES.get(event.severity, ""))
         lines.rstrip()
-        return Panel(lines if self._log else Text(_DASH, style="dim"), title="events", title_align="left")
+        return Panel(lines if self._log else Text(DASH, style="dim"), title="events", title_align="left")
 
     def _throughput_panel(self) -> Panel:
         times = self._epoch_times
         rate = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 and times[-1] > times[0] else None
         hours = (time.monotonic() - self._started_at) / 3600
         per_hour = self._batches_seen / hours if self._batches_seen and hours > 0 else None
-        lines = Text(f"env-epochs/s {_fmt(rate, '.2f')}\nbatches/h    {_fmt(per_hour, '.1f')}")
+        lines = Text(f"env-epochs/s {fmt(rate, '.2f')}\nbatches/h    {fmt(per_hour, '.1f')}")
         for device, mem in sorted((self._gpu or {}).items()):
             used, total = mem
             lines.append(f"\n{device} {used:.1f}/{total:.1f} GiB")

@@ -66,6 +66,35 @@ def load_checkpoint(path: str | Path, expected_format: str, map_location: str | 
     return data
 
 
+def non_finite_tensors(obj: Any, prefix: str = "") -> list[str]:
+    """Dotted names of the floating-point tensors in a nested structure that hold NaN or infinity."""
+    if isinstance(obj, torch.Tensor):
+        return [prefix] if obj.is_floating_point() and not bool(torch.isfinite(obj).all()) else []
+    if isinstance(obj, dict):
+        return [name for k, v in obj.items() for name in non_finite_tensors(v, f"{prefix}.{k}" if prefix else str(k))]
+    if isinstance(obj, list | tuple):
+        return [name for i, v in enumerate(obj) for name in non_finite_tensors(v, f"{prefix}[{i}]")]
+    return []
+
+
+def require_finite(data: dict[str, Any], path: str | Path, keys: tuple[str, ...]) -> None:
+    """Refuse a checkpoint whose weights under `keys` hold NaN or infinity: a diverged model must not be loaded and
+    then silently act (a NaN policy picks the first action forever)."""
+    bad = [name for key in keys for name in non_finite_tensors(data.get(key), key)]
+    if bad:
+        more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
+        raise CheckpointFormatError(f"Checkpoint {path} holds non-finite values (NaN or infinity) in {bad[0]}{more}: "
+                                    f"the run diverged; use an earlier checkpoint (e.g. checkpoints/best.pt)")
+
+
+def require_keys(data: dict[str, Any], path: str | Path, keys: tuple[str, ...]) -> None:
+    """Refuse a checkpoint lacking an entry its loader needs, naming the first missing one."""
+    missing = [k for k in keys if k not in data]
+    if missing:
+        raise CheckpointFormatError(f"Checkpoint {path} lacks {missing!r}: it is incomplete or written by another "
+                                    f"esper version; use a checkpoint saved by this version")
+
+
 def model_checkpoint(model: MorphogeneticModel, *, task: str, host_optimizer: dict[str, Any] | None = None,
                      seed_optimizers: dict[str, Any] | None = None) -> dict[str, Any]:
     """The `esper-model-v1` dict for a model (optionally with optimizer states)."""
@@ -86,11 +115,25 @@ def model_checkpoint(model: MorphogeneticModel, *, task: str, host_optimizer: di
 def load_model_checkpoint(model: MorphogeneticModel, path: str | Path) -> dict[str, Any]:
     """Load an `esper-model-v1` file into a (fresh) model; seeds are re-instantiated from the registry."""
     data = load_checkpoint(path, MODEL_FORMAT)
+    require_keys(data, path, ("topology", "slots", "host", "seeds"))
+    require_finite(data, path, ("host", "seeds"))
     if data["topology"] != model.topology:
         raise CheckpointFormatError(f"Checkpoint {path} is for topology {data['topology']!r}, model is "
                                     f"{model.topology!r}")
-    model.load_state({"slots": data["slots"], "host": data["host"], "seeds": data["seeds"]})
+    try:
+        model.load_state({"slots": data["slots"], "host": data["host"], "seeds": data["seeds"]})
+    except (KeyError, RuntimeError, ValueError) as exc:  # shape or key mismatches come back as RuntimeError
+        raise CheckpointFormatError(f"Checkpoint {path} does not fit this model ({load_error_summary(exc)}): was it "
+                                    f"saved for another task or width?") from exc
     return data
+
+
+def load_error_summary(exc: BaseException) -> str:
+    """The informative line of a state-dict loading error (torch puts a generic header first)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].startswith("Error(s) in loading"):
+        lines = lines[1:]
+    return lines[0].rstrip(".") if lines else type(exc).__name__
 
 
 def capture_rng_state() -> dict[str, Any]:

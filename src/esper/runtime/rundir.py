@@ -10,6 +10,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +23,65 @@ import esper
 
 class RunDirectoryError(ValueError):
     """The run directory cannot be used as asked (exists without --resume, or is missing for a resume)."""
+
+
+ARTIFACTS = frozenset({"config.json", "events.jsonl", "steps.jsonl", "episodes.jsonl", "history.jsonl",
+                       "results.json", "summary.md", "tb", "checkpoints", "report", "train", "eval"})
+"""What esper writes at the top of a run directory (a study nests run directories as train/ and eval/)."""
+
+
+def is_run_directory(path: Path) -> bool:
+    """An esper run directory: it has config.json, or holds nothing but esper's files (an attempt that died before
+    writing config.json). Only such a directory may be reused or replaced; anything else is the user's."""
+    names = {p.name for p in path.iterdir()}
+    return "config.json" in names or all(n in ARTIFACTS or n.endswith(".tmp") for n in names)
+
+
+def holds_results(path: Path) -> bool:
+    """Whether a run directory holds finished work: a checkpoint other than the untrained init.pt, a completed
+    episode or rollout batch, or comparison results (also inside a study's train/ and eval/)."""
+    checkpoints = path / "checkpoints"
+    if checkpoints.is_dir() and any(p.suffix == ".pt" and p.name != "init.pt" for p in checkpoints.iterdir()):
+        return True
+    if (path / "results.json").exists() or read_jsonl(path / "episodes.jsonl") or read_jsonl(path / "history.jsonl"):
+        return True
+    return any((path / sub).is_dir() and holds_results(path / sub) for sub in ("train", "eval"))
+
+
+def clear_run_directory(path: Path) -> None:
+    """Delete a run directory's contents (refusing anything that is not an esper run directory)."""
+    if not is_run_directory(path):
+        raise RunDirectoryError(f"{path} is not an esper run directory (no config.json): refusing to delete it; "
+                                f"choose another --run-dir")
+    try:
+        shutil.rmtree(path)
+        path.mkdir(parents=True)
+    except OSError as exc:
+        raise RunDirectoryError(f"Cannot clear run directory {path} ({exc.strerror or exc}): check its permissions "
+                                f"or choose another --run-dir") from exc
+
+
+def recorded_config(path: Path) -> dict[str, Any]:
+    """A run directory's config.json "config" object (the arguments it was started with)."""
+    try:
+        record = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise RunDirectoryError(f"Cannot read {path / 'config.json'} ({exc}): choose another --run-dir or pass "
+                                f"--overwrite") from exc
+    config = record.get("config") if isinstance(record, dict) else None
+    if not isinstance(config, dict):
+        raise RunDirectoryError(f"{path / 'config.json'} has no \"config\" object: is it an esper run directory? "
+                                f"Choose another --run-dir or pass --overwrite")
+    return config
+
+
+def recorded_command(path: Path) -> str | None:
+    """The command a run directory's config.json records, if it can be read."""
+    try:
+        record = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return record.get("command") if isinstance(record, dict) and isinstance(record.get("command"), str) else None
 
 
 def json_safe(value: Any) -> Any:
@@ -101,13 +161,24 @@ class RunDirectory:
             raise RunDirectoryError(f"Run directory {self.path} is a file, not a directory: choose another --run-dir")
         if resume:
             if not (self.path / "config.json").exists():
-                raise RunDirectoryError(f"Cannot resume: {self.path} has no config.json")
+                raise RunDirectoryError(f"Cannot resume: {self.path} has no config.json (is it an esper run "
+                                        f"directory?); choose another --run-dir")
         elif self.path.exists() and any(self.path.iterdir()):
             raise RunDirectoryError(
                 f"Run directory {self.path} already exists and is not empty: choose another --run-dir "
-                f"(or delete this one)."
+                f"(or pass --overwrite to replace it)."
             )
-        self.path.mkdir(parents=True, exist_ok=True)
+        missing = [p for p in (self.path, *self.path.parents) if not p.exists()]
+        self.created_root: Path | None = missing[-1] if missing else None  # what removing a failed start removes
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RunDirectoryError(f"Cannot create run directory {self.path} ({exc.strerror or exc}"
+                                    f"{': ' + str(exc.filename) if exc.filename else ''}): choose a writable "
+                                    f"--run-dir or --runs-root") from exc
+        if not os.access(self.path, os.W_OK | os.X_OK):
+            raise RunDirectoryError(f"Run directory {self.path} is not writable: check its permissions or choose "
+                                    f"another --run-dir")
         self._logs: dict[str, TextIO] = {}
 
     @property
@@ -128,15 +199,16 @@ class RunDirectory:
             "python_executable": sys.executable,
         })
 
-    def record_resume(self, argv: list[str], config: dict[str, Any], batch: int) -> None:
-        """Keep config.json the effective config after a resume that changed resumable fields; log each resume."""
+    def record_resume(self, argv: list[str], config: dict[str, Any], resumed_at: dict[str, Any]) -> None:
+        """Keep config.json the effective config after a resume that changed resumable fields; log each resume
+        (`resumed_at` says where it continued, e.g. {"from_batch": 3})."""
         path = self.path / "config.json"
         record = json.loads(path.read_text(encoding="utf-8"))
         changed = {k: [record["config"].get(k), v] for k, v in json_safe(config).items()
                    if record["config"].get(k) != v}
         record["config"] = config
         record.setdefault("resumes", []).append(
-            {"argv": argv, "at": datetime.now(UTC).isoformat(), "from_batch": batch, "changed": changed})
+            {"argv": argv, "at": datetime.now(UTC).isoformat(), **resumed_at, "changed": changed})
         write_json_atomic(path, record)
 
     def append(self, name: str, row: dict[str, Any]) -> None:

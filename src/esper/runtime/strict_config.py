@@ -39,11 +39,13 @@ class StrictConfig(BaseModel):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            raise ValueError(f"Config file not found: {path}") from None
+            raise ValueError(f"Config file not found: {path}; pass an existing JSON file of {cls.__name__} fields"
+                             ) from None
         except json.JSONDecodeError as exc:
-            raise ValueError(f"Config file {path} is not valid JSON: {exc}") from None
+            raise ValueError(f"Config file {path} is not valid JSON ({exc}): check its syntax") from None
         if not isinstance(data, dict):
-            raise ValueError(f"Config file {path} must hold a JSON object at the top level")
+            raise ValueError(f"Config file {path} must hold a JSON object at the top level: use "
+                             f'{{"field": value, ...}}')
         return cls.from_dict(data, base)
 
     def with_overrides(self, **changes: Any) -> Self:

@@ -57,11 +57,12 @@ def test_pair_verdict_agrees_with_its_interval(pairs: list[tuple[float, float]],
 
 
 def _episode(controller: str, episode: int, final: float) -> EpisodeResult:
-    counts = {"WAIT": 2, "GERMINATE": 1, "FOSSILIZE": 0, "CULL": 1}
     return EpisodeResult(controller=controller, env_id=0, episode=episode, batch=episode, env_seed=episode,
-                         host_width=1.0, host_params=6418, final_accuracy=final, final_loss=0.5,
-                         twin_final_accuracy=final - 1, twin_final_loss=0.6, best_accuracy=final, seeds_created=1,
-                         seeds_fossilized=0, seeds_culled=1, params_added=100, action_counts=counts,
+                         host_width=1.0, host_params=1000, final_accuracy=final, final_loss=1.0,
+                         twin_final_accuracy=None, twin_final_loss=None, best_accuracy=final, seeds_created=1,
+                         seeds_fossilized=0,
+                         seeds_culled=1, params_added=100, action_counts={"WAIT": 2, "GERMINATE": 1, "FOSSILIZE": 0,
+                                                                           "CULL": 1},
                          accuracy_curve=[final - 1, final], total_reward=1.0, rollbacks=0)
 
 

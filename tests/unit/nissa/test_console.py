@@ -12,6 +12,7 @@ from rich.console import Console
 from esper.leyline.stages import SeedStage
 from esper.leyline.telemetry import TelemetryEvent, TelemetryEventType, TelemetryLevel
 from esper.nissa import ConsoleBackend, summarize
+from esper.nissa.console import DETAIL_TYPES
 
 E = TelemetryEventType
 LINE = re.compile(r"^\[\d\d:\d\d:\d\d\] (env\d+ )?(?P<summary>.+)$")
@@ -53,9 +54,9 @@ def _backend(level: TelemetryLevel = TelemetryLevel.NORMAL) -> tuple[ConsoleBack
 
 def test_line_format_with_env_prefix() -> None:
     backend, out = _backend()
-    backend.emit(TelemetryEvent(E.SEED_GERMINATED, env_id=3, slot_id="mid", data={"blueprint_id": "conv_light"}))
+    backend.emit(TelemetryEvent(E.EPISODE_COMPLETED, env_id=3, data={"final_accuracy": 61.25}))
     line = out.getvalue().rstrip("\n")
-    assert re.fullmatch(r"\[\d\d:\d\d:\d\d\] env3 germinated conv_light in mid", line)
+    assert re.fullmatch(r"\[\d\d:\d\d:\d\d\] env3 episode done: final 61.2%", line)
 
 
 def test_run_level_events_have_no_env_prefix() -> None:
@@ -115,3 +116,20 @@ def test_markup_in_messages_is_printed_verbatim() -> None:
     backend, out = _backend()
     backend.emit(TelemetryEvent(E.RUN_COMPLETED, message="[bold]not markup[/bold]", severity="warning"))
     assert "[bold]not markup[/bold]" in out.getvalue()
+
+
+@pytest.mark.parametrize("etype", sorted(DETAIL_TYPES, key=lambda t: t.name))
+def test_per_epoch_and_per_seed_detail_is_printed_only_at_debug(etype: TelemetryEventType) -> None:
+    """At level normal the console prints about one line per episode, not several per env-epoch."""
+    normal, normal_out = _backend(TelemetryLevel.NORMAL)
+    debug, debug_out = _backend(TelemetryLevel.DEBUG)
+    event = TelemetryEvent(etype, env_id=0, data=PAYLOADS.get(etype, {}), message="detail")
+    normal.emit(event)
+    debug.emit(event)
+    assert normal_out.getvalue() == "" and debug_out.getvalue() != ""
+
+
+def test_warnings_about_detail_types_are_still_printed_at_normal() -> None:
+    backend, out = _backend(TelemetryLevel.NORMAL)
+    backend.emit(TelemetryEvent(E.DEGRADATION_DETECTED, message="rolling accuracy -3 pp", severity="warning"))
+    assert "rolling accuracy -3 pp" in out.getvalue()

@@ -167,10 +167,37 @@ def test_two_hubs_share_no_state() -> None:
     assert second.backends == (rec2,)
 
 
-def test_build_hub_off_creates_no_backends_or_files(tmp_path: Path) -> None:
-    hub = build_hub(TelemetryLevel.OFF, tmp_path / "run", console=True, tui=False, tensorboard=True)
-    assert hub.backends == ()
-    assert not (tmp_path / "run").exists()
+def test_build_hub_off_filters_events_but_keeps_files_and_tensorboard(tmp_path: Path) -> None:
+    """--telemetry-level off filters events only: events.jsonl exists (empty) and TensorBoard still gets curves."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    with build_hub(TelemetryLevel.OFF, tmp_path / "run", console=True, tui=False, tensorboard=True) as hub:
+        assert [type(b).__name__ for b in hub.backends] == ["JsonlBackend", "TensorBoardBackend", "ConsoleBackend"]
+        assert hub.wants(E.EPOCH_COMPLETED) and not hub.wants(E.SEED_GERMINATED)
+        hub.emit(TelemetryEvent(E.EPISODE_COMPLETED, data={"episode": 0, "final_accuracy": 50.0}))
+        hub.emit(TelemetryEvent(E.SEED_GERMINATED, data={"blueprint_id": "norm"}))
+    assert (tmp_path / "run" / "events.jsonl").read_text() == ""
+    acc = EventAccumulator(str(tmp_path / "run" / "tb"))
+    acc.Reload()
+    assert "episode/final_accuracy" in acc.Tags()["scalars"]
+
+
+class Always(Recorder):
+    always = frozenset({E.EPOCH_COMPLETED})
+
+
+@pytest.mark.parametrize("level", list(TelemetryLevel))
+def test_always_types_reach_only_their_backend_at_every_level(level: TelemetryLevel) -> None:
+    hub, plain = _hub(level)
+    always = Always()
+    hub.add_backend(always)
+    hub.emit(TelemetryEvent(E.EPOCH_COMPLETED))
+    hub.emit(TelemetryEvent(E.GRADIENT_STATS))
+    passes = level >= TelemetryLevel.NORMAL
+    assert always.types() == [E.EPOCH_COMPLETED] + ([E.GRADIENT_STATS] if level == TelemetryLevel.DEBUG else [])
+    assert plain.types() == ([E.EPOCH_COMPLETED] if passes else []) + (
+        [E.GRADIENT_STATS] if level == TelemetryLevel.DEBUG else [])
+    assert hub.wants(E.EPOCH_COMPLETED)
 
 
 def test_build_hub_wires_jsonl_and_tensorboard(tmp_path: Path) -> None:

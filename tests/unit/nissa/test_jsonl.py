@@ -13,7 +13,7 @@ import pytest
 
 from esper.leyline.stages import SeedStage
 from esper.leyline.telemetry import TelemetryEvent, TelemetryEventType
-from esper.nissa import JsonlBackend, event_to_dict, to_json_safe
+from esper.nissa import JsonlBackend, event_to_dict, to_json_safe, trim_event_log
 from esper.nissa.jsonl import JSONL_BUFFER_LINES
 
 E = TelemetryEventType
@@ -136,3 +136,40 @@ def test_appends_to_an_existing_log(tmp_path: Path) -> None:
         backend.emit(TelemetryEvent(E.RUN_COMPLETED))
         backend.close()
     assert len(_lines(path)) == 2
+
+
+def _log(path: Path, events: list[tuple[str, dict[str, Any]]], torn: str = "") -> None:
+    path.write_text("".join(json.dumps({"event_type": t, "data": d}) + "\n" for t, d in events) + torn)
+
+
+def _batch_done(n: int) -> Any:
+    def completed(event: dict[str, Any]) -> bool | None:
+        batch = event["data"].get("batch")
+        if batch is None:
+            return None
+        return batch <= n if event["event_type"].startswith("CHECKPOINT") else batch < n
+    return completed
+
+
+def test_trim_cuts_after_the_last_finished_event_and_keeps_session_events(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    _log(path, [
+        ("TRAINING_STARTED", {}), ("SEED_GERMINATED", {}), ("EPOCH_COMPLETED", {"batch": 0}),
+        ("BATCH_COMPLETED", {"batch": 0}), ("PLATEAU_DETECTED", {"batch": 0}), ("CHECKPOINT_SAVED", {"batch": 1}),
+        # the interrupted batch 1: an unstamped seed event first, then stamped epochs
+        ("SEED_GERMINATED", {}), ("EPOCH_COMPLETED", {"batch": 1}), ("RUN_COMPLETED", {"batch": None}),
+    ], torn='{"event_type": "EPOCH_COMP')
+    dropped = trim_event_log(path, _batch_done(1))
+    types = [json.loads(line)["event_type"] for line in path.read_text().splitlines()]
+    assert types == ["TRAINING_STARTED", "SEED_GERMINATED", "EPOCH_COMPLETED", "BATCH_COMPLETED",
+                     "PLATEAU_DETECTED", "CHECKPOINT_SAVED", "RUN_COMPLETED"]
+    assert dropped == 3  # two events of batch 1 and the torn line
+    assert trim_event_log(path, _batch_done(1)) == 0  # idempotent
+    assert trim_event_log(tmp_path / "missing.jsonl", _batch_done(1)) == 0
+
+
+def test_trim_with_nothing_finished_keeps_only_session_events(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    _log(path, [("TRAINING_STARTED", {}), ("EPOCH_COMPLETED", {"batch": 0}), ("SEED_CULLED", {})])
+    trim_event_log(path, _batch_done(0))
+    assert [json.loads(line)["event_type"] for line in path.read_text().splitlines()] == ["TRAINING_STARTED"]

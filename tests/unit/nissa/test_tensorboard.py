@@ -120,3 +120,50 @@ def test_non_finite_values_are_skipped_and_step_key_required(tmp_path: Path) -> 
 def test_hparams_markdown_flattens_and_escapes() -> None:
     table = hparams_markdown({"ppo": {"lr": 0.001}, "name": "a|b"})
     assert table.splitlines() == ["| parameter | value |", "|---|---|", "| name | a\\|b |", "| ppo.lr | 0.001 |"]
+
+
+def _epoch_event(env: int, controller: str, *, batch: int, episode: int, epoch: int, acc: float) -> TelemetryEvent:
+    return TelemetryEvent(E.EPOCH_COMPLETED, env_id=env, epoch=epoch, data={
+        "batch": batch, "episode": episode, "epoch": epoch, "max_epochs": 4, "val_accuracy": acc, "val_loss": 1.5,
+        "train_accuracy": acc + 1, "train_loss": 1.4, "seed_params": 1000 * epoch, "reward": 0.1 * epoch,
+        "controller": controller})
+
+
+def test_per_epoch_curves_per_controller_use_labels_never_paths(tmp_path: Path) -> None:
+    backend = TensorBoardBackend(tmp_path)
+    backend.emit(TelemetryEvent(E.TRAINING_STARTED, data={"command": "compare", "n_envs": 2}))
+    for episode in range(2):
+        for epoch in range(1, 5):
+            backend.emit(_epoch_event(0, "static", batch=episode, episode=episode, epoch=epoch, acc=50.0 + epoch))
+            backend.emit(_epoch_event(1, "ppo (init)", batch=episode, episode=episode, epoch=epoch, acc=40.0))
+    backend.emit(TelemetryEvent(E.EPISODE_COMPLETED, env_id=1, data={"controller": "ppo:runs/x/final.pt",
+                                                                      "episode": 0, "final_accuracy": 41.0}))
+    backend.close()
+    acc = _load(tmp_path)
+    tags = set(acc.Tags()["scalars"])
+    for metric in ("val_accuracy", "val_loss", "train_accuracy", "train_loss", "seed_params", "episode_reward"):
+        assert {f"epoch/{metric}/static", f"epoch/{metric}/ppo_init"} <= tags, metric
+    assert "episode/ppo:runs_x_final.pt/final_accuracy" in tags  # separators of a path never reach a tag
+    assert not any("/runs/" in t or " " in t or "(" in t for t in tags)
+    points = acc.Scalars("epoch/val_accuracy/static")
+    assert [p.step for p in points] == [1, 2, 3, 4, 5, 6, 7, 8]  # episode·T + epoch: episodes follow each other
+    assert points[5].value == pytest.approx(52.0)
+
+
+def test_per_epoch_curves_of_a_ppo_run_are_per_env_and_batch(tmp_path: Path) -> None:
+    backend = TensorBoardBackend(tmp_path)
+    backend.emit(TelemetryEvent(E.TRAINING_STARTED, data={"command": "train ppo", "n_envs": 2}))
+    for batch in range(2):
+        for env in range(2):
+            backend.emit(_epoch_event(env, "ppo", batch=batch, episode=2 * batch + env, epoch=1, acc=30.0 + env))
+    backend.close()
+    acc = _load(tmp_path)
+    assert {"epoch/val_accuracy/env0", "epoch/val_accuracy/env1"} <= set(acc.Tags()["scalars"])
+    assert [p.step for p in acc.Scalars("epoch/seed_params/env1")] == [1, 5]  # batch·T + epoch
+
+
+def test_events_without_their_indices_are_skipped(tmp_path: Path) -> None:
+    backend = TensorBoardBackend(tmp_path)
+    backend.emit(TelemetryEvent(E.EPOCH_COMPLETED, env_id=0, data={"val_accuracy": 50.0}))
+    backend.close()
+    assert not any(t.startswith("epoch/") for t in _load(tmp_path).Tags()["scalars"])

@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from esper.leyline.telemetry import TelemetryEvent, TelemetryEventType
-from esper.nissa import TuiBackend
+from esper.nissa import ProgressBackend, TuiBackend
 from esper.nissa.tui import sparkline
 
 E = TelemetryEventType
@@ -221,3 +221,33 @@ def test_live_start_and_close() -> None:
     _ppo_run(tui, 2)
     tui.close()
     tui.close()
+
+
+def test_eighty_columns_show_every_slot_and_the_progress_eta() -> None:
+    """At 80 columns the slot columns used to collapse to "…": now each slot shows its stage and blueprint."""
+    progress = ProgressBackend("none")
+    progress.start("training", 400, round_size=4)
+    tui = TuiBackend(progress=progress)
+    _ppo_run(tui, 4)
+    for _ in range(4):
+        progress.emit(_epoch(0, 0, 1, 50.0))
+    text = _text(tui, width=80)
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "…" not in text.split("PPO health")[0]  # header and env table are never truncated
+    for expected in ("Prob +0.8", "conv_light", "Foss +2.1", "norm", "rollbk", "4/400 env-epochs 1%", "ETA"):
+        assert expected in text, expected
+    assert "device" not in text.split("PPO health")[0].split("environments")[1]  # the header lists the devices
+    wide = _text(tui, width=160)
+    assert "Prob:conv_light α1.00 c+0.8" in wide and "trend" in wide
+
+
+def test_an_80_by_30_terminal_shows_the_whole_screen_with_four_envs() -> None:
+    progress = ProgressBackend("none")
+    progress.start("training", 400, round_size=4)
+    tui = TuiBackend(progress=progress)
+    _ppo_run(tui, 4)
+    console = Console(record=True, width=80, height=30, file=io.StringIO(), force_terminal=True, color_system=None)
+    console.print(tui.render())
+    lines = console.export_text().splitlines()
+    assert len(lines) <= 30 and lines[-1].startswith("Ctrl+C stops")
+    assert any("grad norm" in line and "WARN" in line for line in lines)

@@ -16,15 +16,24 @@ import torch
 import esper
 from esper.env.features import obs_dim
 from esper.leyline import OBS_SCHEMA
-from esper.runtime.checkpoint import atomic_save, capture_rng_state, load_checkpoint, restore_rng_state
+from esper.runtime.checkpoint import (
+    CheckpointFormatError,
+    atomic_save,
+    capture_rng_state,
+    load_checkpoint,
+    load_error_summary,
+    require_finite,
+    require_keys,
+    restore_rng_state,
+)
 from esper.runtime.rundir import RunDirectory, read_jsonl, rewrite_jsonl
 from esper.runtime.tasks import get_task_spec
 from esper.simic.normalization import RewardNormalizer, RunningMeanStd
 from esper.simic.ppo.agent import PPOAgent
 from esper.simic.ppo.config import TrainingConfig
 
-__all__ = ["PPO_FORMAT", "RESUMABLE_FIELDS", "LearnerState", "read_policy_checkpoint", "resume_config",
-           "seed_everything", "trim_logs"]
+__all__ = ["PPO_FORMAT", "RESUMABLE_FIELDS", "LearnerState", "load_policy_state", "read_policy_checkpoint",
+           "resume_config", "seed_everything", "trim_logs"]
 
 PPO_FORMAT = "esper-ppo-v2"
 RESUMABLE_FIELDS = frozenset({"n_episodes", "device", "devices", "amp"})
@@ -82,24 +91,59 @@ class LearnerState:
             "rolling_window": list(self.rolling_window),
         }, path)
 
-    def restore(self, data: dict[str, Any]) -> None:
-        """Every piece of learner state from a checkpoint read with `read_policy_checkpoint`."""
-        self.agent.load_state_dict(data["agent"])
-        self.obs_normalizer.load_state_dict(data["obs_normalizer"])
-        self.reward_normalizer.load_state_dict(data["reward_normalizer"])
-        self.batches_completed = int(data["batches_completed"])
-        self.episodes_completed = int(data["episodes_completed"])
-        self.rolling_window = [float(x) for x in data["rolling_window"]]
-        self.best_rolling_accuracy = float(data["best_rolling_accuracy"])
-        restore_rng_state(data["rng"])
+    def restore(self, data: dict[str, Any], path: Path | str = "the checkpoint") -> None:
+        """Every piece of learner state from a checkpoint read with `read_policy_checkpoint` (`path` names it in
+        errors)."""
+        load_policy_state(self.agent, self.obs_normalizer, data, path)
+        try:
+            self.reward_normalizer.load_state_dict(data["reward_normalizer"])
+            self.batches_completed = int(data["batches_completed"])
+            self.episodes_completed = int(data["episodes_completed"])
+            self.rolling_window = [float(x) for x in data["rolling_window"]]
+            self.best_rolling_accuracy = float(data["best_rolling_accuracy"])
+            restore_rng_state(data["rng"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+            raise CheckpointFormatError(f"Checkpoint {path} has unusable learner state ({load_error_summary(exc)}): "
+                                        f"resume from another checkpoint or start a new run") from exc
+
+
+POLICY_KEYS = ("config", "agent", "obs_normalizer", "reward_normalizer", "batches_completed", "episodes_completed",
+               "rng", "best_rolling_accuracy", "rolling_window")
 
 
 def read_policy_checkpoint(path: Path) -> dict[str, Any]:
-    """A PPO checkpoint's contents, refusing another format or observation schema."""
+    """A PPO checkpoint's contents, refusing another format or observation schema, missing entries, an invalid
+    config and non-finite weights, so nothing downstream meets a half-usable policy."""
     data = load_checkpoint(path, PPO_FORMAT, map_location="cpu")
     if data.get("obs_schema") != OBS_SCHEMA:
-        raise ValueError(f"{path} uses observation schema {data.get('obs_schema')!r}, expected {OBS_SCHEMA!r}")
+        raise CheckpointFormatError(f"Checkpoint {path} uses observation schema {data.get('obs_schema')!r}, expected "
+                                    f"{OBS_SCHEMA!r}: retrain the policy with this esper version")
+    require_keys(data, path, POLICY_KEYS)
+    if not isinstance(data["agent"], dict) or not isinstance(data["obs_normalizer"], dict):
+        raise CheckpointFormatError(f"Checkpoint {path}: 'agent' and 'obs_normalizer' must be dicts; use a checkpoint "
+                                    f"saved by this esper version")
+    require_keys(data["agent"], f"{path} agent", ("network", "optimizer", "train_steps", "action_generator",
+                                                  "minibatch_generator"))
+    require_finite(data, path, ("agent", "obs_normalizer"))
+    if not isinstance(data["config"], dict):
+        raise CheckpointFormatError(f"Checkpoint {path}: 'config' must be a dict of TrainingConfig fields")
+    try:
+        TrainingConfig.from_dict(data["config"])
+    except ValueError as exc:
+        raise CheckpointFormatError(f"Checkpoint {path} holds an invalid config ({exc})") from exc
     return data
+
+
+def load_policy_state(agent: PPOAgent, obs_normalizer: RunningMeanStd, data: dict[str, Any], path: Path | str
+                      ) -> None:
+    """The policy and its observation statistics from a checkpoint; tensors that do not fit are a format error."""
+    try:
+        agent.load_state_dict(data["agent"])
+        obs_normalizer.load_state_dict(data["obs_normalizer"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+        raise CheckpointFormatError(f"Checkpoint {path} does not fit its own config ({load_error_summary(exc)}): the "
+                                    f"file was altered or written by another esper version; use another checkpoint"
+                                    ) from exc
 
 
 def resume_config(saved: TrainingConfig, requested: TrainingConfig) -> TrainingConfig:
@@ -108,7 +152,8 @@ def resume_config(saved: TrainingConfig, requested: TrainingConfig) -> TrainingC
     differing = sorted(k for k, v in requested_dict.items() if k not in RESUMABLE_FIELDS and saved_dict[k] != v)
     if differing:
         raise ValueError(f"A resumed run may only change {sorted(RESUMABLE_FIELDS)}, but these differ from the "
-                         f"checkpoint: {differing}. Use another --run-dir for a new run.")
+                         f"checkpoint: {differing}. Use another --run-dir for a new run, or --overwrite to replace "
+                         f"this one.")
     return saved.with_overrides(**{k: requested_dict[k] for k in RESUMABLE_FIELDS})
 
 

@@ -6,9 +6,11 @@ a silently ignored knob. Precedence: preset → --config-json → CLI flags and 
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from esper.env.rewards import RewardFamily, SparseRewardConfig
 from esper.leyline import CANONICAL_SLOTS, ordered_slots
@@ -49,6 +51,50 @@ PRESETS: dict[str, dict[str, Any]] = {
     "cifar10": {"task": "cifar10", "entropy_coef": 0.1},
     "cifar10_deep": {"task": "cifar10_deep", "entropy_coef": 0.08},
     "tinystories": {"task": "tinystories", "batch_size": 32, "entropy_anneal_episodes": 40},
+}
+
+
+MAX_SEED = 2**31 - 1
+"""Seeds are offset per batch, group and episode; this bound keeps every derived seed within what torch, NumPy and
+Python accept."""
+MAX_ENVS = 256
+MAX_EPISODE_LENGTH = 1000
+MAX_EPISODES = 1_000_000
+MAX_SAMPLES = 10**9
+MAX_BATCH = 65_536
+
+# Numeric fields: (lowest, highest, lowest excluded). Limits catch typos and values that would exhaust memory or
+# overflow a seed (hidden_dim 10**6 asks for terabytes) long before any work starts, and every float must be finite.
+BOUNDS: dict[str, tuple[float, float, bool]] = {
+    "max_seeds": (1, len(CANONICAL_SLOTS), False),
+    "max_epochs": (2, MAX_EPISODE_LENGTH, False),
+    "batch_size": (1, MAX_BATCH, False),
+    "max_train_samples": (1, MAX_SAMPLES, False),
+    "max_val_samples": (1, MAX_SAMPLES, False),
+    "n_episodes": (1, MAX_EPISODES, False),
+    "n_envs": (1, MAX_ENVS, False),
+    "seed": (0, MAX_SEED, False),
+    "checkpoint_every": (1, MAX_EPISODES, False),
+    "lr": (0.0, 1.0, True),
+    "gamma": (0.0, 1.0, True),
+    "gae_lambda": (0.0, 1.0, False),
+    "clip_ratio": (0.0, 10.0, True),
+    "value_coef": (0.0, 1000.0, False),
+    "value_clip": (0.0, 1e6, True),
+    "max_grad_norm": (0.0, 1e6, True),
+    "n_epochs": (1, 1000, False),
+    "minibatch_size": (1, MAX_BATCH, False),
+    "target_kl": (0.0, 100.0, True),
+    "ppo_updates_per_batch": (1, 100, False),
+    "entropy_coef": (0.0, 100.0, False),
+    "entropy_coef_min": (0.0, 100.0, False),
+    "entropy_anneal_episodes": (0, MAX_EPISODES, False),
+    "hidden_dim": (8, 4096, False),
+    "param_cost": (0.0, 1e6, False),
+    "group_size": (1, MAX_ENVS, False),
+    "param_budget": (1, 10**12, False),
+    "param_penalty_weight": (0.0, 1e6, False),
+    "sparse_reward_scale": (0.0, 1e6, True),
 }
 
 
@@ -107,51 +153,44 @@ class TrainingConfig(StrictConfig):
             raise ValueError("at least one slot must be enabled")
         return list(ordered_slots(v))
 
-    @field_validator("max_seeds", "max_train_samples", "max_val_samples")
+    @model_validator(mode="before")
     @classmethod
-    def _optional_positive(cls, v: int | None) -> int | None:
-        if v is not None and v < 1:
-            raise ValueError("must be >= 1 or null")
-        return v
+    def _no_bools_as_numbers(cls, data: Any) -> Any:
+        """JSON `true` is not the number 1: a boolean given for a numeric field is a typo, not a value."""
+        if isinstance(data, dict):
+            for key, value in data.items():
+                if isinstance(value, bool) and key in BOUNDS:
+                    raise ValueError(f"{key}: expected a number, got {json.dumps(value)}")
+        return data
 
-    @field_validator("batch_size", "n_episodes", "n_envs", "checkpoint_every", "n_epochs", "minibatch_size",
-                     "ppo_updates_per_batch", "group_size")
+    @field_validator(*BOUNDS)
     @classmethod
-    def _positive(cls, v: int) -> int:
-        if v < 1:
-            raise ValueError("must be >= 1")
-        return v
-
-    @field_validator("max_epochs")
-    @classmethod
-    def _max_epochs(cls, v: int) -> int:
-        if v < 2:
-            raise ValueError("must be >= 2")
+    def _in_bounds(cls, v: float | None, info: ValidationInfo) -> float | None:
+        if v is None:
+            return v
+        lo, hi, low_open = BOUNDS[str(info.field_name)]
+        if not math.isfinite(v) or (v <= lo if low_open else v < lo) or v > hi:
+            if isinstance(v, int):
+                raise ValueError(f"must be an integer in [{lo:g}, {hi:g}], got {v}")
+            low = f"> {lo:g}" if low_open else f">= {lo:g}"
+            raise ValueError(f"must be a finite number {low} and <= {hi:g}, got {v}")
         return v
 
     @field_validator("hidden_dim")
     @classmethod
     def _hidden(cls, v: int) -> int:
-        if v < 8 or v % 2:
-            raise ValueError("must be an even number >= 8")
+        if v % 2:
+            raise ValueError("must be an even number")
         return v
 
     @model_validator(mode="after")
     def _consistency(self) -> TrainingConfig:
         checks = [
-            (self.lr > 0, "lr must be > 0"),
-            (0 < self.gamma <= 1, "gamma must be in (0, 1]"),
-            (0 <= self.gae_lambda <= 1, "gae_lambda must be in [0, 1]"),
-            (self.clip_ratio > 0, "clip_ratio must be > 0"),
-            (self.value_clip is None or self.value_clip > 0, "value_clip must be > 0 or null"),
-            (self.target_kl is None or self.target_kl > 0, "target_kl must be > 0 or null"),
             (0 <= self.entropy_coef_min <= self.entropy_coef, "need 0 <= entropy_coef_min <= entropy_coef"),
-            (self.entropy_anneal_episodes >= 0, "entropy_anneal_episodes must be >= 0"),
             (self.devices is None or self.n_envs >= len(self.devices), "n_envs must be >= the number of devices"),
             (self.n_envs % self.group_size == 0, "n_envs must be a multiple of group_size"),
             (self.n_episodes % self.group_size == 0, "n_episodes must be a multiple of group_size"),
             (self.advantage != "group" or self.group_size > 1, "the group advantage needs group_size >= 2"),
-            (self.param_cost is None or self.param_cost >= 0, "param_cost must be >= 0 or null"),
             (self.reward_family == RewardFamily.GAP or self.param_cost is None,
              "param_cost only applies to reward_family 'gap'"),
         ]

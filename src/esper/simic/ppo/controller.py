@@ -21,9 +21,13 @@ from esper.runtime.rundir import checkpoint_file
 from esper.runtime.tasks import get_task_spec
 from esper.simic.normalization import RunningMeanStd
 from esper.simic.ppo.agent import PPOAgent
-from esper.simic.ppo.checkpoint import read_policy_checkpoint
+from esper.simic.ppo.checkpoint import load_policy_state, read_policy_checkpoint
 from esper.simic.ppo.config import TrainingConfig
 from esper.tamiyo import ControllerContext, TamiyoDecision, register_controller
+
+
+class NonFinitePolicyError(RuntimeError):
+    """The policy produced NaN or infinite outputs: acting on them would silently pick the first action forever."""
 
 
 class PPOController:
@@ -53,7 +57,20 @@ class PPOController:
                            dtype=torch.float32, device=device)
         states = self.obs_normalizer.normalize(raw)
         masks = compute_batch_masks([o.validity for o in observations], device=device)
-        actions, log_probs, values, used = self.agent.act(states, masks, self.deterministic)
+        if not bool(torch.isfinite(states).all()):
+            raise NonFinitePolicyError(f"non-finite observation features for env(s) {_bad_rows(states)}: the "
+                                       f"environment measured NaN or infinity; rerun with --debug to see where")
+        try:
+            actions, log_probs, values, used = self.agent.act(states, masks, self.deterministic)
+        except RuntimeError as exc:  # sampling from NaN probabilities fails inside torch.multinomial
+            if "nan" not in str(exc).lower() and "inf" not in str(exc).lower():
+                raise
+            raise NonFinitePolicyError(f"the policy produced non-finite action probabilities ({exc}): its weights "
+                                       f"diverged; use an earlier checkpoint") from exc
+        if not bool(torch.isfinite(log_probs).all() & torch.isfinite(values).all()):
+            raise NonFinitePolicyError(f"the policy produced non-finite outputs for env(s) "
+                                       f"{_bad_rows(torch.stack([log_probs, values], 1))} (NaN or infinite logits or "
+                                       f"value): its weights diverged; use an earlier checkpoint")
         rows = torch.stack([actions["slot"], actions["blueprint"], actions["blend"], actions["op"]], 1).tolist()
         lp, v = log_probs.tolist(), values.tolist()
         decisions = []
@@ -82,18 +99,24 @@ class PPOController:
         config = TrainingConfig.from_dict(data["config"])
         trained_topology = get_task_spec(config.task).topology
         if topology is not None and trained_topology != topology:
-            raise ValueError(f"{path} was trained for topology '{trained_topology}', not '{topology}'")
+            raise ValueError(f"{path} was trained for topology '{trained_topology}' (task {config.task}), not "
+                             f"'{topology}': evaluate it with --task {config.task}")
         if slots is not None and list(ordered_slots(slots)) != config.slots:
-            raise ValueError(f"{path} was trained with slots {config.slots}, not {list(slots)}")
+            raise ValueError(f"{path} was trained with slots {config.slots}, not {list(slots)}: evaluate it with "
+                             f"--slots {' '.join(config.slots)}")
         if max_epochs is not None and max_epochs != config.max_epochs:
             raise ValueError(f"{path} was trained on {config.max_epochs}-epoch episodes, not {max_epochs}: evaluate it "
                              f"with --max-epochs {config.max_epochs}")
         dim = obs_dim(config.use_telemetry)
         agent = PPOAgent(config, state_dim=dim, topology=trained_topology, device=device)
-        agent.load_state_dict(data["agent"])
         normalizer = RunningMeanStd(dim, device=device)
-        normalizer.load_state_dict(data["obs_normalizer"])
+        load_policy_state(agent, normalizer, data, path)
         return cls(agent, normalizer, use_telemetry=config.use_telemetry, deterministic=deterministic)
+
+
+def _bad_rows(values: torch.Tensor) -> list[int]:
+    rows = ~torch.isfinite(values.reshape(values.shape[0], -1)).all(dim=1)
+    return rows.nonzero().flatten().tolist()
 
 
 @register_controller("ppo", argument="PATH", summary="a PPO policy: checkpoint file or run directory (final.pt)")

@@ -151,7 +151,7 @@ def _resume(learner: LearnerState, config: TrainingConfig, run: PPORun) -> None:
     assert run.resume_from is not None
     data = read_policy_checkpoint(run.resume_from)
     resume_config(TrainingConfig.from_dict(data["config"]), config)  # raises on a non-resumable difference
-    learner.restore(data)
+    learner.restore(data, run.resume_from)
     trim_logs(run.run_dir, learner.batches_completed)
     run.emit(TelemetryEventType.CHECKPOINT_LOADED, f"resumed from {run.resume_from}",
              {"path": str(run.resume_from), "kind": "resume", "batch": learner.batches_completed})

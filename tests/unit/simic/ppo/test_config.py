@@ -213,3 +213,56 @@ def test_to_dict_is_json_safe_and_round_trips() -> None:
     assert TrainingConfig.from_dict(data).to_dict() == config.to_dict()
 
 
+
+
+@pytest.mark.parametrize(("changes", "field"), [
+    ({"lr": float("inf")}, "lr"),
+    ({"lr": float("nan")}, "lr"),
+    ({"lr": 2.0}, "lr"),
+    ({"max_grad_norm": -1.0}, "max_grad_norm"),
+    ({"max_grad_norm": float("inf")}, "max_grad_norm"),
+    ({"value_coef": -1.0}, "value_coef"),
+    ({"value_coef": float("nan")}, "value_coef"),
+    ({"entropy_coef": float("inf")}, "entropy_coef"),
+    ({"hidden_dim": 1_000_000}, "hidden_dim"),
+    ({"hidden_dim": 9}, "hidden_dim"),
+    ({"n_envs": 100_000}, "n_envs"),
+    ({"n_envs": True}, "n_envs"),
+    ({"seed": -1}, "seed"),
+    ({"seed": 10**23}, "seed"),
+    ({"max_epochs": 100_000}, "max_epochs"),
+    ({"n_episodes": 10**9}, "n_episodes"),
+    ({"batch_size": 10**7}, "batch_size"),
+    ({"max_train_samples": 10**12}, "max_train_samples"),
+    ({"max_seeds": 4}, "max_seeds"),
+    ({"param_cost": float("inf")}, "param_cost"),
+    ({"target_kl": float("nan")}, "target_kl"),
+    ({"value_clip": 0.0}, "value_clip"),
+])
+def test_numbers_must_be_finite_and_in_range(changes: dict[str, Any], field: str) -> None:
+    """Non-finite or absurd values fail validation, naming the field, before any memory is allocated."""
+    with pytest.raises(ValueError, match=field) as info:
+        TrainingConfig.from_dict(changes)
+    assert "--set KEY=VALUE" in str(info.value)
+
+
+def test_every_numeric_field_is_bounded() -> None:
+    """A new numeric field must get a range in BOUNDS (or be deliberately a bool/str/list)."""
+    from esper.simic.ppo.config import BOUNDS
+
+    numeric = {name for name, f in TrainingConfig.model_fields.items()
+               if any(t in str(f.annotation) for t in ("int", "float")) and "bool" not in str(f.annotation)}
+    assert numeric == set(BOUNDS)
+
+
+@pytest.mark.parametrize("field", ["seed", "n_envs", "hidden_dim", "max_epochs", "lr", "max_grad_norm"])
+def test_bounds_themselves_are_accepted(field: str) -> None:
+    from esper.simic.ppo.config import BOUNDS
+
+    low, high, low_open = BOUNDS[field]
+    top = int(high) if isinstance(getattr(TrainingConfig(), field), int) else high
+    base = {"n_episodes": 256, "group_size": 1} if field == "n_envs" else {}
+    assert getattr(TrainingConfig.from_dict({**base, field: top}), field) == top
+    if not low_open:
+        bottom = int(low) if isinstance(top, int) else low
+        assert getattr(TrainingConfig.from_dict({**base, field: bottom}), field) == bottom

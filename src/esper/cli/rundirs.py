@@ -1,0 +1,92 @@
+"""Which run directory a command writes to, and whether it starts, reuses, replaces or resumes it.
+
+Rules, the same for every command:
+* a missing or empty directory is created;
+* `--overwrite` replaces an esper run directory (never anything else: a folder without config.json that holds
+  other files is the user's);
+* a directory of this command that holds nothing the command can continue from (an attempt that failed at startup
+  or was killed before its first checkpoint or episode) is reused as if it were new;
+* a directory the command can continue from is resumed when the arguments match, and refused with the differing
+  arguments named when they do not;
+* a directory holding another command's finished work is refused.
+A command that fails on bad input before finishing anything removes what it created (`discard_on_error`), so the
+same command can be rerun as is.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+from esper.runtime.rundir import (
+    RunDirectory,
+    RunDirectoryError,
+    clear_run_directory,
+    holds_results,
+    is_run_directory,
+    json_safe,
+    recorded_command,
+)
+
+__all__ = ["check_same_arguments", "discard_on_error", "prepare_run_dir"]
+
+Claim = Literal["new", "existing"]
+
+
+def prepare_run_dir(path: Path, *, command: str, overwrite: bool, resumable: Callable[[Path], bool]) -> Claim:
+    """"new" when the command starts from scratch in `path` (emptied if needed), "existing" when `path` holds work
+    of `command` that `resumable` says it can continue; raises RunDirectoryError otherwise."""
+    if path.exists() and not path.is_dir():
+        raise RunDirectoryError(f"Run directory {path} is a file, not a directory: choose another --run-dir")
+    try:
+        empty = not path.exists() or not any(path.iterdir())
+    except OSError as exc:
+        raise RunDirectoryError(f"Cannot read run directory {path} ({exc.strerror or exc}): check its permissions "
+                                f"or choose another --run-dir") from exc
+    if empty:
+        return "new"
+    if not is_run_directory(path):
+        raise RunDirectoryError(f"{path} already exists and is not an esper run directory (no config.json): choose "
+                                f"another --run-dir")
+    if overwrite:
+        clear_run_directory(path)
+        return "new"
+    recorded = recorded_command(path)
+    if recorded not in (None, command) and holds_results(path):
+        raise RunDirectoryError(f"{path} holds a finished '{recorded}' run, not a '{command}' run: choose another "
+                                f"--run-dir, or pass --overwrite to replace it")
+    if recorded == command and resumable(path):
+        return "existing"
+    clear_run_directory(path)  # nothing finished in it: the leftovers of an attempt that died early
+    return "new"
+
+
+def check_same_arguments(path: Path, recorded: Mapping[str, Any], requested: Mapping[str, Any], *,
+                         may_differ: tuple[str, ...] = ()) -> None:
+    """A rerun continues a run only with the arguments it was started with (`may_differ` excepted)."""
+    old, new = json_safe(dict(recorded)), json_safe(dict(requested))
+    differing = sorted(k for k in set(old) | set(new) if k not in may_differ and old.get(k) != new.get(k))
+    if differing:
+        changes = "; ".join(f"{k}: {old.get(k)!r} then, {new.get(k)!r} now" for k in differing)
+        raise RunDirectoryError(f"{path} holds a run started with other arguments ({changes}): rerun with the same "
+                                f"arguments to resume it, or pass --overwrite (or another --run-dir) to start over")
+
+
+@contextmanager
+def discard_on_error(run_dir: RunDirectory, *, fresh: bool, errors: tuple[type[BaseException], ...]
+                     ) -> Iterator[RunDirectory]:
+    """Remove a freshly started run directory again when one of `errors` (bad input) ends the command before it
+    finished anything; a resumed directory, and one holding finished work, are always kept."""
+    try:
+        yield run_dir
+    except errors:
+        run_dir.close()
+        if fresh and run_dir.path.is_dir() and not holds_results(run_dir.path):
+            if run_dir.created_root is not None:  # created here, with any parents it needed
+                shutil.rmtree(run_dir.created_root, ignore_errors=True)
+            else:
+                clear_run_directory(run_dir.path)
+        raise

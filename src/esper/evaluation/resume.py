@@ -1,0 +1,73 @@
+"""Continuing an interrupted episode run (`esper train heuristic`, `esper compare`, a study's evaluation).
+
+Paired episodes are independent given their index (every env, controller and data order is seeded from the run's
+seed and the episode index), so a rerun can keep the episodes every controller finished and run the rest: the result
+equals an uninterrupted run's. A comparison runs in phases (the controllers side by side, then `static:matched`,
+whose width depends on the first phase's results); a later phase's episodes only count once every earlier phase is
+complete, because its setting would otherwise change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from esper.env import EpisodeResult
+from esper.runtime.rows import read_rows
+from esper.runtime.rundir import RunDirectory, read_jsonl, rewrite_jsonl
+
+__all__ = ["ResumePoint", "resume_point"]
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """The episodes kept per phase (a prefix of episode indices each) and their results, in file order."""
+
+    phases: tuple[tuple[str, ...], ...]
+    completed: tuple[int, ...]  # per phase: episodes 0 .. completed − 1 are finished by every controller
+    results: list[EpisodeResult]
+
+    def phase_of(self, label: str | None) -> int:
+        """The phase running `label` (a label of no phase, such as a static twin, runs with the first)."""
+        return next((i for i, labels in enumerate(self.phases) if label in labels), 0)
+
+    def keeps(self, label: str | None, episode: int) -> bool:
+        return episode < self.completed[self.phase_of(label)]
+
+    def done(self, phase: int) -> list[EpisodeResult]:
+        return [r for r in self.results if r.controller in self.phases[phase]]
+
+    @property
+    def episodes_done(self) -> int:
+        """Finished env-episodes (one controller's episode each), the unit progress counts in."""
+        return len(self.results)
+
+
+def _complete_prefix(results: Sequence[EpisodeResult], labels: Sequence[str]) -> int:
+    """How many leading episode indices every label has a result for."""
+    seen = {(r.controller, r.episode) for r in results}
+    k = 0
+    while all((label, k) in seen for label in labels):
+        k += 1
+    return k
+
+
+def resume_point(run_dir: RunDirectory, phases: Sequence[Sequence[str]], episodes: int) -> ResumePoint:
+    """What `run_dir` already holds of a run of `episodes` paired episodes in `phases`; steps.jsonl and
+    episodes.jsonl are cut back to it, so the rerun appends where the finished work ends. A phase may hold more
+    than `episodes` (the run was asked for fewer this time): callers refuse that."""
+    stored = read_rows(run_dir.path / EpisodeResult.FILE, EpisodeResult)
+    completed: list[int] = []
+    for labels in phases:
+        earlier_complete = all(k >= episodes for k in completed)
+        completed.append(_complete_prefix(stored, labels) if earlier_complete else 0)
+    point = ResumePoint(tuple(tuple(p) for p in phases), tuple(completed), [])
+    point.results.extend(r for r in stored if r.controller in {c for p in phases for c in p}
+                         and point.keeps(r.controller, r.episode))
+    kept = {(r.controller, r.episode) for r in point.results}
+    for name in (EpisodeResult.FILE, "steps.jsonl"):
+        path = run_dir.path / name
+        if path.exists():
+            rows = read_jsonl(path)
+            rewrite_jsonl(path, [row for row in rows if (row.get("controller"), row.get("episode")) in kept])
+    return point

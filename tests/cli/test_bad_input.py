@@ -1,0 +1,260 @@
+"""Every bad-input path of the command line, table-driven: exit 2, one stderr line that names the problem (and how
+to fix it), no traceback, and nothing left behind (no run directory, no change to existing files)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from esper.cli.main import main
+from esper.simic.ppo.checkpoint import LearnerState
+from esper.simic.ppo.config import TrainingConfig
+
+pytestmark = pytest.mark.smoke
+
+QUIET = ["--no-tui", "--no-tensorboard"]
+SMALL = ["--max-train-samples", "64", "--max-val-samples", "64", "--max-epochs", "3", "--param-cost", "1.0"]
+HEURISTIC = ["train", "heuristic", *SMALL, *QUIET]
+COMPARE = ["compare", "--episodes", "1", *SMALL, *QUIET]
+PPO = ["train", "ppo", "--preset", "quick", "--device", "cpu", *QUIET]
+STUDY = ["study", "--preset", "quick", "--device", "cpu", *QUIET]
+FIX_WORDS = ("pass", "use", "choose", "set it", "see '", "rerun", "check", "drop", "evaluate", "retrain", "start",
+             "must be", "expected", "choose from", "available:")
+
+
+@dataclass(frozen=True)
+class Fixtures:
+    """Files the cases point at, built once: a plain file, checkpoints good and broken, fake run directories."""
+
+    root: Path
+
+    def __getattr__(self, name: str) -> str:
+        return str(self.root / name)
+
+
+def _policy_config(**changes: Any) -> TrainingConfig:
+    base = {"max_epochs": 3, "n_envs": 2, "group_size": 1, "device": "cpu", "reward_family": "contribution"}
+    return TrainingConfig.preset("quick").with_overrides(**{**base, **changes})
+
+
+def _save_policy(path: Path, config: TrainingConfig, edit: Callable[[dict[str, Any]], None] | None = None) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    LearnerState.new(config, torch.device("cpu")).save(path)
+    if edit is not None:
+        data = torch.load(path, weights_only=True)
+        edit(data)
+        torch.save(data, path)
+
+
+def _nan_weight(data: dict[str, Any]) -> None:
+    name = next(iter(data["agent"]["network"]))
+    data["agent"]["network"][name] = torch.full_like(data["agent"]["network"][name], float("nan"))
+
+
+def _wrong_shape(data: dict[str, Any]) -> None:
+    name = next(k for k, v in data["agent"]["network"].items() if v.dim() == 2)
+    data["agent"]["network"][name] = torch.zeros(3, 3)
+
+
+def _fake_run(path: Path, command: str, config: dict[str, Any], episodes: int = 1) -> None:
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps({"command": command, "argv": [], "config": config}))
+    (path / "episodes.jsonl").write_text("".join(json.dumps({"controller": "static", "episode": e}) + "\n"
+                                                 for e in range(episodes)))
+
+
+@pytest.fixture(scope="module")
+def fx(tmp_path_factory: pytest.TempPathFactory) -> Fixtures:
+    root = tmp_path_factory.mktemp("bad_input")
+    (root / "afile").write_text("not a directory\n")
+    (root / "bad.json").write_text("{not json")
+    (root / "list.json").write_text("[1, 2]")
+    (root / "corrupt.pt").write_bytes(os.urandom(256))
+    (root / "latin1.txt").write_bytes(b"caf\xe9 \xff\xfe" * 50)
+    (root / "userdir").mkdir()
+    (root / "userdir" / "notes.txt").write_text("mine")
+    (root / "emptydir").mkdir()
+    config = _policy_config()
+    _save_policy(root / "ok.pt", config)
+    _save_policy(root / "nan.pt", config, _nan_weight)
+    _save_policy(root / "noagent.pt", config, lambda d: d.pop("agent"))
+    _save_policy(root / "shape.pt", config, _wrong_shape)
+    _save_policy(root / "longer.pt", _policy_config(max_epochs=5))
+    _save_policy(root / "twoslots.pt", _policy_config(slots=["early", "mid"]))
+    _save_policy(root / "badconfig.pt", config, lambda d: d["config"].update(lr=-1.0))
+    ppo_run = root / "ppo_run"
+    _save_policy(ppo_run / "checkpoints" / "latest.pt", config)
+    (ppo_run / "config.json").write_text(json.dumps({"command": "ppo", "argv": [], "config": config.to_dict()}))
+    (root / "ppo_fresh" / "checkpoints").mkdir(parents=True)
+    (root / "ppo_fresh" / "config.json").write_text(json.dumps({"command": "ppo", "argv": [], "config": {}}))
+    _fake_run(root / "compare_run", "compare", {"seed": 7})
+    (root / "report_unknown").mkdir()
+    (root / "report_unknown" / "config.json").write_text(json.dumps({"command": "datagen"}))
+    return Fixtures(root)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    argv: Callable[[Fixtures], list[str]]
+    expect: str  # the problem, as the message names it
+
+
+CASES = [
+    # numbers of TrainingConfig (train ppo --set, --config-json) and of the flags
+    Case("lr-infinite", lambda f: [*PPO, "--set", "lr=Infinity"], "lr"),
+    Case("lr-nan", lambda f: [*PPO, "--set", "lr=NaN"], "lr"),
+    Case("max-grad-norm-negative", lambda f: [*PPO, "--set", "max_grad_norm=-1"], "max_grad_norm"),
+    Case("value-coef-negative", lambda f: [*PPO, "--set", "value_coef=-1"], "value_coef"),
+    Case("hidden-dim-huge", lambda f: [*PPO, "--set", "hidden_dim=1000000"], "hidden_dim"),
+    Case("n-envs-huge", lambda f: [*PPO, "--set", "n_envs=100000"], "n_envs"),
+    Case("n-envs-bool", lambda f: [*PPO, "--set", "n_envs=true"], "n_envs"),
+    Case("config-seed-negative", lambda f: [*PPO, "--set", "seed=-1"], "seed"),
+    Case("config-seed-huge", lambda f: [*PPO, "--set", "seed=12345678901234567890123"], "seed"),
+    Case("gamma-above-one", lambda f: [*PPO, "--set", "gamma=1.5"], "gamma"),
+    Case("episode-length-huge", lambda f: [*PPO, "--set", "max_epochs=100000"], "max_epochs"),
+    Case("batch-size-zero", lambda f: [*PPO, "--set", "batch_size=0"], "batch_size"),
+    Case("entropy-negative", lambda f: [*PPO, "--set", "entropy_coef=-0.1"], "entropy_coef"),
+    Case("clip-ratio-zero", lambda f: [*PPO, "--set", "clip_ratio=0"], "clip_ratio"),
+    Case("unknown-key", lambda f: [*PPO, "--set", "no_such_key=1"], "no_such_key"),
+    Case("set-without-equals", lambda f: [*PPO, "--set", "lr"], "KEY=VALUE"),
+    Case("ppo-episodes-zero", lambda f: [*PPO, "--episodes", "0"], "--episodes"),
+    Case("ppo-seed-huge", lambda f: [*PPO, "--seed", "12345678901234567890123"], "--seed"),
+    Case("config-json-missing", lambda f: [*PPO, "--config-json", f.nothere], "not found"),
+    Case("config-json-invalid", lambda f: [*PPO, "--config-json", str(f.root / "bad.json")], "not valid JSON"),
+    Case("config-json-not-object", lambda f: [*PPO, "--config-json", str(f.root / "list.json")], "JSON object"),
+    Case("config-json-directory", lambda f: [*PPO, "--config-json", f.emptydir], "emptydir"),
+    Case("preset-unknown", lambda f: [*PPO, "--preset", "nope"], "nope"),
+    Case("heuristic-seed-huge", lambda f: [*HEURISTIC, "--seed", "12345678901234567890123"], "--seed"),
+    Case("heuristic-seed-negative", lambda f: [*HEURISTIC, "--seed", "-1"], "--seed"),
+    Case("heuristic-seed-text", lambda f: [*HEURISTIC, "--seed", "abc"], "--seed"),
+    Case("max-epochs-zero", lambda f: [*HEURISTIC, "--max-epochs", "0"], "--max-epochs"),
+    Case("max-epochs-huge", lambda f: [*HEURISTIC, "--max-epochs", "100000"], "--max-epochs"),
+    Case("episodes-zero", lambda f: [*HEURISTIC, "--episodes", "0"], "--episodes"),
+    Case("samples-zero", lambda f: [*HEURISTIC, "--max-train-samples", "0"], "--max-train-samples"),
+    Case("param-cost-infinite", lambda f: [*HEURISTIC, "--param-cost", "inf"], "--param-cost"),
+    Case("param-cost-nan", lambda f: [*HEURISTIC, "--param-cost", "nan"], "--param-cost"),
+    Case("max-seeds-above-slots", lambda f: [*HEURISTIC, "--max-seeds", "9"], "--max-seeds"),
+    Case("task-unknown", lambda f: [*HEURISTIC, "--task", "imagenet"], "imagenet"),
+    Case("slot-unknown", lambda f: [*HEURISTIC, "--slots", "deep"], "deep"),
+    Case("telemetry-level-unknown", lambda f: [*HEURISTIC, "--telemetry-level", "loud"], "loud"),
+    Case("device-bogus", lambda f: [*HEURISTIC, "--device", "bogus"], "bogus"),
+    Case("device-missing-gpu", lambda f: [*HEURISTIC, "--device", "cuda:7"], "cuda:7"),
+    Case("tie-threshold-negative", lambda f: [*COMPARE, "--controllers", "static", "--tie-threshold", "-1"],
+         "--tie-threshold"),
+    Case("study-seeds-zero", lambda f: [*STUDY, "--seeds", "0"], "--seeds"),
+    Case("study-lr-infinite", lambda f: [*STUDY, "--set", "lr=Infinity"], "lr"),
+    Case("study-ppo-not-a-directory", lambda f: [*STUDY, "--ppo", f.afile], "--ppo"),
+    # controllers and checkpoints
+    Case("controller-unknown", lambda f: [*COMPARE, "--controllers", "static", "oracle"], "oracle"),
+    Case("controller-duplicate", lambda f: [*COMPARE, "--controllers", "static", "static"], "distinct"),
+    Case("checkpoint-missing", lambda f: [*COMPARE, "--controllers", "static", f"ppo:{f.nothere}.pt"], "not found"),
+    Case("checkpoint-corrupt", lambda f: [*COMPARE, "--controllers", "static", f"ppo:{f.root}/corrupt.pt"],
+         "corrupt.pt"),
+    Case("checkpoint-nan-weights", lambda f: [*COMPARE, "--controllers", "static", f"ppo:{f.root}/nan.pt"],
+         "non-finite"),
+    Case("checkpoint-without-agent", lambda f: [*COMPARE, "--controllers", "static", f"ppo:{f.root}/noagent.pt"],
+         "'agent'"),
+    Case("checkpoint-wrong-shape", lambda f: [*COMPARE, "--controllers", "static", f"ppo:{f.root}/shape.pt"],
+         "size mismatch"),
+    Case("checkpoint-invalid-config", lambda f: [*COMPARE, "--controllers", "static", f"ppo:{f.root}/badconfig.pt"],
+         "invalid config"),
+    Case("checkpoint-other-length", lambda f: [*COMPARE, "--controllers", "static", f"ppo:{f.root}/longer.pt"],
+         "--max-epochs 5"),
+    Case("checkpoint-other-slots", lambda f: [*COMPARE, "--controllers", "static", f"ppo:{f.root}/twoslots.pt"],
+         "slots"),
+    Case("checkpoint-run-dir-without-final", lambda f: [*COMPARE, "--controllers", "static", f"ppo:{f.ppo_run}"],
+         "final.pt"),
+    # run directories
+    Case("run-dir-is-a-file", lambda f: [*HEURISTIC, "--run-dir", f.afile], "is a file"),
+    Case("run-dir-under-a-file", lambda f: [*HEURISTIC, "--run-dir", f.afile + "/sub"], "afile/sub"),
+    Case("runs-root-is-a-file", lambda f: [*HEURISTIC, "--runs-root", f.afile], "afile"),
+    Case("run-dir-of-the-user", lambda f: [*HEURISTIC, "--run-dir", f.userdir], "not an esper run directory"),
+    Case("overwrite-refuses-a-user-dir", lambda f: [*HEURISTIC, "--run-dir", f.userdir, "--overwrite"],
+         "not an esper run directory"),
+    Case("run-dir-of-another-command", lambda f: [*HEURISTIC, "--run-dir", f.compare_run], "'compare' run"),
+    Case("compare-rerun-other-arguments", lambda f: [*COMPARE, "--controllers", "static", "--run-dir",
+                                                     f.compare_run], "other arguments"),
+    Case("ppo-run-dir-is-a-file", lambda f: [*PPO, "--run-dir", f.afile], "is a file"),
+    Case("ppo-runs-root-is-a-file", lambda f: [*PPO, "--runs-root", f.afile], "afile"),
+    Case("resume-not-there", lambda f: [*PPO, "--resume", f.nothere], "not found"),
+    Case("resume-without-checkpoint", lambda f: [*PPO, "--resume", f.ppo_fresh], "nothing to resume"),
+    Case("resume-and-overwrite", lambda f: [*PPO, "--resume", f.ppo_run, "--overwrite"], "--overwrite"),
+    Case("resume-with-other-run-dir", lambda f: [*PPO, "--resume", f.ppo_run, "--run-dir", f.emptydir],
+         "drop --run-dir"),
+    Case("resume-changes-a-fixed-field", lambda f: [*PPO, "--resume", f.ppo_run, "--set", "lr=0.001"], "lr"),
+    # data
+    Case("data-path-missing", lambda f: [*HEURISTIC, "--data-path", f.nothere], "nothere"),
+    Case("data-path-directory", lambda f: [*HEURISTIC, "--data-path", f.emptydir], "emptydir"),
+    Case("data-path-not-utf8", lambda f: [*HEURISTIC, "--task", "tinystories", "--data-path",
+                                          str(f.root / "latin1.txt")], "latin1.txt"),
+    Case("data-path-too-small", lambda f: [*HEURISTIC, "--task", "tinystories", "--data-path", f.afile], "afile"),
+    Case("dataset-missing", lambda f: [*HEURISTIC, "--task", "cifar10", "--data-dir", f.emptydir], "--download"),
+    # report
+    Case("report-not-there", lambda f: ["report", f.nothere], "does not exist"),
+    Case("report-a-file", lambda f: ["report", f.afile], "is a file"),
+    Case("report-not-a-run", lambda f: ["report", f.emptydir], "config.json"),
+    Case("report-unknown-run-type", lambda f: ["report", f.report_unknown], "datagen"),
+    Case("report-out-is-a-file", lambda f: ["report", f.compare_run, "--out", f.afile], "--out"),
+]
+
+
+def _snapshot(*roots: Path) -> dict[str, tuple[int, int]]:
+    """Every path under the roots with its size and modification time."""
+    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for root in roots for p in sorted(root.rglob("*"))}
+
+
+def test_the_table_is_large_and_distinct() -> None:
+    assert len(CASES) >= 40
+    assert len({c.name for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_bad_input_exits_2_with_one_line_and_leaves_nothing(case: Case, fx: Fixtures, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)  # default run directories would appear under ./runs
+    before = _snapshot(fx.root, tmp_path)
+    try:
+        code = main(case.argv(fx))
+    except SystemExit as exc:  # argparse
+        code = int(exc.code or 0)
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert code == 2, captured.err + captured.out
+    assert len(lines) == 1, captured.err
+    assert "Traceback" not in captured.err + captured.out
+    message = lines[0]
+    assert message.startswith("error: ") and case.expect in message, message
+    assert any(word in message.lower() for word in FIX_WORDS), f"no fix named: {message}"
+    assert _snapshot(fx.root, tmp_path) == before  # no run directory created, nothing existing touched
+
+
+@pytest.mark.skipif(not Path("/sys").is_dir(), reason="needs a read-only /sys")
+def test_unwritable_run_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Root may write anywhere a chmod forbids, but not into sysfs: a directory nobody can create there."""
+    assert main([*HEURISTIC, "--run-dir", "/sys/esper_cannot_write_here"]) == 2
+    err = capsys.readouterr().err
+    assert "Cannot create run directory /sys/esper_cannot_write_here" in err and "--run-dir" in err
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
+def test_unreadable_data_path_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "corpus.txt"
+    path.write_text("hello")
+    path.chmod(0)
+    assert main([*HEURISTIC, "--data-path", str(path), "--run-dir", str(tmp_path / "r")]) == 2
+    assert str(path) in capsys.readouterr().err and not (tmp_path / "r").exists()
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0 and capsys.readouterr().out.startswith("esper 0.")

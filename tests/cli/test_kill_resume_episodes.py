@@ -1,0 +1,140 @@
+"""Kill `esper train heuristic` / `esper compare` with SIGKILL mid-run (no cleanup at all), rerun the same command:
+it resumes from the finished episodes and ends with exactly the results of an uninterrupted run; events.jsonl holds
+each epoch once; an interrupted comparison leaves a results.json that `esper report` reads."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from esper.cli.main import main
+from esper.cli.report import render_report
+from esper.runtime.rundir import read_jsonl
+
+pytestmark = pytest.mark.smoke
+
+SMALL = ["--max-epochs", "4", "--max-train-samples", "384", "--max-val-samples", "128", "--param-cost", "1.0",
+         "--no-tui", "--no-tensorboard", "--device", "cpu"]
+HEURISTIC = ["train", "heuristic", "--episodes", "4", *SMALL]
+COMPARE = ["compare", "--controllers", "static", "random", "heuristic", "static:matched", "--episodes", "3", *SMALL]
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(SRC)}
+
+
+def _kill_when(argv: list[str], run: Path, ready: Callable[[Path], bool]) -> None:
+    """Start the command, SIGKILL it as soon as `ready(run_dir)`, and check that it was killed mid-run (not after
+    it finished)."""
+    proc = subprocess.Popen([sys.executable, "-m", "esper", *argv, "--run-dir", str(run)], env=_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        if ready(run):
+            break
+        time.sleep(0.01)
+    running = proc.poll() is None
+    proc.send_signal(signal.SIGKILL)
+    _, err = proc.communicate()
+    assert running, f"the run ended before it could be killed: {err.decode()[-2000:]}"
+
+
+def _episode_row_with(text: str) -> Callable[[Path], bool]:
+    def ready(run: Path) -> bool:
+        path = run / "episodes.jsonl"
+        return path.exists() and text in path.read_text()
+    return ready
+
+
+def _same_results(killed: Path, straight: Path) -> None:
+    for name in ("episodes.jsonl", "steps.jsonl"):
+        assert read_jsonl(killed / name) == read_jsonl(straight / name), name  # rows hold no timestamps
+    if (straight / "results.json").exists():
+        assert json.loads((killed / "results.json").read_text()) == json.loads((straight / "results.json").read_text())
+
+
+def _epochs_once(run: Path) -> Counter[tuple[object, ...]]:
+    """EPOCH_COMPLETED events per (controller, episode, epoch): each exactly once after the resume."""
+    events = read_jsonl(run / "events.jsonl")
+    return Counter((e["data"]["controller"], e["data"]["episode"], e["data"]["epoch"]) for e in events
+                   if e["event_type"] == "EPOCH_COMPLETED")
+
+
+def _rerun(argv: list[str], run: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    assert main([*argv, "--run-dir", str(run)]) == 0
+    return capsys.readouterr().out
+
+
+def test_heuristic_killed_mid_run_resumes_to_the_uninterrupted_result(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    _rerun(HEURISTIC, straight, capsys)
+    _kill_when(HEURISTIC, killed, _episode_row_with('"episode": 0'))
+    finished = len(read_jsonl(killed / "episodes.jsonl"))
+    assert 1 <= finished < 4
+    out = _rerun(HEURISTIC, killed, capsys)
+    assert f"{finished} finished episode(s) kept" in out
+    _same_results(killed, straight)
+    counts = _epochs_once(killed)
+    assert set(counts.values()) == {1} and len(counts) == 4 * 4
+    config = json.loads((killed / "config.json").read_text())
+    assert config["resumes"][0]["from_episodes"] == [finished]
+    assert (killed / "checkpoints" / "model_final.pt").exists()
+
+
+def test_rerun_with_other_arguments_is_refused_and_overwrite_starts_over(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "h"
+    argv = ["train", "heuristic", "--episodes", "1", *SMALL]
+    _rerun(argv, run, capsys)
+    before = (run / "episodes.jsonl").read_text()
+    assert main([*argv, "--run-dir", str(run), "--seed", "7"]) == 2
+    err = capsys.readouterr().err
+    assert "other arguments (seed: 42 then, 7 now)" in err and "--overwrite" in err
+    assert (run / "episodes.jsonl").read_text() == before
+    assert main([*argv, "--run-dir", str(run), "--episodes", "2"]) == 0  # more episodes extend the run
+    assert [e["episode"] for e in read_jsonl(run / "episodes.jsonl")] == [0, 1]
+    capsys.readouterr()
+    assert main([*argv, "--run-dir", str(run), "--seed", "7", "--overwrite"]) == 0
+    assert [e["env_seed"] for e in read_jsonl(run / "episodes.jsonl")] == [7]
+    assert "resumes" not in json.loads((run / "config.json").read_text())
+
+
+def test_a_run_dir_without_finished_episodes_is_reused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What a run killed before its first episode leaves (config, events, partial steps) does not block a rerun,
+    even with other arguments."""
+    run = tmp_path / "h"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"command": "compare", "argv": [], "config": {"seed": 1}}))
+    (run / "events.jsonl").write_text('{"event_type": "TRAINING_STARTED"}\n')
+    (run / "steps.jsonl").write_text('{"episode": 0}\n{"epis')
+    (run / "tb").mkdir()
+    _rerun(["train", "heuristic", "--episodes", "1", *SMALL], run, capsys)
+    assert json.loads((run / "config.json").read_text())["command"] == "heuristic"
+    assert len(read_jsonl(run / "steps.jsonl")) == 3 and "TRAINING_STARTED" in (run / "events.jsonl").read_text()
+
+
+@pytest.mark.parametrize("kill_in", ["first phase", pytest.param("static:matched", marks=pytest.mark.slow)])
+def test_compare_killed_mid_run_resumes_to_the_uninterrupted_result(kill_in: str, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    _rerun(COMPARE, straight, capsys)
+    _kill_when(COMPARE, killed, (lambda run: (run / "results.json").exists()) if kill_in == "first phase"
+               else _episode_row_with('"controller": "static:matched"'))
+    partial = json.loads((killed / "results.json").read_text())  # written after every finished paired episode
+    assert partial["per_controller"]["static"]["episodes"] >= 1
+    assert render_report(killed)  # an interrupted comparison can be plotted as it is
+    _rerun(COMPARE, killed, capsys)
+    _same_results(killed, straight)
+    counts = _epochs_once(killed)
+    assert set(counts.values()) == {1} and len(counts) == 4 * 3 * 4

@@ -1,0 +1,56 @@
+"""`esper study` reruns: an interrupted evaluation resumes from its finished paired episodes to the same results,
+more seeds extend it, other settings are refused, --overwrite starts over."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from esper.cli.main import main
+from esper.runtime.rundir import read_jsonl
+
+pytestmark = pytest.mark.smoke
+
+STUDY = ["study", "--preset", "quick", "--device", "cpu", "--no-tui", "--no-tensorboard",
+         "--set", "n_episodes=2", "--set", "n_envs=2", "--set", "group_size=1", "--set", "max_epochs=3",
+         "--set", "max_train_samples=256", "--set", "max_val_samples=128", "--set", "param_cost=1.0"]
+
+
+def _results(path: Path) -> dict[str, object]:
+    data = json.loads((path / "results.json").read_text())
+    data.pop("study")
+    return data
+
+
+def test_study_reruns_resume_consistently(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "study"
+    argv = [*STUDY, "--seeds", "2", "--run-dir", str(run)]
+    assert main(argv) == 0
+    complete = _results(run)
+    episodes = read_jsonl(run / "eval" / "episodes.jsonl")
+    assert len(episodes) == 2 * 4 and (run / "train" / "events.jsonl").exists()
+
+    # what a kill in the second paired episode leaves: episode 0 finished, episode 1 half written
+    (run / "eval" / "episodes.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes[:6]))
+    (run / "results.json").unlink()
+    capsys.readouterr()
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "Nothing to train" in out and "4 finished episode(s) kept" in out
+    assert _results(run) == complete
+    assert read_jsonl(run / "eval" / "episodes.jsonl") == episodes
+
+    assert main([*STUDY, "--seeds", "3", "--run-dir", str(run)]) == 0  # more seeds extend the evaluation
+    assert len(read_jsonl(run / "eval" / "episodes.jsonl")) == 3 * 4
+    assert read_jsonl(run / "eval" / "episodes.jsonl")[:8] == episodes
+
+    assert main([*STUDY, "--seeds", "3", "--run-dir", str(run), "--tie-threshold", "2"]) == 2
+    assert "other arguments" in capsys.readouterr().err
+    assert main([*STUDY, "--seeds", "3", "--run-dir", str(run), "--set", "lr=0.01"]) == 2
+    assert "lr" in capsys.readouterr().err
+
+    assert main([*STUDY, "--seeds", "1", "--run-dir", str(run), "--overwrite"]) == 0
+    assert len(read_jsonl(run / "eval" / "episodes.jsonl")) == 4
+    assert json.loads((run / "config.json").read_text())["config"]["seeds"] == 1

@@ -1,0 +1,80 @@
+"""PPOController: a NaN policy is an error (never a silent WAIT), and broken checkpoints are refused at load."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from esper.env.features import obs_dim
+from esper.runtime.checkpoint import CheckpointFormatError
+from esper.simic.normalization import RunningMeanStd
+from esper.simic.ppo.agent import PPOAgent
+from esper.simic.ppo.checkpoint import LearnerState
+from esper.simic.ppo.config import TrainingConfig
+from esper.simic.ppo.controller import NonFinitePolicyError, PPOController
+from unit.tamiyo.helpers import make_obs
+
+CONFIG = TrainingConfig(task="synthetic", max_epochs=3, n_envs=2, group_size=1, device="cpu")
+
+
+def _controller(*, deterministic: bool) -> PPOController:
+    dim = obs_dim(CONFIG.use_telemetry)
+    agent = PPOAgent(CONFIG, state_dim=dim, topology="cnn")
+    return PPOController(agent, RunningMeanStd(dim), use_telemetry=CONFIG.use_telemetry, deterministic=deterministic)
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_nan_weights_raise_instead_of_waiting(deterministic: bool) -> None:
+    controller = _controller(deterministic=deterministic)
+    assert controller.decide_batch([make_obs(), make_obs()])  # finite weights decide
+    with torch.no_grad():
+        for p in controller.agent.network.parameters():
+            p.fill_(float("nan"))
+    with pytest.raises(NonFinitePolicyError, match="non-finite"):
+        controller.decide_batch([make_obs(), make_obs()])
+
+
+def test_nan_observation_statistics_raise() -> None:
+    controller = _controller(deterministic=True)
+    controller.obs_normalizer.mean.fill_(float("nan"))
+    with pytest.raises(NonFinitePolicyError, match="observation"):
+        controller.decide(make_obs())
+
+
+def _checkpoint(tmp_path: Path, edit: Any = None) -> Path:
+    path = tmp_path / "p.pt"
+    LearnerState.new(CONFIG, torch.device("cpu")).save(path)
+    if edit is not None:
+        data = torch.load(path, weights_only=True)
+        edit(data)
+        torch.save(data, path)
+    return path
+
+
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda d: d["agent"]["network"].__setitem__(next(iter(d["agent"]["network"])), torch.tensor(float("inf"))),
+     "non-finite"),
+    (lambda d: d["obs_normalizer"]["var"].fill_(float("nan")), "obs_normalizer.var"),
+    (lambda d: d.pop("agent"), "'agent'"),
+    (lambda d: d["agent"].pop("network"), "'network'"),
+    (lambda d: d.__setitem__("agent", [1, 2]), "must be dicts"),
+    (lambda d: d["config"].update(hidden_dim=10**6), "invalid config"),
+    (lambda d: d["agent"]["network"].__setitem__(next(iter(d["agent"]["network"])), torch.zeros(2, 2)),
+     "size mismatch"),
+])
+def test_broken_checkpoints_are_refused_at_load(tmp_path: Path, edit: Any, message: str) -> None:
+    path = _checkpoint(tmp_path, edit)
+    with pytest.raises(CheckpointFormatError, match=message) as info:
+        PPOController.from_checkpoint(path)
+    assert str(path) in str(info.value)
+
+
+def test_good_checkpoint_loads_and_decides(tmp_path: Path) -> None:
+    controller = PPOController.from_checkpoint(_checkpoint(tmp_path), topology="cnn", max_epochs=3)
+    [decision] = controller.decide_batch([make_obs()])
+    assert decision.reason.startswith("policy (value")
