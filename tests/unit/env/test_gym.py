@@ -6,10 +6,12 @@ Episodes are tiny (3–6 epochs, a few dozen samples) so the whole file runs in 
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 import sys
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,6 +22,7 @@ gymnasium = pytest.importorskip("gymnasium")
 
 from gymnasium.utils.env_checker import check_env  # noqa: E402
 
+import esper.env.gym  # noqa: E402
 from esper.env import EnvSpec, EpochData, MorphoEnv, make_reward_fn, run_episodes  # noqa: E402
 from esper.env.gym import (  # noqa: E402
     GymEnvConfig,
@@ -326,3 +329,17 @@ def test_without_gymnasium_the_adapter_names_the_extra_and_esper_still_imports()
             "try:\n    import esper.env.gym\nexcept ImportError as e:\n    print(e)\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert "pip install 'esper[gym]'" in result.stdout
+
+
+def test_the_docs_example_is_short_and_runs(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+                                            ) -> None:
+    """docs/gymnasium.md's agent loop, run as written on tiny episodes (its config is shrunk, nothing else)."""
+    text = (Path(__file__).resolve().parents[3] / "docs" / "gymnasium.md").read_text(encoding="utf-8")
+    example = re.findall(r"```python\n(.*?)```", text, re.S)[0]
+    assert len(example.strip().splitlines()) < 30
+    monkeypatch.setattr(esper.env.gym, "GymEnvConfig",
+                        lambda **kw: dataclasses.replace(TINY, **{k: v for k, v in kw.items() if k != "max_epochs"}))
+    exec(compile(example, "docs/gymnasium.md", "exec"), {})
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["episode 0", "episode 1", "episode 2"]
+    assert all("static twin" in line for line in lines)
