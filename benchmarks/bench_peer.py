@@ -21,7 +21,9 @@ each learner's initial policy and each learner's final policy, all deterministic
 the `maskable:PATH` controller registered below. The table gives final accuracy with its 95 % bootstrap CI, the
 paired Δ (95 % paired-bootstrap CI, wins/losses/ties) of each final policy against static and against its own init,
 and wall time: end-to-end training seconds (including each learner's logging and checkpoints) per 1,000 env-epochs,
-and per 1,000 trained model-epochs (static twins included), with the ratio MaskablePPO / esper.
+and per 1,000 trained model-epochs (static twins included), with the ratio MaskablePPO / esper. (Stable-baselines3's
+vectorized env resets each env once more after its last episode: `n_envs` extra first epochs, about 1 % of the
+default budget, sit in MaskablePPO's time but not in its env-epoch count.)
 """
 
 from __future__ import annotations

@@ -147,8 +147,9 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[np.ndarray, dict[str, Any]]:
-        """Start an episode on a fresh host and train its first epoch. `reset(seed=s)` builds the host, seeds and
-        data order that esper's own runners build for env seed `s`, so the episode replays exactly (on CPU)."""
+        """Start an episode on a fresh host and train its first epoch. `reset(seed=s)` builds the host esper's own
+        runners build for env seed `s`, with seed initializations and a data order derived from `s`, so the episode
+        replays exactly (on CPU); without a seed, one is drawn from the env's generator."""
         super().reset(seed=seed)
         if options:
             raise ValueError(f"MorphoGymEnv.reset takes no options, got {sorted(options)}: configure the episodes "
