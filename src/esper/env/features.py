@@ -15,9 +15,12 @@ from esper.leyline.constants import BASE_FEATURE_DIM, CANONICAL_SLOTS, NUM_BLUEP
 from esper.leyline.reports import SeedStateReport
 from esper.leyline.signals import EnvObservation, TrainingSignals
 
-__all__ = ["FEATURE_NAMES", "obs_dim", "safe", "signals_to_features"]
+__all__ = ["FEATURE_NAMES", "FEATURE_RANGE", "obs_dim", "safe", "signals_to_features"]
 
 HISTORY_LEN = 5
+# Every feature lies in this range (the widest clamps below: loss deltas and accuracy deltas at ±5, parameter growth
+# at 10), so observation spaces can state finite bounds.
+FEATURE_RANGE = (-5.0, 10.0)
 SLOT_BLOCK_DIM = 4 + NUM_BLUEPRINTS
 
 _GLOBAL_NAMES: tuple[str, ...] = (

@@ -4,6 +4,10 @@ Order per epoch e: train pass, validation pass (with counterfactuals), governor 
 then the decisions taken after epoch e − 1 are completed with e's measurements (their rewards); then, for e < T,
 every env's controller decides and the decision is executed with the lifecycle step. Static twins train and validate
 in the same passes but never decide. Each shared batch is materialized once per device for every env on it.
+
+`run_epoch` is `measure_epoch` (everything up to the rewards) followed by `conclude_epoch` (the decisions, checked
+against the validity rules, executed and reported), so a caller that receives its decisions from outside, one
+action at a time, runs exactly the same epoch.
 """
 
 from __future__ import annotations
@@ -17,13 +21,14 @@ import torch
 from esper.env.env import MorphoEnv
 from esper.env.logs import EpisodeResult, slot_summaries
 from esper.env.rewards import RewardFn
+from esper.env.step_record import Measurement
 from esper.env.transitions import EnvStep
 from esper.leyline import EnvObservation, LifecycleOp, TelemetryEventType
 from esper.leyline.seeding import derive_seed
 from esper.runtime.data import SharedBatchIterator
 from esper.runtime.tasks import DataCache, TaskSpec
 from esper.tamiyo import BatchTamiyoPolicy, TamiyoDecision, TamiyoPolicy, check_decision
-from esper.tolaria import counterfactual_slots, probe_slots
+from esper.tolaria import TrainEpochStats, ValStats, counterfactual_slots, probe_slots
 
 StepCallback = Callable[[list[EnvStep]], None]
 
@@ -48,7 +53,8 @@ class EpochData:
 
 
 def decide_all(controllers: Sequence[TamiyoPolicy], observations: Sequence[EnvObservation]) -> list[TamiyoDecision]:
-    """One decision per env; a controller shared by several envs decides for all of them in one batch."""
+    """One decision per env; a controller shared by several envs decides for all of them in one batch (the decisions
+    are checked against the validity rules when `conclude_epoch` executes them)."""
     decisions: list[TamiyoDecision | None] = [None] * len(observations)
     groups: dict[int, list[int]] = {}
     for i, controller in enumerate(controllers):
@@ -61,7 +67,6 @@ def decide_all(controllers: Sequence[TamiyoPolicy], observations: Sequence[EnvOb
         else:
             made = [controller.decide(o) for o in obs]
         for i, decision in zip(indices, made, strict=True):
-            check_decision(decision, observations[i])
             decisions[i] = decision
     return [d for d in decisions if d is not None]
 
@@ -77,9 +82,27 @@ def twins_of(envs: Sequence[MorphoEnv]) -> list[MorphoEnv]:
     return list(seen.values())
 
 
-def run_epoch(envs: Sequence[MorphoEnv], controllers: Sequence[TamiyoPolicy], data: EpochData, epoch: int,
-              reward_fn: RewardFn) -> list[EnvStep]:
-    """Advance every env (and its twin) by one epoch; returns the transitions this epoch completed."""
+@dataclass
+class MeasuredEpoch:
+    """An epoch trained, validated and observed, whose decisions are still to be made: the first half of
+    `run_epoch`, which `conclude_epoch` finishes. Callers that get their decisions from outside the loop (the
+    Gymnasium adapter, one action per `step`) run the halves separately."""
+
+    envs: Sequence[MorphoEnv]
+    epoch: int
+    observations: list[EnvObservation]
+    measurements: list[Measurement]
+    stats: list[tuple[TrainEpochStats, ValStats, bool]]  # per env: train, validation, whether it rolled back
+    steps: list[EnvStep]  # the transitions this epoch completed (the decisions taken after the previous one)
+
+    @property
+    def last(self) -> bool:
+        """The final epoch: nothing could follow a decision, so none is taken."""
+        return self.epoch >= self.envs[0].spec.max_epochs
+
+
+def measure_epoch(envs: Sequence[MorphoEnv], data: EpochData, epoch: int, reward_fn: RewardFn) -> MeasuredEpoch:
+    """Train, validate and observe every env (and its twin) for one epoch, and credit the pending decisions."""
     trained = [*envs, *twins_of(envs)]
     for env in trained:
         env._epoch_start = time.perf_counter()
@@ -122,19 +145,39 @@ def run_epoch(envs: Sequence[MorphoEnv], controllers: Sequence[TamiyoPolicy], da
                        reward, pending.train, pending.val, pending.slots)
         env.emit(TelemetryEventType.REWARD_COMPUTED, record.epoch, f"reward {reward.total():+.3f}", reward.to_dict())
         steps.append(step)
+    return MeasuredEpoch(envs, epoch, observations, measurements, measured, steps)
 
+
+def conclude_epoch(measured: MeasuredEpoch, decisions: Sequence[TamiyoDecision] | None) -> None:
+    """Execute one decision per env (None after the last epoch, which takes none) with its lifecycle step, and
+    report the epoch."""
+    envs, epoch = measured.envs, measured.epoch
+    if measured.last != (decisions is None):
+        raise ValueError(f"Epoch {epoch} of {envs[0].spec.max_epochs}: decisions are taken after every epoch but "
+                         f"the last, and only then")
     decided: list[TamiyoDecision | None] = [None] * len(envs)
-    if epoch < envs[0].spec.max_epochs:
-        for i, made in enumerate(decide_all(controllers, observations)):
-            train, val, _ = measured[i]
-            envs[i].act(made, observations[i], measurements[i], train, val)
+    if decisions is not None:
+        if len(decisions) != len(envs):
+            raise ValueError(f"{len(decisions)} decisions for {len(envs)} envs")
+        for i, made in enumerate(decisions):
+            check_decision(made, measured.observations[i])
+            train, val, _ = measured.stats[i]
+            envs[i].act(made, measured.observations[i], measured.measurements[i], train, val)
             _emit_action(envs[i], epoch, made)
             decided[i] = made
-    for env, obs, decision, (_, _, rollback) in zip(envs, observations, decided, measured, strict=True):
+    for env, obs, decision, (_, _, rollback) in zip(envs, measured.observations, decided, measured.stats,
+                                                    strict=True):
         _emit_epoch(env, obs, decision, rollback)
     for sink in {id(env.spec.sink): env.spec.sink for env in envs if env.spec.sink is not None}.values():
         sink.tick()
-    return steps
+
+
+def run_epoch(envs: Sequence[MorphoEnv], controllers: Sequence[TamiyoPolicy], data: EpochData, epoch: int,
+              reward_fn: RewardFn) -> list[EnvStep]:
+    """Advance every env (and its twin) by one epoch; returns the transitions this epoch completed."""
+    measured = measure_epoch(envs, data, epoch, reward_fn)
+    conclude_epoch(measured, None if measured.last else decide_all(controllers, measured.observations))
+    return measured.steps
 
 
 def _emit_action(env: MorphoEnv, epoch: int, decision: TamiyoDecision) -> None:

@@ -6,8 +6,10 @@ import math
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from esper.env.features import FEATURE_NAMES, obs_dim, safe, signals_to_features
+from esper.env.features import FEATURE_NAMES, FEATURE_RANGE, obs_dim, safe, signals_to_features
 from esper.leyline import SeedMetrics, SeedStage, SeedStateReport, SeedTelemetry, TrainingMetrics, TrainingSignals
 from esper.leyline.constants import OBS_DIM
 
@@ -201,3 +203,28 @@ def test_safe() -> None:
     assert safe(float("inf"), -1.0) == -1.0
     assert safe(float("-inf"), 2.0) == 2.0
     assert safe(4, 0.0) == 4.0
+
+
+ANY_FLOAT = st.floats(allow_nan=True, allow_infinity=True)
+PERCENT = st.floats(0.0, 100.0)
+
+
+@given(epoch=st.integers(0, 25), losses=st.lists(ANY_FLOAT, min_size=4, max_size=4),
+       deltas=st.lists(ANY_FLOAT, min_size=3, max_size=3), accuracies=st.lists(PERCENT, min_size=4, max_size=4),
+       plateau=st.integers(0, 1000), history=st.lists(PERCENT, max_size=8), alpha=ANY_FLOAT,
+       improvement=ANY_FLOAT, seed_params=st.integers(0, 10**9), gradient_norm=ANY_FLOAT)
+def test_every_feature_lies_in_the_declared_range(epoch: int, losses: list[float], deltas: list[float],
+                                                  accuracies: list[float], plateau: int, history: list[float],
+                                                  alpha: float, improvement: float, seed_params: int,
+                                                  gradient_norm: float) -> None:
+    """Observation spaces state FEATURE_RANGE as their bounds, so no measurement may leave it."""
+    m = TrainingMetrics(epoch=epoch, train_loss=losses[0], val_loss=losses[1], loss_delta=deltas[0],
+                        train_accuracy=accuracies[0], val_accuracy=accuracies[1], accuracy_delta=deltas[1],
+                        plateau_epochs=plateau, best_val_accuracy=accuracies[2], best_val_loss=losses[2])
+    s = TrainingSignals(metrics=m, loss_history=tuple(losses), accuracy_history=tuple(history))
+    tel = SeedTelemetry(seed_id="x", gradient_norm=gradient_norm, accuracy=accuracies[3], accuracy_delta=deltas[2],
+                        alpha=alpha, epochs_in_stage=plateau, epoch=epoch)
+    r = report("mid", alpha=alpha, improvement=improvement, telemetry=tel)
+    f = features(s, reports={"mid": r}, seed_param_count_total=seed_params)
+    low, high = FEATURE_RANGE
+    assert all(low <= x <= high for x in f), [(n, x) for n, x in zip(FEATURE_NAMES, f) if not low <= x <= high]

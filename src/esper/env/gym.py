@@ -1,0 +1,241 @@
+"""MorphoGymEnv: one morphogenetic training episode behind the Gymnasium API, for agents written outside esper.
+
+    from esper.env.gym import GymEnvConfig, MorphoGymEnv
+    env = MorphoGymEnv(GymEnvConfig(task="synthetic", max_epochs=10))
+    obs, info = env.reset(seed=0)                       # trains and observes epoch 1
+    obs, reward, terminated, truncated, info = env.step(int(np.flatnonzero(env.action_masks())[0]))
+
+A thin adapter over `MorphoEnv` and the epoch loop's two halves (`measure_epoch`, `conclude_epoch`), so an episode
+here is exactly the episode esper's own controllers run: `reset` trains epoch 1 and returns its 80 features; each
+`step(a)` executes the decision `a` (a joint action index), trains the next epoch and returns its features and the
+decision's `gap` reward (the change in the accuracy gap to the static twin that trains beside the env, minus the
+parameter and intervention costs). An episode of T epochs has T − 1 steps; the last one is `terminated`.
+
+Invalid actions raise `InvalidActionError`, naming the action and the valid ones: silently replacing them (with a
+WAIT, say) would hide a masking bug in the agent. Because of that, the action space samples among the actions valid
+right now (`action_space.sample()` is a valid random action); `action_masks()` gives the same booleans to agents
+that mask their own policy (sb3-contrib's MaskablePPO calls it by that name).
+
+Needs the optional `[gym]` extra (gymnasium); the rest of esper works without it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from dataclasses import dataclass, field
+from typing import Any, SupportsFloat
+
+import numpy as np
+import torch
+
+try:
+    import gymnasium
+    from gymnasium import spaces
+except ImportError as error:  # pragma: no cover - exercised by a subprocess test without the extra
+    raise ImportError("MorphoGymEnv needs the optional [gym] extra: pip install 'esper[gym]'") from error
+
+from esper.env.env import EnvSpec, MorphoEnv
+from esper.env.features import FEATURE_RANGE, observation_features
+from esper.env.loop import EpochData, MeasuredEpoch, conclude_epoch, measure_epoch
+from esper.env.rewards import RewardFamily, RewardFn, make_reward_fn
+from esper.leyline import CANONICAL_SLOTS, EnvObservation, SeedStage, from_joint_index, ordered_slots
+from esper.leyline.constants import DEFAULT_BATCH_SIZE_TRAINING, DEFAULT_GAMMA, NUM_JOINT_ACTIONS, OBS_DIM
+from esper.leyline.seeding import derive_seed
+from esper.runtime.devices import resolve_device
+from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
+from esper.tamiyo import TamiyoDecision
+
+__all__ = ["GymEnvConfig", "InvalidActionError", "MorphoGymEnv", "ValidActionSpace", "describe_actions"]
+
+SEED_BOUND = 2**31  # seeds drawn for unseeded resets: plain non-negative ints every layer accepts
+
+
+@dataclass(frozen=True)
+class GymEnvConfig:
+    """Everything that defines the episodes of a `MorphoGymEnv`. The defaults are the `quick` CPU setting.
+
+    `param_cost` is the `gap` reward's λ_p (pp of accuracy per 100 % of added parameters); None takes the task's
+    measured value. `max_seeds` None allows one seed per enabled slot.
+    """
+
+    task: str = "synthetic"
+    slots: tuple[str, ...] = CANONICAL_SLOTS
+    max_epochs: int = 10
+    max_seeds: int | None = None
+    batch_size: int = DEFAULT_BATCH_SIZE_TRAINING
+    max_train_samples: int | None = 2048
+    max_val_samples: int | None = 512
+    device: str = "cpu"
+    param_cost: float | None = None
+    data: DataOptions = field(default_factory=DataOptions)
+
+    def __post_init__(self) -> None:
+        get_task_spec(self.task)  # an unknown task is an error naming the known ones
+        object.__setattr__(self, "task", self.task.lower())
+        if not self.slots:
+            raise ValueError(f"Enable at least one slot (of {list(CANONICAL_SLOTS)})")
+        object.__setattr__(self, "slots", ordered_slots(self.slots))
+        if self.max_epochs < 2:
+            raise ValueError(f"max_epochs must be >= 2 (a decision needs an epoch after it), got {self.max_epochs}")
+        for name in ("max_seeds", "max_train_samples", "max_val_samples"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1 or None, got {value}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.param_cost is not None and not self.param_cost >= 0:
+            raise ValueError(f"param_cost must be >= 0 or None (the task's measured value), got {self.param_cost}")
+
+
+class InvalidActionError(ValueError):
+    """An action that is not a joint index, or one the current validity rules forbid."""
+
+
+class ValidActionSpace(spaces.Discrete):
+    """`Discrete(43)` over the joint action index whose `sample()` draws among the actions valid right now.
+
+    The env refreshes `valid` after every reset and step. Passing a `mask` or `probability` samples exactly as
+    `Discrete` does. Generic tools that only know `action_space.sample()` (random agents, Gymnasium's env checker)
+    thereby take valid actions, which the env requires.
+    """
+
+    def __init__(self, n: int, seed: int | None = None) -> None:
+        super().__init__(n, seed=seed)
+        self.valid = np.ones(n, dtype=np.int8)
+
+    def sample(self, mask: Any = None, probability: Any = None) -> np.int64:
+        if mask is None and probability is None:
+            mask = self.valid
+        return super().sample(mask=mask, probability=probability)
+
+
+def describe_actions(indices: Any, topology: str) -> str:
+    """Joint indices as readable runs of one op and slot, e.g. `0 WAIT; 1-12 GERMINATE early; 37 CULL early`."""
+    runs: list[tuple[int, int, str]] = []
+    for index in (int(i) for i in indices):
+        command = from_joint_index(index).to_command(topology)
+        label = command.op.name if command.slot_id is None else f"{command.op.name} {command.slot_id}"
+        if runs and runs[-1][2] == label and runs[-1][1] == index - 1:
+            runs[-1] = (runs[-1][0], index, label)
+        else:
+            runs.append((index, index, label))
+    return "; ".join(f"{a} {label}" if a == b else f"{a}-{b} {label}" for a, b, label in runs) or "none"
+
+
+class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
+    """One morphogenetic episode per `reset`; one lifecycle decision per `step` (see the module docstring)."""
+
+    metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012  (gymnasium's class attribute)
+
+    def __init__(self, config: GymEnvConfig | None = None) -> None:
+        self.config = config if config is not None else GymEnvConfig()
+        self.task = get_task_spec(self.config.task)
+        self.device = resolve_device(self.config.device)
+        self.observation_space = spaces.Box(*FEATURE_RANGE, shape=(OBS_DIM,), dtype=np.float32)
+        self.action_space: ValidActionSpace = ValidActionSpace(NUM_JOINT_ACTIONS)
+        self._reward_fn: RewardFn = make_reward_fn(RewardFamily.GAP, self.task, DEFAULT_GAMMA,
+                                                   param_cost=self.config.param_cost)
+        self._cache = DataCache(self.config.data)
+        self._env: MorphoEnv | None = None
+        self._data: EpochData | None = None
+        self._measured: MeasuredEpoch | None = None
+        self._mask = np.zeros(NUM_JOINT_ACTIONS, dtype=bool)  # validity of the joint actions after this epoch
+        self.env_seed: int | None = None
+
+    # ------------------------------------------------------------------ the Gymnasium API
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Start an episode on a fresh host and train its first epoch. `reset(seed=s)` builds the host esper's own
+        runners build for env seed `s`, with seed initializations and a data order derived from `s`, so the episode
+        replays exactly (on CPU); without a seed, one is drawn from the env's generator."""
+        super().reset(seed=seed)
+        if options:
+            raise ValueError(f"MorphoGymEnv.reset takes no options, got {sorted(options)}: configure the episodes "
+                             f"with GymEnvConfig")
+        self.env_seed = seed if seed is not None else int(self.np_random.integers(SEED_BOUND))
+        cfg = self.config
+        spec = EnvSpec(self.task, cfg.slots, cfg.max_epochs, self.env_seed, self.device, max_seeds=cfg.max_seeds)
+        # MorphoEnv seeds torch's global generator to initialize its host; the agent's stream must not be reset
+        # with it at every episode, so construction runs on a forked generator.
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            twin = MorphoEnv(dataclasses.replace(spec, env_id=1, max_seeds=None), "twin")
+            self._env = MorphoEnv(spec, "gym", twin=twin)
+        self._data = EpochData.build(self.task, self._cache, [self.device], batch_size=cfg.batch_size,
+                                     seed=derive_seed(self.env_seed, "data"),
+                                     max_train_samples=cfg.max_train_samples, max_val_samples=cfg.max_val_samples)
+        self._measured = measure_epoch([self._env], self._data, 1, self._reward_fn)
+        return self._observe(self._measured), self._info(self._measured)
+
+    def step(self, action: Any) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
+        """Execute decision `action` after the current epoch, train the next one, and return its observation and
+        the decision's reward; `terminated` once the final epoch is measured (there is no decision after it)."""
+        measured, env, data = self._measured, self._env, self._data
+        if measured is None or env is None or data is None:
+            raise RuntimeError("Call reset() before step(): there is no episode yet")
+        if measured.last:
+            raise RuntimeError(f"The episode ended after epoch {measured.epoch}: call reset() to start another")
+        index = self._check_action(action, measured.observations[0])
+        factored = from_joint_index(index)
+        decision = TamiyoDecision(factored.to_command(self.task.topology), factored, reason="gym action",
+                                  confidence=1.0)
+        conclude_epoch(measured, [decision])
+        following = measure_epoch([env], data, measured.epoch + 1, self._reward_fn)
+        [step] = following.steps
+        if following.last:
+            conclude_epoch(following, None)  # reports the final epoch and the episode
+        self._measured = following
+        info = self._info(following)
+        info["action"] = {"index": index, "op": decision.command.op.name, "slot": decision.command.slot_id,
+                          "blueprint": decision.command.blueprint_id, "blend": decision.command.blend_id}
+        info["action_success"] = step.action_success
+        info["reward_components"] = step.reward.to_dict()
+        return self._observe(following), float(step.reward.total()), following.last, False, info
+
+    def action_masks(self) -> np.ndarray:
+        """Which of the 43 joint actions are valid now (the sb3-contrib MaskablePPO convention)."""
+        if self._measured is None:
+            raise RuntimeError("Call reset() before action_masks(): there is no episode yet")
+        return self._mask.copy()
+
+    # ------------------------------------------------------------------ helpers
+
+    def _check_action(self, action: Any, obs: EnvObservation) -> int:
+        def valid() -> str:
+            return describe_actions(np.flatnonzero(self._mask), obs.topology)
+
+        try:
+            if isinstance(action, bool | np.bool_):
+                raise TypeError
+            index = operator.index(action)
+        except TypeError:
+            raise InvalidActionError(f"Action {action!r} is not an integer: actions are joint indices "
+                                     f"0-{NUM_JOINT_ACTIONS - 1}; valid after epoch {obs.epoch}: {valid()}") from None
+        if not 0 <= index < NUM_JOINT_ACTIONS:
+            raise InvalidActionError(f"Action {index} is out of range 0-{NUM_JOINT_ACTIONS - 1}; valid after epoch "
+                                     f"{obs.epoch}: {valid()}")
+        if not self._mask[index]:
+            command = from_joint_index(index).to_command(obs.topology)
+            raise InvalidActionError(f"Action {index} ({command.describe()}) is not valid after epoch {obs.epoch}: "
+                                     f"valid actions are {valid()} (see action_masks())")
+        return index
+
+    def _observe(self, measured: MeasuredEpoch) -> np.ndarray:
+        self._mask = np.array(measured.observations[0].validity.joint_mask(), dtype=bool)
+        self.action_space.valid = self._mask.astype(np.int8)
+        return np.array(observation_features(measured.observations[0]), dtype=np.float32)
+
+    def _info(self, measured: MeasuredEpoch) -> dict[str, Any]:
+        obs, measurement, (_, _, rollback) = measured.observations[0], measured.measurements[0], measured.stats[0]
+        return {
+            "epoch": obs.epoch,
+            "env_seed": self.env_seed,
+            "val_accuracy": measurement.val_acc,
+            "twin_val_accuracy": measurement.twin_val_acc,
+            "stages": {slot: None if slot not in obs.slot_reports else SeedStage(obs.slot_reports[slot].stage).name
+                       for slot in obs.enabled_slots},
+            "host_params": obs.host_param_count,
+            "seed_params": obs.total_param_count - obs.host_param_count,
+            "rollback": rollback,
+        }
