@@ -85,12 +85,14 @@ class MorphoEnv:
         self.controller_name = controller_name
         self.twin = twin
         task = spec.task
-        torch.manual_seed(spec.env_seed)  # identical env seeds give identical host initializations
-        host = task.host_factory(spec.host_width).to(spec.device)
-        # The env's own RNG stream (seed initialization, dropout): envs advancing in lock-step must not draw from
-        # each other's, or a controller's results would depend on which other controllers run beside it.
-        self._rng = torch.get_rng_state()
-        self._cuda_rng = torch.cuda.get_rng_state(spec.device) if spec.device.type == "cuda" else None
+        # Identical env seeds give identical host initializations. The env then keeps its own RNG stream (dropout):
+        # envs advancing in lock-step must not draw from each other's, or a controller's results would depend on
+        # which other controllers run beside it. Building an env leaves the caller's generators untouched.
+        with torch.random.fork_rng(devices=[spec.device] if spec.device.type == "cuda" else []):
+            torch.manual_seed(spec.env_seed)
+            host = task.host_factory(spec.host_width).to(spec.device)
+            self._rng = torch.get_rng_state()
+            self._cuda_rng = torch.cuda.get_rng_state(spec.device) if spec.device.type == "cuda" else None
         self.model = MorphogeneticModel(host, slots=spec.slots, lifecycle=task.lifecycle, on_event=self._emit)
         stream = torch.cuda.Stream(spec.device) if spec.device.type == "cuda" else None
         self.ts = TrainState(self.model, task.host_optimizer, task.seed_optimizer, task.task_type, spec.device,

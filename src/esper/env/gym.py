@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from typing import Any, SupportsFloat
 
 import numpy as np
-import torch
 
 try:
     import gymnasium
@@ -157,11 +156,8 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
         self.env_seed = seed if seed is not None else int(self.np_random.integers(SEED_BOUND))
         cfg = self.config
         spec = EnvSpec(self.task, cfg.slots, cfg.max_epochs, self.env_seed, self.device, max_seeds=cfg.max_seeds)
-        # MorphoEnv seeds torch's global generator to initialize its host; the agent's stream must not be reset
-        # with it at every episode, so construction runs on a forked generator.
-        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
-            twin = MorphoEnv(dataclasses.replace(spec, env_id=1, max_seeds=None), "twin")
-            self._env = MorphoEnv(spec, "gym", twin=twin)
+        twin = MorphoEnv(dataclasses.replace(spec, env_id=1, max_seeds=None), "twin")
+        self._env = MorphoEnv(spec, "gym", twin=twin)
         self._data = EpochData.build(self.task, self._cache, [self.device], batch_size=cfg.batch_size,
                                      seed=derive_seed(self.env_seed, "data"),
                                      max_train_samples=cfg.max_train_samples, max_val_samples=cfg.max_val_samples)
