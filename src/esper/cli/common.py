@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from esper.env.rewards import RewardFamily
 from esper.leyline import CANONICAL_SLOTS, TelemetryEvent, TelemetryEventType, TelemetryLevel, TelemetrySink
@@ -121,13 +122,13 @@ def run_guarded(fn: Callable[[argparse.Namespace], int], args: argparse.Namespac
     except USER_ERRORS as exc:
         if args.debug:
             raise
-        err_console.print(f"[bold red]error:[/bold red] {exc}")
+        err_console.print(f"[bold red]error:[/bold red] {escape(str(exc))}")  # messages may hold [brackets]
         return EXIT_USAGE
     except Exception as exc:
         if args.debug:
             raise
-        err_console.print(f"[bold red]unexpected error:[/bold red] {type(exc).__name__}: {exc} (rerun with --debug "
-                          f"for the traceback)")
+        err_console.print(f"[bold red]unexpected error:[/bold red] {type(exc).__name__}: {escape(str(exc))} (rerun "
+                          f"with --debug for the traceback)")
         return EXIT_ERROR
 
 

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from esper.cli.common import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, console, non_negative_float, positive_int
@@ -200,7 +201,7 @@ def _generate(orchestrator: GenerationOrchestrator, executor: EpisodeExecutor, o
 
     def on_twin(twin: TwinPlan, error: Exception | None) -> None:
         done[1] += 1
-        line = f"twin {twin.twin_id} " + ("done" if error is None else f"FAILED: {error}")
+        line = f"twin {twin.twin_id} " + ("done" if error is None else f"FAILED: {escape(str(error).splitlines()[0])}")
         if tty:
             progress.update(bar, last=line)
         else:
@@ -211,9 +212,9 @@ def _generate(orchestrator: GenerationOrchestrator, executor: EpisodeExecutor, o
         if error is None:
             line = f"{plan.episode_id} done"
         elif orchestrator.is_permanently_failed(plan.episode_id):
-            line = f"{plan.episode_id} FAILED permanently: {str(error).splitlines()[0]}"
+            line = f"{plan.episode_id} FAILED permanently: {escape(str(error).splitlines()[0])}"
         else:
-            line = f"{plan.episode_id} failed (will retry): {str(error).splitlines()[0]}"
+            line = f"{plan.episode_id} failed (will retry): {escape(str(error).splitlines()[0])}"
         if tty:
             progress.update(bar, advance=1 if error is None or orchestrator.is_permanently_failed(plan.episode_id)
                             else 0, last=line)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from esper.cli.common import console
@@ -41,6 +42,6 @@ def print_summary(episodes: Sequence[Mapping[str, Any]], summary: Mapping[str, A
     console.print(f"Generated {generated} episode(s) in {wall / 60:.1f} min{rate}; {summary['completed']} of "
                   f"{summary['total_planned']} complete, {summary['failed']} failed permanently.")
     for episode_id, error in failures.items():
-        console.print(f"  [red]failed[/red] {episode_id}: {error.splitlines()[0]}", highlight=False)
+        console.print(f"  [red]failed[/red] {episode_id}: {escape(error.splitlines()[0])}", highlight=False)
     if failures:
         console.print("Rerun the same command with --retry-failed to try the failed episodes again.")

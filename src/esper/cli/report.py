@@ -7,6 +7,8 @@ Examples:
 The run type comes from RUN_DIR/config.json ("command"): heuristic, compare or ppo. Plots are read from the run's
 artifacts only (steps.jsonl, episodes.jsonl, history.jsonl, results.json), never from debug-level telemetry, and
 through the same typed rows their writers use: a file written under another schema is an error naming file and line.
+A datagen directory (it holds manifest.json) gets the dataset report: op mix, returns and seed outcomes per
+behaviour policy.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from esper.cli.common import EXIT_OK, console
+from esper.datagen.reader import MANIFEST_FILE
 from esper.env.logs import EpisodeResult, StepRow
 from esper.evaluation.comparison import ComparisonResult
 from esper.runtime.rows import LogFormatError, read_rows
@@ -42,9 +45,11 @@ R = TypeVar("R", bound=LogRow)
 
 
 def add_report_parser(sub: Any) -> None:
-    p = sub.add_parser("report", help="render PNG plots for a run directory",
-                       description="Render PNG plots (matplotlib, Agg) for a heuristic, compare or ppo run directory.")
-    p.add_argument("run_dir", type=Path, help="run directory written by esper train / esper compare")
+    p = sub.add_parser("report", help="render PNG plots for a run or datagen directory",
+                       description="Render PNG plots (matplotlib, Agg) for a heuristic, compare or ppo run directory, "
+                                   "or a datagen dataset directory.")
+    p.add_argument("run_dir", type=Path, help="run directory written by esper train / esper compare, or a dataset "
+                   "directory written by esper datagen")
     p.add_argument("--out", type=Path, help="output folder for the PNGs (default: RUN_DIR/report)")
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     p.set_defaults(func=cmd_report)
@@ -80,6 +85,12 @@ def render_report(run_dir: Path, out: Path | None = None) -> list[Path]:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"Run directory {run_dir} does not exist")
+    out = Path(out) if out is not None else run_dir / "report"
+    if (run_dir / MANIFEST_FILE).is_file():
+        from esper.cli.report_datagen import datagen_report
+
+        out.mkdir(parents=True, exist_ok=True)
+        return datagen_report(run_dir, out)
     kind = run_type(run_dir)
     for name in NEEDED[kind]:
         if not (run_dir / name).is_file():
@@ -96,7 +107,6 @@ def render_report(run_dir: Path, out: Path | None = None) -> list[Path]:
         draw = partial(compare_report, load_results(run_dir), steps)
     else:
         draw = partial(ppo_report, load_rows(run_dir, HistoryRow), steps, load_rows(run_dir, EpisodeResult))
-    out = Path(out) if out is not None else run_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
     return draw(out)
 

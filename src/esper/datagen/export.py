@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
@@ -111,14 +112,18 @@ def export_minari(directory: Path, dataset_id: str, *, root: Path | None = None)
             raise ValueError(f"Minari dataset '{dataset_id}' already exists under {where}; choose another --out, "
                              f"or delete it first (minari delete {dataset_id})")
         policies = sorted({str(e["behavior_policy"]["policy_id"]) for e in episodes})
-        return minari.create_dataset_from_buffers(
-            dataset_id=dataset_id,
-            buffer=[_buffer(minari, i, e) for i, e in enumerate(episodes)],
-            observation_space=spaces.Box(-np.inf, np.inf, shape=(OBS_DIM,), dtype=np.float32),
-            action_space=spaces.Discrete(NUM_JOINT_ACTIONS),
-            algorithm_name=f"esper datagen behaviour policies: {', '.join(policies)}",
-            description=f"esper morphogenetic-training lifecycle decisions from {directory.name} "
-                        f"({len(episodes)} episodes, task {episodes[0]['task']}); rewards: gap vs the static twin",
-            data_format="hdf5",
-            jpeg_encoding=False,
-        )
+        with warnings.catch_warnings():
+            # Minari nags about metadata a generated dataset has no use for (permalink, e-mail, evaluation env).
+            warnings.filterwarnings("ignore", category=UserWarning, module=r"minari\.")
+            return minari.create_dataset_from_buffers(
+                dataset_id=dataset_id,
+                buffer=[_buffer(minari, i, e) for i, e in enumerate(episodes)],
+                observation_space=spaces.Box(-np.inf, np.inf, shape=(OBS_DIM,), dtype=np.float32),
+                action_space=spaces.Discrete(NUM_JOINT_ACTIONS),
+                author="esper datagen",
+                algorithm_name=f"esper datagen behaviour policies: {', '.join(policies)}",
+                description=f"esper morphogenetic-training lifecycle decisions from {directory.name} "
+                            f"({len(episodes)} episodes, task {episodes[0]['task']}); rewards: gap vs the static twin",
+                data_format="hdf5",
+                jpeg_encoding=False,
+            )

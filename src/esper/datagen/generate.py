@@ -36,7 +36,8 @@ from esper.runtime.optim import OptimizerSpec
 from esper.runtime.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
 from esper.tamiyo import StaticPolicy
 
-__all__ = ["DATAGEN_TASKS", "GenerateOptions", "datagen_task", "generate_episode", "generate_twin"]
+__all__ = ["DATAGEN_TASKS", "EpisodeSetup", "GenerateOptions", "datagen_task", "episode_setup", "generate_episode",
+           "generate_twin"]
 
 DATAGEN_TASKS: tuple[str, ...] = ("cifar10", "synthetic")
 DEFAULT_MAX_EPOCHS = 25
@@ -120,8 +121,9 @@ def _device(device: str) -> torch.device:
 
 
 @dataclass(frozen=True)
-class _Setup:
-    """What an episode and its twin share: the task variant, the data in its seeded order, the env spec."""
+class EpisodeSetup:
+    """What an episode and its twin share: the task variant, the data in its seeded order, the env spec and the
+    gap reward."""
 
     config: EnvironmentConfig
     task: TaskSpec
@@ -130,7 +132,9 @@ class _Setup:
     reward_fn: RewardFn
 
 
-def _setup(env_config_id: str, seed: int, options: GenerateOptions, device: str, *, episode: int = 0) -> _Setup:
+def episode_setup(env_config_id: str, seed: int, options: GenerateOptions, device: str, *, episode: int = 0
+                  ) -> EpisodeSetup:
+    """The environment of (config, seed): everything but the controller and the twin."""
     config = EnvironmentConfig.from_preset(env_config_id).with_max_epochs(options.max_epochs)
     task = datagen_task(get_task_spec(options.task), config)
     dev = _device(device)
@@ -139,12 +143,12 @@ def _setup(env_config_id: str, seed: int, options: GenerateOptions, device: str,
                            max_train_samples=options.max_train_samples, max_val_samples=options.max_val_samples)
     spec = EnvSpec(task, CANONICAL_SLOTS, config.max_epochs, env_seed=seed, device=dev, episode=episode)
     reward_fn = make_reward_fn("gap", task, DEFAULT_GAMMA, param_cost=options.param_cost)
-    return _Setup(config, task, data, spec, reward_fn)
+    return EpisodeSetup(config, task, data, spec, reward_fn)
 
 
 def generate_twin(twin: TwinPlan, options: GenerateOptions, device: str) -> dict[str, Any]:
     """Train the static twin of (config, seed): the host alone, with the episodes' seed, optimizer and data."""
-    setup = _setup(twin.env_config_id, twin.random_seed, options, device)
+    setup = episode_setup(twin.env_config_id, twin.random_seed, options, device)
     env = MorphoEnv(setup.spec, "static")
     env.twin = env  # a static env is its own twin; it never germinates, so it trains exactly the twin's network
     run_episodes([env], [StaticPolicy()], setup.data, setup.reward_fn)
@@ -157,7 +161,7 @@ def generate_episode(job: EpisodeTask, options: GenerateOptions, device: str) ->
     """One episode of the plan's behaviour policy, measured against the plan's stored twin (schema 2.1.0)."""
     plan, stored = job.plan, job.twin
     started = now_iso()
-    setup = _setup(plan.env_config_id, plan.seed, options, device, episode=plan.episode_idx)
+    setup = episode_setup(plan.env_config_id, plan.seed, options, device, episode=plan.episode_idx)
     policy = plan.create_policy(setup.task.topology)
     twin = StoredTwin(plan.seed, stored.val_accuracy_curve, stored.val_loss_curve)
     env = MorphoEnv(setup.spec, policy.name, twin=twin)
