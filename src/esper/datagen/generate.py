@@ -165,7 +165,7 @@ def generate_episode(job: EpisodeTask, options: GenerateOptions, device: str) ->
     policy = plan.create_policy(setup.task.topology)
     twin = StoredTwin(plan.seed, stored.val_accuracy_curve, stored.val_loss_curve)
     env = MorphoEnv(setup.spec, policy.name, twin=twin)
-    recorder = EpisodeRecorder(env, options.param_cost)
+    recorder = EpisodeRecorder(env)
     run_episodes([env], [policy], setup.data, setup.reward_fn, on_step=recorder.record)
     return {
         "schema_version": SCHEMA_VERSION,

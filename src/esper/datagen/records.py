@@ -77,9 +77,8 @@ class _Logged:
 class EpisodeRecorder:
     """Collects an env's transitions as step records (pass `record` as the episode loop's `on_step`)."""
 
-    def __init__(self, env: MorphoEnv, param_cost: float) -> None:
+    def __init__(self, env: MorphoEnv) -> None:
         self.env = env
-        self.param_cost = param_cost
         self._steps: list[_Logged] = []
         self._contribution = ContributionRewardConfig()
         self._sparse = SparseRewardConfig()

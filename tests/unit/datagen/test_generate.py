@@ -92,7 +92,7 @@ def test_the_stored_twin_is_the_live_twin_bit_for_bit(twin_result: dict[str, Any
     setup = episode_setup(PLAN.env_config_id, PLAN.seed, OPTIONS, "cpu", episode=PLAN.episode_idx)
     live = MorphoEnv(dataclasses.replace(setup.spec, env_id=1), "twin")
     env = MorphoEnv(setup.spec, "random", twin=live)
-    recorder = EpisodeRecorder(env, OPTIONS.param_cost)
+    recorder = EpisodeRecorder(env)
     run_episodes([env], [PLAN.create_policy()], setup.data, setup.reward_fn, on_step=recorder.record)
     assert live.accuracy_curve == twin_result["val_accuracy_curve"]
     assert live.loss_curve == twin_result["val_loss_curve"]
