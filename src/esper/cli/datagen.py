@@ -119,6 +119,9 @@ def _check_matrix_args(args: argparse.Namespace) -> None:
 
 def _executor(args: argparse.Namespace) -> EpisodeExecutor:
     if args.executor == "ray":
+        if args.devices != ["cpu"]:
+            raise ValueError("--devices places serial and pool workers; Ray places episodes on GPUs itself "
+                             "(--gpus-per-episode)")
         try:
             return RayEpisodeExecutor(args.ray_address, args.gpus_per_episode,
                                       num_cpus=None if args.ray_address else args.workers)
