@@ -5,6 +5,7 @@ Examples (CPU, minutes):
     esper train heuristic --task synthetic --episodes 1 --max-epochs 25 --seed 42
     esper compare --controllers static heuristic random --task synthetic --episodes 5 --seed 42
     esper report runs/<run-dir>
+    esper datagen --output-dir data/datagen --task synthetic --envs baseline --episodes-per-combo 1 --max-epochs 8
 
 Full GPU run:
     esper train ppo --preset cifar10 --devices cuda:0 cuda:1 --set n_envs=8 --run-dir runs/cifar10
@@ -21,6 +22,7 @@ import sys
 import esper
 from esper.cli.common import Parser, run_guarded
 from esper.cli.compare import add_compare_parser
+from esper.cli.datagen import add_datagen_parser
 from esper.cli.report import add_report_parser
 from esper.cli.study import add_study_parser
 from esper.cli.train_heuristic import add_heuristic_parser
@@ -38,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_heuristic_parser(train_sub)
     add_compare_parser(sub)
     add_study_parser(sub)
+    add_datagen_parser(sub)
     add_report_parser(sub)
     return parser
 

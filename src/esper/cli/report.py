@@ -7,6 +7,8 @@ Examples:
 The run type comes from RUN_DIR/config.json ("command"): heuristic, compare or ppo. Plots are read from the run's
 artifacts only (steps.jsonl, episodes.jsonl, history.jsonl, results.json), never from debug-level telemetry, and
 through the same typed rows their writers use: a file written under another schema is an error naming file and line.
+A datagen directory (it holds manifest.json) gets the dataset report: op mix, returns and seed outcomes per
+behaviour policy.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from esper.cli.common import EXIT_OK, console
+from esper.datagen.reader import MANIFEST_FILE
 from esper.env.logs import EpisodeResult, StepRow
 from esper.evaluation.comparison import ComparisonResult
 from esper.runtime.rows import LogFormatError, read_rows
@@ -42,9 +45,11 @@ R = TypeVar("R", bound=LogRow)
 
 
 def add_report_parser(sub: Any) -> None:
-    p = sub.add_parser("report", help="render PNG plots for a run directory",
-                       description="Render PNG plots (matplotlib, Agg) for a heuristic, compare or ppo run directory.")
-    p.add_argument("run_dir", type=Path, help="run directory written by esper train / esper compare")
+    p = sub.add_parser("report", help="render PNG plots for a run or datagen directory",
+                       description="Render PNG plots (matplotlib, Agg) for a heuristic, compare or ppo run directory, "
+                                   "or a datagen dataset directory.")
+    p.add_argument("run_dir", type=Path, help="run directory written by esper train / esper compare, or a dataset "
+                   "directory written by esper datagen")
     p.add_argument("--out", type=Path, help="output folder for the PNGs (default: RUN_DIR/report)")
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     p.set_defaults(func=cmd_report)
@@ -88,6 +93,11 @@ def render_report(run_dir: Path, out: Path | None = None) -> list[Path]:
     out = Path(out) if out is not None else run_dir / "report"
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file, not a directory: pass a folder for the PNGs")
+    if (run_dir / MANIFEST_FILE).is_file():
+        from esper.cli.report_datagen import datagen_report
+
+        _make_dir(out)
+        return datagen_report(run_dir, out)
     kind = run_type(run_dir)
     for name in NEEDED[kind]:
         if not (run_dir / name).is_file():
@@ -104,11 +114,7 @@ def render_report(run_dir: Path, out: Path | None = None) -> list[Path]:
         draw = partial(compare_report, load_results(run_dir), steps)
     else:
         draw = partial(ppo_report, load_rows(run_dir, HistoryRow), steps, load_rows(run_dir, EpisodeResult))
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ValueError(f"Cannot create the report folder {out} ({exc.strerror or exc}): pass a writable --out"
-                         ) from exc
+    _make_dir(out)
     return draw(out)
 
 
@@ -134,3 +140,11 @@ def _json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise LogFormatError(f"{path} is not valid JSON: {exc}") from exc
+
+
+def _make_dir(out: Path) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"Cannot create the report folder {out} ({exc.strerror or exc}): pass a writable --out"
+                         ) from exc

@@ -14,16 +14,20 @@ from esper.datagen.configs import (
     StepMetadata,
 )
 from esper.datagen.executors import ProcessPoolEpisodeExecutor, RayEpisodeExecutor, SerialExecutor, WorkerError
+from esper.datagen.generate import GenerateOptions, generate_episode, generate_twin
 from esper.datagen.health import DatasetHealthCheck, HealthCheckResult
+from esper.datagen.loader import REWARD_SOURCES, load_transitions
 from esper.datagen.orchestrator import GenerationOrchestrator, MatrixMismatchError
 from esper.datagen.plans import EpisodeTask, GenerationPlan, StaticTwin, TwinPlan, create_generation_matrix
 from esper.datagen.policies import BehaviorPolicy, create_policy
+from esper.datagen.reader import EpisodeFormatError, read_episodes
 from esper.datagen.schema import SCHEMA_VERSION
 from esper.datagen.transitions import EpisodeIndex, TransitionBatch, TransitionDataset
 
 __all__ = [
     "ENVIRONMENT_PRESETS",
     "POLICY_PRESETS",
+    "REWARD_SOURCES",
     "SCHEMA_VERSION",
     "SUPPORTED_ARCHITECTURES",
     "ActionProbabilities",
@@ -31,8 +35,10 @@ __all__ = [
     "BehaviorPolicyConfig",
     "DatasetHealthCheck",
     "EnvironmentConfig",
+    "EpisodeFormatError",
     "EpisodeIndex",
     "EpisodeTask",
+    "GenerateOptions",
     "GenerationOrchestrator",
     "GenerationPlan",
     "HealthCheckResult",
@@ -51,4 +57,8 @@ __all__ = [
     "create_generation_matrix",
     "create_model",
     "create_policy",
+    "generate_episode",
+    "generate_twin",
+    "load_transitions",
+    "read_episodes",
 ]

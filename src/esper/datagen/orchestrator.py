@@ -62,6 +62,7 @@ LOCK_FILE = ".generation.lock"
 TWIN_DIR = "twins"
 MANIFEST_FILE = "manifest.json"
 EpisodeCallback = Callable[[GenerationPlan, Exception | None], None]
+TwinCallback = Callable[[TwinPlan, Exception | None], None]
 
 
 class MatrixMismatchError(ValueError):
@@ -321,6 +322,7 @@ class GenerationOrchestrator:
         options: Opt,
         *,
         on_episode: EpisodeCallback | None = None,
+        on_twin: TwinCallback | None = None,
     ) -> dict[str, Any]:
         """Generate every pending episode; returns the progress summary.
 
@@ -329,7 +331,7 @@ class GenerationOrchestrator:
         ends. An episode whose twin failed permanently fails permanently too.
         """
         while pending := self.get_next_batch(self.total_planned):
-            twins = self._prepare_twins(executor, twin_fn, options, pending)
+            twins = self._prepare_twins(executor, twin_fn, options, pending, on_twin)
             tasks: list[EpisodeTask] = []
             for plan in pending:
                 twin_id = plan.twin.twin_id
@@ -360,7 +362,7 @@ class GenerationOrchestrator:
 
     def _prepare_twins(
         self, executor: EpisodeExecutor, twin_fn: JobFn[TwinPlan, Opt, Mapping[str, Any]], options: Opt,
-        pending: Sequence[GenerationPlan],
+        pending: Sequence[GenerationPlan], on_twin: TwinCallback | None,
     ) -> dict[str, StaticTwin]:
         """Stored twins of the pending episodes, computing the missing ones (each once) through the executor."""
         twins: dict[str, StaticTwin] = {}
@@ -372,15 +374,19 @@ class GenerationOrchestrator:
             elif not self._twin_permanently_failed(twin.twin_id):
                 missing.append(twin)
         for twin, result in executor.run(missing, twin_fn, options):
+            failure: Exception | None = None
             try:
                 if isinstance(result, Exception):
                     raise result
                 twins[twin.twin_id] = self.store_twin(twin, result)
             except Exception as error:
+                failure = error
                 entry = self._failed_twins.setdefault(twin.twin_id, {"attempts": 0, "last_error": ""})
                 entry["attempts"] += 1
                 entry["last_error"] = f"{type(error).__name__}: {error}"
             self._save_progress()
+            if on_twin is not None:
+                on_twin(twin, failure)
         return twins
 
 

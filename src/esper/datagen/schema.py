@@ -95,7 +95,7 @@ def _check_vector(problems: list[str], where: str, value: Any, length: int) -> N
         problems.append(f"{where} holds non-numeric entries")
 
 
-def _check_decision(problems: list[str], i: int, decision: Any) -> None:
+def _check_decision(problems: list[str], i: int, decision: Any, *, gap: bool) -> None:
     where = f"decisions[{i}]"
     if not isinstance(decision, Mapping):
         problems.append(f"{where} is not an object")
@@ -126,25 +126,28 @@ def _check_decision(problems: list[str], i: int, decision: Any) -> None:
         problems.append(f"{where}.outcome.reward is missing")
         return
     components = action.get("reward_components")
-    if isinstance(components, Mapping):
+    if gap and isinstance(components, Mapping):
         if "gap" not in components:
             problems.append(f"{where}.action.reward_components.gap is missing")
         elif outcome["reward"] != components["gap"]:
             problems.append(f"{where}.outcome.reward differs from the stored (gap) reward component")
 
 
-def validate_episode(episode: Any) -> list[str]:
-    """Structural problems of a schema-2.1.0 episode (empty when it is well formed).
+def validate_episode(episode: Any, schema_version: str = SCHEMA_VERSION) -> list[str]:
+    """Structural problems of an episode of `schema_version` (empty when it is well formed).
 
-    Checks what every reader relies on: identity, configs, the twin, per-step features, the executed joint action
-    with its behaviour probabilities and validity mask, and that the stored reward is the `gap` component.
-    Statistical quality (coverage, entropy, finiteness) is the health checks' job.
+    Checks what every reader relies on: identity, configs, per-step features, the executed joint action with its
+    behaviour probabilities and validity mask; from 2.1.0 on also the twin, the final features and that the stored
+    reward is the `gap` component. Statistical quality (coverage, entropy, finiteness) is the health checks' job.
     """
+    if schema_version not in READABLE_SCHEMA_VERSIONS:
+        raise ValueError(f"Unknown schema version {schema_version!r}; readable: {list(READABLE_SCHEMA_VERSIONS)}")
     if not isinstance(episode, Mapping):
         return ["the episode is not a JSON object"]
     problems: list[str] = []
-    if episode.get("schema_version") != SCHEMA_VERSION:
-        problems.append(f"schema_version must be '{SCHEMA_VERSION}', got {episode.get('schema_version')!r}")
+    with_gap = schema_version != "2.0.0"
+    if episode.get("schema_version") != schema_version:
+        problems.append(f"schema_version must be '{schema_version}', got {episode.get('schema_version')!r}")
     for key in ("episode_id", "task"):
         if not isinstance(episode.get(key), str):
             problems.append(f"{key} must be a string")
@@ -155,6 +158,20 @@ def validate_episode(episode: Any) -> list[str]:
         block = episode.get(key)
         if not isinstance(block, Mapping) or not isinstance(block.get(id_key), str):
             problems.append(f"{key}.{id_key} is missing")
+    if with_gap:
+        _check_twin(problems, episode)
+    decisions = episode.get("decisions")
+    if not isinstance(decisions, list) or not decisions:
+        problems.append("decisions must be a non-empty list")
+        return problems
+    if episode.get("episode_length") != len(decisions):
+        problems.append(f"episode_length {episode.get('episode_length')} != {len(decisions)} decisions")
+    for i, decision in enumerate(decisions):
+        _check_decision(problems, i, decision, gap=with_gap)
+    return problems
+
+
+def _check_twin(problems: list[str], episode: Mapping[str, Any]) -> None:
     twin = episode.get("twin")
     if not isinstance(twin, Mapping) or not isinstance(twin.get("twin_id"), str):
         problems.append("twin.twin_id is missing")
@@ -163,12 +180,3 @@ def validate_episode(episode: Any) -> list[str]:
             if not isinstance(twin.get(key), list):
                 problems.append(f"twin.{key} must be a list")
     _check_vector(problems, "final_features", episode.get("final_features"), OBS_DIM)
-    decisions = episode.get("decisions")
-    if not isinstance(decisions, list) or not decisions:
-        problems.append("decisions must be a non-empty list")
-        return problems
-    if episode.get("episode_length") != len(decisions):
-        problems.append(f"episode_length {episode.get('episode_length')} != {len(decisions)} decisions")
-    for i, decision in enumerate(decisions):
-        _check_decision(problems, i, decision)
-    return problems

@@ -60,7 +60,8 @@ class TransitionDataset:
     bool, valid and next_valid [N, 43] bool, behavior_logp [N] float32 (log of the joint behaviour probability of
     the logged action), episode_ids and step_indices [N] long. Every episode holds steps 0 … L-1 and ends with its
     only terminal transition; a non-terminal row's next state and next mask are those of the episode's next row.
-    `behavior_policies` optionally maps each episode id to the id of the behaviour policy that logged it.
+    `behavior_policies` optionally maps each episode id to the id of the behaviour policy that logged it, and
+    `episode_names` to the episode's name in its dataset (its file name), so results can point back to the data.
     """
 
     states: torch.Tensor
@@ -77,6 +78,7 @@ class TransitionDataset:
     topology: str = "cnn"
     slots: tuple[str, ...] = CANONICAL_SLOTS
     behavior_policies: Mapping[int, str] = field(default_factory=dict)
+    episode_names: Mapping[int, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         problem = self._problem()
@@ -150,10 +152,11 @@ class TransitionDataset:
         if not (torch.equal(self.next_states[current], self.states[successor])
                 and torch.equal(self.next_valid[current], self.valid[successor])):
             return "a non-terminal row's next_states/next_valid differ from the state/mask of the episode's next step"
-        if self.behavior_policies:
-            ids = set(torch.unique(self.episode_ids).tolist())
-            if set(self.behavior_policies) != ids:
-                return "behavior_policies must name the behaviour policy of every episode id, and only those"
+        ids = set(torch.unique(self.episode_ids).tolist())
+        if self.behavior_policies and set(self.behavior_policies) != ids:
+            return "behavior_policies must name the behaviour policy of every episode id, and only those"
+        if self.episode_names and set(self.episode_names) != ids:
+            return "episode_names must name every episode id, and only those"
         return None
 
     # ------------------------------------------------------------------------------------------------ access
@@ -206,7 +209,8 @@ class TransitionDataset:
                    if isinstance(getattr(self, f.name), torch.Tensor)}
         chosen = set(episode_ids.tolist())
         policies = {k: v for k, v in self.behavior_policies.items() if k in chosen}
-        return dataclasses.replace(self, **tensors, behavior_policies=policies)
+        names = {k: v for k, v in self.episode_names.items() if k in chosen}
+        return dataclasses.replace(self, **tensors, behavior_policies=policies, episode_names=names)
 
     def split_by_episode(self, holdout_fraction: float, seed: int) -> tuple[TransitionDataset, TransitionDataset]:
         """(train, held-out) with whole episodes on each side, so no held-out decision leaks through its episode."""

@@ -5,7 +5,7 @@ batch-first, on shared data. Observation features, action masks, step records an
 too, so the heuristic, datagen and every learner run episodes through exactly the same code.
 """
 
-from esper.env.env import EnvSpec, MorphoEnv
+from esper.env.env import EnvSpec, MorphoEnv, StoredTwin
 from esper.env.features import FEATURE_NAMES, obs_dim, observation_features, signals_to_features
 from esper.env.logs import EpisodeResult
 from esper.env.loop import EpochData, run_episodes, run_epoch
@@ -23,6 +23,7 @@ __all__ = [
     "RewardFamily",
     "ShapedRewardComponents",
     "StepRecord",
+    "StoredTwin",
     "build_slot_states",
     "compute_action_masks",
     "compute_batch_masks",

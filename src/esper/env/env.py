@@ -4,6 +4,7 @@ An env owns a fresh host built from its seed, the seeds it grows, its trainer, t
 (`esper.env.loop`) drives many envs together; an env measures each epoch, is observed, and from epoch 1 to T − 1
 executes one lifecycle decision whose reward comes from the next epoch's measurements. An env may shadow a static
 twin: the same host, seed, optimizer and data, trained without growth, so its accuracy gap to the twin is growth's.
+The twin is either a live env trained in the same loop or a `StoredTwin`, the curves of one trained earlier.
 """
 
 from __future__ import annotations
@@ -72,15 +73,40 @@ class EnvSpec:
     host_width: float = 1.0  # channel / model-width multiplier of the host (static:<w> baselines)
 
 
+@dataclass(frozen=True)
+class StoredTwin:
+    """A static twin trained earlier, as its per-epoch validation curves (index e − 1 holds epoch e).
+
+    A twin's trajectory depends only on its seed, optimizer and data, never on the envs it shadows, so episodes
+    that run at different times on one seed (offline datasets) can share one twin computed once: the env reads its
+    twin's measurement of each epoch from these curves, exactly as it would from a live twin's.
+    """
+
+    env_seed: int
+    accuracy_curve: tuple[float, ...]
+    loss_curve: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not self.accuracy_curve or len(self.accuracy_curve) != len(self.loss_curve):
+            raise ValueError(f"A stored twin needs equal-length, non-empty curves, got {len(self.accuracy_curve)} "
+                             f"accuracies and {len(self.loss_curve)} losses")
+
+    @property
+    def max_epochs(self) -> int:
+        return len(self.accuracy_curve)
+
+
 class MorphoEnv:
     """One episode: a fresh host (initialized from the env seed), its trainer, tracker, governor and bookkeeping."""
 
     spec: EnvSpec
-    twin: MorphoEnv | None
+    twin: MorphoEnv | StoredTwin | None
+    last_observation: EnvObservation | None  # the latest epoch's (after the last epoch: the episode's final state)
 
-    def __init__(self, spec: EnvSpec, controller_name: str, twin: MorphoEnv | None = None) -> None:
-        if twin is not None and (twin.spec.env_seed, twin.spec.max_epochs) != (spec.env_seed, spec.max_epochs):
-            raise ValueError("A static twin must share its envs' seed and episode length")
+    def __init__(self, spec: EnvSpec, controller_name: str, twin: MorphoEnv | StoredTwin | None = None) -> None:
+        if twin is not None and _twin_identity(twin) != (spec.env_seed, spec.max_epochs):
+            raise ValueError(f"A static twin must share its envs' seed and episode length: twin "
+                             f"{_twin_identity(twin)}, env {(spec.env_seed, spec.max_epochs)}")
         self.spec = spec
         self.controller_name = controller_name
         self.twin = twin
@@ -109,6 +135,7 @@ class MorphoEnv:
         self.loss_curve: list[float] = []
         self.episode_reward = 0.0
         self.pending: PendingDecision | None = None
+        self.last_observation = None
         self._grad_stats: dict[str, torch.Tensor] = {}
         self._recent_inputs: deque[torch.Tensor] = deque(maxlen=BN_RECALIBRATION_BATCHES)
         self._epoch_start = 0.0
@@ -251,13 +278,14 @@ class MorphoEnv:
             build_slot_states(reports, model.slot_ids, spec.task.lifecycle.min_fossilize_contribution),
             total_seeds=model.seeds_present(), max_seeds=self.max_seeds, topology=model.topology,
         )
-        return EnvObservation(
+        self.last_observation = EnvObservation(
             env_id=spec.env_id, epoch=epoch, max_epochs=spec.max_epochs, task=spec.task.name,
             topology=model.topology, enabled_slots=model.slot_ids, signals=signals, slot_reports=reports,
             validity=validity, host_param_count=model.host_param_count, total_param_count=model.total_params,
             seeds_present=model.seeds_present(), max_seeds=self.max_seeds,
             random_guess_loss=spec.task.random_guess_loss, batches_per_epoch=batches_per_epoch,
         )
+        return self.last_observation
 
     def execute(self, command: LifecycleCommand, obs: EnvObservation) -> bool:
         """Run a (validated) command; returns whether it took effect (a fossilize can still fail G5)."""
@@ -332,6 +360,13 @@ class MorphoEnv:
             params_added=self.model.seed_param_count_total, action_counts=dict(self.action_counts),
             accuracy_curve=list(self.accuracy_curve), total_reward=self.episode_reward, rollbacks=self.rollbacks,
         )
+
+
+def _twin_identity(twin: MorphoEnv | StoredTwin) -> tuple[int, int]:
+    """(env seed, episode length): what a twin must share with the envs it shadows."""
+    if isinstance(twin, StoredTwin):
+        return twin.env_seed, twin.max_epochs
+    return twin.spec.env_seed, twin.spec.max_epochs
 
 
 def _claim_for_stream(stream: Any, *tensors: torch.Tensor) -> None:

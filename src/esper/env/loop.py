@@ -72,12 +72,12 @@ def decide_all(controllers: Sequence[TamiyoPolicy], observations: Sequence[EnvOb
 
 
 def twins_of(envs: Sequence[MorphoEnv]) -> list[MorphoEnv]:
-    """The distinct static twins the envs shadow that are not among the envs themselves (a static env can serve
-    as the twin of its peers), in order of first appearance."""
+    """The distinct live static twins the envs shadow that are not among the envs themselves (a static env can
+    serve as the twin of its peers), in order of first appearance. Stored twins are already trained."""
     members = {id(env) for env in envs}
     seen: dict[int, MorphoEnv] = {}
     for env in envs:
-        if env.twin is not None and id(env.twin) not in members:
+        if isinstance(env.twin, MorphoEnv) and id(env.twin) not in members:
             seen.setdefault(id(env.twin), env.twin)
     return list(seen.values())
 

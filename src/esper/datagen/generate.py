@@ -1,0 +1,187 @@
+"""Episode generation: one real morphogenetic episode (or one static twin) per plan, on the shared episode layer.
+
+An environment preset decides the host architecture, the optimizers and the batch size; the task decides the
+data. Both are combined into a task variant, so every episode runs through the same `MorphoEnv` and epoch loop as
+training and evaluation do. The plan's paired seed fixes the host initialization and the data order, so every
+behaviour policy on (config, seed) starts from the same network and sees the same batches, and the static twin of
+(config, seed) — a seedless env with that seed — is trained once and shared: its stored curves give each episode
+exactly the twin measurements a live twin trained beside it would have given.
+
+`generate_twin` and `generate_episode` are the orchestrator's job functions: module-level, picklable, and
+deterministic for a fixed thread count, so every executor produces the same files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from esper.datagen.architectures import create_model
+from esper.datagen.configs import EnvironmentConfig
+from esper.datagen.plans import EpisodeTask, TwinPlan
+from esper.datagen.records import EpisodeRecorder, feature_schema, now_iso
+from esper.datagen.schema import SCHEMA_VERSION
+from esper.env import EnvSpec, EpochData, MorphoEnv, StoredTwin, run_episodes
+from esper.env.rewards import RewardFn, make_reward_fn
+from esper.leyline import CANONICAL_SLOTS
+from esper.leyline.constants import DEFAULT_GAMMA
+from esper.leyline.seeding import derive_seed
+from esper.runtime.optim import OptimizerSpec
+from esper.runtime.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
+from esper.tamiyo import StaticPolicy
+
+__all__ = ["DATAGEN_TASKS", "EpisodeSetup", "GenerateOptions", "datagen_task", "episode_setup", "generate_episode",
+           "generate_twin"]
+
+DATAGEN_TASKS: tuple[str, ...] = ("cifar10", "synthetic")
+DEFAULT_MAX_EPOCHS = 25
+
+
+@dataclass(frozen=True)
+class GenerateOptions:
+    """Generation-wide settings (the same for every episode of a dataset) and where the data lives.
+
+    `param_cost` is the gap reward's λ_p (pp per 100 % added parameters); `for_task` fills it from the task's
+    measured value. Everything but the data location shapes the episodes, so `settings()` enters the matrix hash.
+    """
+
+    task: str
+    param_cost: float
+    max_epochs: int = DEFAULT_MAX_EPOCHS
+    max_train_samples: int | None = None
+    max_val_samples: int | None = None
+    data_dir: str = "data"
+
+    def __post_init__(self) -> None:
+        if self.task not in DATAGEN_TASKS:
+            raise ValueError(f"Unknown datagen task '{self.task}'. Available: {', '.join(DATAGEN_TASKS)}")
+        if not (math.isfinite(self.param_cost) and self.param_cost >= 0):
+            raise ValueError(f"param_cost must be finite and >= 0, got {self.param_cost}")
+        if self.max_epochs < 2:
+            raise ValueError(f"max_epochs must be >= 2 (decisions follow epochs 1 … T−1), got {self.max_epochs}")
+        for name in ("max_train_samples", "max_val_samples"):
+            value = getattr(self, name)
+            if value is not None and value < 2:
+                raise ValueError(f"{name} must be >= 2 when given, got {value}")
+
+    @classmethod
+    def for_task(cls, task: str, param_cost: float | None = None, **kwargs: Any) -> GenerateOptions:
+        """Options whose λ_p is `param_cost`, or the task's measured one; a task without one needs it given."""
+        if task not in DATAGEN_TASKS:
+            raise ValueError(f"Unknown datagen task '{task}'. Available: {', '.join(DATAGEN_TASKS)}")
+        cost = param_cost if param_cost is not None else get_task_spec(task).param_cost
+        if cost is None:
+            raise ValueError(f"Task '{task}' has no measured parameter cost for the gap reward: pass one "
+                             "(--param-cost PP_PER_100PCT)")
+        return cls(task=task, param_cost=cost, **kwargs)
+
+    def settings(self) -> dict[str, Any]:
+        """The values that shape every episode; stored top-level in each episode and twin file."""
+        return {"task": self.task, "max_epochs": self.max_epochs, "max_train_samples": self.max_train_samples,
+                "max_val_samples": self.max_val_samples, "param_cost": self.param_cost}
+
+
+def _optimizer(config: EnvironmentConfig) -> OptimizerSpec:
+    """The preset's optimizer; seeds get the same (type, learning rate, momentum, weight decay) as the host."""
+    if config.optimizer == "Adam":
+        return OptimizerSpec("adam", lr=config.learning_rate, weight_decay=config.weight_decay)
+    return OptimizerSpec("sgd", lr=config.learning_rate, momentum=config.momentum, weight_decay=config.weight_decay)
+
+
+def datagen_task(task: TaskSpec, config: EnvironmentConfig) -> TaskSpec:
+    """The task with the preset's host architecture, optimizers and batch size (data, lifecycle and loss scales
+    stay the task's)."""
+    if task.topology != "cnn" or len(task.input_shape) != 3:
+        raise ValueError(f"Datagen architectures are image CNNs; task '{task.name}' has {task.topology} inputs "
+                         f"{task.input_shape}")
+    in_channels, num_classes = task.input_shape[0], task.num_outputs
+
+    def host(width: float = 1.0) -> nn.Module:
+        if width != 1.0:
+            raise ValueError(f"Datagen architectures have fixed widths; {config.architecture} cannot be scaled "
+                             f"by {width}")
+        return create_model(config.architecture, num_classes=num_classes, in_channels=in_channels)
+
+    optimizer = _optimizer(config)
+    return dataclasses.replace(task, host_factory=host, host_optimizer=optimizer, seed_optimizer=optimizer,
+                               default_batch_size=config.batch_size)
+
+
+def _device(device: str) -> torch.device:
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and resolved.index is None:
+        resolved = torch.device("cuda", torch.cuda.current_device())
+    return resolved
+
+
+@dataclass(frozen=True)
+class EpisodeSetup:
+    """What an episode and its twin share: the task variant, the data in its seeded order, the env spec and the
+    gap reward."""
+
+    config: EnvironmentConfig
+    task: TaskSpec
+    data: EpochData
+    spec: EnvSpec
+    reward_fn: RewardFn
+
+
+def episode_setup(env_config_id: str, seed: int, options: GenerateOptions, device: str, *, episode: int = 0
+                  ) -> EpisodeSetup:
+    """The environment of (config, seed): everything but the controller and the twin."""
+    config = EnvironmentConfig.from_preset(env_config_id).with_max_epochs(options.max_epochs)
+    task = datagen_task(get_task_spec(options.task), config)
+    dev = _device(device)
+    cache = DataCache(DataOptions(data_dir=Path(options.data_dir)))
+    data = EpochData.build(task, cache, [dev], batch_size=config.batch_size, seed=derive_seed(seed, "data"),
+                           max_train_samples=options.max_train_samples, max_val_samples=options.max_val_samples)
+    spec = EnvSpec(task, CANONICAL_SLOTS, config.max_epochs, env_seed=seed, device=dev, episode=episode)
+    reward_fn = make_reward_fn("gap", task, DEFAULT_GAMMA, param_cost=options.param_cost)
+    return EpisodeSetup(config, task, data, spec, reward_fn)
+
+
+def generate_twin(twin: TwinPlan, options: GenerateOptions, device: str) -> dict[str, Any]:
+    """Train the static twin of (config, seed): the host alone, with the episodes' seed, optimizer and data."""
+    setup = episode_setup(twin.env_config_id, twin.random_seed, options, device)
+    env = MorphoEnv(setup.spec, "static")
+    env.twin = env  # a static env is its own twin; it never germinates, so it trains exactly the twin's network
+    run_episodes([env], [StaticPolicy()], setup.data, setup.reward_fn)
+    return {"val_accuracy_curve": list(env.accuracy_curve), "val_loss_curve": list(env.loss_curve),
+            "architecture": setup.config.architecture, "host_params": env.model.host_param_count,
+            "rollbacks": env.rollbacks}
+
+
+def generate_episode(job: EpisodeTask, options: GenerateOptions, device: str) -> dict[str, Any]:
+    """One episode of the plan's behaviour policy, measured against the plan's stored twin (schema 2.1.0)."""
+    plan, stored = job.plan, job.twin
+    started = now_iso()
+    setup = episode_setup(plan.env_config_id, plan.seed, options, device, episode=plan.episode_idx)
+    policy = plan.create_policy(setup.task.topology)
+    twin = StoredTwin(plan.seed, stored.val_accuracy_curve, stored.val_loss_curve)
+    env = MorphoEnv(setup.spec, policy.name, twin=twin)
+    recorder = EpisodeRecorder(env)
+    run_episodes([env], [policy], setup.data, setup.reward_fn, on_step=recorder.record)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "episode_id": plan.episode_id,
+        "random_seed": plan.seed,
+        **options.settings(),
+        "topology": setup.task.topology,
+        "enabled_slots": list(setup.spec.slots),
+        "dataset_name": options.task,
+        "model_name": setup.config.architecture,
+        "feature_schema": feature_schema(),
+        "behavior_policy": plan.get_policy_config().to_dict(),
+        "environment": setup.config.to_dict(),
+        "initial_lr": setup.config.learning_rate,
+        "twin": stored.to_dict(),
+        **recorder.summary(),
+        "started_at": started,
+        "ended_at": now_iso(),
+    }
