@@ -4,6 +4,7 @@ error → exit-code mapping."""
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -73,6 +74,21 @@ def float_in(low: float, high: float) -> Callable[[str], float]:
 SEED = int_in(0, MAX_SEED)
 EPISODES = int_in(1, MAX_EPISODES)
 SAMPLES = int_in(1, MAX_SAMPLES)
+
+
+def parse_sets(items: Sequence[str]) -> dict[str, Any]:
+    """`--set KEY=VALUE` items as config changes; VALUE is JSON, or a bare string (`--set task=synthetic`)."""
+    changes: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise ValueError(f"--set expects KEY=VALUE, got '{item}': pass a config field and its value, e.g. "
+                             f"--set lr=0.001")
+        try:
+            changes[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            changes[key] = raw
+    return changes
 
 
 def add_shared_options(p: argparse.ArgumentParser, *, seed_default: int | None = 42) -> None:

@@ -23,9 +23,11 @@ import esper
 from esper.cli.common import Parser, run_guarded
 from esper.cli.compare import add_compare_parser
 from esper.cli.datagen import add_datagen_parser
+from esper.cli.evaluate_offline import add_evaluate_offline_parser
 from esper.cli.report import add_report_parser
 from esper.cli.study import add_study_parser
 from esper.cli.train_heuristic import add_heuristic_parser
+from esper.cli.train_iql import add_iql_parser
 from esper.cli.train_ppo import add_ppo_parser
 
 
@@ -38,8 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     train_sub = train.add_subparsers(dest="controller", required=True, metavar="CONTROLLER")
     add_ppo_parser(train_sub)
     add_heuristic_parser(train_sub)
+    add_iql_parser(train_sub)
     add_compare_parser(sub)
     add_study_parser(sub)
+    add_evaluate_offline_parser(sub)
     add_datagen_parser(sub)
     add_report_parser(sub)
     return parser

@@ -21,6 +21,7 @@ from esper.cli.common import (
     console,
     emit,
     make_hub,
+    parse_sets,
     preload_data,
     print_next_steps,
 )
@@ -55,16 +56,7 @@ def add_ppo_parser(sub: Any) -> None:
 
 
 def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    changes: dict[str, Any] = {}
-    for item in args.set:
-        key, sep, raw = item.partition("=")
-        if not sep:
-            raise ValueError(f"--set expects KEY=VALUE, got '{item}': pass a config field and its value, e.g. "
-                             f"--set lr=0.001")
-        try:
-            changes[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            changes[key] = raw  # bare strings such as --set task=synthetic
+    changes = parse_sets(args.set)
     for field, value in (("task", args.task), ("device", args.device), ("devices", args.devices), ("amp", args.amp),
                          ("reward_family", args.reward_family), ("n_episodes", args.episodes)):
         if value is not None:

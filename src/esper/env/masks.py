@@ -17,9 +17,17 @@ from esper.leyline.actions import (
     LifecycleOp,
     MaskSeedInfo,
     compute_action_validity,
+    from_joint_index,
     ordered_slots,
 )
-from esper.leyline.constants import DEFAULT_MIN_FOSSILIZE_CONTRIBUTION, NUM_BLENDS, NUM_BLUEPRINTS, NUM_OPS, NUM_SLOTS
+from esper.leyline.constants import (
+    DEFAULT_MIN_FOSSILIZE_CONTRIBUTION,
+    NUM_BLENDS,
+    NUM_BLUEPRINTS,
+    NUM_JOINT_ACTIONS,
+    NUM_OPS,
+    NUM_SLOTS,
+)
 from esper.leyline.reports import SeedStateReport
 
 __all__ = [
@@ -30,6 +38,7 @@ __all__ = [
     "compute_batch_masks",
     "condition_on_action",
     "full_masks",
+    "masks_from_joint",
     "masks_from_validity",
 ]
 
@@ -163,3 +172,29 @@ def condition_on_action(
         "blend": full["blend"] | not_germinate,
     }
     return used if batched else {k: v.squeeze(0) for k, v in used.items()}
+
+
+def masks_from_joint(valid: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The six [B, ...] head masks from the 43-entry joint validity [B, 43] that datasets store.
+
+    Exact for esper's rules, where the valid blends do not depend on the slot or blueprint chosen.
+    """
+    if valid.dim() != 2 or valid.shape[1] != NUM_JOINT_ACTIONS:
+        raise ValueError(f"Expected joint validity of shape [B, {NUM_JOINT_ACTIONS}], got {tuple(valid.shape)}")
+    valid = valid.to(torch.bool)
+    n, device = valid.shape[0], valid.device
+    op = torch.zeros(n, NUM_OPS, dtype=torch.bool, device=device)
+    op_slot = torch.zeros(n, NUM_OPS, NUM_SLOTS, dtype=torch.bool, device=device)
+    slot_blueprint = torch.zeros(n, NUM_SLOTS, NUM_BLUEPRINTS, dtype=torch.bool, device=device)
+    blend = torch.zeros(n, NUM_BLENDS, dtype=torch.bool, device=device)
+    for index in range(NUM_JOINT_ACTIONS):
+        a, column = from_joint_index(index), valid[:, index]
+        op[:, a.op] |= column
+        if a.op != LifecycleOp.WAIT:
+            op_slot[:, a.op, a.slot] |= column
+        if a.op == LifecycleOp.GERMINATE:
+            slot_blueprint[:, a.slot, a.blueprint] |= column
+            blend[:, a.blend] |= column
+    blend |= ~blend.any(dim=1, keepdim=True)  # no germination possible: the blend head is irrelevant
+    return {"op": op, "slot": op_slot[:, 1:].any(dim=1), "blueprint": slot_blueprint.any(dim=1), "blend": blend,
+            "op_slot": op_slot, "slot_blueprint": slot_blueprint}

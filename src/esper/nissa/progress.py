@@ -59,7 +59,7 @@ class ProgressSnapshot:
 class ProgressBackend:
     """Counts env-epochs of the current phase and shows them in the chosen `mode` ("none": the TUI shows them)."""
 
-    always = frozenset({TelemetryEventType.EPOCH_COMPLETED})
+    always = frozenset({TelemetryEventType.EPOCH_COMPLETED, TelemetryEventType.IQL_EPOCH_COMPLETED})
 
     def __init__(self, mode: ProgressMode, console: Console | None = None, *, interval: float = PROGRESS_INTERVAL_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -75,8 +75,9 @@ class ProgressBackend:
         self._bar: Progress | None = None
         self._task: TaskID | None = None
 
-    def start(self, description: str, total: int, *, done: int = 0, round_size: int = 1) -> None:
-        """A new phase of `total` env-epochs, `done` of them finished before this session."""
+    def start(self, description: str, total: int, *, done: int = 0, round_size: int = 1,
+              unit: str = "env-epochs") -> None:
+        """A new phase of `total` env-epochs (or IQL training epochs), `done` of them finished before this session."""
         self._description, self._total, self._done, self._first = description, total, done, done
         self._round = max(1, round_size)
         self._started = self._last_line = self._clock()
@@ -84,11 +85,11 @@ class ProgressBackend:
         if self.mode == "bar":
             if self._bar is None:
                 self._bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                     TextColumn("env-epochs · {task.fields[times]}"), console=self.console)
+                                     TextColumn("{task.fields[unit]} · {task.fields[times]}"), console=self.console)
                 self._bar.start()
             if self._task is not None:
                 self._bar.remove_task(self._task)
-            self._task = self._bar.add_task(description, total=total, completed=done, times=self._times())
+            self._task = self._bar.add_task(description, total=total, completed=done, times=self._times(), unit=unit)
 
     def snapshot(self) -> ProgressSnapshot:
         elapsed = self._clock() - self._started
@@ -101,7 +102,7 @@ class ProgressBackend:
         return f"elapsed {format_duration(s.elapsed_s)} · ETA {format_duration(s.eta_s)}"
 
     def emit(self, event: TelemetryEvent) -> None:
-        if event.event_type != TelemetryEventType.EPOCH_COMPLETED or self._total == 0:
+        if event.event_type not in self.always or self._total == 0:
             return
         self._done += 1
         if self._bar is not None and self._task is not None:

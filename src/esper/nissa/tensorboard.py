@@ -7,6 +7,7 @@ chart scales; events.jsonl keeps them); a missing step key is an error.
 * BATCH_COMPLETED, step `episodes_completed`: `BATCH_SCALARS`, plus `action_shares` {op: share} →
   `actions/share_{op}` (op lower-cased) and `reward_components` {name: mean} → `rewards/{name}`.
 * PPO_UPDATE_COMPLETED, step `episodes_completed`: `PPO_SCALARS` (the PPO update metric names).
+* IQL_EPOCH_COMPLETED, step `epoch`: `IQL_SCALARS` (losses, AWR weights, agreement, values of one IQL epoch).
 * EPISODE_COMPLETED, step `episode` (global episode index): `EPISODE_SCALARS`, so runs without PPO (heuristic,
   compare) still get curves; with several controllers side by side (a comparison) one curve per controller,
   `episode/{who}/{name}`.
@@ -72,6 +73,9 @@ PPO_SCALARS: dict[str, str] = {
     "entropy_blend": "ppo/entropy_blend",
 }
 
+IQL_SCALARS: dict[str, str] = {name: f"iql/{name}" for name in (
+    "v_loss", "q_loss", "policy_loss", "mean_weight", "frac_weight_clipped", "agreement", "q_behavior", "q_policy")}
+
 EPISODE_SCALARS: dict[str, str] = {
     "final_accuracy": "episode/final_accuracy",
     "best_accuracy": "episode/best_accuracy",
@@ -94,9 +98,10 @@ EPOCH_SCALARS: dict[str, str] = {
 STEP_KEYS: dict[TelemetryEventType, str] = {
     _E.BATCH_COMPLETED: "episodes_completed",
     _E.PPO_UPDATE_COMPLETED: "episodes_completed",
+    _E.IQL_EPOCH_COMPLETED: "epoch",
     _E.EPISODE_COMPLETED: "episode",
 }
-_FLUSH_TYPES = frozenset({_E.BATCH_COMPLETED, _E.EPISODE_COMPLETED, _E.RUN_COMPLETED})
+_FLUSH_TYPES = frozenset({_E.BATCH_COMPLETED, _E.EPISODE_COMPLETED, _E.IQL_EPOCH_COMPLETED, _E.RUN_COMPLETED})
 _NOT_IN_TAGS = re.compile(r"[^A-Za-z0-9_.:-]+")
 
 
@@ -135,7 +140,7 @@ class TensorBoardBackend:
     """Writes the scalars of the mappings above with `torch.utils.tensorboard.SummaryWriter`."""
 
     always = frozenset({_E.TRAINING_STARTED, _E.EPOCH_COMPLETED, _E.EPISODE_COMPLETED, _E.BATCH_COMPLETED,
-                        _E.PPO_UPDATE_COMPLETED, _E.RUN_COMPLETED})
+                        _E.PPO_UPDATE_COMPLETED, _E.IQL_EPOCH_COMPLETED, _E.RUN_COMPLETED})
 
     def __init__(self, log_dir: str | Path, hparams: Mapping[str, Any] | None = None) -> None:
         # Imported here so `import esper.nissa` stays free of torch for runs without TensorBoard.
@@ -167,6 +172,8 @@ class TensorBoardBackend:
                         self._scalar(template.format(str(name).lower()), value, step)
             elif etype == _E.PPO_UPDATE_COMPLETED:
                 self._scalars(data, PPO_SCALARS, step)
+            elif etype == _E.IQL_EPOCH_COMPLETED:
+                self._scalars(data, IQL_SCALARS, step)
             else:  # in a comparison, one curve per controller (they share episode indices)
                 who = self._who(event) if self._per_controller else ""
                 mapping = EPISODE_SCALARS if not who else {

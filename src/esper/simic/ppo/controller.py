@@ -15,8 +15,8 @@ from typing import Any
 import torch
 
 from esper.env.features import obs_dim, observation_features
-from esper.env.masks import compute_batch_masks
-from esper.leyline import EnvObservation, FactoredAction, ordered_slots
+from esper.env.masks import compute_batch_masks, masks_from_joint
+from esper.leyline import NUM_JOINT_ACTIONS, EnvObservation, FactoredAction, joint_index, ordered_slots
 from esper.runtime.rundir import checkpoint_file
 from esper.runtime.tasks import get_task_spec
 from esper.simic.normalization import RunningMeanStd
@@ -85,6 +85,17 @@ class PPOController:
                                             reason=f"policy (value {v[i]:+.2f})",
                                             confidence=min(1.0, math.exp(lp[i])), info=info))
         return decisions
+
+    @torch.no_grad()
+    def action_probs(self, raw_states: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """The greedy policy as target-policy probabilities over the 43 joint actions, for offline evaluation: one-hot
+        at the action each head's mode gives (what `esper compare` evaluates), from raw features and the joint
+        validity that datasets store."""
+        states = self.obs_normalizer.normalize(raw_states.to(self.agent.device, torch.float32))
+        actions, _, _, _ = self.agent.act(states, masks_from_joint(valid.to(self.agent.device)), deterministic=True)
+        rows = torch.stack([actions["slot"], actions["blueprint"], actions["blend"], actions["op"]], 1).tolist()
+        joint = [joint_index(FactoredAction.from_indices(*row)) for row in rows]
+        return torch.nn.functional.one_hot(torch.tensor(joint), NUM_JOINT_ACTIONS).to(torch.float32)
 
     @classmethod
     def from_checkpoint(cls, path: Path, *, device: str | torch.device = "cpu", deterministic: bool = True,

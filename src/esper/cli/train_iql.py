@@ -1,0 +1,169 @@
+"""`esper train iql`: learn a controller offline from `esper datagen` datasets, then try it in live episodes.
+
+    esper train iql --dataset runs/data --run-dir runs/iql
+    esper train iql --dataset d1 d2 --set epochs=20 --set steps_per_epoch=500 --eval-episodes 5
+
+Rerunning the same command continues an interrupted run from its last epoch (only `epochs` and `device` may change).
+After training, `--eval-episodes` paired episodes compare static, heuristic and the IQL policy in the dataset's
+setting (its task, episode length and sample caps).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from esper.cli.common import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    USER_ERRORS,
+    add_shared_options,
+    closing_hub,
+    console,
+    data_options,
+    emit,
+    int_in,
+    make_hub,
+    parse_sets,
+    print_next_steps,
+)
+from esper.cli.compare import comparison_table
+from esper.cli.rundirs import discard_on_error, prepare_run_dir
+from esper.cli.train_ppo import StopAfterStep
+from esper.datagen.loader import REWARD_SOURCES, load_transitions
+from esper.datagen.reader import MANIFEST_FILE
+from esper.evaluation.comparison import parse_controllers, run_comparison
+from esper.evaluation.episodes import EpisodePlan
+from esper.leyline import TelemetryEventType
+from esper.runtime.devices import resolve_devices
+from esper.runtime.rundir import RunDirectory, default_run_dir
+from esper.runtime.tasks import DataCache, get_task_spec
+from esper.simic.iql import IQLConfig, IQLLearner, load_iql_checkpoint, train_iql
+from esper.simic.iql.history import IQLHistoryRow
+
+
+def add_iql_parser(sub: Any) -> None:
+    p = sub.add_parser("iql", help="train a controller offline with discrete IQL on datagen datasets",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dataset", type=Path, nargs="+", required=True, metavar="DIR",
+                   help="one or more `esper datagen` output directories")
+    p.add_argument("--reward-source", choices=REWARD_SOURCES, default="gap",
+                   help="the stored reward to learn from (gap: growth's lead over the static twin, the default)")
+    p.add_argument("--config-json", type=Path, help="JSON object of IQLConfig fields (unknown keys rejected)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one IQLConfig field; VALUE is parsed as JSON (repeatable)")
+    p.add_argument("--device", help="'auto', 'cpu' or 'cuda:N' (default: the config's)")
+    p.add_argument("--eval-episodes", type=int_in(0, 10_000), default=2,
+                   help="paired live episodes comparing static, heuristic and the IQL policy (0: skip)")
+    add_shared_options(p, seed_default=None)
+    p.set_defaults(func=cmd_train_iql)
+
+
+def iql_config(args: argparse.Namespace) -> IQLConfig:
+    """Defaults → --config-json → --set, --device and --seed."""
+    config = IQLConfig()
+    if args.config_json is not None:
+        config = IQLConfig.from_json_path(args.config_json, base=config)
+    changes = parse_sets(args.set)
+    if args.device is not None:
+        changes["device"] = args.device
+    if args.seed is not None:
+        changes["seed"] = args.seed
+    return config.with_overrides(**changes)
+
+
+def dataset_settings(dirs: list[Path]) -> dict[str, Any]:
+    """The generation settings the datasets share (task, episode length, sample caps, parameter cost)."""
+    found = []
+    for directory in dirs:
+        path = directory / MANIFEST_FILE
+        try:
+            found.append(json.loads(path.read_text(encoding="utf-8"))["settings"])
+        except (OSError, ValueError, KeyError, TypeError):
+            raise ValueError(f"{path} is missing or unreadable: pass directories written by `esper datagen`") from None
+    if any(s != found[0] for s in found):
+        raise ValueError(f"The datasets were generated with different settings ({found}): train on one setting")
+    settings: dict[str, Any] = found[0]
+    return settings
+
+
+def cmd_train_iql(args: argparse.Namespace) -> int:
+    config = iql_config(args)
+    settings = dataset_settings(args.dataset)
+    dataset = load_transitions(args.dataset, args.reward_source)
+    path = args.run_dir or default_run_dir(args.runs_root, "iql", str(settings["task"]), config.seed)
+    record = {"config": config.to_dict(), "datasets": [str(d) for d in args.dataset], "reward_source":
+              args.reward_source, "dataset_settings": settings, "eval_episodes": args.eval_episodes}
+    latest = path / "checkpoints" / "latest.pt"
+    claim = prepare_run_dir(path, command="train iql", overwrite=args.overwrite, resumable=lambda p: latest.exists())
+    learner = None
+    if claim == "existing":
+        learner = IQLLearner.from_checkpoint(load_iql_checkpoint(latest), config=config)
+        run_dir = RunDirectory(path, resume=True)
+        run_dir.record_resume(args.argv, record, {"from_epoch": learner.epochs_completed})
+        console.print(f"Resuming {path} from epoch {learner.epochs_completed}")
+    else:
+        run_dir = RunDirectory(path)
+        run_dir.write_config("train iql", args.argv, record, {"data_dir": str(args.data_dir)})
+    with discard_on_error(run_dir, fresh=claim == "new", errors=USER_ERRORS):
+        hub, progress = make_hub(args, run_dir, config.to_dict())
+        stop = StopAfterStep()
+        with closing_hub(hub, run_dir):
+            done = learner.epochs_completed if learner is not None else 0
+            emit(hub, TelemetryEventType.TRAINING_STARTED, f"IQL on {len(dataset)} transitions", {
+                "command": "train iql", "task": settings["task"], "n_envs": 1, "transitions": len(dataset),
+                "episodes": dataset.num_episodes, "config": config.to_dict()})
+            progress.start("IQL epochs", config.epochs, done=done, unit="epochs")
+            started = time.perf_counter()
+
+            def on_epoch(current: IQLLearner, metrics: dict[str, float]) -> None:
+                nonlocal started
+                row = IQLHistoryRow.from_metrics(metrics, time.perf_counter() - started)
+                started = time.perf_counter()
+                run_dir.append(IQLHistoryRow.FILE, row.to_dict())
+                current.save(run_dir.checkpoints / "latest.pt")
+                emit(hub, TelemetryEventType.IQL_EPOCH_COMPLETED,
+                     f"IQL epoch {row.epoch}/{config.epochs}: agreement {row.agreement:.2f}, "
+                     f"Q(policy) {row.q_policy:+.3f} vs Q(data) {row.q_behavior:+.3f}", row.to_dict())
+
+            learner = train_iql(config, dataset, learner=learner, on_epoch=on_epoch,
+                                should_stop=lambda: stop.requested)
+            if learner.epochs_completed < config.epochs:
+                console.print(f"Stopped after epoch {learner.epochs_completed}: rerun the same command to continue.")
+                return EXIT_INTERRUPTED
+            final = run_dir.checkpoints / "final.pt"
+            learner.save(final)
+            emit(hub, TelemetryEventType.RUN_COMPLETED, "IQL training finished",
+                 {"epochs": learner.epochs_completed, "checkpoint": str(final)})
+    if args.eval_episodes:
+        evaluate_live(args, settings, final, run_dir.path / "eval")
+    print_next_steps(run_dir.path, tensorboard=not args.no_tensorboard)
+    console.print(f"Offline estimate: esper evaluate-offline --data {' '.join(map(str, args.dataset))} "
+                  f"--controller iql:{final}")
+    return EXIT_OK
+
+
+def evaluate_live(args: argparse.Namespace, settings: dict[str, Any], checkpoint: Path, path: Path) -> None:
+    """static, heuristic and the IQL policy on paired episodes of the dataset's setting."""
+    task = get_task_spec(str(settings["task"]))
+    devices = resolve_devices("auto" if args.device is None else args.device, None)
+    plan = EpisodePlan(task=task, slots=("early", "mid", "late"), max_epochs=int(settings["max_epochs"]),
+                       max_seeds=None, seed=args.seed if args.seed is not None else 42, devices=devices,
+                       batch_size=task.default_batch_size, max_train_samples=settings.get("max_train_samples"),
+                       max_val_samples=settings.get("max_val_samples"), param_cost=settings.get("param_cost"))
+    cache = DataCache(data_options(args))
+    specs = parse_controllers(["static", "heuristic", f"iql:{checkpoint}"])
+    shutil.rmtree(path, ignore_errors=True)  # a rerun evaluates again from scratch
+    run_dir = RunDirectory(path)
+    run_dir.write_config("compare", args.argv, {"controllers": [s.label for s in specs], "episodes":
+                                                args.eval_episodes, "dataset_settings": settings}, {})
+    try:
+        result = run_comparison(specs, plan, args.eval_episodes, cache, run_dir=run_dir)
+    finally:
+        run_dir.close()
+    console.print(comparison_table(result))
+
