@@ -46,13 +46,14 @@ class ProgressSnapshot:
     total: int
     elapsed_s: float
     eta_s: float | None
+    unit: str = "env-epochs"
 
     @property
     def fraction(self) -> float:
         return min(1.0, self.done / self.total) if self.total > 0 else 0.0
 
     def line(self) -> str:
-        return (f"progress: {self.description} {self.done}/{self.total} env-epochs ({100 * self.fraction:.0f}%) · "
+        return (f"progress: {self.description} {self.done}/{self.total} {self.unit} ({100 * self.fraction:.0f}%) · "
                 f"elapsed {format_duration(self.elapsed_s)} · ETA {format_duration(self.eta_s)}")
 
 
@@ -68,6 +69,7 @@ class ProgressBackend:
         self.interval = interval
         self._clock = clock
         self._description = ""
+        self._unit = "env-epochs"
         self._total = self._done = self._first = 0
         self._round = 1
         self._started = self._last_line = clock()
@@ -79,6 +81,7 @@ class ProgressBackend:
               unit: str = "env-epochs") -> None:
         """A new phase of `total` env-epochs (or IQL training epochs), `done` of them finished before this session."""
         self._description, self._total, self._done, self._first = description, total, done, done
+        self._unit = unit
         self._round = max(1, round_size)
         self._started = self._last_line = self._clock()
         self._printed = False
@@ -95,7 +98,7 @@ class ProgressBackend:
         elapsed = self._clock() - self._started
         timed = (self._done - self._first) // self._round * self._round  # whole rounds only
         eta = (self._total - self._done) * elapsed / timed if timed > 0 and elapsed > 0 else None
-        return ProgressSnapshot(self._description, self._done, self._total, elapsed, eta)
+        return ProgressSnapshot(self._description, self._done, self._total, elapsed, eta, self._unit)
 
     def _times(self) -> str:
         s = self.snapshot()
