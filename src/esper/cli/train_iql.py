@@ -115,7 +115,8 @@ def cmd_train_iql(args: argparse.Namespace) -> int:
         with closing_hub(hub, run_dir):
             done = learner.epochs_completed if learner is not None else 0
             emit(hub, TelemetryEventType.TRAINING_STARTED, f"IQL on {len(dataset)} transitions", {
-                "command": "train iql", "task": settings["task"], "topology": dataset.topology, "n_envs": 1, "transitions": len(dataset),
+                "command": "train iql", "task": settings["task"], "topology": dataset.topology, "n_envs": 1,
+                "transitions": len(dataset),
                 "episodes": dataset.num_episodes, "config": config.to_dict()})
             progress.start("IQL", config.epochs, done=done, unit="epochs")
             started = time.perf_counter()
