@@ -51,6 +51,10 @@ def add_ppo_parser(sub: Any) -> None:
     p.add_argument("--reward-family", choices=[f.value for f in RewardFamily])
     p.add_argument("--episodes", type=EPISODES, help="n_episodes")
     p.add_argument("--resume", type=Path, help="checkpoint file or run directory (its checkpoints/latest.pt)")
+    p.add_argument("--init-from", metavar="iql:PATH",
+                   help="start from an IQL policy, distilled into the actor on its datasets' states (init_from)")
+    p.add_argument("--init-dataset", nargs="+", metavar="DIR",
+                   help="datagen directories to distill on (default: the IQL run's datasets)")
     add_shared_options(p, seed_default=None)
     p.set_defaults(func=cmd_train_ppo)
 
@@ -58,7 +62,9 @@ def add_ppo_parser(sub: Any) -> None:
 def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
     changes = parse_sets(args.set)
     for field, value in (("task", args.task), ("device", args.device), ("devices", args.devices), ("amp", args.amp),
-                         ("reward_family", args.reward_family), ("n_episodes", args.episodes)):
+                         ("reward_family", args.reward_family), ("n_episodes", args.episodes),
+                         ("init_from", getattr(args, "init_from", None)),
+                         ("init_datasets", getattr(args, "init_dataset", None))):
         if value is not None:
             changes[field] = value
     if args.seed is not None:

@@ -154,7 +154,9 @@ def _rollback(e: TelemetryEvent) -> str:
 
 def _checkpoint(e: TelemetryEvent) -> str:
     verb = "saved" if e.event_type == _E.CHECKPOINT_SAVED else "loaded"
-    return f"checkpoint {verb} ({e.data.get('kind', '?')}): {e.data['path']}"
+    line = f"checkpoint {verb} ({e.data.get('kind', '?')}): {e.data['path']}"
+    agreement = e.data.get("agreement")
+    return line if agreement is None else f"{line}, greedy agreement {100 * float(agreement):.1f} %"
 
 
 def _comparison(e: TelemetryEvent) -> str:

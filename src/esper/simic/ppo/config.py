@@ -135,6 +135,8 @@ class TrainingConfig(StrictConfig):
     param_cost: float | None = None  # gap reward's λ_p; None: the task's measured value
     group_size: int = 4  # envs sharing one host seed and one static twin
     advantage: Literal["gae", "group"] = "gae"
+    init_from: str | None = None  # "iql:PATH": distill that IQL policy into the actor before the first update
+    init_datasets: list[str] | None = None  # the datagen directories to distill on (default: the IQL run's)
     param_budget: int = _SPARSE_DEFAULTS.param_budget
     param_penalty_weight: float = _SPARSE_DEFAULTS.param_penalty_weight
     sparse_reward_scale: float = _SPARSE_DEFAULTS.sparse_reward_scale
@@ -193,6 +195,10 @@ class TrainingConfig(StrictConfig):
             (self.advantage != "group" or self.group_size > 1, "the group advantage needs group_size >= 2"),
             (self.reward_family == RewardFamily.GAP or self.param_cost is None,
              "param_cost only applies to reward_family 'gap'"),
+            (self.init_from is None or (self.init_from.startswith("iql:") and len(self.init_from) > 4),
+             "init_from must be 'iql:PATH' (an IQL checkpoint or run directory)"),
+            (self.init_datasets is None or (self.init_from is not None and len(self.init_datasets) > 0),
+             "init_datasets needs init_from and at least one directory"),
         ]
         for ok, message in checks:
             if not ok:

@@ -17,6 +17,7 @@ continues exactly.
 from __future__ import annotations
 
 import copy
+import json
 import math
 import time
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from typing import Any
 
 import torch
 
+from esper.datagen.loader import load_transitions
 from esper.env import EnvSpec, EnvStep, EpisodeResult, EpochData, MorphoEnv, run_episodes
 from esper.env.features import obs_dim
 from esper.env.rewards import SUMMED_FIELDS, RewardFn, SparseRewardConfig, make_reward_fn, needs_twin
@@ -33,8 +35,9 @@ from esper.leyline import LifecycleOp, TelemetryEvent, TelemetryEventType, Telem
 from esper.leyline.constants import ANOMALY_ESCALATION_EPOCHS
 from esper.leyline.seeding import derive_seed
 from esper.runtime.devices import env_device_map, resolve_device, resolve_devices
-from esper.runtime.rundir import RunDirectory
+from esper.runtime.rundir import RunDirectory, checkpoint_file
 from esper.runtime.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
+from esper.simic.iql.controller import IQLPolicy
 from esper.simic.ppo.anomaly import AnomalyDetector, AnomalyReport, collect_per_layer_gradients
 from esper.simic.ppo.checkpoint import (
     LearnerState,
@@ -45,6 +48,7 @@ from esper.simic.ppo.checkpoint import (
 )
 from esper.simic.ppo.config import TrainingConfig
 from esper.simic.ppo.controller import PPOController
+from esper.simic.ppo.distill import DistillConfig, distill
 from esper.simic.ppo.history import HistoryRow
 from esper.simic.ppo.metrics import merge_updates
 
@@ -96,6 +100,8 @@ def train_ppo(config: TrainingConfig, run: PPORun) -> PPOTrainingResult:
     if run.resume_from is not None:
         _resume(learner, config, run)
     else:
+        if config.init_from is not None:
+            _start_from_iql(learner, config, task, run)
         _checkpoint(learner, run, "init")  # the policy before any update: evaluations compare final with init
     controller = PPOController(learner.agent, learner.obs_normalizer, use_telemetry=config.use_telemetry)
     reward_fn = make_reward_fn(config.reward_family, task, config.gamma, SparseRewardConfig(
@@ -145,6 +151,31 @@ def train_ppo(config: TrainingConfig, run: PPORun) -> PPOTrainingResult:
 
 
 # ----------------------------------------------------------------------------------------------------- the steps
+
+
+def _start_from_iql(learner: LearnerState, config: TrainingConfig, task: TaskSpec, run: PPORun) -> None:
+    """Distill the IQL policy of `config.init_from` into the actor, on its datasets' states."""
+    assert config.init_from is not None
+    source = Path(config.init_from.removeprefix("iql:"))
+    teacher = IQLPolicy.from_checkpoint(checkpoint_file(source, "final.pt"), topology=task.topology,
+                                        slots=config.slots)
+    datasets = config.init_datasets or iql_datasets(source)
+    result = distill(learner, teacher, load_transitions(datasets), DistillConfig(seed=config.seed))
+    run.emit(TelemetryEventType.CHECKPOINT_LOADED, f"actor distilled from {config.init_from}: greedy agreement "
+             f"{100 * result.agreement:.1f} % on {result.states} dataset states",
+             {"path": str(source), "kind": "distilled", "agreement": result.agreement, "states": result.states,
+              "final_loss": result.final_loss, "batch": 0})
+
+
+def iql_datasets(source: Path) -> list[str]:
+    """The datagen directories an IQL run was trained on (from its config.json)."""
+    record = source / "config.json" if source.is_dir() else source.parent.parent / "config.json"
+    try:
+        datasets = json.loads(record.read_text(encoding="utf-8"))["config"]["datasets"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ValueError(f"Cannot tell which datasets {source} was trained on ({record} unreadable): set "
+                         f"init_datasets") from None
+    return [str(d) for d in datasets]
 
 
 def _resume(learner: LearnerState, config: TrainingConfig, run: PPORun) -> None:

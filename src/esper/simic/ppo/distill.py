@@ -1,0 +1,90 @@
+"""Offline to online: start PPO from an IQL policy by distilling it into the factored actor.
+
+IQL chooses among 43 joint actions; PPO's actor samples op, then slot, then blueprint and blend, each under the
+masks the previous choices leave. Distillation is behaviour cloning on the dataset's states: the IQL argmax over the
+valid joint actions becomes a factored target, and each head that matters for it learns it with a cross-entropy
+under the same conditioned masks PPO samples with. The observation normalizer is first fitted to the dataset's
+states, so the actor sees the features scaled as PPO will scale them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.nn import functional as F
+
+from esper.datagen.transitions import TransitionDataset
+from esper.env.masks import HEAD_KEYS, condition_on_action, masks_from_joint
+from esper.leyline import from_joint_index
+from esper.simic.iql.controller import IQLPolicy
+from esper.simic.ppo.checkpoint import LearnerState
+from esper.simic.ppo.distributions import MaskedCategorical
+from esper.simic.ppo.network import head_relevance
+
+__all__ = ["DistillConfig", "DistillResult", "distill"]
+
+
+@dataclass(frozen=True)
+class DistillConfig:
+    steps: int = 2000
+    batch_size: int = 256
+    lr: float = 1e-3
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class DistillResult:
+    """`agreement`: share of the dataset's states where the distilled actor's greedy action is IQL's."""
+
+    states: int
+    agreement: float
+    final_loss: float
+
+
+def _targets(teacher: IQLPolicy, dataset: TransitionDataset) -> dict[str, torch.Tensor]:
+    joint = teacher.action_probs(dataset.states.cpu(), dataset.valid.cpu()).argmax(dim=1)
+    actions = [from_joint_index(int(i)) for i in joint]
+    return {"op": torch.tensor([int(a.op) for a in actions]), "slot": torch.tensor([int(a.slot) for a in actions]),
+            "blueprint": torch.tensor([int(a.blueprint) for a in actions]),
+            "blend": torch.tensor([int(a.blend) for a in actions]), "joint": joint}
+
+
+def _greedy_agreement(learner: LearnerState, states: torch.Tensor, masks: dict[str, torch.Tensor],
+                      targets: dict[str, torch.Tensor]) -> float:
+    chosen, _, _, _ = learner.agent.act(states, masks, deterministic=True)
+    relevant = head_relevance(targets["op"].to(states.device))
+    same = torch.ones_like(targets["op"], dtype=torch.bool, device=states.device)
+    for head in HEAD_KEYS:
+        same &= ~relevant[head] | (chosen[head] == targets[head].to(states.device))
+    return float(same.float().mean())
+
+
+def distill(learner: LearnerState, teacher: IQLPolicy, dataset: TransitionDataset, config: DistillConfig
+            ) -> DistillResult:
+    """Fit the learner's normalizer to the dataset and clone the teacher's greedy actions into its actor."""
+    device = learner.agent.device
+    raw = dataset.states.to(device, torch.float32)
+    learner.obs_normalizer.update(raw)
+    states = learner.obs_normalizer.normalize(raw)
+    masks = masks_from_joint(dataset.valid.to(device))
+    targets = _targets(teacher, dataset)
+    action = {k: v.to(device) for k, v in targets.items() if k != "joint"}
+    used = condition_on_action(masks, action)
+    relevant = head_relevance(action["op"])
+    network, generator = learner.agent.network, torch.Generator().manual_seed(config.seed)
+    optimizer = torch.optim.Adam(network.parameters(), lr=config.lr)
+    loss = torch.zeros(())
+    for _ in range(config.steps):
+        rows = torch.randint(len(states), (min(config.batch_size, len(states)),), generator=generator).to(device)
+        logits, _ = network(states[rows])
+        loss = torch.zeros((), device=device)
+        for head in HEAD_KEYS:
+            log_probs = MaskedCategorical(logits[head], used[head][rows]).log_probs_all
+            nll = F.nll_loss(log_probs, action[head][rows], reduction="none")
+            weight = relevant[head][rows].float()
+            loss = loss + (nll * weight).sum() / weight.sum().clamp(min=1.0)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    return DistillResult(len(states), _greedy_agreement(learner, states, masks, targets), float(loss.detach()))
