@@ -11,6 +11,7 @@ The default γ = 1 estimates the undiscounted `gap` return, the quantity `esper 
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,10 @@ def estimates_table(result: OfflineEvaluation, spec: str) -> Table:
         table.add_column(column, justify="left" if column != "return" else "right")
     for estimate in (result.pdwis, result.fqe):
         notes = ", ".join(f"{k} {v:.3g}" for k, v in estimate.details.items())
+        if math.isnan(estimate.value):
+            table.add_row(estimate.method.upper(), "—", "—", "no logged episode follows this policy at every "
+                          "decision: no importance-sampling estimate")
+            continue
         table.add_row(estimate.method.upper(), f"{estimate.value:+.3f}", _ci(estimate.ci_low, estimate.ci_high), notes)
     table.add_section()
     for b in result.behavior:

@@ -215,8 +215,11 @@ def pdwis(dataset: TransitionDataset, target: TargetPolicy, config: OPEConfig) -
     values = (discounts * (counts @ (weights * rewards)) / (counts @ weights)).sum(1)  # 0/0 → NaN: no support
     final = weights[:, -1]
     if not math.isfinite(float(values[0])):
-        raise ValueError("No logged episode has positive probability under the target policy at every decision, "
-                         "so importance sampling cannot estimate its value from this data (use the FQE estimate)")
+        # No logged episode has positive probability under the target at every decision: importance sampling
+        # has no support here, which is itself the finding to report (FQE still estimates).
+        return OPEEstimate("pdwis", math.nan, math.nan, math.nan, config.confidence, config.gamma,
+                           len(index.episode_ids), {"ess": 0.0, "matched_episodes": 0.0,
+                                                    "undefined_resamples": 1.0})
     low, high = _interval(values[1:], config.confidence)
     details = {"ess": float(final.sum() ** 2 / final.square().sum()), "matched_episodes": float((final > 0).sum()),
                "undefined_resamples": float((~torch.isfinite(values[1:])).double().mean())}
