@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/esper train ppo --preset quick
+	$(VENV)/bin/esper study --preset quick
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
