@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -44,7 +45,9 @@ def run_case(case: GoldenCase, run_dir: Path) -> dict[str, list[dict[str, Any]]]
     """Run the case's command into `run_dir` and return its normalized logs."""
     cmd = [sys.executable, "-m", "esper", *case.argv, "--run-dir", str(run_dir), "--no-tui", "--no-tensorboard",
            "--telemetry-level", "minimal"]
-    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=1800)
+    # One intra-op thread: float reductions then do not depend on how many cores the machine has.
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=1800, env=env)
     return {name: [normalize(json.loads(line)) for line in (run_dir / name).read_text().splitlines() if line]
             for name in case.logs}
 
