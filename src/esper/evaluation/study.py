@@ -80,37 +80,44 @@ def run_evaluation(plan: EpisodePlan, specs: Sequence[str], labels: Sequence[str
                           labels=list(labels), resume=resume)
 
 
-def _row(result: ComparisonResult, label: str) -> dict[str, Any]:
+REFERENCES = ("static", "static:matched", "heuristic", INIT)
+"""The controllers a trained policy must beat, in the order the summary shows its paired Δ against them."""
+
+
+def _row(result: ComparisonResult, label: str, references: Sequence[str]) -> dict[str, Any]:
     s = result.per_controller[label]
     row: dict[str, Any] = {"controller": label, "final_accuracy": s["final_accuracy"]["mean"],
                            "total_params": s["total_params"]["mean"], "seeds_fossilized": s["seeds_fossilized"],
                            "seeds_created": s["seeds_created"]}
-    for ref in ("static", INIT):
-        if ref in result.pairwise and label != ref and ref in result.pairwise[label]:
+    for ref in references:
+        if label != ref and ref in result.pairwise.get(label, {}):
             row[f"vs {ref}"] = result.pairwise[label][ref]
     return row
 
 
 def summary_markdown(result: ComparisonResult, *, title: str, command: str) -> str:
-    """The study table: final accuracy, parameters, and paired Δ with 95 % bootstrap CIs against static and init."""
+    """The study table: final accuracy, parameters, and each controller's paired Δ (95 % bootstrap CI) against every
+    reference present: static, the parameter-matched static host, the heuristic and the untrained policy."""
     def delta(p: dict[str, Any] | None) -> str:
         if p is None:
             return "—"
         low, high = p["ci95"]
         return f"{p['mean_delta']:+.2f} [{low:+.2f}, {high:+.2f}] {p['wins']}/{p['losses']}/{p['ties']}"
 
+    references = [ref for ref in REFERENCES if ref in result.controllers]
     epochs = statistics.fmean(len(e.accuracy_curve) for e in result.episodes)
     seeds = result.per_controller[result.controllers[0]]["episodes"]
     lines = [f"# {title}", "", f"{epochs:.0f}-epoch episodes, {seeds} paired held-out seeds; Δ is the mean paired "
              f"difference in final validation accuracy (pp) with its 95 % paired-bootstrap CI and wins/losses/ties "
              f"(|Δ| ≤ {result.tie_threshold} pp is a tie).", "",
-             "| controller | final acc % | params | seeds fossilized / created | Δ vs static | Δ vs ppo (init) |",
-             "|---|---|---|---|---|---|"]
+             "| controller | final acc % | params | seeds fossilized / created | "
+             + " | ".join(f"Δ vs {ref}" for ref in references) + " |",
+             "|---|---|---|---|" + "---|" * len(references)]
     for label in result.controllers:
-        r = _row(result, label)
+        r = _row(result, label, references)
         lines.append(f"| {label} | {r['final_accuracy']:.2f} | {r['total_params']:,.0f} | "
-                     f"{r['seeds_fossilized']:.1f} / {r['seeds_created']:.1f} | {delta(r.get('vs static'))} | "
-                     f"{delta(r.get(f'vs {INIT}'))} |")
+                     f"{r['seeds_fossilized']:.1f} / {r['seeds_created']:.1f} | "
+                     + " | ".join(delta(r.get(f"vs {ref}")) for ref in references) + " |")
     if result.matched:
         m = result.matched
         lines += ["", f"static:matched is the static host at width {m['width']:.2f} ({m['host_params']:,} parameters), "
