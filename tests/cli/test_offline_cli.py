@@ -55,6 +55,28 @@ def test_rerunning_a_finished_iql_run_keeps_its_epochs(iql_run: Path, dataset: P
     assert len(read_jsonl(iql_run / "history.jsonl")) == 2
 
 
+def test_a_resumed_iql_run_drops_the_epoch_logged_after_its_checkpoint(iql_run: Path, dataset: Path,
+                                                                       tmp_path: Path) -> None:
+    run = tmp_path / "iql"
+    shutil.copytree(iql_run, run)
+    with open(run / "history.jsonl", "a", encoding="utf-8") as f:  # a kill between the log line and the checkpoint
+        f.write(json.dumps({**read_jsonl(run / "history.jsonl")[-1], "epoch": 3}) + "\n")
+    tiny_three_epochs = [*TINY_IQL[:1], "epochs=3", *TINY_IQL[2:]]
+    assert main(["train", "iql", "--dataset", str(dataset), *tiny_three_epochs, "--eval-episodes", "0", "--run-dir",
+                 str(run), *QUIET]) == 0
+    assert [h["epoch"] for h in read_jsonl(run / "history.jsonl")] == [1, 2, 3]
+
+
+def test_a_rerun_on_other_data_is_refused(iql_run: Path, dataset: Path, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    other = tmp_path / "other"
+    shutil.copytree(dataset, other)
+    capsys.readouterr()
+    assert main(["train", "iql", "--dataset", str(other), *TINY_IQL, "--eval-episodes", "0", "--run-dir",
+                 str(iql_run), *QUIET]) == 2
+    assert "datasets" in capsys.readouterr().err
+
+
 def test_evaluate_offline_reports_both_estimators(iql_run: Path, dataset: Path, tmp_path: Path) -> None:
     out = tmp_path / "ope.json"
     assert main(["evaluate-offline", "--data", str(dataset), "--controller", f"iql:{iql_run}", "--bootstrap", "20",

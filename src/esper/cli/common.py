@@ -222,8 +222,10 @@ def run_guarded(fn: Callable[[argparse.Namespace], int], args: argparse.Namespac
         return EXIT_ERROR
 
 
-def print_next_steps(run_dir: Path, *, tensorboard: bool) -> None:
+def print_next_steps(run_dir: Path, *, tensorboard: bool, plots: Path | None) -> None:
+    """Where the run is, and the commands that show it (`plots`: the directory `esper report` can draw, if any)."""
     console.print(f"\nRun directory: [bold]{run_dir}[/bold]")
     if tensorboard:
         console.print(f"TensorBoard:   tensorboard --logdir {run_dir / 'tb'}")
-    console.print(f"Plots:         esper report {run_dir}")
+    if plots is not None:
+        console.print(f"Plots:         esper report {plots}")

@@ -100,5 +100,5 @@ def cmd_compare(args: argparse.Namespace) -> int:
                                     run_dir=run_dir, labels=labels, resume=resume)
             emit(hub, TelemetryEventType.RUN_COMPLETED, "comparison completed", {"controllers": result.controllers})
     console.print(comparison_table(result))
-    print_next_steps(run_dir.path, tensorboard=not args.no_tensorboard)
+    print_next_steps(run_dir.path, tensorboard=not args.no_tensorboard, plots=run_dir.path)
     return EXIT_OK

@@ -57,6 +57,7 @@ def _ci(low: float, high: float) -> str:
 
 
 def estimates_table(result: OfflineEvaluation, spec: str) -> Table:
+    """The estimates of the target policy's return, then each behaviour policy's logged return for scale."""
     p = result.pdwis
     table = Table(title=f"Offline estimates of {spec} (γ = {p.gamma:g}, {int(100 * p.confidence)} % bootstrap CIs "
                         f"over {p.n_episodes} episodes)")
@@ -64,7 +65,7 @@ def estimates_table(result: OfflineEvaluation, spec: str) -> Table:
         table.add_column(column, justify="left" if column != "return" else "right")
     for estimate in (result.pdwis, result.fqe):
         notes = ", ".join(f"{k} {v:.3g}" for k, v in estimate.details.items())
-        if math.isnan(estimate.value):
+        if math.isnan(estimate.value) and estimate is result.pdwis:
             table.add_row(estimate.method.upper(), "—", "—", "no logged episode follows this policy at every "
                           "decision: no importance-sampling estimate")
             continue

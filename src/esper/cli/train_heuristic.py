@@ -76,5 +76,5 @@ def cmd_train_heuristic(args: argparse.Namespace) -> int:
             emit(hub, TelemetryEventType.RUN_COMPLETED, "heuristic run completed",
                  {"episodes": len(results), "final_accuracy": [r.final_accuracy for r in results]})
     console.print(_episode_table(results))
-    print_next_steps(run_dir.path, tensorboard=not args.no_tensorboard)
+    print_next_steps(run_dir.path, tensorboard=not args.no_tensorboard, plots=run_dir.path)
     return EXIT_OK

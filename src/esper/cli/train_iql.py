@@ -32,7 +32,7 @@ from esper.cli.common import (
     print_next_steps,
 )
 from esper.cli.compare import comparison_table
-from esper.cli.rundirs import discard_on_error, prepare_run_dir
+from esper.cli.rundirs import check_same_arguments, discard_on_error, prepare_run_dir
 from esper.cli.train_ppo import StopAfterStep
 from esper.datagen.loader import REWARD_SOURCES, load_transitions
 from esper.datagen.reader import MANIFEST_FILE
@@ -40,7 +40,7 @@ from esper.evaluation.comparison import parse_controllers, run_comparison
 from esper.evaluation.episodes import EpisodePlan
 from esper.leyline import TelemetryEventType
 from esper.runtime.devices import resolve_devices
-from esper.runtime.rundir import RunDirectory, default_run_dir
+from esper.runtime.rundir import RunDirectory, default_run_dir, read_jsonl, recorded_config, rewrite_jsonl
 from esper.runtime.tasks import DataCache, get_task_spec
 from esper.simic.iql import IQLConfig, IQLLearner, load_iql_checkpoint, train_iql
 from esper.simic.iql.history import IQLHistoryRow
@@ -102,8 +102,12 @@ def cmd_train_iql(args: argparse.Namespace) -> int:
     claim = prepare_run_dir(path, command="train iql", overwrite=args.overwrite, resumable=lambda p: latest.exists())
     learner = None
     if claim == "existing":
+        check_same_arguments(path, recorded_config(path), record, may_differ=("config", "eval_episodes"))
         learner = IQLLearner.from_checkpoint(load_iql_checkpoint(latest), config=config)
         run_dir = RunDirectory(path, resume=True)
+        history = path / IQLHistoryRow.FILE  # an epoch logged but not checkpointed is trained again
+        if history.exists():
+            rewrite_jsonl(history, [r for r in read_jsonl(history) if r["epoch"] <= learner.epochs_completed])
         run_dir.record_resume(args.argv, record, {"from_epoch": learner.epochs_completed})
         console.print(f"Resuming {path} from epoch {learner.epochs_completed}")
     else:
@@ -131,8 +135,9 @@ def cmd_train_iql(args: argparse.Namespace) -> int:
                      f"IQL epoch {row.epoch}/{config.epochs}: agreement {row.agreement:.2f}, "
                      f"Q(policy) {row.q_policy:+.3f} vs Q(data) {row.q_behavior:+.3f}", row.to_dict())
 
-            learner = train_iql(config, dataset, learner=learner, on_epoch=on_epoch,
-                                should_stop=lambda: stop.requested)
+            with stop.installed():
+                learner = train_iql(config, dataset, learner=learner, on_epoch=on_epoch,
+                                    should_stop=lambda: stop.requested)
             if learner.epochs_completed < config.epochs:
                 console.print(f"Stopped after epoch {learner.epochs_completed}: rerun the same command to continue.")
                 return EXIT_INTERRUPTED
@@ -142,7 +147,8 @@ def cmd_train_iql(args: argparse.Namespace) -> int:
                  {"epochs": learner.epochs_completed, "checkpoint": str(final)})
     if args.eval_episodes:
         evaluate_live(args, settings, final, run_dir.path / "eval")
-    print_next_steps(run_dir.path, tensorboard=not args.no_tensorboard)
+    print_next_steps(run_dir.path, tensorboard=not args.no_tensorboard,
+                     plots=run_dir.path / "eval" if args.eval_episodes else None)
     console.print(f"Offline estimate: esper evaluate-offline --data {' '.join(map(str, args.dataset))} "
                   f"--controller iql:{final}")
     return EXIT_OK

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -144,6 +146,15 @@ class StopAfterStep:
         self.requested = True
         console.print("[yellow]Stopping after the current step (Ctrl+C again to abort)...[/yellow]")
 
+    @contextmanager
+    def installed(self) -> Iterator[StopAfterStep]:
+        """Ctrl+C handled by this object for the duration of the block (the previous handler restored after)."""
+        previous = signal.signal(signal.SIGINT, self)
+        try:
+            yield self
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
 
 def open_training_dir(path: Path, config: TrainingConfig, args: argparse.Namespace, checkpoint: Path | None,
                       cache: DataCache) -> RunDirectory:
@@ -187,11 +198,8 @@ def train_with_stop(config: TrainingConfig, run: PPORun, stop: StopAfterStep, pr
     console.print(device_summary(config))
     progress.start("training", config.n_episodes * config.max_epochs, done=episodes_done * config.max_epochs,
                    round_size=config.n_envs)
-    previous = signal.signal(signal.SIGINT, stop)
-    try:
+    with stop.installed():
         result = train_ppo(config, run)
-    finally:
-        signal.signal(signal.SIGINT, previous)
     if run.sink is not None:
         emit(run.sink, TelemetryEventType.RUN_COMPLETED, "PPO training stopped" if stop.requested else
              "PPO training finished", {"batches_completed": result.batches_completed,
@@ -231,7 +239,7 @@ def cmd_train_ppo(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     if checkpoint is not None and not result.history:
         console.print("[yellow]Pass a larger --episodes to continue it.[/yellow]")
-    print_next_steps(run_dir.path, tensorboard=not args.no_tensorboard)
+    print_next_steps(run_dir.path, tensorboard=not args.no_tensorboard, plots=run_dir.path)
     console.print(f"Compare:       esper compare --controllers static heuristic ppo:{run_dir.path} "
                   f"--task {config.task} --max-epochs {config.max_epochs} --slots {' '.join(config.slots)}")
     return EXIT_OK

@@ -160,7 +160,9 @@ def _start_from_iql(learner: LearnerState, config: TrainingConfig, task: TaskSpe
     teacher = IQLPolicy.from_checkpoint(checkpoint_file(source, "final.pt"), topology=task.topology,
                                         slots=config.slots)
     datasets = config.init_datasets or iql_datasets(source)
-    result = distill(learner, teacher, load_transitions(datasets), DistillConfig(seed=config.seed))
+    # Distillation reads states and masks only; the `accuracy` reward exists in every schema version, `gap` does not.
+    states = load_transitions(datasets, reward_source="accuracy")
+    result = distill(learner, teacher, states, DistillConfig(seed=config.seed))
     run.emit(TelemetryEventType.CHECKPOINT_LOADED, f"actor distilled from {config.init_from}: greedy agreement "
              f"{100 * result.agreement:.1f} % on {result.states} dataset states",
              {"path": str(source), "kind": "distilled", "agreement": result.agreement, "states": result.states,
