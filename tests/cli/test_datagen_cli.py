@@ -101,6 +101,7 @@ def _foreign_episode(out: Path) -> None:
     (["--envs", "nosuch"], None, "Unknown environment preset(s) nosuch"),
     (["--policies", "baseline", "nosuch"], None, "Unknown behaviour policy preset(s) nosuch"),
     (["--task", "cifar10"], None, "no measured parameter cost"),
+    (["--devices", "cuda:7"], None, "Device 'cuda:7' is not available"),
     ([], lambda out: (out.mkdir(), (out / "broken.json").write_text("{oops")), "is not valid JSON"),
     ([], _foreign_episode, "has episode schema '1.4.0'"),
     ([], lambda out: GenerationOrchestrator(out, ["wide"], ["random"], 1, settings={}).close(),

@@ -32,6 +32,7 @@ from esper.datagen.health import DatasetHealthCheck, save_report
 from esper.datagen.orchestrator import GenerationOrchestrator
 from esper.datagen.plans import GenerationPlan, TwinPlan, create_generation_matrix
 from esper.datagen.reader import check_resumable, read_episodes
+from esper.runtime.devices import resolve_device
 from esper.runtime.tasks import DataOptions, get_task_spec
 
 HEALTH_FILE = "health_report.json"
@@ -131,6 +132,8 @@ def _executor(args: argparse.Namespace) -> EpisodeExecutor:
             raise ValueError(str(error)) from None
     if args.gpus_per_episode:
         raise ValueError("--gpus-per-episode applies to the Ray executor; pool workers take --devices")
+    for device in args.devices:  # a device this machine lacks fails here once, not in every episode
+        resolve_device(device)
     if args.executor == "pool":
         return ProcessPoolEpisodeExecutor(args.workers, args.devices)
     return SerialExecutor(args.devices[0])

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import nn
 
 from esper.datagen.architectures import create_model
@@ -32,6 +31,7 @@ from esper.env.rewards import RewardFn, make_reward_fn
 from esper.leyline import CANONICAL_SLOTS
 from esper.leyline.constants import DEFAULT_GAMMA
 from esper.leyline.seeding import derive_seed
+from esper.runtime.devices import resolve_device
 from esper.runtime.optim import OptimizerSpec
 from esper.runtime.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
 from esper.tamiyo import StaticPolicy
@@ -113,13 +113,6 @@ def datagen_task(task: TaskSpec, config: EnvironmentConfig) -> TaskSpec:
                                default_batch_size=config.batch_size)
 
 
-def _device(device: str) -> torch.device:
-    resolved = torch.device(device)
-    if resolved.type == "cuda" and resolved.index is None:
-        resolved = torch.device("cuda", torch.cuda.current_device())
-    return resolved
-
-
 @dataclass(frozen=True)
 class EpisodeSetup:
     """What an episode and its twin share: the task variant, the data in its seeded order, the env spec and the
@@ -137,7 +130,7 @@ def episode_setup(env_config_id: str, seed: int, options: GenerateOptions, devic
     """The environment of (config, seed): everything but the controller and the twin."""
     config = EnvironmentConfig.from_preset(env_config_id).with_max_epochs(options.max_epochs)
     task = datagen_task(get_task_spec(options.task), config)
-    dev = _device(device)
+    dev = resolve_device(device)
     cache = DataCache(DataOptions(data_dir=Path(options.data_dir)))
     data = EpochData.build(task, cache, [dev], batch_size=config.batch_size, seed=derive_seed(seed, "data"),
                            max_train_samples=options.max_train_samples, max_val_samples=options.max_val_samples)
