@@ -124,7 +124,8 @@ def add_episode_options(p: argparse.ArgumentParser, *, episodes: int, task: str 
     p.add_argument("--reward-family", choices=[f.value for f in RewardFamily], default=RewardFamily.GAP.value,
                    help="reward computed and logged per decision (gap: against the static twin, the default)")
     p.add_argument("--param-cost", type=float_in(0.0, 1e6),
-                   help="gap reward's cost of added parameters, pp per 100 %% (default: the task's measured value)")
+                   help="gap reward's cost of added parameters, pp per 100 %% "
+                        "(default: the task's value measured at the nearest --max-train-samples)")
 
 
 def uses_tui(args: argparse.Namespace) -> bool:

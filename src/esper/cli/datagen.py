@@ -61,7 +61,8 @@ def add_datagen_parser(sub: Any) -> None:
     g.add_argument("--max-train-samples", type=SAMPLES, help="deterministic prefix of the train split")
     g.add_argument("--max-val-samples", type=SAMPLES, help="deterministic prefix of the val split")
     g.add_argument("--param-cost", type=float_in(0.0, 1e6),
-                   help="gap reward's cost of added parameters, pp per 100 %% (default: the task's measured value)")
+                   help="gap reward's cost of added parameters, pp per 100 %% "
+                        "(default: the task's value measured at the nearest --max-train-samples)")
     g.add_argument("--data-dir", type=Path, default=Path("data"), help="dataset root (CIFAR-10)")
     g.add_argument("--download", action="store_true", help="download CIFAR-10 into --data-dir if it is missing")
     g = p.add_argument_group("execution")

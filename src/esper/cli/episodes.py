@@ -26,7 +26,7 @@ EPISODE_COUNT_KEY = "episodes"
 def episode_plan(args: argparse.Namespace, devices: list[str] | None) -> EpisodePlan:
     """The paired-episode plan of the command line; an unusable reward setting fails here, before any work."""
     task = get_task_spec(args.task)
-    reward_config(args.reward_family, task, param_cost=args.param_cost)
+    reward_config(args.reward_family, task, param_cost=args.param_cost, max_train_samples=args.max_train_samples)
     return EpisodePlan(
         task=task, slots=ordered_slots(args.slots), max_epochs=args.max_epochs, max_seeds=args.max_seeds,
         seed=args.seed, devices=resolve_devices(args.device, devices), batch_size=task.default_batch_size,

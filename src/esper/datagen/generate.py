@@ -33,6 +33,7 @@ from esper.leyline.constants import DEFAULT_GAMMA
 from esper.leyline.seeding import derive_seed
 from esper.runtime.devices import resolve_device
 from esper.runtime.optim import OptimizerSpec
+from esper.runtime.param_costs import measured_param_cost
 from esper.runtime.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
 from esper.tamiyo import StaticPolicy
 
@@ -72,10 +73,11 @@ class GenerateOptions:
 
     @classmethod
     def for_task(cls, task: str, param_cost: float | None = None, **kwargs: Any) -> GenerateOptions:
-        """Options whose λ_p is `param_cost`, or the task's measured one; a task without one needs it given."""
+        """Options whose λ_p is `param_cost`, or the task's one measured nearest their training-sample cap; a
+        task without one needs it given."""
         if task not in DATAGEN_TASKS:
             raise ValueError(f"Unknown datagen task '{task}'. Available: {', '.join(DATAGEN_TASKS)}")
-        cost = param_cost if param_cost is not None else get_task_spec(task).param_cost
+        cost = param_cost if param_cost is not None else measured_param_cost(task, kwargs.get("max_train_samples"))
         if cost is None:
             raise ValueError(f"Task '{task}' has no measured parameter cost for the gap reward: pass one "
                              "(--param-cost PP_PER_100PCT)")

@@ -84,7 +84,8 @@ class GymEnvConfig:
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.param_cost is not None and not self.param_cost >= 0:
-            raise ValueError(f"param_cost must be >= 0 or None (the task's measured value), got {self.param_cost}")
+            raise ValueError(f"param_cost must be >= 0 or None (the task's value measured at the nearest sample "
+                             f"cap), got {self.param_cost}")
 
 
 class InvalidActionError(ValueError):
@@ -133,8 +134,9 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
         self.device = resolve_device(self.config.device)
         self.observation_space = spaces.Box(*FEATURE_RANGE, shape=(OBS_DIM,), dtype=np.float32)
         self.action_space: ValidActionSpace = ValidActionSpace(NUM_JOINT_ACTIONS)
-        self._reward_fn: RewardFn = make_reward_fn(RewardFamily.GAP, self.task, DEFAULT_GAMMA,
-                                                   param_cost=self.config.param_cost)
+        self._reward_fn: RewardFn = make_reward_fn(
+            RewardFamily.GAP, self.task, DEFAULT_GAMMA, param_cost=self.config.param_cost,
+            max_train_samples=self.config.max_train_samples)
         self._cache = DataCache(self.config.data)
         self._env: MorphoEnv | None = None
         self._data: EpochData | None = None

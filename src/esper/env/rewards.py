@@ -24,6 +24,7 @@ from esper.env.contribution import ContributionRewardConfig, compute_contributio
 from esper.env.shared_terms import base_components, clamp, rent
 from esper.env.step_record import SUMMED_FIELDS, Measurement, ShapedRewardComponents, StepRecord
 from esper.leyline.actions import LifecycleOp
+from esper.runtime.param_costs import measured_param_cost
 from esper.runtime.tasks import TaskSpec
 
 __all__ = [
@@ -195,12 +196,12 @@ RewardFn = Callable[[StepRecord], ShapedRewardComponents]
 
 
 def reward_config(family: RewardFamily | str, task: TaskSpec, sparse: SparseRewardConfig | None = None,
-                  param_cost: float | None = None) -> RewardConfig:
-    """A family's config for a task: gap needs a parameter cost (the task's measured one unless `param_cost`
-    is given), loss the task's loss scales."""
+                  param_cost: float | None = None, *, max_train_samples: int | None = None) -> RewardConfig:
+    """A family's config for a task: gap needs a parameter cost (`param_cost`, or the one measured for the task
+    at the training-sample cap nearest `max_train_samples`), loss the task's loss scales."""
     family = RewardFamily(family)
     if family == RewardFamily.GAP:
-        cost = param_cost if param_cost is not None else task.param_cost
+        cost = param_cost if param_cost is not None else measured_param_cost(task.name, max_train_samples)
         if cost is None:
             raise ValueError(f"Task '{task.name}' has no measured parameter cost for the gap reward: set one "
                              f"(--set param_cost=PP_PER_100PCT, or --param-cost) or choose another reward family")
@@ -214,9 +215,10 @@ def reward_config(family: RewardFamily | str, task: TaskSpec, sparse: SparseRewa
 
 
 def make_reward_fn(family: RewardFamily | str, task: TaskSpec, gamma: float,
-                   sparse: SparseRewardConfig | None = None, param_cost: float | None = None) -> RewardFn:
-    """The reward function of a family, configured for the task."""
-    config = reward_config(family, task, sparse, param_cost)
+                   sparse: SparseRewardConfig | None = None, param_cost: float | None = None, *,
+                   max_train_samples: int | None = None) -> RewardFn:
+    """The reward function of a family, configured for the task (and, for gap, the run's training-sample cap)."""
+    config = reward_config(family, task, sparse, param_cost, max_train_samples=max_train_samples)
     return lambda record: compute_reward(record, config, gamma)
 
 

@@ -42,7 +42,7 @@ class EpisodePlan:
     max_val_samples: int | None = None
     amp: bool = False
     reward_family: str = RewardFamily.GAP.value
-    param_cost: float | None = None  # gap reward's λ_p; None: the task's measured value
+    param_cost: float | None = None  # gap reward's λ_p; None: the task's value measured at the nearest sample cap
     gamma: float = DEFAULT_GAMMA
     first_episode: int = 0  # held-out evaluations start their paired seeds elsewhere than training did
 
@@ -74,7 +74,8 @@ def run_controller_episodes(
     finished); `labels` (default: the specs' labels) name them."""
     task = plan.task
     names = list(labels) if labels is not None else [s.label for s in specs]
-    reward_fn = make_reward_fn(plan.reward_family, task, plan.gamma, param_cost=plan.param_cost)
+    reward_fn = make_reward_fn(plan.reward_family, task, plan.gamma, param_cost=plan.param_cost,
+                               max_train_samples=plan.max_train_samples)
     with_twin = needs_twin(plan.reward_family)
     device_of = env_device_map(max(len(specs) + 1, len(plan.devices)), plan.devices)
     results: list[EpisodeResult] = []

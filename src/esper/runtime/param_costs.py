@@ -1,22 +1,27 @@
-"""Measured parameter costs (λ_p of the `gap` reward): what widening the static host buys, per task.
+"""Measured parameter costs (λ_p of the `gap` reward): what widening the static host buys, per task and data size.
 
 λ_p is the slope of the static host's final validation accuracy against its added-parameter ratio, fitted over
 widths 1.0, 1.5 and 2.0 on paired seeds, in pp per 100 % of added parameters. Charging seeds this much per
-parameter makes a positive `gap` return mean that growing beat simply training a wider network. Each entry records
-the command that measured it; tasks without an entry have no default (pass `--set param_cost=...`).
+parameter makes a positive `gap` return mean that growing beat simply training a wider network. What widening buys
+depends on how much data the host sees (on 192 samples a wider host gains ten times what it gains on 2,048), so a
+task keeps one calibration per measured training-sample cap and a run uses the one nearest its own cap. Each entry
+records the command that measured it; tasks without an entry have no default (pass `--set param_cost=...`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from types import MappingProxyType
 
-__all__ = ["PARAM_COSTS", "ParamCostCalibration"]
+__all__ = ["PARAM_COSTS", "ParamCostCalibration", "measured_param_cost"]
 
 
 @dataclass(frozen=True)
 class ParamCostCalibration:
     param_cost: float
+    max_train_samples: int
+    max_val_samples: int
     widths: tuple[float, ...]
     added_param_ratios: tuple[float, ...]
     mean_final_accuracy: tuple[float, ...]
@@ -24,15 +29,43 @@ class ParamCostCalibration:
     command: str
 
 
-PARAM_COSTS: MappingProxyType[str, ParamCostCalibration] = MappingProxyType({
-    # 25-epoch episodes, 2048 training / 512 validation samples, seeds 7 + 1000·i, CPU (torch 2.13), 2026-11-26:
-    # width 1.0: 81.64 %, 1.5: 82.15 %, 2.0: 82.56 %;
-    # slope 0.324 pp per 100 %, 95 % bootstrap CI [0.108, 0.543].
-    "synthetic": ParamCostCalibration(
-        param_cost=0.324, widths=(1.0, 1.5, 2.0),
-        added_param_ratios=(0.0, 1.1723, 2.7934),
-        mean_final_accuracy=(81.641, 82.148, 82.559), episodes=10,
-        command="python benchmarks/calibrate_param_cost.py --task synthetic --episodes 10 --max-epochs 25 "
-                "--max-train-samples 2048 --max-val-samples 512",
+_COMMAND = "python benchmarks/calibrate_param_cost.py --task {task} --episodes 10 --max-epochs 25 " \
+           "--max-train-samples {train} --max-val-samples {val}"
+
+PARAM_COSTS: MappingProxyType[str, tuple[ParamCostCalibration, ...]] = MappingProxyType({
+    # 25-epoch episodes, seeds 7 + 1000·i, CPU (torch 2.13), 2026-11-26.
+    "synthetic": (
+        # width 1.0: 81.64 %, 1.5: 82.15 %, 2.0: 82.56 %; 95 % bootstrap CI of the slope [0.108, 0.543].
+        ParamCostCalibration(
+            param_cost=0.324, max_train_samples=2048, max_val_samples=512, widths=(1.0, 1.5, 2.0),
+            added_param_ratios=(0.0, 1.1723, 2.7934), mean_final_accuracy=(81.641, 82.148, 82.559), episodes=10,
+            command=_COMMAND.format(task="synthetic", train=2048, val=512),
+        ),
+        # width 1.0: 37.08 %, 1.5: 43.65 %, 2.0: 48.23 %; 95 % bootstrap CI of the slope [2.719, 4.990].
+        ParamCostCalibration(
+            param_cost=3.918, max_train_samples=192, max_val_samples=96, widths=(1.0, 1.5, 2.0),
+            added_param_ratios=(0.0, 1.1723, 2.7934), mean_final_accuracy=(37.08, 43.65, 48.23), episodes=10,
+            command=_COMMAND.format(task="synthetic", train=192, val=96),
+        ),
+    ),
+    "fashion_mnist": (
+        # Debian's dataset-fashion-mnist. width 1.0: 49.48 %, 1.5: 55.00 %, 2.0: 57.81 %; CI [2.009, 3.846].
+        ParamCostCalibration(
+            param_cost=2.863, max_train_samples=192, max_val_samples=96, widths=(1.0, 1.5, 2.0),
+            added_param_ratios=(0.0, 1.1877, 2.8345), mean_final_accuracy=(49.48, 55.00, 57.81), episodes=10,
+            command=_COMMAND.format(task="fashion_mnist", train=192, val=96),
+        ),
     ),
 })
+
+
+def measured_param_cost(task: str, max_train_samples: int | None) -> float | None:
+    """λ_p measured for `task` at the training-sample cap nearest (in ratio) to `max_train_samples` (None: the
+    whole training set, so the largest measured cap); None when the task has no calibration."""
+    calibrations = PARAM_COSTS.get(task, ())
+    if not calibrations:
+        return None
+    if max_train_samples is None:
+        return max(calibrations, key=lambda c: c.max_train_samples).param_cost
+    cap = max_train_samples
+    return min(calibrations, key=lambda c: abs(math.log(c.max_train_samples / cap))).param_cost

@@ -19,7 +19,6 @@ from esper.kasmina.state import LifecycleConfig
 from esper.leyline.constants import DEFAULT_BATCH_SIZE_TRAINING, DEFAULT_DROPOUT, DEFAULT_HOST_LR, DEFAULT_SEED_LR
 from esper.runtime.data import Augmentation, DeviceDataset, Normalization
 from esper.runtime.optim import OptimizerSpec
-from esper.runtime.param_costs import PARAM_COSTS
 from esper.runtime.readers import (
     VOCAB_SIZE,
     Split,
@@ -63,7 +62,6 @@ class TaskSpec:
     typical_loss_delta_std: float
     default_batch_size: int
     val_batch_size: int
-    param_cost: float | None  # λ_p of the gap reward, pp per 100 % added parameters (None: not measured)
     lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
     block_size: int | None = None
     augment: Augmentation | None = None
@@ -121,11 +119,6 @@ has no plateau to grow into. At 0.05 it reaches its ~80 % knee by epoch 8 (measu
 _CIFAR_NORM: Normalization = ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
 
 
-def _param_cost(task: str) -> float | None:
-    calibration = PARAM_COSTS.get(task)
-    return None if calibration is None else calibration.param_cost
-
-
 class HostFactory(Protocol):
     """Builds a fresh host; `width` multiplies its channel widths (CNN) or model width (transformer)."""
 
@@ -146,7 +139,7 @@ def _cnn_task(name: str, loader: Loader, channels: tuple[int, ...], in_channels:
     return TaskSpec(
         name=name, topology="cnn", task_type="classification", num_outputs=10,
         input_shape=(in_channels, size, size),
-        host_factory=host, param_cost=_param_cost(name),
+        host_factory=host,
         loader=loader, host_optimizer=host_optimizer, seed_optimizer=_SEED_SGD, target_loss=target_loss,
         typical_loss_delta_std=0.05, default_batch_size=DEFAULT_BATCH_SIZE_TRAINING, val_batch_size=512,
         augment=Augmentation.for_image_size(size), normalization=normalization,
@@ -171,7 +164,7 @@ TASKS: dict[str, TaskSpec] = {
     "tinystories": TaskSpec(
         name="tinystories", topology="transformer", task_type="lm", num_outputs=VOCAB_SIZE, input_shape=(256,),
         host_factory=_transformer_host(n_embd=256, n_layer=6, block_size=256, dropout=DEFAULT_DROPOUT),
-        loader=_tinystories, param_cost=_param_cost("tinystories"),
+        loader=_tinystories,
         host_optimizer=OptimizerSpec("adamw", lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1),
         seed_optimizer=OptimizerSpec("adamw", lr=3e-4, weight_decay=0.0),
         target_loss=1.2, typical_loss_delta_std=0.15, default_batch_size=32, val_batch_size=64,
@@ -180,7 +173,7 @@ TASKS: dict[str, TaskSpec] = {
     "synthetic_text": TaskSpec(
         name="synthetic_text", topology="transformer", task_type="lm", num_outputs=VOCAB_SIZE, input_shape=(64,),
         host_factory=_transformer_host(n_embd=64, n_layer=3, block_size=64, dropout=0.0),
-        loader=_synthetic_text, param_cost=_param_cost("synthetic_text"),
+        loader=_synthetic_text,
         host_optimizer=OptimizerSpec("adamw", lr=1e-3),
         seed_optimizer=OptimizerSpec("adamw", lr=1e-3),
         target_loss=0.6, typical_loss_delta_std=0.15, default_batch_size=32, val_batch_size=64,

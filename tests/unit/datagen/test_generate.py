@@ -19,6 +19,7 @@ from esper.datagen.schema import SCHEMA_VERSION, validate_episode, write_json_at
 from esper.env import MorphoEnv, run_episodes
 from esper.leyline import NUM_JOINT_ACTIONS, OBS_DIM
 from esper.leyline.constants import DEFAULT_GOVERNOR_DEATH_PENALTY
+from esper.runtime.param_costs import measured_param_cost
 from esper.runtime.tasks import get_task_spec
 
 OPTIONS = GenerateOptions.for_task("synthetic", max_epochs=5, max_train_samples=96, max_val_samples=64)
@@ -130,6 +131,8 @@ def test_options_need_a_parameter_cost_where_the_task_has_none() -> None:
     with pytest.raises(ValueError, match="no measured parameter cost"):
         GenerateOptions.for_task("cifar10")
     assert GenerateOptions.for_task("cifar10", 0.5).param_cost == 0.5
-    assert GenerateOptions.for_task("synthetic").param_cost == get_task_spec("synthetic").param_cost
+    assert GenerateOptions.for_task("synthetic").param_cost == measured_param_cost("synthetic", None)
+    capped = GenerateOptions.for_task("synthetic", max_train_samples=192)
+    assert capped.param_cost == measured_param_cost("synthetic", 192) != measured_param_cost("synthetic", None)
     with pytest.raises(ValueError, match="Unknown datagen task"):
         GenerateOptions.for_task("tinystories", 1.0)

@@ -37,6 +37,7 @@ from esper.env.rewards import (
 )
 from esper.env.step_record import Measurement, SlotRewardInfo
 from esper.leyline import FactoredAction, LifecycleCommand, LifecycleOp, SeedStage
+from esper.runtime.param_costs import PARAM_COSTS
 from esper.runtime.tasks import get_task_spec
 
 P, B, T, F = SeedStage.PROBATIONARY, SeedStage.BLENDING, SeedStage.TRAINING, SeedStage.FOSSILIZED
@@ -527,15 +528,28 @@ def test_reward_config_per_family() -> None:
         reward_config("dense", task)
 
 
-def test_gap_uses_the_task_parameter_cost_unless_one_is_given() -> None:
-    measured = dataclasses.replace(get_task_spec("synthetic"), param_cost=4.0)
-    assert reward_config("gap", measured) == GapRewardConfig(4.0)
-    assert reward_config("gap", measured, param_cost=0.0) == GapRewardConfig(0.0)
-    unmeasured = dataclasses.replace(measured, param_cost=None)
+def test_gap_uses_the_cost_measured_nearest_the_run_sample_cap_unless_one_is_given() -> None:
+    task = get_task_spec("synthetic")
+    by_cap = {c.max_train_samples: c.param_cost for c in PARAM_COSTS["synthetic"]}
+    assert reward_config("gap", task, max_train_samples=192) == GapRewardConfig(by_cap[192])
+    assert reward_config("gap", task, max_train_samples=400) == GapRewardConfig(by_cap[192])  # nearer 192 by ratio
+    assert reward_config("gap", task, max_train_samples=1000) == GapRewardConfig(by_cap[2048])
+    assert reward_config("gap", task) == GapRewardConfig(by_cap[2048])  # no cap: the largest measured one
+    assert reward_config("gap", task, param_cost=0.0, max_train_samples=192) == GapRewardConfig(0.0)
+    unmeasured = get_task_spec("cifar10")
     with pytest.raises(ValueError, match="param_cost"):
         reward_config("gap", unmeasured)
     with pytest.raises(ValueError, match="param_cost"):
         make_reward_fn("gap", unmeasured, 0.99)
+
+
+def test_every_calibration_records_a_rerunnable_command_at_its_caps() -> None:
+    for task, calibrations in PARAM_COSTS.items():
+        for c in calibrations:
+            assert c.param_cost >= 0 and len(c.widths) == len(c.added_param_ratios) == len(c.mean_final_accuracy)
+            assert f"--task {task} " in c.command
+            assert f"--max-train-samples {c.max_train_samples} " in c.command
+            assert c.command.endswith(f"--max-val-samples {c.max_val_samples}")
 
 
 def test_only_the_gap_family_needs_a_twin() -> None:

@@ -105,7 +105,8 @@ def train_ppo(config: TrainingConfig, run: PPORun) -> PPOTrainingResult:
         _checkpoint(learner, run, "init")  # the policy before any update: evaluations compare final with init
     controller = PPOController(learner.agent, learner.obs_normalizer, use_telemetry=config.use_telemetry)
     reward_fn = make_reward_fn(config.reward_family, task, config.gamma, SparseRewardConfig(
-        config.param_budget, config.param_penalty_weight, config.sparse_reward_scale), config.param_cost)
+        config.param_budget, config.param_penalty_weight, config.sparse_reward_scale), config.param_cost,
+        max_train_samples=config.max_train_samples)
     detector = AnomalyDetector()
     _announce(config, task, env_devices, n_batches, run)
 

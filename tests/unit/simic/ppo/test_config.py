@@ -27,9 +27,10 @@ _CPU_SYNTHETIC = {"task": "synthetic", "max_train_samples": 2048, "max_val_sampl
 
 SPEC_PRESETS: dict[str, dict[str, Any]] = {
     "quick": {**_CPU_SYNTHETIC, "n_episodes": 16, "n_envs": 4, "max_epochs": 10, "minibatch_size": 32},
-    "synthetic": {**_CPU_SYNTHETIC, "n_episodes": 96, "n_envs": 8, "max_epochs": 25},
-    "fashion_mnist": {"task": "fashion_mnist", "max_train_samples": 8192, "max_val_samples": 2000, "n_epochs": 4,
-                      "n_episodes": 96, "n_envs": 8, "max_epochs": 25},
+    "synthetic": {"task": "synthetic", "max_train_samples": 192, "max_val_samples": 96, "n_epochs": 4,
+                  "minibatch_size": 64, "n_episodes": 384, "n_envs": 8, "max_epochs": 25},
+    "fashion_mnist": {"task": "fashion_mnist", "max_train_samples": 192, "max_val_samples": 96, "n_epochs": 4,
+                      "minibatch_size": 64, "n_episodes": 384, "n_envs": 8, "max_epochs": 25},
     "cifar10": {"task": "cifar10", "entropy_coef": 0.1},
     "cifar10_deep": {"task": "cifar10_deep", "entropy_coef": 0.08},
     "tinystories": {"task": "tinystories", "batch_size": 32, "entropy_anneal_episodes": 40},
