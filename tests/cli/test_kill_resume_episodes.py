@@ -51,8 +51,10 @@ def _kill_when(argv: list[str], run: Path, ready: Callable[[Path], bool]) -> Non
 
 def _episode_row_with(text: str) -> Callable[[Path], bool]:
     def ready(run: Path) -> bool:
+        # Only a whole line counts: under load a reader can catch a row half-copied into the file.
         path = run / "episodes.jsonl"
-        return path.exists() and text in path.read_text()
+        return path.exists() and any(text in line and line.endswith("\n")
+                                     for line in path.read_text().splitlines(keepends=True))
     return ready
 
 

@@ -3,7 +3,7 @@
 λ_p is the slope of the static host's final validation accuracy against its added-parameter ratio, fitted over
 widths 1.0, 1.5 and 2.0 on paired seeds, in pp per 100 % of added parameters. Charging seeds this much per
 parameter makes a positive `gap` return mean that growing beat simply training a wider network. What widening buys
-depends on how much data the host sees (on 192 samples a wider host gains ten times what it gains on 2,048), so a
+depends on how much data the host sees (on 192 samples a wider host gains twelve times what it gains on 2,048), so a
 task keeps one calibration per measured training-sample cap and a run uses the one nearest its own cap. Each entry
 records the command that measured it; tasks without an entry have no default (pass `--set param_cost=...`).
 """
