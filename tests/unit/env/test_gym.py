@@ -267,7 +267,8 @@ def test_a_gym_episode_is_the_episode_esper_runs_itself() -> None:
                            seed=derive_seed(21, "data"), max_train_samples=config.max_train_samples,
                            max_val_samples=config.max_val_samples)
     steps: list[EnvStep] = []
-    [result] = run_episodes([own], [_Script(actions)], data, make_reward_fn("gap", task, 1.0), on_step=steps.extend)
+    reward_fn = make_reward_fn("gap", task, 1.0, max_train_samples=config.max_train_samples)
+    [result] = run_episodes([own], [_Script(actions)], data, reward_fn, on_step=steps.extend)
     assert [s.reward.total() for s in steps] == rewards
     assert result.accuracy_curve[1:] == accuracies
 
