@@ -1,4 +1,4 @@
-"""Throughput of PPO over vectorized, batch-first training environments (DESIGN §6.10).
+"""Throughput of PPO over vectorized, batch-first training environments.
 
 Run (a standalone script, not a test):
 

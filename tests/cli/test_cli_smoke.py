@@ -1,4 +1,4 @@
-"""End-to-end CLI smoke tests on tiny budgets (DESIGN §11.5)."""
+"""End-to-end CLI smoke tests on tiny budgets."""
 
 from __future__ import annotations
 

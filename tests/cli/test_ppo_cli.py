@@ -1,4 +1,4 @@
-"""`esper train ppo` end to end on tiny budgets (§1.6, §1.7, §6.2, §6.10, §6.15, §11.5): run directory, checkpoints,
+"""`esper train ppo` end to end on tiny budgets: run directory, checkpoints,
 partial batches, exact resume, strict config, missing data, reward families, AMP on CPU, and PPO in `esper compare`.
 
 Every run is in-process (`main(argv)`) on CPU; runs that several tests inspect are module-scoped fixtures.

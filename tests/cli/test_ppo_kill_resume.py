@@ -1,5 +1,5 @@
 """Kill a PPO run mid-way (SIGKILL, no cleanup) and rerun the same command: it resumes from the last checkpoint and
-ends bit-identical to an uninterrupted run (DESIGN §6.15)."""
+ends bit-identical to an uninterrupted run."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Blueprint contract tests over every registered blueprint x slot x topology x size (DESIGN §11.4).
+"""Blueprint contract tests over every registered blueprint x slot x topology x size.
 
 A new blueprint registered in the default registry is covered automatically.
 """

@@ -1,4 +1,4 @@
-"""Registry contract (DESIGN §3.4, §11.4 items 1–2, §12.1 #15), parametrized over every registered blueprint.
+"""Registry contract, parametrized over every registered blueprint.
 
 A new blueprint is covered automatically; a new topology fails collection until it gets sizes in `SIZES`.
 """
@@ -145,5 +145,5 @@ def test_default_registry_instances() -> None:
 
 
 def test_registry_has_no_reset() -> None:
-    """DESIGN §12.8: `BlueprintRegistry.reset` must not exist."""
+    """`BlueprintRegistry.reset` must not exist (no global mutable registry state)."""
     assert not hasattr(BlueprintRegistry, "reset")

@@ -1,4 +1,4 @@
-"""Names that must not exist (DESIGN §12.8): grep src/esper (and README.md when present) for legacy names.
+"""Names that must not exist: grep src/esper (and README.md when present) for legacy names.
 
 Patterns are assembled from fragments so this file never matches them itself (it also lies outside the scanned
 paths). Feature builders of the old 27/37/54-dim observation schemas are detected two ways:

@@ -1,4 +1,4 @@
-"""One-GPU checks (DESIGN §11.5 AMP row, §6.10 streams and AMP, §12.4 #33). Skip without CUDA.
+"""One-GPU checks. Skip without CUDA.
 
 * The same synthetic episodes (2 envs, same env and data seeds, scripted germinations after epochs 1–3, default
   lifecycle) with amp=False and amp=True (fp16 autocast + one GradScaler per env): no NaN and no governor rollback,

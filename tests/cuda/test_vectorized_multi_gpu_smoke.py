@@ -1,4 +1,4 @@
-"""Multi-GPU smoke (DESIGN §11.5 row "multi-GPU smoke", §6.10 device mapping): 2 envs on cuda:0 and cuda:1.
+"""Multi-GPU smoke: 2 envs on cuda:0 and cuda:1.
 
 Runs `train_ppo` with the quick preset on `synthetic` (n_episodes 2, max_epochs 2, tiny caps; fixture
 `quick_ppo_run` in conftest.py) and checks that each device received an env and that env's model: the

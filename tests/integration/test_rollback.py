@@ -1,4 +1,4 @@
-"""Governor rollback restores a consistent model and optimizers (DESIGN §4.2, §12.2 #16–#18).
+"""Governor rollback restores a consistent model and optimizers.
 
 germinate → train → fossilize → snapshot → germinate another seed → train → NaN → panic → rollback: the model,
 every seed (weights, gate, lifecycle), and the host and seed optimizer states equal the snapshot exactly.

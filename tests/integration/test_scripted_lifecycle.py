@@ -1,4 +1,4 @@
-"""A real training run on `synthetic` with a scripted controller (issue acceptance, DESIGN §3.11 stage lengths).
+"""A real training run on `synthetic` with a scripted controller (the documented stage lengths).
 
 One seed goes GERMINATED -> TRAINING -> BLENDING -> PROBATIONARY -> FOSSILIZED; another is never fossilized and is
 culled automatically by Kasmina (probation timeout or non-positive counterfactual).

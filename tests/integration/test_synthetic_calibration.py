@@ -1,4 +1,4 @@
-"""Calibration of the `synthetic` task (DESIGN §9.2): learnable by the small host, with headroom for capacity."""
+"""Calibration of the `synthetic` task: learnable by the small host, with headroom for capacity."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The verified 25-epoch timeline of DESIGN §3.11 as an executable test (scripted controller, stubbed measurements).
+"""The verified 25-epoch lifecycle timeline as an executable test (scripted controller, stubbed measurements).
 
 Loop order per epoch: train -> validate (+ablation) -> record_accuracy -> observe -> act -> step_epoch.
 """

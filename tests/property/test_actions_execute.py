@@ -1,9 +1,9 @@
-"""Every sampled action is valid and executes (DESIGN §6.3 property, §11.3 item 1, §12.4 #23).
+"""Every sampled action is valid and executes.
 
 A seeded loop draws 5,000 realizable lifecycle states (random enabled subsets, stages, ages, counterfactuals around
 the 1.0 fossilization threshold, health, seed limits, embargoes). `FactoredActorCritic` networks with random weights
 (default init, and one with inflated output layers so masked logits dominate) sample actions for all states in one
-batch; each action must be valid under `compute_action_validity` and under the §2.2 rules re-derived from the state.
+batch; each action must be valid under `compute_action_validity` and under the validity rules re-derived from the state.
 
 For a random subset (300 states without embargo) a real `MorphoEnv` on a tiny CNNHost(channels=(4, 4, 4)) is brought
 to the state through public APIs only: `germinate_seed`; `SeedSlot.step_epoch` to advance (G1; G2 after stubbed
@@ -120,7 +120,7 @@ def random_state(rng: random.Random) -> State:
 
 
 def _expected_valid(state: State, action: FactoredAction) -> bool:
-    """The §2.2 rules, re-derived from the recipe (independent of compute_action_validity)."""
+    """The validity rules, re-derived from the recipe (independent of compute_action_validity)."""
     if action.op == LifecycleOp.WAIT:
         return True
     slot = action.slot_id

@@ -1,4 +1,4 @@
-"""GAE per-env independence (§6.6, §11.3 item 6)."""
+"""GAE per-env independence."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Leyline property tests (DESIGN §11.3 items 8 and 9): joint index, validity masks, SeedTelemetry features."""
+"""Leyline property tests: joint index, validity masks, SeedTelemetry features."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Random operation sequences through a SeedSlot never leave the lifecycle contract (DESIGN §11.3 item 2)."""
+"""Random operation sequences through a SeedSlot never leave the lifecycle contract."""
 
 from __future__ import annotations
 

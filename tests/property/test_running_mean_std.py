@@ -1,4 +1,4 @@
-"""RunningMeanStd: incremental == batch, normalized output within the clip (§6.2, §11.3 item 7)."""
+"""RunningMeanStd: incremental == batch, normalized output within the clip."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Masks and dependent sampling on random lifecycle states (§6.3, §11.3 items 1 and 9)."""
+"""Masks and dependent sampling on random lifecycle states."""
 
 from __future__ import annotations
 

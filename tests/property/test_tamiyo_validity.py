@@ -1,4 +1,4 @@
-"""Random and heuristic controllers only propose actions valid under `compute_action_validity` (DESIGN §11.3 item 1)."""
+"""Random and heuristic controllers only propose actions valid under `compute_action_validity`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Observation features: the §6.1 layout, scaling and robustness."""
+"""Observation features: the documented layout, scaling and robustness."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SeedGradientCollector (DESIGN §6.13; tests of shared/seeds/001, Task 3, plus the fused-norm path)."""
+"""SeedGradientCollector."""
 
 from __future__ import annotations
 

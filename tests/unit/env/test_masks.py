@@ -1,4 +1,4 @@
-"""Action masks (§6.3), including the mask tests of the factored-actions plan (seed 002)."""
+"""Action masks, including the mask tests of the factored-actions plan (seed 002)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Blend schedules, the gated blend and the isolation ops (DESIGN §3.5)."""
+"""Blend schedules, the gated blend and the isolation ops."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Blueprint modules (DESIGN §3.4): structure, initialization and causality of the catalog."""
+"""Blueprint modules: structure, initialization and causality of the catalog."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Hosts (DESIGN §3.1–§3.3): shapes, parameter counts, slot positions, segment invariants, validation, tying."""
+"""Hosts: shapes, parameter counts, slot positions, segment invariants, validation, tying."""
 
 from __future__ import annotations
 
@@ -20,14 +20,14 @@ def n_params(module: nn.Module) -> int:
 
 
 def cnn_formula(in_channels: int, channels: Sequence[int], classes: int = 10) -> int:
-    """§3.2: Σ_i (9·c_{i−1}·c_i + 2·c_i) + c_last·K + K."""
+    """CNN host: Σ_i (9·c_{i−1}·c_i + 2·c_i) + c_last·K + K."""
     widths = (in_channels, *channels)
     convs = sum(9 * a * b + 2 * b for a, b in itertools.pairwise(widths))
     return convs + widths[-1] * classes + classes
 
 
 def transformer_formula(vocab: int, dim: int, layers: int, block: int) -> int:
-    """§3.3: V·D + T_max·D + L·(12·D² + 13·D) + 2·D (tied head counted once)."""
+    """Transformer host: V·D + T_max·D + L·(12·D² + 13·D) + 2·D (tied head counted once)."""
     return vocab * dim + block * dim + layers * (12 * dim * dim + 13 * dim) + 2 * dim
 
 

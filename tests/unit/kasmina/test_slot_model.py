@@ -1,4 +1,4 @@
-"""SeedSlot lifecycle mechanics and MorphogeneticModel contracts (DESIGN §3.7–§3.10)."""
+"""SeedSlot lifecycle mechanics and MorphogeneticModel contracts."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SeedProgress / SeedState mechanics and the quality gates G0..G5 (DESIGN §2.6, §3.6)."""
+"""SeedProgress / SeedState mechanics and the quality gates G0..G5."""
 
 from __future__ import annotations
 

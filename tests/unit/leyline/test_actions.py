@@ -1,4 +1,4 @@
-"""Factored actions, commands, joint index, slot ordering and validity rules (DESIGN §2.2)."""
+"""Factored actions, commands, joint index, slot ordering and validity rules."""
 
 from __future__ import annotations
 

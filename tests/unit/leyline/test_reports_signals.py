@@ -1,4 +1,4 @@
-"""Reports and signals (DESIGN §2.3, §2.4): SeedMetrics, SeedStateReport, TrainingMetrics, signals, observation."""
+"""Reports and signals: SeedMetrics, SeedStateReport, TrainingMetrics, signals, observation."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Seed stages (DESIGN §2.1): enum values, the exact transition table, predicates, gate types."""
+"""Seed stages: enum values, the exact transition table, predicates, gate types."""
 
 from __future__ import annotations
 

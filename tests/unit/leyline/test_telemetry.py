@@ -1,4 +1,4 @@
-"""Telemetry contracts (DESIGN §2.5): levels, event min-levels, TelemetryEvent, SeedTelemetry features."""
+"""Telemetry contracts: levels, event min-levels, TelemetryEvent, SeedTelemetry features."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from esper.leyline.constants import SEED_TELEMETRY_DIM
 
 L = TelemetryLevel
 
-# DESIGN §2.5 event table: name → minimum level.
+# The telemetry event table: name → minimum level.
 SPEC_MIN_LEVEL: dict[str, TelemetryLevel] = {
     "TRAINING_STARTED": L.MINIMAL,
     "EPOCH_COMPLETED": L.NORMAL,
@@ -77,7 +77,7 @@ def test_event_min_level_complete_for_every_event_type() -> None:
 
 def test_event_min_levels_match_spec_for_existing_members() -> None:
     for member in TelemetryEventType:
-        assert member.name in SPEC_MIN_LEVEL, f"{member.name} is not in the DESIGN §2.5 table"
+        assert member.name in SPEC_MIN_LEVEL, f"{member.name} is not in the event table"
         assert EVENT_MIN_LEVEL[member] == SPEC_MIN_LEVEL[member.name], member.name
 
 

@@ -1,4 +1,4 @@
-"""NissaHub: level filtering, escalation, backend isolation, lifecycle, no shared state (DESIGN §8.1, §12.7)."""
+"""NissaHub: level filtering, escalation, backend isolation, lifecycle, no shared state."""
 
 from __future__ import annotations
 

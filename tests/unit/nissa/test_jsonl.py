@@ -1,4 +1,4 @@
-"""JSONL backend and event serialization: schema, strict JSON, buffering and flushing (DESIGN §8.1, §8.2)."""
+"""JSONL backend and event serialization: schema, strict JSON, buffering and flushing."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TensorBoard backend: tags and steps read back from the event files (DESIGN §8.2)."""
+"""TensorBoard backend: tags and steps read back from the event files."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TUI: renders from normal-level events for 1 and 12 envs, PPO and heuristic runs (DESIGN §8.3, §12.7)."""
+"""TUI: renders from normal-level events for 1 and 12 envs, PPO and heuristic runs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Checkpoint files (DESIGN §1.7): atomic writes, format checks, model round trip, RNG capture."""
+"""Checkpoint files: atomic writes, format checks, model round trip, RNG capture."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""DeviceDataset, on-device augmentation and SharedBatchIterator (DESIGN §9.5), with two CPU consumers."""
+"""DeviceDataset, on-device augmentation and SharedBatchIterator, with two CPU consumers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Procedural `synthetic` images and `synthetic_text` corpus (DESIGN §9.2, §9.4)."""
+"""Procedural `synthetic` images and `synthetic_text` corpus."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""RunningMeanStd and RewardNormalizer (§6.2)."""
+"""RunningMeanStd and RewardNormalizer."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""HeuristicTamiyo (DESIGN §5.3, §12.3 item 21)."""
+"""HeuristicTamiyo."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Policy protocol, decision checks, StaticPolicy and RandomPolicy (DESIGN §5.2, §12.3 item 22)."""
+"""Policy protocol, decision checks, StaticPolicy and RandomPolicy."""
 
 from __future__ import annotations
 

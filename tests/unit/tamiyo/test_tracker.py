@@ -1,4 +1,4 @@
-"""SignalTracker (DESIGN §5.1, §12.3 item 20)."""
+"""SignalTracker."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TolariaGovernor vital-sign rules, events and rollback bookkeeping (DESIGN §4.2, §2.5, §12.2)."""
+"""TolariaGovernor vital-sign rules, events and rollback bookkeeping."""
 
 from __future__ import annotations
 

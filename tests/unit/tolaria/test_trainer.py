@@ -1,4 +1,4 @@
-"""Tolaria trainer mechanics (DESIGN §4.1, §3.9, §12.2): metrics, gradient ratios, counterfactuals, optimizers, BN."""
+"""Tolaria trainer mechanics: metrics, gradient ratios, counterfactuals, optimizers, BN."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""AnomalyDetector thresholds, RatioExplosionDiagnostic and per-layer gradient stats (DESIGN §6.11, §6.12)."""
+"""AnomalyDetector thresholds, RatioExplosionDiagnostic and per-layer gradient stats."""
 
 from __future__ import annotations
 

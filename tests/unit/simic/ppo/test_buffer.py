@@ -1,4 +1,4 @@
-"""FactoredRolloutBuffer (§6.6), including the buffer tests of the factored-actions plan (seed 002)."""
+"""FactoredRolloutBuffer, including the buffer tests of the factored-actions plan (seed 002)."""
 
 from __future__ import annotations
 

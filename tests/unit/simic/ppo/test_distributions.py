@@ -1,4 +1,4 @@
-"""MaskedCategorical (§6.4)."""
+"""MaskedCategorical."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""FactoredActorCritic (§6.5): shapes, init, dependent sampling and head-aware log-probs/entropies."""
+"""FactoredActorCritic: shapes, init, dependent sampling and head-aware log-probs/entropies."""
 
 from __future__ import annotations
 
