@@ -93,7 +93,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 "command": "compare", "task": plan.task.name, "topology": plan.task.topology,
                 "n_envs": len(specs), "controllers": labels,
                 "env_devices": {i: str(plan.devices[i % len(plan.devices)]) for i in range(len(specs))},
-                "n_episodes": args.episodes, "config": config})
+                "n_episodes": args.episodes, "config": config, "reward": plan.describe_reward()})
             progress.start("paired episodes", args.episodes * len(specs) * args.max_epochs, round_size=len(phases[0]),
                            done=(resume.episodes_done if resume is not None else 0) * args.max_epochs)
             result = run_comparison(specs, plan, args.episodes, cache, tie_threshold=args.tie_threshold, sink=hub,

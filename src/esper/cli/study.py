@@ -161,7 +161,8 @@ def cmd_study(args: argparse.Namespace) -> int:
         with closing_hub(hub, eval_dir):
             emit(hub, TelemetryEventType.TRAINING_STARTED, f"study evaluation on {config.task}", {
                 "command": "study evaluation", "task": config.task, "topology": plan.task.topology,
-                "n_envs": len(specs), "controllers": labels, "n_episodes": seeds, "config": eval_config})
+                "n_envs": len(specs), "controllers": labels, "n_episodes": seeds, "config": eval_config,
+                "reward": plan.describe_reward()})
             progress.start("evaluation", seeds * len(specs) * config.max_epochs, round_size=len(phases[0]),
                            done=(resume.episodes_done if resume is not None else 0) * config.max_epochs)
             comparison = run_evaluation(plan, specs, labels, seeds, cache, run_dir=eval_dir, sink=hub,

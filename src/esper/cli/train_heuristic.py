@@ -63,7 +63,8 @@ def cmd_train_heuristic(args: argparse.Namespace) -> int:
         with closing_hub(hub, run_dir):
             emit(hub, TelemetryEventType.TRAINING_STARTED, f"heuristic on {plan.task.name}", {
                 "command": "train heuristic", "task": plan.task.name, "topology": plan.task.topology, "n_envs": 1,
-                "env_devices": {0: str(plan.devices[0])}, "n_episodes": args.episodes, "config": config})
+                "env_devices": {0: str(plan.devices[0])}, "n_episodes": args.episodes, "config": config,
+                "reward": plan.describe_reward()})
             progress.start("episodes", args.episodes * args.max_epochs, done=len(done) * args.max_epochs)
 
             def save_model(episode: int, results: list[EpisodeResult], envs: list[MorphoEnv]) -> None:

@@ -46,6 +46,7 @@ __all__ = [
     "make_reward_fn",
     "needs_twin",
     "reward_config",
+    "reward_summary",
 ]
 
 
@@ -212,6 +213,16 @@ def reward_config(family: RewardFamily | str, task: TaskSpec, sparse: SparseRewa
     if family == RewardFamily.SPARSE:
         return sparse or SparseRewardConfig()
     return ContributionRewardConfig()
+
+
+def reward_summary(family: RewardFamily | str, task: TaskSpec, param_cost: float | None = None, *,
+                   max_train_samples: int | None = None) -> str:
+    """The reward a run computes, with the parameter cost it resolved to: runs record it, since a default λ_p
+    depends on the task and the sample cap."""
+    config = reward_config(family, task, param_cost=param_cost, max_train_samples=max_train_samples)
+    if isinstance(config, GapRewardConfig):
+        return f"gap (λ_p {config.param_cost:g} pp per 100 % added parameters)"
+    return RewardFamily(family).value
 
 
 def make_reward_fn(family: RewardFamily | str, task: TaskSpec, gamma: float,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from esper.env import EnvSpec, EnvStep, EpisodeResult, EpochData, MorphoEnv, run_episodes
-from esper.env.rewards import RewardFamily, make_reward_fn, needs_twin
+from esper.env.rewards import RewardFamily, make_reward_fn, needs_twin, reward_summary
 from esper.evaluation.controllers import all_controllers
 from esper.leyline import TelemetryEvent, TelemetryEventType, TelemetrySink
 from esper.leyline.constants import DEFAULT_GAMMA
@@ -45,6 +45,10 @@ class EpisodePlan:
     param_cost: float | None = None  # gap reward's λ_p; None: the task's value measured at the nearest sample cap
     gamma: float = DEFAULT_GAMMA
     first_episode: int = 0  # held-out evaluations start their paired seeds elsewhere than training did
+
+    def describe_reward(self) -> str:
+        """The reward logged per decision, with the parameter cost it resolves to for this task and sample cap."""
+        return reward_summary(self.reward_family, self.task, self.param_cost, max_train_samples=self.max_train_samples)
 
 
 def episode_seed(plan: EpisodePlan, episode: int) -> int:

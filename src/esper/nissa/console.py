@@ -51,7 +51,8 @@ def _where(event: TelemetryEvent) -> str:
 
 def _training_started(e: TelemetryEvent) -> str:
     d = e.data
-    return f"{d['command']} started: task {d['task']} ({d.get('topology', '?')}), {d.get('n_envs', 1)} env(s)"
+    reward = f", reward {d['reward']}" if d.get("reward") else ""
+    return f"{d['command']} started: task {d['task']} ({d.get('topology', '?')}), {d.get('n_envs', 1)} env(s){reward}"
 
 
 def _epoch(e: TelemetryEvent) -> str:

@@ -34,6 +34,7 @@ from esper.env.rewards import (
     make_reward_fn,
     needs_twin,
     reward_config,
+    reward_summary,
 )
 from esper.env.step_record import Measurement, SlotRewardInfo
 from esper.leyline import FactoredAction, LifecycleCommand, LifecycleOp, SeedStage
@@ -541,6 +542,13 @@ def test_gap_uses_the_cost_measured_nearest_the_run_sample_cap_unless_one_is_giv
         reward_config("gap", unmeasured)
     with pytest.raises(ValueError, match="param_cost"):
         make_reward_fn("gap", unmeasured, 0.99)
+
+
+def test_reward_summary_names_the_resolved_parameter_cost() -> None:
+    task = get_task_spec("synthetic")
+    assert reward_summary("gap", task, max_train_samples=192) == "gap (λ_p 3.918 pp per 100 % added parameters)"
+    assert reward_summary("gap", task, 0.5) == "gap (λ_p 0.5 pp per 100 % added parameters)"
+    assert reward_summary("contribution", task) == "contribution"
 
 
 def test_every_calibration_records_a_rerunnable_command_at_its_caps() -> None:

@@ -30,7 +30,14 @@ import torch
 from esper.datagen.loader import load_transitions
 from esper.env import EnvSpec, EnvStep, EpisodeResult, EpochData, MorphoEnv, run_episodes
 from esper.env.features import obs_dim
-from esper.env.rewards import SUMMED_FIELDS, RewardFn, SparseRewardConfig, make_reward_fn, needs_twin
+from esper.env.rewards import (
+    SUMMED_FIELDS,
+    RewardFn,
+    SparseRewardConfig,
+    make_reward_fn,
+    needs_twin,
+    reward_summary,
+)
 from esper.leyline import LifecycleOp, TelemetryEvent, TelemetryEventType, TelemetrySink
 from esper.leyline.constants import ANOMALY_ESCALATION_EPOCHS
 from esper.leyline.seeding import derive_seed
@@ -198,6 +205,8 @@ def _announce(config: TrainingConfig, task: TaskSpec, env_devices: list[torch.de
         "command": "train ppo", "task": config.task, "topology": task.topology, "n_envs": config.n_envs,
         "env_devices": {i: str(device_of[i]) for i in range(config.n_envs)}, "total_batches": n_batches,
         "n_episodes": config.n_episodes, "obs_dim": obs_dim(config.use_telemetry), "config": config.to_dict(),
+        "reward": reward_summary(config.reward_family, task, config.param_cost,
+                                 max_train_samples=config.max_train_samples),
         "envs_per_device": {str(d): sum(1 for x in device_of if x == d) for d in env_devices}})
 
 
