@@ -152,6 +152,8 @@ CASES = [
     Case("study-seeds-zero", lambda f: [*STUDY, "--seeds", "0"], "--seeds"),
     Case("study-lr-infinite", lambda f: [*STUDY, "--set", "lr=Infinity"], "lr"),
     Case("study-ppo-not-a-directory", lambda f: [*STUDY, "--ppo", f.afile], "--ppo"),
+    Case("study-ppo-with-other-setting", lambda f: [*STUDY, "--ppo", str(f.ppo_run), "--set", "max_train_samples=512"],
+         "max_train_samples cannot be changed"),
     # controllers and checkpoints
     Case("controller-unknown", lambda f: [*COMPARE, "--controllers", "static", "oracle"], "oracle"),
     Case("controller-duplicate", lambda f: [*COMPARE, "--controllers", "static", "static"], "distinct"),

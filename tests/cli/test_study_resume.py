@@ -56,3 +56,14 @@ def test_study_reruns_resume_consistently(tmp_path: Path, capsys: pytest.Capture
     assert main([*STUDY, "--seeds", "1", "--run-dir", str(run), "--overwrite"]) == 0
     assert len(read_jsonl(run / "eval" / "episodes.jsonl")) == 4
     assert json.loads((run / "config.json").read_text())["config"]["seeds"] == 1
+
+
+def test_study_of_an_existing_policy_reproduces_the_evaluation_of_its_own_study(tmp_path: Path) -> None:
+    trained = tmp_path / "trained"
+    assert main([*STUDY, "--seeds", "2", "--run-dir", str(trained)]) == 0
+    reused = tmp_path / "reused"
+    assert main(["study", "--preset", "quick", "--device", "cpu", "--no-tui", "--no-tensorboard", "--seeds", "2",
+                 "--ppo", str(trained / "train"), "--run-dir", str(reused)]) == 0
+    assert not (reused / "train").exists()  # nothing trained: the run's own policies were evaluated
+    assert read_jsonl(reused / "eval" / "episodes.jsonl") == read_jsonl(trained / "eval" / "episodes.jsonl")
+    assert _results(reused)["pairwise"] == _results(trained)["pairwise"]

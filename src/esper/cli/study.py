@@ -68,21 +68,31 @@ def add_study_parser(sub: Any) -> None:
                    config_json=None)
 
 
+_PLACEMENT = ("device", "devices")
+"""Overrides that change where a study runs, not what it measures."""
+
+
 def _training_config(args: argparse.Namespace, train_dir: Path) -> tuple[TrainingConfig, Path | None]:
     """The preset's config with the overrides, or the saved one when the run (or --ppo) already has checkpoints
     (ignored under --overwrite, which starts the study over)."""
-    requested = TrainingConfig.preset(STUDY_PRESETS[args.preset].training).with_overrides(**flag_overrides(args))
+    overrides = flag_overrides(args)
+    requested = TrainingConfig.preset(STUDY_PRESETS[args.preset].training).with_overrides(**overrides)
     latest = train_dir / "checkpoints" / "latest.pt"
     if args.ppo is not None and not args.ppo.is_dir():
         raise FileNotFoundError(f"--ppo {args.ppo} is not a directory: pass a PPO run directory (holding "
                                 f"checkpoints/init.pt and final.pt)")
+    setting = sorted(k for k in overrides if k not in _PLACEMENT)
+    if args.ppo is not None and setting:
+        raise ValueError(f"--ppo evaluates the policy in the setting it trained in, so {', '.join(setting)} cannot "
+                         f"be changed; to test it elsewhere run esper compare --controllers static heuristic "
+                         f"ppo:{args.ppo}/checkpoints/init.pt ppo:{args.ppo} with the settings you want")
     if not latest.exists() or (args.overwrite and args.ppo is None):
         if args.ppo is not None:
             raise FileNotFoundError(f"{latest} not found: --ppo needs a PPO run directory with checkpoints")
         return requested, None
     saved = TrainingConfig.from_dict(read_policy_checkpoint(latest)["config"])
     if args.ppo is not None:
-        return saved, latest
+        return saved.with_overrides(**overrides), latest  # only where it runs may change
     return resume_config(saved, requested), latest
 
 
