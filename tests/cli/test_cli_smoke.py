@@ -37,14 +37,14 @@ def test_train_heuristic_writes_a_complete_run_dir(tmp_path: Path) -> None:
     load_model_checkpoint(fresh, run / "checkpoints" / "model_final.pt")
     torch.load(run / "checkpoints" / "model_final.pt", weights_only=True)
     [started] = [e for e in read_jsonl(run / "events.jsonl") if e["event_type"] == "TRAINING_STARTED"]
-    assert started["data"]["reward"] == "gap (λ_p 1 pp per 100 % added parameters)"
+    assert started["data"]["reward"] == "gap, λ_p 1"
 
 
 def test_a_run_prints_the_parameter_cost_its_sample_cap_resolves_to(tmp_path: Path,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     argv = [a for a in TINY if a not in ("--param-cost", "1.0")]
     assert main(["train", "heuristic", "--max-epochs", "2", "--run-dir", str(tmp_path / "h"), *argv]) == 0
-    assert "reward gap (λ_p 3.918 pp per 100 % added parameters)" in capsys.readouterr().out  # 256 → the 192 cap
+    assert "reward gap, λ_p 3.918" in capsys.readouterr().out  # 256 → the 192 cap
 
 
 def test_console_prints_epoch_detail_only_at_debug(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -33,6 +33,9 @@ def test_study_reruns_resume_consistently(tmp_path: Path, capsys: pytest.Capture
     assert len(episodes) == 2 * 4 and (run / "train" / "events.jsonl").exists()
     header = next(line for line in (run / "summary.md").read_text().splitlines() if line.startswith("| controller"))
     assert header.endswith("| Δ vs static | Δ vs heuristic | Δ vs ppo (init) |")  # the quick preset's references
+    title = (run / "summary.md").read_text().splitlines()[0]
+    assert title == "# esper study --preset quick (synthetic; reward gap, λ_p 1)"
+    assert json.loads((run / "results.json").read_text())["study"]["reward"] == title.split("reward ")[1][:-1]
 
     # what a kill in the second paired episode leaves: episode 0 finished, episode 1 half written
     (run / "eval" / "episodes.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes[:6]))

@@ -177,9 +177,10 @@ def cmd_study(args: argparse.Namespace) -> int:
                            done=(resume.episodes_done if resume is not None else 0) * config.max_epochs)
             comparison = run_evaluation(plan, specs, labels, seeds, cache, run_dir=eval_dir, sink=hub,
                                         resume=resume)
-    title = f"esper study --preset {args.preset} ({config.task})"
+    reward = plan.describe_reward()
+    title = f"esper study --preset {args.preset} ({config.task}; reward {reward})"
     summary = write_study(path, comparison, title=title, command="esper " + " ".join(args.argv),
-                          extra={"preset": args.preset, "seeds": seeds, "training": config.to_dict()})
+                          extra={"preset": args.preset, "seeds": seeds, "reward": reward, "training": config.to_dict()})
     console.print(comparison_table(comparison))
     plots = render_report(path / "eval")
     console.print(f"\nStudy directory: [bold]{path}[/bold]\nSummary:         {summary}\n"

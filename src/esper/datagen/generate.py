@@ -49,7 +49,8 @@ class GenerateOptions:
     """Generation-wide settings (the same for every episode of a dataset) and where the data lives.
 
     `param_cost` is the gap reward's λ_p (pp per 100 % added parameters); `for_task` fills it from the task's
-    measured value. Everything but the data location shapes the episodes, so `settings()` enters the matrix hash.
+    value measured at the sample cap nearest `max_train_samples`. Everything but the data location shapes the
+    episodes, so `settings()` enters the matrix hash.
     """
 
     task: str

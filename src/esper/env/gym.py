@@ -55,7 +55,7 @@ class GymEnvConfig:
     """Everything that defines the episodes of a `MorphoGymEnv`. The defaults are the `quick` CPU setting.
 
     `param_cost` is the `gap` reward's λ_p (pp of accuracy per 100 % of added parameters); None takes the task's
-    measured value. `max_seeds` None allows one seed per enabled slot.
+    value measured at the sample cap nearest `max_train_samples`. `max_seeds` None allows one seed per enabled slot.
     """
 
     task: str = "synthetic"

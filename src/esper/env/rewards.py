@@ -24,7 +24,7 @@ from esper.env.contribution import ContributionRewardConfig, compute_contributio
 from esper.env.shared_terms import base_components, clamp, rent
 from esper.env.step_record import SUMMED_FIELDS, Measurement, ShapedRewardComponents, StepRecord
 from esper.leyline.actions import LifecycleOp
-from esper.runtime.param_costs import measured_param_cost
+from esper.runtime.param_costs import PARAM_COSTS, measured_param_cost
 from esper.runtime.tasks import TaskSpec
 
 __all__ = [
@@ -204,8 +204,13 @@ def reward_config(family: RewardFamily | str, task: TaskSpec, sparse: SparseRewa
     if family == RewardFamily.GAP:
         cost = param_cost if param_cost is not None else measured_param_cost(task.name, max_train_samples)
         if cost is None:
-            raise ValueError(f"Task '{task.name}' has no measured parameter cost for the gap reward: set one "
-                             f"(--set param_cost=PP_PER_100PCT, or --param-cost) or choose another reward family")
+            measured = PARAM_COSTS.get(task.name)
+            where = (f"measured at {', '.join(str(c.max_train_samples) for c in measured.calibrations)} training "
+                     f"samples, not near {max_train_samples or 'all ' + str(measured.train_set_size)}"
+                     ) if measured is not None else "none measured"
+            raise ValueError(f"Task '{task.name}' has no parameter cost for the gap reward at this size ({where}): "
+                             f"measure one with benchmarks/calibrate_param_cost.py and set it (--set "
+                             f"param_cost=PP_PER_100PCT, or --param-cost) or choose another reward family")
         return GapRewardConfig(cost, lm=task.task_type == "lm")
     if family == RewardFamily.LOSS:
         return LossRewardConfig.for_task(task.task_type, task.random_guess_loss, task.target_loss,
@@ -221,7 +226,7 @@ def reward_summary(family: RewardFamily | str, task: TaskSpec, param_cost: float
     depends on the task and the sample cap."""
     config = reward_config(family, task, param_cost=param_cost, max_train_samples=max_train_samples)
     if isinstance(config, GapRewardConfig):
-        return f"gap (λ_p {config.param_cost:g} pp per 100 % added parameters)"
+        return f"gap, λ_p {config.param_cost:g}"
     return RewardFamily(family).value
 
 

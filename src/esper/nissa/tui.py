@@ -3,7 +3,8 @@
 Events update plain state under a lock; `render()` builds the whole screen from that state, so tests can render to a
 `Console(record=True)` without a `Live`, and `start()` drives the same method at 4 Hz. Data keys read:
 
-* TRAINING_STARTED: command, task, topology, preset, n_envs, env_devices {env_id: device}, total_batches, n_episodes.
+* TRAINING_STARTED: command, task, topology, preset, reward, n_envs, env_devices {env_id: device}, total_batches,
+  n_episodes.
 * EPOCH_COMPLETED (per env): episode, epoch, max_epochs, val_accuracy, reward, op, slot, device,
   slots {slot: {stage, blueprint, alpha, contribution} | None}.
 * EPISODE_COMPLETED: final_accuracy. BATCH_COMPLETED: batch, episodes_completed, rolling_accuracy, action_shares,
@@ -20,6 +21,7 @@ two short lines, so an 80-column terminal shows every slot instead of truncating
 
 from __future__ import annotations
 
+import textwrap
 import threading
 import time
 from collections import Counter, deque
@@ -240,7 +242,8 @@ class TuiBackend:
             table = self._env_table(wide)
             health_rows = len(PPO_ROWS) if wide else sum(1 for row in PPO_ROWS if row[3] is not None
                                                          or row[4] is not None)
-            header_lines = 2 + len(self._header_text()) // max(1, width - 4) + 1 + (self.progress is not None)
+            wrapped = textwrap.wrap(self._header_text(), max(1, width - 4))  # rich wraps the header on words too
+            header_lines = 2 + max(1, len(wrapped)) + (self.progress is not None)
             table_lines = 2 + len(self._envs) * (1 if wide else 2)
             log_lines = 8 if height is None else max(2, min(8, height - header_lines - table_lines
                                                             - (health_rows + 2) - 2 - 1))
@@ -372,7 +375,9 @@ class TuiBackend:
         if not rewards:
             lines.append(f"  {DASH}\n", style="dim")
         lines.rstrip()
-        return Panel(lines, title="action mix and rewards", title_align="left")
+        reward = self._run.get("reward")  # the family and its parameter cost, e.g. "gap, λ_p 3.918"
+        return Panel(lines, title=f"action mix · reward {reward}" if reward else "action mix and rewards",
+                     title_align="left")
 
     def _log_panel(self, lines_shown: int = 8) -> Panel:
         lines = Text(no_wrap=True, overflow="ellipsis")

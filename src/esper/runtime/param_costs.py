@@ -4,8 +4,9 @@
 widths 1.0, 1.5 and 2.0 on paired seeds, in pp per 100 % of added parameters. Charging seeds this much per
 parameter makes a positive `gap` return mean that growing beat simply training a wider network. What widening buys
 depends on how much data the host sees (on 192 samples a wider host gains twelve times what it gains on 2,048), so a
-task keeps one calibration per measured training-sample cap and a run uses the one nearest its own cap. Each entry
-records the command that measured it; tasks without an entry have no default (pass `--set param_cost=...`).
+task keeps one calibration per measured training-sample cap and a run uses the one nearest its own cap, if that is
+within a factor of `MAX_CAP_RATIO` of it. Each entry records the command that measured it; a run far from every
+measured cap, or on a task without one, has no default (measure one, then pass `--set param_cost=...`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import math
 from dataclasses import dataclass
 from types import MappingProxyType
 
-__all__ = ["PARAM_COSTS", "ParamCostCalibration", "measured_param_cost"]
+__all__ = ["MAX_CAP_RATIO", "PARAM_COSTS", "ParamCostCalibration", "TaskParamCosts", "measured_param_cost"]
 
 
 @dataclass(frozen=True)
@@ -29,12 +30,21 @@ class ParamCostCalibration:
     command: str
 
 
+@dataclass(frozen=True)
+class TaskParamCosts:
+    train_set_size: int  # the whole training split: what a run without a sample cap trains on
+    calibrations: tuple[ParamCostCalibration, ...]
+
+
+MAX_CAP_RATIO = 4.0
+"""A calibration serves runs whose training-sample count is within this factor of the cap it was measured at."""
+
 _COMMAND = "python benchmarks/calibrate_param_cost.py --task {task} --episodes 10 --max-epochs 25 " \
            "--max-train-samples {train} --max-val-samples {val}"
 
-PARAM_COSTS: MappingProxyType[str, tuple[ParamCostCalibration, ...]] = MappingProxyType({
+PARAM_COSTS: MappingProxyType[str, TaskParamCosts] = MappingProxyType({
     # 25-epoch episodes, seeds 7 + 1000·i, CPU (torch 2.13), 2026-11-26.
-    "synthetic": (
+    "synthetic": TaskParamCosts(5000, (
         # width 1.0: 81.64 %, 1.5: 82.15 %, 2.0: 82.56 %; 95 % bootstrap CI of the slope [0.108, 0.543].
         ParamCostCalibration(
             param_cost=0.324, max_train_samples=2048, max_val_samples=512, widths=(1.0, 1.5, 2.0),
@@ -47,25 +57,26 @@ PARAM_COSTS: MappingProxyType[str, tuple[ParamCostCalibration, ...]] = MappingPr
             added_param_ratios=(0.0, 1.1723, 2.7934), mean_final_accuracy=(37.08, 43.65, 48.23), episodes=10,
             command=_COMMAND.format(task="synthetic", train=192, val=96),
         ),
-    ),
-    "fashion_mnist": (
+    )),
+    "fashion_mnist": TaskParamCosts(60000, (
         # Debian's dataset-fashion-mnist. width 1.0: 49.48 %, 1.5: 55.00 %, 2.0: 57.81 %; CI [2.009, 3.846].
         ParamCostCalibration(
             param_cost=2.863, max_train_samples=192, max_val_samples=96, widths=(1.0, 1.5, 2.0),
             added_param_ratios=(0.0, 1.1877, 2.8345), mean_final_accuracy=(49.48, 55.00, 57.81), episodes=10,
             command=_COMMAND.format(task="fashion_mnist", train=192, val=96),
         ),
-    ),
+    )),
 })
 
 
 def measured_param_cost(task: str, max_train_samples: int | None) -> float | None:
-    """λ_p measured for `task` at the training-sample cap nearest (in ratio) to `max_train_samples` (None: the
-    whole training set, so the largest measured cap); None when the task has no calibration."""
-    calibrations = PARAM_COSTS.get(task, ())
-    if not calibrations:
+    """λ_p measured for `task` at the training-sample cap nearest (by ratio) to the run's training-set size (its cap,
+    or the whole split without one); None when the task has no calibration within `MAX_CAP_RATIO` of it."""
+    costs = PARAM_COSTS.get(task)
+    if costs is None:
         return None
-    if max_train_samples is None:
-        return max(calibrations, key=lambda c: c.max_train_samples).param_cost
-    cap = max_train_samples
-    return min(calibrations, key=lambda c: abs(math.log(c.max_train_samples / cap))).param_cost
+    samples = costs.train_set_size if max_train_samples is None else min(max_train_samples, costs.train_set_size)
+    nearest = min(costs.calibrations, key=lambda c: abs(math.log(c.max_train_samples / samples)))
+    if abs(math.log(nearest.max_train_samples / samples)) > math.log(MAX_CAP_RATIO):
+        return None
+    return nearest.param_cost

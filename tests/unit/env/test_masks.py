@@ -1,4 +1,4 @@
-"""Action masks, including the mask tests of the factored-actions plan (seed 002)."""
+"""Action masks: validity per lifecycle state, head masks and their consistency with the joint mask."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def test_shapes_and_dtypes() -> None:
         assert tuple(masks[key].shape) == shape and masks[key].dtype == torch.bool
 
 
-# --- seed 002 tests -------------------------------------------------------------------------------------------------
+# --- factored-action cases ----------------------------------------------------------------------------------
 def test_factored_masking_germinate() -> None:
     masks = compute_action_masks({"early": None}, total_seeds=0, max_seeds=3)
     assert masks["op"].tolist() == [True, True, False, False]

@@ -531,11 +531,16 @@ def test_reward_config_per_family() -> None:
 
 def test_gap_uses_the_cost_measured_nearest_the_run_sample_cap_unless_one_is_given() -> None:
     task = get_task_spec("synthetic")
-    by_cap = {c.max_train_samples: c.param_cost for c in PARAM_COSTS["synthetic"]}
+    by_cap = {c.max_train_samples: c.param_cost for c in PARAM_COSTS["synthetic"].calibrations}
     assert reward_config("gap", task, max_train_samples=192) == GapRewardConfig(by_cap[192])
     assert reward_config("gap", task, max_train_samples=400) == GapRewardConfig(by_cap[192])  # nearer 192 by ratio
     assert reward_config("gap", task, max_train_samples=1000) == GapRewardConfig(by_cap[2048])
-    assert reward_config("gap", task) == GapRewardConfig(by_cap[2048])  # no cap: the largest measured one
+    assert reward_config("gap", task) == GapRewardConfig(by_cap[2048])  # no cap: all 5,000, nearest 2,048
+    assert reward_config("gap", task, max_train_samples=48) == GapRewardConfig(by_cap[192])  # 4× away: still served
+    with pytest.raises(ValueError, match="measured at 2048, 192 training samples, not near 40"):
+        reward_config("gap", task, max_train_samples=40)  # more than 4× from every measured cap
+    with pytest.raises(ValueError, match="not near all 60000"):
+        reward_config("gap", get_task_spec("fashion_mnist"))  # measured on 192 samples only
     assert reward_config("gap", task, param_cost=0.0, max_train_samples=192) == GapRewardConfig(0.0)
     unmeasured = get_task_spec("cifar10")
     with pytest.raises(ValueError, match="param_cost"):
@@ -546,14 +551,15 @@ def test_gap_uses_the_cost_measured_nearest_the_run_sample_cap_unless_one_is_giv
 
 def test_reward_summary_names_the_resolved_parameter_cost() -> None:
     task = get_task_spec("synthetic")
-    assert reward_summary("gap", task, max_train_samples=192) == "gap (λ_p 3.918 pp per 100 % added parameters)"
-    assert reward_summary("gap", task, 0.5) == "gap (λ_p 0.5 pp per 100 % added parameters)"
+    assert reward_summary("gap", task, max_train_samples=192) == "gap, λ_p 3.918"
+    assert reward_summary("gap", task, 0.5) == "gap, λ_p 0.5"
     assert reward_summary("contribution", task) == "contribution"
 
 
 def test_every_calibration_records_a_rerunnable_command_at_its_caps() -> None:
-    for task, calibrations in PARAM_COSTS.items():
-        for c in calibrations:
+    for task, costs in PARAM_COSTS.items():
+        for c in costs.calibrations:
+            assert c.max_train_samples <= costs.train_set_size
             assert c.param_cost >= 0 and len(c.widths) == len(c.added_param_ratios) == len(c.mean_final_accuracy)
             assert f"--task {task} " in c.command
             assert f"--max-train-samples {c.max_train_samples} " in c.command

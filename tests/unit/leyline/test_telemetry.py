@@ -139,7 +139,7 @@ def test_telemetry_sink_protocol_structural() -> None:
     assert not isinstance(NotASink(), TelemetrySink)
 
 
-# ------------------------------------------------------------------------------------ SeedTelemetry (seed 001)
+# ------------------------------------------------------------------------------------------------- SeedTelemetry
 
 
 def test_seed_telemetry_requires_seed_id() -> None:

@@ -17,7 +17,7 @@ from esper.nissa.console import DETAIL_TYPES
 E = TelemetryEventType
 LINE = re.compile(r"^\[\d\d:\d\d:\d\d\] (env\d+ )?(?P<summary>.+)$")
 
-# Payloads as documented in esper.leyline.telemetry and the producer contracts of esper.nissa.tensorboard / tui.
+# Payloads as the producer contracts of esper.nissa.tensorboard / tui document them.
 PAYLOADS: dict[TelemetryEventType, dict[str, Any]] = {
     E.TRAINING_STARTED: {"command": "ppo", "task": "cifar10", "topology": "cnn", "n_envs": 4},
     E.EPOCH_COMPLETED: {"epoch": 3, "max_epochs": 25, "val_accuracy": 61.2, "val_loss": 1.1, "op": 1, "slot": "mid"},

@@ -52,6 +52,7 @@ def _started(n_envs: int, command: str = "ppo") -> TelemetryEvent:
         "task": "cifar10",
         "topology": "cnn",
         "preset": "cifar10",
+        "reward": "gap, λ_p 3.918",
         "n_envs": n_envs,
         "env_devices": {i: f"cuda:{i % 2}" for i in range(n_envs)},
         "total_batches": 10,
@@ -103,6 +104,7 @@ def test_single_env_ppo_run_renders_all_panels() -> None:
     for expected in (
         "esper ppo",
         "task cifar10 (cnn)",
+        "action mix · reward gap, λ_p 3.918",
         "batches 2/10",
         "episodes 1/10",
         "rolling 66.0% (best 66.0%)",

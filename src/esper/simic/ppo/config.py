@@ -46,7 +46,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "quick": {**_CPU_SYNTHETIC, "n_episodes": 16, "n_envs": 4, "max_epochs": 10, "minibatch_size": 32},
     # The CPU reference study: 25-epoch episodes of the embedded task on 192 / 96 samples, so the host is still far
     # from converged when the episode ends (on 2,048 samples every controller lands within ~1 pp of static) and 384
-    # episodes fit in about 20 minutes of one core.
+    # episodes fit in about 15 minutes of one core.
     "synthetic": {**_STARVED, "task": "synthetic", "n_episodes": 384, "n_envs": 8, "max_epochs": 25},
     # Real data (Debian's dataset-fashion-mnist or --data-dir), the same caps; a GPU run may lift them.
     "fashion_mnist": {**_STARVED, "task": "fashion_mnist", "n_episodes": 384, "n_envs": 8, "max_epochs": 25},

@@ -1,4 +1,4 @@
-"""FactoredRolloutBuffer, including the buffer tests of the factored-actions plan (seed 002)."""
+"""FactoredRolloutBuffer: storage, per-env GAE, masks and minibatches."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def add(
     buffer.add(torch.randn(6), WAIT, -1.0, value, reward, done, open_masks(), truncated, bootstrap_value, env_id)
 
 
-# --- seed 002 tests -------------------------------------------------------------------------------------------------
+# --- factored-action cases ----------------------------------------------------------------------------------
 def test_factored_buffer_add_and_len() -> None:
     buffer = FactoredRolloutBuffer()
     masks = open_masks()
