@@ -45,7 +45,7 @@ from esper.leyline.seeding import derive_seed  # noqa: E402
 from esper.runtime.tasks import TASKS, DataCache, DataOptions, get_task_spec  # noqa: E402
 from esper.tamiyo import TamiyoDecision  # noqa: E402
 
-TINY = GymEnvConfig(max_epochs=3, max_train_samples=32, max_val_samples=16, batch_size=32)
+TINY = GymEnvConfig(max_epochs=3, max_train_samples=32, max_val_samples=16, batch_size=32, param_cost=1.0)
 # Seeds train one epoch, blend in two and reach probation quickly, so CULL and FOSSILIZE masks are exercised.
 FAST_LIFECYCLE = LifecycleConfig(min_training_epochs=1, min_probe_contribution=-100.0, min_seed_gradient_ratio=0.0,
                                  blending_steps=2, min_blending_epochs=1, max_probation_epochs=3)
@@ -267,7 +267,7 @@ def test_a_gym_episode_is_the_episode_esper_runs_itself() -> None:
                            seed=derive_seed(21, "data"), max_train_samples=config.max_train_samples,
                            max_val_samples=config.max_val_samples)
     steps: list[EnvStep] = []
-    reward_fn = make_reward_fn("gap", task, 1.0, max_train_samples=config.max_train_samples)
+    reward_fn = make_reward_fn("gap", task, 1.0, param_cost=config.param_cost)
     [result] = run_episodes([own], [_Script(actions)], data, reward_fn, on_step=steps.extend)
     assert [s.reward.total() for s in steps] == rewards
     assert result.accuracy_curve[1:] == accuracies
@@ -344,3 +344,9 @@ def test_the_docs_example_is_short_and_runs(monkeypatch: pytest.MonkeyPatch, cap
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(":")[0] for line in lines] == ["episode 0", "episode 1", "episode 2"]
     assert all("static twin" in line for line in lines)
+
+
+def test_the_default_parameter_cost_is_the_one_measured_near_the_env_sample_cap() -> None:
+    with pytest.raises(ValueError, match="not near 32"):  # 32 samples: no calibration within 4×
+        MorphoGymEnv(dataclasses.replace(TINY, param_cost=None))
+    MorphoGymEnv(dataclasses.replace(TINY, param_cost=None, max_train_samples=128))  # served by the 192 calibration
