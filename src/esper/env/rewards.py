@@ -24,7 +24,7 @@ from esper.env.contribution import ContributionRewardConfig, compute_contributio
 from esper.env.shared_terms import base_components, clamp, rent
 from esper.env.step_record import SUMMED_FIELDS, Measurement, ShapedRewardComponents, StepRecord
 from esper.leyline.actions import LifecycleOp
-from esper.runtime.param_costs import PARAM_COSTS, measured_param_cost
+from esper.runtime.param_costs import calibration_coverage, measured_param_cost
 from esper.runtime.tasks import TaskSpec
 
 __all__ = [
@@ -204,10 +204,7 @@ def reward_config(family: RewardFamily | str, task: TaskSpec, sparse: SparseRewa
     if family == RewardFamily.GAP:
         cost = param_cost if param_cost is not None else measured_param_cost(task.name, max_train_samples)
         if cost is None:
-            measured = PARAM_COSTS.get(task.name)
-            where = (f"measured at {', '.join(str(c.max_train_samples) for c in measured.calibrations)} training "
-                     f"samples, not near {max_train_samples or 'all ' + str(measured.train_set_size)}"
-                     ) if measured is not None else "none measured"
+            where = calibration_coverage(task.name, max_train_samples)
             raise ValueError(f"Task '{task.name}' has no parameter cost for the gap reward at this size ({where}): "
                              f"measure one with benchmarks/calibrate_param_cost.py and set it (--set "
                              f"param_cost=PP_PER_100PCT, or --param-cost) or choose another reward family")

@@ -15,7 +15,16 @@ import math
 from dataclasses import dataclass
 from types import MappingProxyType
 
-__all__ = ["MAX_CAP_RATIO", "PARAM_COSTS", "ParamCostCalibration", "TaskParamCosts", "measured_param_cost"]
+from esper.runtime.synthetic import SYNTHETIC_SPLIT_SIZES
+
+__all__ = [
+    "MAX_CAP_RATIO",
+    "PARAM_COSTS",
+    "ParamCostCalibration",
+    "TaskParamCosts",
+    "calibration_coverage",
+    "measured_param_cost",
+]
 
 
 @dataclass(frozen=True)
@@ -44,7 +53,7 @@ _COMMAND = "python benchmarks/calibrate_param_cost.py --task {task} --episodes 1
 
 PARAM_COSTS: MappingProxyType[str, TaskParamCosts] = MappingProxyType({
     # 25-epoch episodes, seeds 7 + 1000·i, CPU (torch 2.13), 2026-11-26.
-    "synthetic": TaskParamCosts(5000, (
+    "synthetic": TaskParamCosts(SYNTHETIC_SPLIT_SIZES["train"], (
         # width 1.0: 81.64 %, 1.5: 82.15 %, 2.0: 82.56 %; 95 % bootstrap CI of the slope [0.108, 0.543].
         ParamCostCalibration(
             param_cost=0.324, max_train_samples=2048, max_val_samples=512, widths=(1.0, 1.5, 2.0),
@@ -69,14 +78,26 @@ PARAM_COSTS: MappingProxyType[str, TaskParamCosts] = MappingProxyType({
 })
 
 
+def _training_samples(costs: TaskParamCosts, max_train_samples: int | None) -> int:
+    return costs.train_set_size if max_train_samples is None else min(max_train_samples, costs.train_set_size)
+
+
 def measured_param_cost(task: str, max_train_samples: int | None) -> float | None:
     """λ_p measured for `task` at the training-sample cap nearest (by ratio) to the run's training-set size (its cap,
     or the whole split without one); None when the task has no calibration within `MAX_CAP_RATIO` of it."""
     costs = PARAM_COSTS.get(task)
     if costs is None:
         return None
-    samples = costs.train_set_size if max_train_samples is None else min(max_train_samples, costs.train_set_size)
-    nearest = min(costs.calibrations, key=lambda c: abs(math.log(c.max_train_samples / samples)))
-    if abs(math.log(nearest.max_train_samples / samples)) > math.log(MAX_CAP_RATIO):
-        return None
-    return nearest.param_cost
+    samples = _training_samples(costs, max_train_samples)
+    distance = {c: abs(math.log(c.max_train_samples / samples)) for c in costs.calibrations}
+    nearest = min(distance, key=distance.__getitem__)
+    return nearest.param_cost if distance[nearest] <= math.log(MAX_CAP_RATIO) else None
+
+
+def calibration_coverage(task: str, max_train_samples: int | None) -> str:
+    """Which sample caps `task` has calibrations for, for the error of a run that has none near its own."""
+    costs = PARAM_COSTS.get(task)
+    if costs is None:
+        return "none measured"
+    caps = ", ".join(str(c.max_train_samples) for c in costs.calibrations)
+    return f"measured at {caps} training samples, not near {max_train_samples or f'all {costs.train_set_size}'}"
