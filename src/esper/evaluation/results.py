@@ -1,35 +1,67 @@
-"""Comparison results: per-controller summaries and paired statistics; `results.json` written and read back."""
+"""Comparison results: per-controller summaries and paired statistics; `results.json` written and read back.
+
+The primary metric is final accuracy on the held-out test split, which no controller, reward or gate has seen; the
+validation accuracy the controllers acted on is reported beside it. Episodes without a test score (logs from before
+test scores, PPO training episodes) fall back to validation accuracy, and `pairwise[a][b]["metric"]` says which.
+"""
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypedDict, get_type_hints, is_typeddict
+from typing import Any, ClassVar, Literal, TypedDict, get_args, get_origin, get_type_hints, is_typeddict
 
 from esper.env import EpisodeResult
 from esper.evaluation.stats import MeanCI, MeanStd, PairStats, compare_pair, mean_ci, mean_std
 from esper.leyline import LifecycleOp
-from esper.leyline.seeding import derive_seed
 from esper.runtime.rows import LogFormatError, row_fields
 
-__all__ = ["ComparisonResult", "ControllerStats"]
+__all__ = ["ComparisonResult", "ControllerStats", "Metric", "PairComparison"]
+
+Metric = Literal["test_accuracy", "val_accuracy"]
 
 
 class ControllerStats(TypedDict):
-    """One controller's summary over its episodes (results.json "per_controller")."""
+    """One controller's summary over its episodes (results.json "per_controller").
+
+    `final_accuracy` is on the validation split; the test keys are None unless every episode has a test score, so
+    a mean is never over a subset of the paired seeds. `train_flops` and `wall_seconds` are 0 for episodes logged
+    before costs were recorded.
+    """
 
     episodes: int
     final_accuracy: MeanCI
+    final_test_accuracy: MeanCI | None
+    final_test_loss: MeanStd | None
     best_accuracy: MeanStd
     params_added: MeanStd
     total_params: MeanStd
+    train_flops: MeanStd
+    wall_seconds: MeanStd
     seeds_created: float
     seeds_fossilized: float
     seeds_culled: float
     total_reward: MeanStd
     action_mix: dict[str, float]
     accuracy_curve_mean: list[float]
+
+
+class PairComparison(PairStats):
+    """results.json `pairwise[a][b]`: a against b on paired episodes.
+
+    The top-level `PairStats` keys are on `metric`: test accuracy when both controllers have a test score for every
+    episode, else validation accuracy. `val` is always the validation comparison (equal to the top level when that
+    is the metric), so a reader can set the two side by side.
+    """
+
+    metric: Metric
+    val: PairStats
+
+
+_ADDED_STATS = frozenset({"final_test_accuracy", "final_test_loss", "train_flops", "wall_seconds"})
+_ADDED_PAIR = frozenset({"metric", "val"})
+"""Keys results.json gained with test scores; a file without them is read as validation-only."""
 
 
 @dataclass
@@ -43,23 +75,32 @@ class ComparisonResult:
     tie_threshold: float
     seed: int
     per_controller: dict[str, ControllerStats] = field(default_factory=dict)
-    pairwise: dict[str, dict[str, PairStats]] = field(default_factory=dict)
+    pairwise: dict[str, dict[str, PairComparison]] = field(default_factory=dict)
     matched: dict[str, Any] = field(default_factory=dict)  # how static:matched was widened, when it ran
 
     @classmethod
     def from_episodes(cls, controllers: list[str], episodes: list[EpisodeResult], *, tie_threshold: float,
                       seed: int) -> ComparisonResult:
+        """Summaries and paired statistics of `episodes`; an episode difference is a tie when |Δ| < `tie_threshold`
+        (pass one test sample's worth, `stats.one_sample_pp`). `seed` is the comparison's seed, kept for the record:
+        the statistics themselves are deterministic."""
         result = cls(controllers, episodes, tie_threshold, seed)
-        by = {c: sorted((e for e in episodes if e.controller == c), key=lambda e: e.episode) for c in controllers}
-        for i, (c, eps) in enumerate(by.items()):
+        by = _by_controller(controllers, episodes)
+        for c, eps in by.items():
             actions = {op.name: statistics.fmean(e.action_counts[op.name] / max(1, sum(e.action_counts.values()))
                                                  for e in eps) for op in LifecycleOp}
+            test_accuracy, test_loss = _test_scores(eps)
+            flops, seconds = _costs(eps)
             result.per_controller[c] = {
                 "episodes": len(eps),
-                "final_accuracy": mean_ci([e.final_accuracy for e in eps], seed=derive_seed(seed, "final_accuracy", i)),
+                "final_accuracy": mean_ci([e.final_accuracy for e in eps]),
+                "final_test_accuracy": test_accuracy,
+                "final_test_loss": test_loss,
                 "best_accuracy": mean_std([e.best_accuracy for e in eps]),
                 "params_added": mean_std([float(e.params_added) for e in eps]),
                 "total_params": mean_std([float(e.host_params + e.params_added) for e in eps]),
+                "train_flops": flops,
+                "wall_seconds": seconds,
                 "seeds_created": statistics.fmean(e.seeds_created for e in eps),
                 "seeds_fossilized": statistics.fmean(e.seeds_fossilized for e in eps),
                 "seeds_culled": statistics.fmean(e.seeds_culled for e in eps),
@@ -67,13 +108,11 @@ class ComparisonResult:
                 "action_mix": actions,
                 "accuracy_curve_mean": [statistics.fmean(vals) for vals in zip(*(e.accuracy_curve for e in eps))],
             }
-        for i, a in enumerate(controllers):
+        for a in controllers:
             result.pairwise[a] = {}
-            for j, b in enumerate(controllers):
+            for b in controllers:
                 if a != b:
-                    result.pairwise[a][b] = compare_pair(
-                        [e.final_accuracy for e in by[a]], [e.final_accuracy for e in by[b]],
-                        tie_threshold=tie_threshold, seed=derive_seed(seed, i, j))
+                    result.pairwise[a][b] = _pair(by[a], by[b], tie_threshold)
         return result
 
     @property
@@ -89,7 +128,12 @@ class ComparisonResult:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str = FILE) -> ComparisonResult:
-        """Read back `to_dict()` output; a different schema is a LogFormatError naming `source` and the key."""
+        """Read back `to_dict()` output; a different schema is a LogFormatError naming `source` and the key.
+
+        A results.json from before test scores (none of the `_ADDED_STATS`/`_ADDED_PAIR` keys) still reads: its test
+        and cost summaries are computed from its episodes (so: no test scores) and its pairs are marked validation
+        accuracy, with `val` a copy of them.
+        """
         _check_keys(data, {"reference", "controllers", "tie_threshold", "seed", "per_controller", "pairwise",
                            "matched", "episodes"}, source)
         if not isinstance(data["controllers"], list) or not isinstance(data["episodes"], list):
@@ -100,12 +144,6 @@ class ComparisonResult:
                                  f"{data['reference']!r} and {controllers})")
         _check_keys(data["per_controller"], set(controllers), f"{source} per_controller")
         _check_keys(data["pairwise"], set(controllers), f"{source} pairwise")
-        for c in controllers:
-            _check_typed(data["per_controller"][c], ControllerStats, f"{source} per_controller[{c!r}]")
-            others = set(controllers) - {c}
-            _check_keys(data["pairwise"][c], others, f"{source} pairwise[{c!r}]")
-            for other in others:
-                _check_typed(data["pairwise"][c][other], PairStats, f"{source} pairwise[{c!r}][{other!r}]")
         names, required = row_fields(EpisodeResult)
         episodes = []
         for n, e in enumerate(data["episodes"]):
@@ -113,9 +151,64 @@ class ComparisonResult:
                 raise LogFormatError(f"{source} episodes[{n}] does not match the EpisodeResult schema "
                                      f"(fields {sorted(names)}); was it written by another esper version?")
             episodes.append(EpisodeResult(**e))
-        return cls(controllers, episodes, float(data["tie_threshold"]), int(data["seed"]),
-                   dict(data["per_controller"]), {c: dict(data["pairwise"][c]) for c in controllers},
+        by = _by_controller(controllers, episodes)
+        per_controller: dict[str, Any] = {}
+        pairwise: dict[str, dict[str, Any]] = {}
+        for c in controllers:
+            stats = data["per_controller"][c]
+            if isinstance(stats, dict) and not _ADDED_STATS & set(stats):
+                if not by[c]:
+                    raise LogFormatError(f"{source}: no episodes of {c!r} to complete its summary from")
+                test_accuracy, test_loss = _test_scores(by[c])
+                flops, seconds = _costs(by[c])
+                stats = {**stats, "final_test_accuracy": test_accuracy, "final_test_loss": test_loss,
+                         "train_flops": flops, "wall_seconds": seconds}
+            _check_typed(stats, ControllerStats, f"{source} per_controller[{c!r}]")
+            per_controller[c] = stats
+            _check_keys(data["pairwise"][c], set(controllers) - {c}, f"{source} pairwise[{c!r}]")
+            pairwise[c] = {}
+            for other in data["pairwise"][c]:
+                pair = data["pairwise"][c][other]
+                if isinstance(pair, dict) and not _ADDED_PAIR & set(pair):
+                    pair = {**pair, "metric": "val_accuracy", "val": dict(pair)}
+                _check_typed(pair, PairComparison, f"{source} pairwise[{c!r}][{other!r}]")
+                pairwise[c][other] = pair
+        return cls(controllers, episodes, float(data["tie_threshold"]), int(data["seed"]), per_controller, pairwise,
                    dict(data["matched"]))
+
+
+def _by_controller(controllers: Sequence[str], episodes: Sequence[EpisodeResult]) -> dict[str, list[EpisodeResult]]:
+    """Each controller's episodes in episode order, so that index i pairs the same seed across controllers."""
+    return {c: sorted((e for e in episodes if e.controller == c), key=lambda e: e.episode) for c in controllers}
+
+
+def _tested(eps: Sequence[EpisodeResult]) -> bool:
+    """Every episode was scored on the test split; only then is a test mean over the same seeds as the others."""
+    return bool(eps) and all(e.final_test_accuracy is not None and e.final_test_loss is not None for e in eps)
+
+
+def _test_accuracies(eps: Sequence[EpisodeResult]) -> list[float]:
+    return [e.final_test_accuracy for e in eps if e.final_test_accuracy is not None]
+
+
+def _test_scores(eps: Sequence[EpisodeResult]) -> tuple[MeanCI | None, MeanStd | None]:
+    """(test accuracy, test loss) summaries, or (None, None) unless every episode was scored on the test split."""
+    if not _tested(eps):
+        return None, None
+    return mean_ci(_test_accuracies(eps)), mean_std([e.final_test_loss for e in eps if e.final_test_loss is not None])
+
+
+def _costs(eps: Sequence[EpisodeResult]) -> tuple[MeanStd, MeanStd]:
+    return mean_std([float(e.train_flops) for e in eps]), mean_std([e.wall_seconds for e in eps])
+
+
+def _pair(a: Sequence[EpisodeResult], b: Sequence[EpisodeResult], tie_threshold: float) -> PairComparison:
+    """a against b on the test accuracy when both were tested on every episode, else on the validation accuracy."""
+    val = compare_pair([e.final_accuracy for e in a], [e.final_accuracy for e in b], tie_threshold=tie_threshold)
+    if not (_tested(a) and _tested(b)):
+        return {**val, "metric": "val_accuracy", "val": val.copy()}
+    test = compare_pair(_test_accuracies(a), _test_accuracies(b), tie_threshold=tie_threshold)
+    return {**test, "metric": "test_accuracy", "val": val}
 
 
 def _check_keys(value: Any, keys: set[str], where: str) -> None:
@@ -126,9 +219,16 @@ def _check_keys(value: Any, keys: set[str], where: str) -> None:
 
 
 def _check_typed(value: Any, schema: type, where: str) -> None:
-    """`value` has exactly the keys of the TypedDict `schema`, recursively for nested TypedDicts."""
+    """`value` has exactly the keys of the TypedDict `schema`, recursively for nested (optional) TypedDicts, and a
+    Literal-typed key holds one of its values."""
     hints = get_type_hints(schema)
     _check_keys(value, set(hints), where)
     for key, hint in hints.items():
-        if is_typeddict(hint):
-            _check_typed(value[key], hint, f"{where}[{key!r}]")
+        members = get_args(hint) if get_origin(hint) is not Literal else ()
+        if get_origin(hint) is Literal and value[key] not in get_args(hint):
+            raise LogFormatError(f"{where}[{key!r}] must be one of {list(get_args(hint))} (got {value[key]!r})")
+        if value[key] is None and type(None) in members:
+            continue
+        for member in (hint, *members):
+            if is_typeddict(member):
+                _check_typed(value[key], member, f"{where}[{key!r}]")
