@@ -24,6 +24,7 @@ from esper.env.logs import EpisodeResult, slot_summaries
 from esper.env.masks import build_slot_states
 from esper.env.step_record import Measurement, StepRecord
 from esper.env.transitions import PendingDecision, measure
+from esper.kasmina.fixed import build_fixed_host
 from esper.kasmina.model import MorphogeneticModel
 from esper.kasmina.slot import StageChange
 from esper.leyline import (
@@ -71,6 +72,7 @@ class EnvSpec:
     amp: bool = False
     sink: TelemetrySink | None = None
     host_width: float = 1.0  # channel / model-width multiplier of the host (static:<w> baselines)
+    fixed_modules: tuple[tuple[str, str], ...] = ()  # (slot, blueprint) built into the host (fixed: baselines)
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,10 @@ class MorphoEnv:
         # which other controllers run beside it. Building an env leaves the caller's generators untouched.
         with torch.random.fork_rng(devices=[spec.device] if spec.device.type == "cuda" else []):
             torch.manual_seed(spec.env_seed)
-            host = task.host_factory(spec.host_width).to(spec.device)
+            host = task.host_factory(spec.host_width)
+            if spec.fixed_modules:
+                host = build_fixed_host(host, spec.fixed_modules, seed=spec.env_seed)
+            host = host.to(spec.device)
             self._rng = torch.get_rng_state()
             self._cuda_rng = torch.cuda.get_rng_state(spec.device) if spec.device.type == "cuda" else None
         self.model = MorphogeneticModel(host, slots=spec.slots, lifecycle=task.lifecycle, on_event=self._emit)

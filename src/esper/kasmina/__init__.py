@@ -2,6 +2,7 @@
 
 from esper.kasmina.blending import BLEND_IDS, GatedBlend, schedule_alpha
 from esper.kasmina.blueprints import DEFAULT_REGISTRY, BlueprintRegistry, BlueprintSpec, default_registry
+from esper.kasmina.fixed import FixedModulesHost, build_fixed_host
 from esper.kasmina.hosts import CNNHost, HostProtocol, TransformerHost, slot_boundaries
 from esper.kasmina.isolation import blend_lerp
 from esper.kasmina.model import CounterfactualLogits, MorphogeneticModel
@@ -15,6 +16,7 @@ __all__ = [
     "BlueprintSpec",
     "CNNHost",
     "CounterfactualLogits",
+    "FixedModulesHost",
     "GatedBlend",
     "HostProtocol",
     "LifecycleConfig",
@@ -26,6 +28,7 @@ __all__ = [
     "StageChange",
     "TransformerHost",
     "blend_lerp",
+    "build_fixed_host",
     "default_registry",
     "schedule_alpha",
     "slot_boundaries",

@@ -1,8 +1,9 @@
-"""Tamiyo: the controller layer (signal tracking, policy protocol, heuristic, random and static controllers).
+"""Tamiyo: the controller layer (signal tracking, policy protocol, heuristic, random, static and fixed controllers).
 
 Pure Python on Leyline contracts; no torch.
 """
 
+from esper.tamiyo.fixed import FIXED, FixedModules, FixedPolicy, fixed_spec, fixed_variants, host_variant
 from esper.tamiyo.heuristic import DEFAULT_BLUEPRINT_ROTATION, HeuristicPolicyConfig, HeuristicTamiyo
 from esper.tamiyo.policy import (
     MATCHED,
@@ -28,6 +29,7 @@ from esper.tamiyo.tracker import SignalTracker
 __all__ = [
     "CONTROLLERS",
     "DEFAULT_BLUEPRINT_ROTATION",
+    "FIXED",
     "MATCHED",
     "MAX_HOST_WIDTH",
     "BatchTamiyoPolicy",
@@ -35,6 +37,8 @@ __all__ = [
     "ControllerEntry",
     "ControllerRegistry",
     "ControllerSpec",
+    "FixedModules",
+    "FixedPolicy",
     "HeuristicPolicyConfig",
     "HeuristicTamiyo",
     "InvalidDecisionError",
@@ -44,5 +48,8 @@ __all__ = [
     "TamiyoDecision",
     "TamiyoPolicy",
     "check_decision",
+    "fixed_spec",
+    "fixed_variants",
+    "host_variant",
     "register_controller",
 ]

@@ -1,0 +1,118 @@
+"""The `fixed:` baseline: the host with blueprint modules built in from epoch 0, trained exactly like `static`.
+
+A growth result must beat simply building the right module in from the start. `fixed:BLUEPRINT@SLOT[,...]` is that
+network and `fixed_variants` lists every single-module candidate, for picking the best one. The controller only
+WAITs: the modules belong to the host its env builds, which `host_variant` tells the runner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from esper.leyline import (
+    BLUEPRINT_HEAD,
+    CANONICAL_SLOTS,
+    EnvObservation,
+    LifecycleCommand,
+    LifecycleOp,
+    ordered_slots,
+)
+from esper.tamiyo.policy import StaticPolicy, TamiyoDecision, TamiyoPolicy
+from esper.tamiyo.registry import ControllerContext, register_controller
+
+__all__ = ["FIXED", "FixedModules", "FixedPolicy", "fixed_spec", "fixed_variants", "host_variant",
+           "parse_fixed_modules"]
+
+FIXED = "fixed"
+FixedModules = tuple[tuple[str, str], ...]
+"""(slot, blueprint) pairs in canonical slot order."""
+
+_NOOP = "noop"
+_EXAMPLE = f"e.g. {FIXED}:norm@early or {FIXED}:conv_light@mid,attention@late"
+
+
+def _blueprints(topology: str) -> tuple[str, ...]:
+    """The blueprints a fixed module can be: the policy head's, less noop (which would make it `static`)."""
+    if topology not in BLUEPRINT_HEAD:
+        raise ValueError(f"Unknown topology '{topology}'. Available: {sorted(BLUEPRINT_HEAD)}")
+    return tuple(b for b in BLUEPRINT_HEAD[topology] if b != _NOOP)
+
+
+def fixed_spec(modules: FixedModules) -> str:
+    """The canonical controller text of `modules`: `fixed:BLUEPRINT@SLOT,...` in slot order."""
+    return f"{FIXED}:" + ",".join(f"{blueprint}@{slot}" for slot, blueprint in modules)
+
+
+def parse_fixed_modules(argument: str, topology: str, slots: Sequence[str]) -> FixedModules:
+    """`BLUEPRINT@SLOT[,BLUEPRINT@SLOT...]` as (slot, blueprint) pairs in canonical slot order.
+
+    Only the topology's head blueprints and the run's enabled slots are accepted, so a fixed baseline is always a
+    network a controller could have grown in that run; each error names the problem and what to write instead.
+    """
+    where = f"'{FIXED}:{argument}'"
+    blueprints = _blueprints(topology)
+    pairs: dict[str, str] = {}
+    for item in argument.split(","):
+        blueprint, at, slot = item.strip().partition("@")
+        if not at or not blueprint or not slot or "@" in slot:
+            raise ValueError(f"{where}: '{item}' is not BLUEPRINT@SLOT; write one BLUEPRINT@SLOT per module, "
+                             f"separated by commas ({_EXAMPLE})")
+        if blueprint not in blueprints:
+            hint = " (noop builds nothing: use static)" if blueprint == _NOOP else ""
+            raise ValueError(f"{where}: unknown blueprint '{blueprint}' for topology '{topology}'{hint}; "
+                             f"choose one of {', '.join(blueprints)}")
+        if slot not in slots:
+            problem = (f"slot '{slot}' is not enabled in this run" if slot in CANONICAL_SLOTS
+                       else f"unknown slot '{slot}'")
+            raise ValueError(f"{where}: {problem}; choose one of the enabled slots: {', '.join(slots)}")
+        if slot in pairs:
+            raise ValueError(f"{where}: slot '{slot}' is given twice ({pairs[slot]} and {blueprint}); "
+                             "a slot holds one module, so name each slot once")
+        pairs[slot] = blueprint
+    return tuple((s, pairs[s]) for s in CANONICAL_SLOTS if s in pairs)
+
+
+def fixed_variants(topology: str, slots: Sequence[str]) -> list[str]:
+    """Every single-module spec (each head blueprint of `topology` at each enabled slot), for a best-fixed baseline."""
+    return [fixed_spec(((slot, blueprint),)) for blueprint in _blueprints(topology) for slot in ordered_slots(slots)]
+
+
+class FixedPolicy:
+    """Always WAIT, on a host with `fixed_modules` built in as ordinary layers from epoch 0.
+
+    Everything else is `static`'s (host optimizer, data, schedule), so comparing against growth isolates what growing
+    a module buys over having it from the start.
+    """
+
+    name = FIXED
+
+    def __init__(self, argument: str, *, topology: str, slots: Sequence[str]) -> None:
+        self.topology = topology
+        self.fixed_modules: FixedModules = parse_fixed_modules(argument, topology, slots)
+        self.label = fixed_spec(self.fixed_modules)
+
+    def reset(self, seed: int) -> None:
+        """Nothing to reset; present for the protocol."""
+
+    def decide(self, obs: EnvObservation) -> TamiyoDecision:
+        if obs.topology != self.topology:
+            raise ValueError(f"{self.label} was built for '{self.topology}', got a '{obs.topology}' observation")
+        return TamiyoDecision.from_command(LifecycleCommand(LifecycleOp.WAIT), topology=obs.topology,
+                                           reason=f"Fixed: {self.label} built in", confidence=1.0)
+
+
+@register_controller(FIXED, argument="BLUEPRINT@SLOT[,...]",
+                     summary="always WAIT, on the host with those blueprint modules built in from the start")
+def _fixed(argument: str | None, context: ControllerContext) -> FixedPolicy:
+    assert argument is not None  # the registry rejects `fixed` without modules
+    return FixedPolicy(argument, topology=context.topology, slots=context.slots)
+
+
+def host_variant(controller: TamiyoPolicy) -> tuple[float, FixedModules]:
+    """The host an env must build for `controller`: (width multiplier, fixed modules) for `EnvSpec`'s `host_width`
+    and `fixed_modules`; (1.0, ()) is the plain host every growing controller starts from."""
+    if isinstance(controller, StaticPolicy):
+        return controller.host_width, ()
+    if isinstance(controller, FixedPolicy):
+        return 1.0, controller.fixed_modules
+    return 1.0, ()
