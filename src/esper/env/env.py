@@ -54,6 +54,7 @@ from esper.tolaria import (
     train_step,
     validate_batch,
 )
+from esper.tolaria.flops import FlopMeter, recalibration_pass, train_pass, validation_pass
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,8 @@ class MorphoEnv:
         self._grad_stats: dict[str, torch.Tensor] = {}
         self._recent_inputs: deque[torch.Tensor] = deque(maxlen=BN_RECALIBRATION_BATCHES)
         self._epoch_start = 0.0
+        self.flops = FlopMeter()  # the env's own passes only: a live twin counts its own
+        self.wall_seconds = 0.0  # sum of the epochs' times, each from its start to its observation
         self.governor.snapshot(self.ts, epoch=0, bookkeeping=self._bookkeeping())
 
     @property
@@ -205,14 +208,14 @@ class MorphoEnv:
 
     def train_batch(self, x: torch.Tensor, y: torch.Tensor, *, collect_gradients: bool) -> None:
         _claim_for_stream(self.ts.stream, x, y)
-        with self.ts.stream_context(), self._own_rng():
+        with self.ts.stream_context(), self._own_rng(), self.flops.count(train_pass(self.model, x)):
             self.ts.post_backward_hooks = [self._collect_gradients] if collect_gradients else []
             train_step(self.ts, x, y)
         self._recent_inputs.append(x)
 
     def finish_train_pass(self) -> None:
         """Re-estimate normalization statistics at the final weights before validation (see Tolaria)."""
-        with self.ts.stream_context():
+        with self.ts.stream_context(), self.flops.count(recalibration_pass(self.model, self._recent_inputs)):
             recalibrate_batchnorm(self.ts, self._recent_inputs)
         self._recent_inputs.clear()
 
@@ -224,7 +227,7 @@ class MorphoEnv:
     def validate_batch(self, x: torch.Tensor, y: torch.Tensor, ablate: tuple[str, ...],
                        probe: tuple[str, ...]) -> None:
         _claim_for_stream(self.ts.stream, x, y)
-        with self.ts.stream_context():
+        with self.ts.stream_context(), self.flops.count(validation_pass(self.model, x, ablate, probe)):
             validate_batch(self.ts, x, y, ablate, probe)
 
     # ------------------------------------------------------------------ per-epoch work
@@ -274,10 +277,12 @@ class MorphoEnv:
     def observe(self, epoch: int, train: TrainEpochStats, val: ValStats, batches_per_epoch: int) -> EnvObservation:
         model, spec = self.model, self.spec
         reports = model.get_slot_reports()
+        epoch_seconds = time.perf_counter() - self._epoch_start
+        self.wall_seconds += epoch_seconds
         signals = self.tracker.update(
             epoch, epoch * batches_per_epoch, train.train_loss, train.train_accuracy, val.val_loss, val.val_accuracy,
             reports, [s for s in model.slot_ids if s not in reports], grad_norm_host=train.grad_norm_host,
-            epoch_duration_ms=1000.0 * (time.perf_counter() - self._epoch_start),
+            epoch_duration_ms=1000.0 * epoch_seconds,
         )
         validity = compute_action_validity(
             build_slot_states(reports, model.slot_ids, spec.task.lifecycle.min_fossilize_contribution),
@@ -364,6 +369,7 @@ class MorphoEnv:
             seeds_fossilized=self.seeds_fossilized, seeds_culled=self.seeds_culled,
             params_added=self.model.seed_param_count_total, action_counts=dict(self.action_counts),
             accuracy_curve=list(self.accuracy_curve), total_reward=self.episode_reward, rollbacks=self.rollbacks,
+            train_flops=self.flops.total, wall_seconds=self.wall_seconds,
         )
 
 
