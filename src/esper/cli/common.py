@@ -22,7 +22,7 @@ from esper.leyline import CANONICAL_SLOTS, TelemetryEvent, TelemetryEventType, T
 from esper.nissa import NissaHub, ProgressBackend, build_hub
 from esper.runtime.checkpoint import CheckpointFormatError
 from esper.runtime.devices import DeviceError
-from esper.runtime.readers import DatasetFormatError, DatasetNotFoundError
+from esper.runtime.readers import DatasetFormatError, DatasetNotFoundError, Split
 from esper.runtime.rundir import RunDirectory, RunDirectoryError
 from esper.runtime.tasks import TASKS, DataCache, DataOptions, TaskSpec
 from esper.simic.ppo.config import MAX_EPISODE_LENGTH, MAX_EPISODES, MAX_SAMPLES, MAX_SEED
@@ -119,8 +119,12 @@ def add_episode_options(p: argparse.ArgumentParser, *, episodes: int, task: str 
     p.add_argument("--max-seeds", type=int_in(1, len(CANONICAL_SLOTS)),
                    help="seed budget (default: one per enabled slot)")
     p.add_argument("--device", default="auto", help="'auto', 'cpu' or 'cuda:N'")
-    p.add_argument("--max-train-samples", type=SAMPLES, help="use a deterministic prefix of the train split")
-    p.add_argument("--max-val-samples", type=SAMPLES, help="use a deterministic prefix of the val split")
+    p.add_argument("--max-train-samples", type=SAMPLES,
+                   help="train on a subset of the train split, drawn per paired episode from its data seed")
+    p.add_argument("--max-val-samples", type=SAMPLES,
+                   help="validate on a subset of the val split, drawn per paired episode from its data seed")
+    p.add_argument("--max-test-samples", type=SAMPLES,
+                   help="score final models on a subset of the test split (default: all of it)")
     p.add_argument("--reward-family", choices=[f.value for f in RewardFamily], default=RewardFamily.GAP.value,
                    help="reward computed and logged per decision (gap: against the static twin, the default)")
     p.add_argument("--param-cost", type=float_in(0.0, 1e6),
@@ -147,12 +151,12 @@ def data_options(args: argparse.Namespace) -> DataOptions:
 
 
 def preload_data(args: argparse.Namespace, task: TaskSpec, devices: Sequence[torch.device],
-                 max_train_samples: int | None, max_val_samples: int | None) -> DataCache:
+                 splits: tuple[Split, ...]) -> DataCache:
     """Load every split a run needs before anything is written; a --data-path whose content cannot be used is an
     error naming that file (the readers' own messages name the problem but not always the file)."""
     cache = DataCache(data_options(args))
     try:
-        cache.preload(task, list(devices), max_train_samples, max_val_samples)
+        cache.preload(task, list(devices), splits)
     except UnicodeDecodeError as exc:
         raise DatasetFormatError(f"--data-path {args.data_path} is not UTF-8 text ({exc.reason} at byte {exc.start}):"
                                  f" pass a UTF-8 .txt or .jsonl file") from exc

@@ -40,8 +40,10 @@ def add_compare_parser(sub: Any) -> None:
                    help=f"registered controllers ({', '.join(all_controllers().usages())}); the first is the reference")
     add_episode_options(p, episodes=5)
     p.add_argument("--devices", nargs="+", help="env devices, round-robin (default: --device)")
-    p.add_argument("--tie-threshold", type=float_in(0.0, 100.0), default=0.5,
-                   help="|Δ final accuracy| in pp counted as a tie")
+    p.add_argument("--match", metavar="LABEL",
+                   help="widen static:matched to this controller's parameters (default: the largest grown one)")
+    p.add_argument("--tie-threshold", type=float_in(0.0, 100.0),
+                   help="|Δ final accuracy| in pp below which a paired difference is a tie (default: one test sample)")
     add_shared_options(p)
     p.set_defaults(func=cmd_compare)
 
@@ -81,7 +83,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
               "episodes": args.episodes, "max_epochs": args.max_epochs, "slots": list(args.slots),
               "max_seeds": args.max_seeds, "seed": args.seed, "tie_threshold": args.tie_threshold,
               "max_train_samples": args.max_train_samples, "max_val_samples": args.max_val_samples,
-              "reward_family": args.reward_family, "param_cost": args.param_cost}
+              "max_test_samples": args.max_test_samples,
+              "reward_family": args.reward_family, "param_cost": args.param_cost, "match": args.match}
+    if args.match is not None and args.match not in labels:
+        raise ValueError(f"--match {args.match}: no such controller. Available: {labels}")
     phases = comparison_phases(specs, labels)
     path = args.run_dir or default_run_dir(args.runs_root, "compare", plan.task.name, args.seed)
     run_dir, resume = open_episode_run(path, "compare", overwrite=args.overwrite, argv=args.argv, config=config,
@@ -97,7 +102,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             progress.start("paired episodes", args.episodes * len(specs) * args.max_epochs, round_size=len(phases[0]),
                            done=(resume.episodes_done if resume is not None else 0) * args.max_epochs)
             result = run_comparison(specs, plan, args.episodes, cache, tie_threshold=args.tie_threshold, sink=hub,
-                                    run_dir=run_dir, labels=labels, resume=resume)
+                                    run_dir=run_dir, labels=labels, resume=resume, match=args.match)
             emit(hub, TelemetryEventType.RUN_COMPLETED, "comparison completed", {"controllers": result.controllers})
     console.print(comparison_table(result))
     print_next_steps(run_dir.path, tensorboard=not args.no_tensorboard, plots=run_dir.path)

@@ -58,8 +58,8 @@ def add_datagen_parser(sub: Any) -> None:
     g = p.add_argument_group("episodes")
     g.add_argument("--task", choices=DATAGEN_TASKS, default="cifar10", type=str.lower)
     g.add_argument("--max-epochs", type=int_in(2, 1000), default=25)
-    g.add_argument("--max-train-samples", type=SAMPLES, help="deterministic prefix of the train split")
-    g.add_argument("--max-val-samples", type=SAMPLES, help="deterministic prefix of the val split")
+    g.add_argument("--max-train-samples", type=SAMPLES, help="a subset of the train split drawn per episode")
+    g.add_argument("--max-val-samples", type=SAMPLES, help="a subset of the val split drawn per episode")
     g.add_argument("--param-cost", type=float_in(0.0, 1e6),
                    help="gap reward's cost of added parameters, pp per 100 %% "
                         "(default: the task's value measured at the nearest --max-train-samples)")
@@ -173,8 +173,8 @@ def cmd_datagen(args: argparse.Namespace) -> int:
     try:
         # Load (or download) the data once here, so a missing dataset fails before anything is written.
         data = DataOptions(data_dir=args.data_dir, download=args.download)
-        get_task_spec(args.task).load(data, "train", options.max_train_samples)
-        get_task_spec(args.task).load(data, "val", options.max_val_samples)
+        get_task_spec(args.task).load(data, "train")
+        get_task_spec(args.task).load(data, "val")
         check_resumable(args.output_dir)
         with GenerationOrchestrator(args.output_dir, *matrix, max_retries=args.max_retries,
                                     settings=options.settings(), force_new_matrix=args.force_new_matrix,

@@ -16,6 +16,7 @@ from esper.evaluation.resume import ResumePoint, resume_point
 from esper.leyline import ordered_slots
 from esper.nissa import trim_event_log
 from esper.runtime.devices import resolve_devices
+from esper.runtime.readers import SPLITS
 from esper.runtime.rundir import RunDirectory, RunDirectoryError, read_jsonl, recorded_config
 from esper.runtime.tasks import DataCache, get_task_spec
 
@@ -31,13 +32,13 @@ def episode_plan(args: argparse.Namespace, devices: list[str] | None) -> Episode
         task=task, slots=ordered_slots(args.slots), max_epochs=args.max_epochs, max_seeds=args.max_seeds,
         seed=args.seed, devices=resolve_devices(args.device, devices), batch_size=task.default_batch_size,
         max_train_samples=args.max_train_samples, max_val_samples=args.max_val_samples,
-        reward_family=args.reward_family, param_cost=args.param_cost,
+        max_test_samples=args.max_test_samples, reward_family=args.reward_family, param_cost=args.param_cost,
     )
 
 
 def load_data(args: argparse.Namespace, plan: EpisodePlan) -> DataCache:
     """Load every split before the run directory exists, so a missing dataset leaves nothing behind."""
-    return preload_data(args, plan.task, plan.devices, plan.max_train_samples, plan.max_val_samples)
+    return preload_data(args, plan.task, plan.devices, SPLITS)
 
 
 def runtime_info(args: argparse.Namespace, plan: EpisodePlan) -> dict[str, Any]:

@@ -1,19 +1,25 @@
 """`esper study`: train a PPO controller and compare it with its baselines on held-out paired seeds, in one command.
 
     esper study --preset quick                      # CPU, minutes: static, heuristic, init and final policy
-    esper study --preset synthetic --seeds 10       # CPU reference study (adds static:matched and random)
+    esper study --preset synthetic                  # CPU reference study: every baseline, 20 evaluation seeds
     esper study --preset synthetic --ppo runs/ppo_x --controller iql:runs/iql_y   # reuse a trained policy
 
+A study trains the policy (train/), chooses best-fixed (every single-module `fixed:` variant) and best-rule (every
+scripted behaviour preset) by validation accuracy on selection seeds (selection/), then evaluates everything on
+paired evaluation seeds disjoint from both (eval/), reporting final test accuracy: the test split is scored once per
+final model and seen by nothing that decides.
+
 Rerunning the same command with the same --run-dir continues an interrupted study: training resumes from its last
-checkpoint and the evaluation from its finished paired episodes (an evaluation of a policy that has since trained
-further starts over). Other arguments are refused; --overwrite starts the study over. Writes STUDY_DIR/{train/,
-eval/, results.json, summary.md} and plots in eval/report/; train/ and eval/ are complete run directories (their
-own events and TensorBoard logs), so each can be reported and resumed on its own.
+checkpoint and selection and evaluation from their finished paired episodes (an evaluation of a policy that has
+since trained further starts over). Other arguments are refused; --overwrite starts the study over. Writes
+STUDY_DIR/{train/, selection/, eval/, results.json, summary.md} and plots in eval/report/; each subdirectory is a
+complete run directory (its own events and TensorBoard logs), so each can be reported and resumed on its own.
 """
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +42,33 @@ from esper.cli.report import render_report
 from esper.cli.rundirs import check_same_arguments, discard_on_error, prepare_run_dir
 from esper.cli.train_ppo import StopAfterStep, flag_overrides, open_training_dir, train_with_stop
 from esper.evaluation.comparison import comparison_phases, parse_controllers
-from esper.evaluation.study import STUDY_PRESETS, evaluation_plan, run_evaluation, study_controllers, write_study
+from esper.evaluation.episodes import EpisodePlan, one_test_sample
+from esper.evaluation.results import ComparisonResult
+from esper.evaluation.study import (
+    BEST_FIXED,
+    BEST_RULE,
+    FINAL,
+    SELECTION_SEED_OFFSET,
+    STUDY_PRESETS,
+    choose_best,
+    evaluation_plan,
+    run_evaluation,
+    selection_candidates,
+    selection_markdown,
+    study_controllers,
+    write_study,
+)
 from esper.leyline import TelemetryEventType
 from esper.runtime.devices import resolve_devices
-from esper.runtime.rundir import RunDirectory, RunDirectoryError, default_run_dir, holds_results, recorded_config
+from esper.runtime.readers import SPLITS
+from esper.runtime.rundir import (
+    RunDirectory,
+    RunDirectoryError,
+    default_run_dir,
+    holds_results,
+    recorded_config,
+    write_text_atomic,
+)
 from esper.runtime.tasks import DataCache, get_task_spec
 from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config
 from esper.simic.ppo.config import TrainingConfig
@@ -54,6 +83,10 @@ def add_study_parser(sub: Any) -> None:
     p.add_argument("--preset", choices=sorted(STUDY_PRESETS), default="quick")
     p.add_argument("--seeds", type=int_in(1, MAX_STUDY_SEEDS),
                    help="paired held-out evaluation seeds (default: the preset's)")
+    p.add_argument("--selection-seeds", type=int_in(0, MAX_STUDY_SEEDS),
+                   help="seeds that choose best-fixed and best-rule; 0 skips them (default: the preset's)")
+    p.add_argument("--max-test-samples", type=int_in(1, 10**9),
+                   help="score final models on a subset of the test split (default: all of it)")
     p.add_argument("--controller", action="append", default=[], metavar="SPEC",
                    help="an extra controller to compare (e.g. iql:PATH); repeatable")
     p.add_argument("--ppo", type=Path, help="evaluate this PPO run directory instead of training one")
@@ -61,8 +94,8 @@ def add_study_parser(sub: Any) -> None:
                    help="override one TrainingConfig field of the preset; VALUE is parsed as JSON (repeatable)")
     p.add_argument("--device", help="policy and env device: 'auto', 'cpu' or 'cuda:N'")
     p.add_argument("--devices", nargs="+", help="env devices, round-robin (default: --device)")
-    p.add_argument("--tie-threshold", type=float_in(0.0, 100.0), default=0.5,
-                   help="|Δ final accuracy| in pp counted as a tie")
+    p.add_argument("--tie-threshold", type=float_in(0.0, 100.0),
+                   help="|Δ final accuracy| in pp below which a paired difference is a tie (default: one test sample)")
     add_shared_options(p, seed_default=None)
     p.set_defaults(func=cmd_study, task=None, amp=None, reward_family=None, episodes=None, resume=None,
                    config_json=None)
@@ -96,9 +129,10 @@ def _training_config(args: argparse.Namespace, train_dir: Path) -> tuple[Trainin
     return resume_config(saved, requested), latest
 
 
-def _settings(args: argparse.Namespace, seeds: int) -> dict[str, Any]:
-    return {"preset": args.preset, "seeds": seeds, "controllers": args.controller,
-            "ppo": None if args.ppo is None else str(args.ppo), "tie_threshold": args.tie_threshold}
+def _settings(args: argparse.Namespace, seeds: int, selection_seeds: int) -> dict[str, Any]:
+    return {"preset": args.preset, "seeds": seeds, "selection_seeds": selection_seeds, "controllers": args.controller,
+            "ppo": None if args.ppo is None else str(args.ppo), "tie_threshold": args.tie_threshold,
+            "max_test_samples": args.max_test_samples}
 
 
 def _open_study(path: Path, args: argparse.Namespace, settings: dict[str, Any]) -> tuple[RunDirectory, bool]:
@@ -129,10 +163,11 @@ def _train(args: argparse.Namespace, config: TrainingConfig, checkpoint: Path | 
 
 def _evaluation_config(path: Path, labels: list[str], specs: list[str], seeds: int, first_episode: int,
                        config: TrainingConfig, settings: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-    """The evaluation's arguments, and whether a stored evaluation was of something else (then it starts over:
-    its results describe a policy or setting that no longer exists)."""
+    """A phase's arguments, and whether a stored phase was of something else (then it starts over: its results
+    describe a policy, a choice or a setting that no longer exists)."""
     eval_config = {"controllers": labels, "specs": specs, "episodes": seeds, "first_episode": first_episode,
-                   "training": config.to_dict(), **{k: v for k, v in settings.items() if k != "seeds"}}
+                   "training": config.to_dict(),
+                   **{k: v for k, v in settings.items() if k not in ("seeds", "selection_seeds")}}
     if not (path / "config.json").exists():
         return eval_config, False
     try:
@@ -143,44 +178,81 @@ def _evaluation_config(path: Path, labels: list[str], specs: list[str], seeds: i
     return eval_config, False
 
 
+@dataclass(frozen=True)
+class _Phase:
+    """One paired-episode phase of a study (selection or evaluation), run in its own directory."""
+
+    name: str
+    path: Path
+    plan: EpisodePlan
+    specs: list[str]
+    labels: list[str]
+    seeds: int
+    match: str | None = None
+
+
+def _run_phase(args: argparse.Namespace, phase: _Phase, config: TrainingConfig, settings: dict[str, Any],
+               cache: DataCache) -> ComparisonResult:
+    """Run (or continue) one phase with its own telemetry and progress."""
+    phases = comparison_phases(parse_controllers(phase.specs), phase.labels)
+    phase_config, stale = _evaluation_config(phase.path, phase.labels, phase.specs, phase.seeds,
+                                             phase.plan.first_episode, config, settings)
+    run_dir, resume = open_episode_run(phase.path, "compare", overwrite=stale, argv=args.argv, config=phase_config,
+                                       runtime={"data_dir": str(args.data_dir)}, phases=phases)
+    tie = args.tie_threshold if args.tie_threshold is not None else one_test_sample(phase.plan, cache)
+    hub, progress = make_hub(args, run_dir, phase_config)
+    with closing_hub(hub, run_dir):
+        emit(hub, TelemetryEventType.TRAINING_STARTED, f"study {phase.name} on {config.task}", {
+            "command": f"study {phase.name}", "task": config.task, "topology": phase.plan.task.topology,
+            "n_envs": len(phase.specs), "controllers": phase.labels, "n_episodes": phase.seeds,
+            "config": phase_config, "reward": phase.plan.describe_reward()})
+        progress.start(phase.name, phase.seeds * len(phase.specs) * config.max_epochs, round_size=len(phases[0]),
+                       done=(resume.episodes_done if resume is not None else 0) * config.max_epochs)
+        return run_evaluation(phase.plan, phase.specs, phase.labels, phase.seeds, cache, run_dir=run_dir, sink=hub,
+                              resume=resume, match=phase.match, tie_threshold=tie)
+
+
+def _select(args: argparse.Namespace, path: Path, config: TrainingConfig, settings: dict[str, Any],
+            cache: DataCache, seeds: int) -> dict[str, str]:
+    """best-fixed and best-rule, chosen on the selection seeds; the table is saved as selection/summary.md."""
+    if seeds == 0:
+        return {}
+    plan = evaluation_plan(config, SELECTION_SEED_OFFSET, args.max_test_samples)
+    fixed, rules = selection_candidates(plan.task.topology, plan.slots)
+    candidates = [*fixed, *rules]
+    result = _run_phase(args, _Phase("selection", path, plan, candidates, candidates, seeds), config, settings,
+                        cache)
+    chosen = {BEST_FIXED: choose_best(result, fixed), BEST_RULE: choose_best(result, rules)}
+    write_text_atomic(path / "summary.md", selection_markdown(result, candidates, chosen))
+    return chosen
+
+
 def cmd_study(args: argparse.Namespace) -> int:
     preset = STUDY_PRESETS[args.preset]
     seeds = args.seeds or preset.seeds
+    selection_seeds = preset.selection_seeds if args.selection_seeds is None else args.selection_seeds
     seed = args.seed if args.seed is not None else TrainingConfig.preset(preset.training).seed
     path = args.run_dir or default_run_dir(args.runs_root, "study", args.preset, seed)
-    settings = _settings(args, seeds)
+    settings = _settings(args, seeds, selection_seeds)
     train_path = args.ppo if args.ppo is not None else path / "train"
     config, checkpoint = _training_config(args, train_path)  # bad settings fail before anything is written
-    cache = preload_data(args, get_task_spec(config.task), resolve_devices(config.device, config.devices),
-                         config.max_train_samples, config.max_val_samples)
-    specs, labels = study_controllers(preset.baselines, train_path, args.controller)
-    plan = evaluation_plan(config)
-    phases = comparison_phases(parse_controllers(specs), labels)
+    cache = preload_data(args, get_task_spec(config.task), resolve_devices(config.device, config.devices), SPLITS)
     study, fresh = _open_study(path, args, settings)
     with discard_on_error(study, fresh=fresh, errors=USER_ERRORS):
         if args.ppo is None and not _train(args, config, checkpoint, train_path, cache):
             console.print(f"Stopped during training. Continue with the same command (--run-dir {path}).")
             return EXIT_INTERRUPTED
-        eval_path = path / "eval"
-        eval_config, stale = _evaluation_config(eval_path, labels, specs, seeds, plan.first_episode, config,
-                                                settings)
-        eval_dir, resume = open_episode_run(eval_path, "compare", overwrite=stale, argv=args.argv,
-                                            config=eval_config, runtime={"data_dir": str(args.data_dir)},
-                                            phases=phases)
-        hub, progress = make_hub(args, eval_dir, eval_config)
-        with closing_hub(hub, eval_dir):
-            emit(hub, TelemetryEventType.TRAINING_STARTED, f"study evaluation on {config.task}", {
-                "command": "study evaluation", "task": config.task, "topology": plan.task.topology,
-                "n_envs": len(specs), "controllers": labels, "n_episodes": seeds, "config": eval_config,
-                "reward": plan.describe_reward()})
-            progress.start("evaluation", seeds * len(specs) * config.max_epochs, round_size=len(phases[0]),
-                           done=(resume.episodes_done if resume is not None else 0) * config.max_epochs)
-            comparison = run_evaluation(plan, specs, labels, seeds, cache, run_dir=eval_dir, sink=hub,
-                                        resume=resume)
+        chosen = _select(args, path / "selection", config, settings, cache, selection_seeds)
+        specs, labels = study_controllers(preset.baselines, train_path, chosen, args.controller)
+        plan = evaluation_plan(config, max_test_samples=args.max_test_samples)
+        match = FINAL if "static:matched" in preset.baselines else None
+        comparison = _run_phase(args, _Phase("evaluation", path / "eval", plan, specs, labels, seeds, match),
+                                config, settings, cache)
     reward = plan.describe_reward()
     title = f"esper study --preset {args.preset} ({config.task}; reward {reward})"
-    summary = write_study(path, comparison, title=title, command="esper " + " ".join(args.argv),
-                          extra={"preset": args.preset, "seeds": seeds, "reward": reward, "training": config.to_dict()})
+    summary = write_study(path, comparison, title=title, command="esper " + " ".join(args.argv), chosen=chosen,
+                          extra={"preset": args.preset, "seeds": seeds, "selection_seeds": selection_seeds,
+                                 "reward": reward, "training": config.to_dict()})
     console.print(comparison_table(comparison))
     plots = render_report(path / "eval")
     console.print(f"\nStudy directory: [bold]{path}[/bold]\nSummary:         {summary}\n"

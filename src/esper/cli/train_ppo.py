@@ -219,7 +219,7 @@ def cmd_train_ppo(args: argparse.Namespace) -> int:
     config = _config_for_resume(args, checkpoint) if checkpoint is not None else effective_config(args)
     episodes_done = int(read_policy_checkpoint(checkpoint)["episodes_completed"]) if checkpoint is not None else 0
     cache = preload_data(args, get_task_spec(config.task), resolve_devices(config.device, config.devices),
-                         config.max_train_samples, config.max_val_samples)
+                         ("train", "val"))
     path = checkpoint.parent.parent if checkpoint is not None else (
         args.run_dir or default_run_dir(args.runs_root, "ppo", config.task, config.seed))
     run_dir = open_training_dir(path, config, args, checkpoint, cache)

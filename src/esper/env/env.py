@@ -146,7 +146,7 @@ class MorphoEnv:
         self._recent_inputs: deque[torch.Tensor] = deque(maxlen=BN_RECALIBRATION_BATCHES)
         self._epoch_start = 0.0
         self.flops = FlopMeter()  # the env's own passes only: a live twin counts its own
-        self.wall_seconds = 0.0  # sum of the epochs' times, each from its start to its observation
+        self.wall_seconds = 0.0  # time spent in the env's own passes (envs of a batch interleave, so not wall time)
         self.governor.snapshot(self.ts, epoch=0, bookkeeping=self._bookkeeping())
 
     @property
@@ -204,18 +204,29 @@ class MorphoEnv:
                 "fossil_improvement": dict(self.fossil_improvement),
                 "seeds_fossilized": self.seeds_fossilized, "seeds_culled": self.seeds_culled}
 
+    @contextlib.contextmanager
+    def _clock(self) -> Iterator[None]:
+        """Adds the block's duration to `wall_seconds`: the env's own cost, even while other envs of its batch run
+        between its passes."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.wall_seconds += time.perf_counter() - start
+
     # ------------------------------------------------------------------ per-batch work
 
     def train_batch(self, x: torch.Tensor, y: torch.Tensor, *, collect_gradients: bool) -> None:
         _claim_for_stream(self.ts.stream, x, y)
-        with self.ts.stream_context(), self._own_rng(), self.flops.count(train_pass(self.model, x)):
+        with self._clock(), self.ts.stream_context(), self._own_rng(), self.flops.count(train_pass(self.model, x)):
             self.ts.post_backward_hooks = [self._collect_gradients] if collect_gradients else []
             train_step(self.ts, x, y)
         self._recent_inputs.append(x)
 
     def finish_train_pass(self) -> None:
         """Re-estimate normalization statistics at the final weights before validation (see Tolaria)."""
-        with self.ts.stream_context(), self.flops.count(recalibration_pass(self.model, self._recent_inputs)):
+        with self._clock(), self.ts.stream_context(), \
+                self.flops.count(recalibration_pass(self.model, self._recent_inputs)):
             recalibrate_batchnorm(self.ts, self._recent_inputs)
         self._recent_inputs.clear()
 
@@ -227,7 +238,8 @@ class MorphoEnv:
     def validate_batch(self, x: torch.Tensor, y: torch.Tensor, ablate: tuple[str, ...],
                        probe: tuple[str, ...]) -> None:
         _claim_for_stream(self.ts.stream, x, y)
-        with self.ts.stream_context(), self.flops.count(validation_pass(self.model, x, ablate, probe)):
+        with self._clock(), self.ts.stream_context(), \
+                self.flops.count(validation_pass(self.model, x, ablate, probe)):
             validate_batch(self.ts, x, y, ablate, probe)
 
     # ------------------------------------------------------------------ per-epoch work
@@ -235,8 +247,9 @@ class MorphoEnv:
     def finish_measurements(self, epoch: int, ablate: tuple[str, ...], probe: tuple[str, ...]
                             ) -> tuple[TrainEpochStats, ValStats, bool]:
         """Close the epoch's accumulators, consult the governor, and write the seed measurements."""
-        train = finish_train_epoch(self.ts)
-        val = finish_validation(self.ts) if self.ts._val else ValStats(0.0, 0.0, 0, {}, {})
+        with self._clock():  # the host sync: on an accelerator, where the queued passes' time is paid
+            train = finish_train_epoch(self.ts)
+            val = finish_validation(self.ts) if self.ts._val else ValStats(0.0, 0.0, 0, {}, {})
         grad_stats = {slot: self.collector.materialize(t) for slot, t in self._grad_stats.items()}
         self._grad_stats = {}
         self.accuracy_curve.append(val.val_accuracy)
@@ -278,7 +291,6 @@ class MorphoEnv:
         model, spec = self.model, self.spec
         reports = model.get_slot_reports()
         epoch_seconds = time.perf_counter() - self._epoch_start
-        self.wall_seconds += epoch_seconds
         signals = self.tracker.update(
             epoch, epoch * batches_per_epoch, train.train_loss, train.train_accuracy, val.val_loss, val.val_accuracy,
             reports, [s for s in model.slot_ids if s not in reports], grad_norm_host=train.grad_norm_host,

@@ -101,6 +101,14 @@ class EpisodeResult:
     accuracy_curve: list[float]
     total_reward: float
     rollbacks: int
+    # Scored once on the final model of an evaluation episode, on the test split no controller, reward or gate
+    # sees; None where no test pass ran (PPO training episodes, datagen).
+    final_test_accuracy: float | None = None
+    final_test_loss: float | None = None
+    # What the episode cost: FLOPs of every forward and backward pass it ran (host, seeds, twin excluded) and its
+    # wall-clock seconds.
+    train_flops: int = 0
+    wall_seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -44,10 +44,11 @@ class EpochData:
     @classmethod
     def build(cls, task: TaskSpec, cache: DataCache, devices: Sequence[torch.device], *, batch_size: int, seed: int,
               max_train_samples: int | None = None, max_val_samples: int | None = None) -> EpochData:
-        """Iterators over device-resident data: each batch is materialized once per device, for every env on it."""
+        """Iterators over device-resident data: each batch is materialized once per device, for every env on it.
+        Capped splits are the subsets `seed` draws, so the envs of one call share their samples."""
         keys = sorted({str(d) for d in devices})
-        train = {k: cache.get(task, "train", k, max_train_samples) for k in keys}
-        val = {k: cache.get(task, "val", k, max_val_samples) for k in keys}
+        train = {k: cache.get(task, "train", k, max_train_samples, seed=seed) for k in keys}
+        val = {k: cache.get(task, "val", k, max_val_samples, seed=seed) for k in keys}
         return cls(SharedBatchIterator(train, batch_size, shuffle=True, seed=seed, augment=task.augment),
                    SharedBatchIterator(val, task.val_batch_size, shuffle=False), seed)
 

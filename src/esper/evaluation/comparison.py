@@ -13,7 +13,7 @@ from typing import Any
 
 from esper.env import EnvStep, EpisodeResult
 from esper.evaluation.controllers import all_controllers
-from esper.evaluation.episodes import EpisodePlan, build_controller, run_controller_episodes
+from esper.evaluation.episodes import EpisodePlan, build_controller, one_test_sample, run_controller_episodes
 from esper.evaluation.results import ComparisonResult
 from esper.evaluation.resume import ResumePoint
 from esper.leyline import TelemetrySink
@@ -22,7 +22,7 @@ from esper.runtime.tasks import DataCache, TaskSpec
 from esper.tamiyo import MATCHED, MAX_HOST_WIDTH, ControllerSpec
 
 __all__ = ["ComparisonResult", "check_controllers", "comparison_phases", "controller_labels", "host_params",
-           "largest_grown", "matched_width", "parse_controllers", "run_comparison"]
+           "largest_grown", "match_target", "matched_width", "parse_controllers", "run_comparison"]
 
 
 def parse_controllers(texts: Sequence[str]) -> list[ControllerSpec]:
@@ -96,29 +96,48 @@ def matched_width(task: TaskSpec, target_params: float) -> float:
     return hi / 100
 
 
+def mean_final_params(episodes: Sequence[EpisodeResult], label: str) -> float:
+    """A controller's mean final parameter count (host + seeds) over its episodes."""
+    return statistics.fmean(e.host_params + e.params_added for e in episodes if e.controller == label)
+
+
 def largest_grown(episodes: Sequence[EpisodeResult], labels: Sequence[str]) -> tuple[str, float] | None:
     """The growing controller with the largest mean final parameter count (host + seeds), and that count."""
-    means = {c: statistics.fmean(e.host_params + e.params_added for e in episodes if e.controller == c)
-             for c in labels}
-    grown = {c: m for c, m in means.items() if any(e.params_added for e in episodes if e.controller == c)}
+    grown = {c: mean_final_params(episodes, c) for c in labels
+             if any(e.params_added for e in episodes if e.controller == c)}
     if not grown:
         return None
     label = max(grown, key=lambda c: grown[c])
     return label, grown[label]
 
 
-def run_comparison(specs: Sequence[ControllerSpec], plan: EpisodePlan, episodes: int, cache: DataCache, *,
-                   tie_threshold: float = 0.5, sink: TelemetrySink | None = None,
-                   run_dir: RunDirectory | None = None, on_step: Callable[[list[EnvStep]], None] | None = None,
-                   labels: Sequence[str] | None = None, resume: ResumePoint | None = None) -> ComparisonResult:
-    """Every controller on the same paired episodes; `static:matched` runs last, widened to the largest grown one.
+def match_target(episodes: Sequence[EpisodeResult], labels: Sequence[str], match: str | None
+                 ) -> tuple[str, float] | None:
+    """What static:matched is widened to: the controller `match` (the one under study) when named, else the
+    largest grown one; None when nothing grew."""
+    if match is None:
+        return largest_grown(episodes, labels)
+    if match not in labels:
+        raise ValueError(f"--match {match}: no such controller in this comparison. Available: {list(labels)}")
+    return match, mean_final_params(episodes, match)
 
+
+def run_comparison(specs: Sequence[ControllerSpec], plan: EpisodePlan, episodes: int, cache: DataCache, *,
+                   tie_threshold: float | None = None, sink: TelemetrySink | None = None,
+                   run_dir: RunDirectory | None = None, on_step: Callable[[list[EnvStep]], None] | None = None,
+                   labels: Sequence[str] | None = None, resume: ResumePoint | None = None,
+                   match: str | None = None) -> ComparisonResult:
+    """Every controller on the same paired episodes; `static:matched` runs last, widened to the parameter count of
+    the controller `match` (the one under study), or of the largest grown one when `match` is None.
+
+    `tie_threshold` (default: one test sample's worth) is the |Δ| below which a paired difference is a tie.
     `labels` (default: `controller_labels(specs)`) name the controllers in results, tables and plots. `resume`
     (from `resume_point`) continues an interrupted run past its finished episodes. With a `run_dir`, results.json is
     rewritten after every paired episode of the first phase, so an interrupted comparison still has results for its
     finished episodes; the final one follows the last phase.
     """
     check_controllers(specs, plan)
+    tie_threshold = one_test_sample(plan, cache) if tie_threshold is None else tie_threshold
     names = list(labels) if labels is not None else controller_labels(specs)
     if len(names) != len(specs) or len(set(names)) != len(names):
         raise ValueError(f"Need one distinct label per controller, got {names}")
@@ -137,7 +156,7 @@ def run_comparison(specs: Sequence[ControllerSpec], plan: EpisodePlan, episodes:
                             start=resume.completed[0] if resume is not None else 0)
     matched: dict[str, Any] = {}
     if len(first) < len(specs):
-        grown = largest_grown(results, first_names)
+        grown = match_target(results, first_names, match)
         target = grown[1] if grown is not None else float(host_params(plan.task, 1.0))
         width = matched_width(plan.task, target)
         matched = {"width": width, "matched_to": None if grown is None else grown[0], "target_params": target,

@@ -1,13 +1,17 @@
 """Paired episodes: every controller of a comparison on the same host seed and data order, advancing together.
 
 For episode i every controller gets an env with the seed `seed + 1000·i` (identical host initialization) and all of
-them advance together, batch-first, on the same shared batches, so differences come from the decisions alone. When
-the reward needs a static twin, the plain `static` controller's env serves as the twin if there is one (it is the
-twin, bit for bit); otherwise a twin env is added.
+them advance together, batch-first, on the same shared batches (the same capped subsets), so differences come from
+the decisions alone. When the reward needs a static twin, the plain `static` controller's env serves as the twin if
+there is one (it is the twin, bit for bit); otherwise a twin env is added.
+
+After the last epoch each final model is scored once on the test split, which nothing before that point reads: the
+decisions, rewards and validation numbers of an episode cannot depend on it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -16,15 +20,26 @@ import torch
 from esper.env import EnvSpec, EnvStep, EpisodeResult, EpochData, MorphoEnv, run_episodes
 from esper.env.rewards import RewardFamily, make_reward_fn, needs_twin, reward_summary
 from esper.evaluation.controllers import all_controllers
+from esper.evaluation.stats import one_sample_pp
 from esper.leyline import TelemetryEvent, TelemetryEventType, TelemetrySink
 from esper.leyline.constants import DEFAULT_GAMMA
 from esper.leyline.seeding import derive_seed
+from esper.runtime.data import SharedBatchIterator
 from esper.runtime.devices import env_device_map
 from esper.runtime.rundir import RunDirectory
 from esper.runtime.tasks import DataCache, TaskSpec
-from esper.tamiyo import ControllerContext, ControllerSpec, StaticPolicy, TamiyoPolicy
+from esper.tamiyo import ControllerContext, ControllerSpec, StaticPolicy, TamiyoPolicy, host_variant
+from esper.tolaria import finish_validation, validate_batch
 
-__all__ = ["EpisodePlan", "build_controller", "episode_seed", "run_controller_episodes"]
+__all__ = [
+    "EpisodePlan",
+    "build_controller",
+    "episode_seed",
+    "one_test_sample",
+    "run_controller_episodes",
+    "score_test",
+    "test_sample_count",
+]
 
 
 @dataclass
@@ -40,6 +55,7 @@ class EpisodePlan:
     batch_size: int
     max_train_samples: int | None = None
     max_val_samples: int | None = None
+    max_test_samples: int | None = None  # None: the whole test split (forward passes only)
     amp: bool = False
     reward_family: str = RewardFamily.GAP.value
     param_cost: float | None = None  # gap reward's λ_p; None: the task's value measured at the nearest sample cap
@@ -63,8 +79,35 @@ def build_controller(spec: ControllerSpec, plan: EpisodePlan, *, episode: int, i
     return all_controllers().build(spec, context)
 
 
-def _host_width(controller: TamiyoPolicy) -> float:
-    return controller.host_width if isinstance(controller, StaticPolicy) else 1.0
+def test_sample_count(plan: EpisodePlan, cache: DataCache) -> int:
+    """How many samples (images, or predicted tokens) one test pass scores: one of them is the smallest difference
+    in test accuracy that two final models can show."""
+    pool = cache.pool(plan.task, "test", plan.devices[0])
+    if plan.max_test_samples is not None and plan.max_test_samples < pool.num_full:
+        return plan.max_test_samples * pool.targets[0].numel()
+    tail = 0 if pool.tail is None else pool.tail[1].numel()
+    return pool.targets.numel() + tail
+
+
+def one_test_sample(plan: EpisodePlan, cache: DataCache) -> float:
+    """The default tie threshold of a comparison: one test sample's worth of accuracy, in pp."""
+    return one_sample_pp(test_sample_count(plan, cache))
+
+
+def score_test(envs: Sequence[MorphoEnv], results: Sequence[EpisodeResult], plan: EpisodePlan, cache: DataCache,
+               seed: int) -> list[EpisodeResult]:
+    """The envs' results with their final models' test accuracy and loss (one forward pass per test batch, each
+    batch materialized once per device for every env on it)."""
+    keys = sorted({env.device_key for env in envs})
+    test = SharedBatchIterator({k: cache.get(plan.task, "test", k, plan.max_test_samples, seed=seed) for k in keys},
+                               plan.task.val_batch_size, shuffle=False)
+    for batch in test:
+        for env in envs:
+            x, y = batch[env.device_key]
+            validate_batch(env.ts, x, y)
+    scored = [finish_validation(env.ts) for env in envs]
+    return [dataclasses.replace(r, final_test_accuracy=s.val_accuracy, final_test_loss=s.val_loss)
+            for r, s in zip(results, scored, strict=True)]
 
 
 def run_controller_episodes(
@@ -85,14 +128,15 @@ def run_controller_episodes(
     results: list[EpisodeResult] = []
     for episode in range(start, episodes):
         seed = episode_seed(plan, episode)
-        data = EpochData.build(task, cache, plan.devices, batch_size=plan.batch_size,
-                               seed=derive_seed(plan.seed, plan.first_episode + episode),
+        data_seed = derive_seed(plan.seed, plan.first_episode + episode)
+        data = EpochData.build(task, cache, plan.devices, batch_size=plan.batch_size, seed=data_seed,
                                max_train_samples=plan.max_train_samples, max_val_samples=plan.max_val_samples)
         controllers = [build_controller(spec, plan, episode=episode, index=i) for i, spec in enumerate(specs)]
 
-        def spec_for(i: int, width: float = 1.0, *, ep: int = episode, s: int = seed) -> EnvSpec:
+        def spec_for(i: int, controller: TamiyoPolicy | None = None, *, ep: int = episode, s: int = seed) -> EnvSpec:
+            width, fixed = host_variant(controller) if controller is not None else (1.0, ())
             return EnvSpec(task, plan.slots, plan.max_epochs, s, device_of[i], env_id=i, episode=ep,
-                           max_seeds=plan.max_seeds, amp=plan.amp, sink=sink, host_width=width)
+                           max_seeds=plan.max_seeds, amp=plan.amp, sink=sink, host_width=width, fixed_modules=fixed)
 
         twin: MorphoEnv | None = None
         static = [i for i, c in enumerate(controllers) if isinstance(c, StaticPolicy) and c.host_width == 1.0]
@@ -102,7 +146,7 @@ def run_controller_episodes(
         elif with_twin:
             twin = MorphoEnv(spec_for(len(specs)), "twin")
         envs = [twin if twin is not None and static and i == static[0]
-                else MorphoEnv(spec_for(i, _host_width(c)), names[i], twin=twin)
+                else MorphoEnv(spec_for(i, c), names[i], twin=twin)
                 for i, c in enumerate(controllers)]
 
         def record(steps: list[EnvStep]) -> None:
@@ -112,7 +156,8 @@ def run_controller_episodes(
             if on_step is not None:
                 on_step(steps)
 
-        episode_results = run_episodes(envs, controllers, data, reward_fn, on_step=record)
+        episode_results = score_test(envs, run_episodes(envs, controllers, data, reward_fn, on_step=record), plan,
+                                     cache, data_seed)
         for r in episode_results:
             if run_dir is not None:
                 run_dir.append("episodes.jsonl", r.to_dict())

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from esper.datagen.configs import POLICY_PRESETS
 from esper.env import EnvStep
 from esper.evaluation.comparison import ComparisonResult, check_controllers, parse_controllers, run_comparison
 from esper.evaluation.episodes import EpisodePlan
@@ -23,113 +24,171 @@ from esper.runtime.devices import resolve_devices
 from esper.runtime.rundir import RunDirectory, write_text_atomic
 from esper.runtime.tasks import DataCache, get_task_spec
 from esper.simic.ppo.config import TrainingConfig
+from esper.tamiyo import fixed_variants
 
-__all__ = ["EVAL_SEED_OFFSET", "STUDY_PRESETS", "StudyPreset", "evaluation_plan", "study_controllers",
-           "summary_markdown", "write_study"]
+__all__ = ["BEST_FIXED", "BEST_RULE", "EVAL_SEED_OFFSET", "SELECTION_SEED_OFFSET", "STUDY_PRESETS", "StudyPreset",
+           "choose_best", "evaluation_plan", "rule_candidates", "selection_candidates", "selection_markdown",
+           "study_controllers", "summary_markdown", "write_study"]
 
 EVAL_SEED_OFFSET = 1_000_000
 """Held-out evaluation seeds start here (training seeds are seed + 10000·batch + 1000·group, far below)."""
+SELECTION_SEED_OFFSET = 2_000_000
+"""Selection seeds (where best-fixed and best-rule are chosen) start here: disjoint from training and evaluation, so
+the variant that is reported was not chosen on the episodes it is reported on."""
 
 INIT, FINAL = "ppo (init)", "ppo (final)"
+BEST_FIXED, BEST_RULE = "best-fixed", "best-rule"
 
 
 @dataclass(frozen=True)
 class StudyPreset:
-    """A training preset, the baselines its controller is compared with, and how many paired seeds."""
+    """A training preset, the baselines its controller is compared with, how many paired evaluation seeds, and how
+    many selection seeds choose best-fixed and best-rule (0: no selection)."""
 
     training: str
     baselines: tuple[str, ...]
     seeds: int
+    selection_seeds: int = 0
 
 
+_BASELINES = ("static", "static:matched", "heuristic", "random")
 STUDY_PRESETS: dict[str, StudyPreset] = {
     "quick": StudyPreset("quick", ("static", "heuristic"), 3),
-    "synthetic": StudyPreset("synthetic", ("static", "static:matched", "heuristic", "random"), 10),
-    "fashion_mnist": StudyPreset("fashion_mnist", ("static", "static:matched", "heuristic", "random"), 10),
+    "synthetic": StudyPreset("synthetic", _BASELINES, 20, selection_seeds=5),
+    "fashion_mnist": StudyPreset("fashion_mnist", _BASELINES, 20, selection_seeds=5),
 }
 
 
-def evaluation_plan(config: TrainingConfig, seeds_base: int | None = None) -> EpisodePlan:
-    """Paired held-out episodes in the training setting: same task, slots, episode length, caps and reward."""
+def evaluation_plan(config: TrainingConfig, seeds_base: int = EVAL_SEED_OFFSET, max_test_samples: int | None = None
+                    ) -> EpisodePlan:
+    """Paired episodes in the training setting (task, slots, episode length, caps and reward) on the seeds that
+    start at `seeds_base`."""
     task = get_task_spec(config.task)
     return EpisodePlan(
         task=task, slots=tuple(config.slots), max_epochs=config.max_epochs, max_seeds=config.max_seeds,
         seed=config.seed, devices=resolve_devices(config.device, config.devices), batch_size=config.batch_size,
-        max_train_samples=config.max_train_samples, max_val_samples=config.max_val_samples, amp=config.amp,
-        reward_family=config.reward_family.value, param_cost=config.param_cost, gamma=config.gamma,
-        first_episode=EVAL_SEED_OFFSET if seeds_base is None else seeds_base,
+        max_train_samples=config.max_train_samples, max_val_samples=config.max_val_samples,
+        max_test_samples=max_test_samples, amp=config.amp, reward_family=config.reward_family.value,
+        param_cost=config.param_cost, gamma=config.gamma, first_episode=seeds_base,
     )
 
 
-def study_controllers(baselines: Sequence[str], train_dir: Path, extra: Sequence[str] = ()
-                      ) -> tuple[list[str], list[str]]:
-    """(specs, labels): the baselines, the PPO policy before and after training, and any extra specs."""
+def rule_candidates() -> list[str]:
+    """The scripted behaviour presets best-rule is chosen from (random is a baseline of its own, not a rule)."""
+    return [f"behavior:{preset}" for preset in POLICY_PRESETS if preset != "random"]
+
+
+def selection_candidates(topology: str, slots: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(fixed variants, rules): every single-module `fixed:` variant of the topology's slots, and every rule."""
+    return fixed_variants(topology, tuple(slots)), rule_candidates()
+
+
+def choose_best(result: ComparisonResult, candidates: Sequence[str]) -> str:
+    """The candidate with the best mean final validation accuracy on the selection seeds (the first on a tie).
+    Validation, never test: the choice must not peek at the numbers it will be reported with."""
+    return max(candidates, key=lambda c: result.per_controller[c]["final_accuracy"]["mean"])
+
+
+def study_controllers(baselines: Sequence[str], train_dir: Path, chosen: dict[str, str] | None = None,
+                      extra: Sequence[str] = ()) -> tuple[list[str], list[str]]:
+    """(specs, labels): the baselines, the chosen best-fixed and best-rule specs (label → spec), the PPO policy
+    before and after training, and any extra specs."""
     checkpoints = train_dir / "checkpoints"
-    specs = [*baselines, f"ppo:{checkpoints / 'init.pt'}", f"ppo:{checkpoints / 'final.pt'}", *extra]
-    labels = [*baselines, INIT, FINAL, *extra]
+    picked = chosen or {}
+    specs = [*baselines, *picked.values(), f"ppo:{checkpoints / 'init.pt'}", f"ppo:{checkpoints / 'final.pt'}",
+             *extra]
+    labels = [*baselines, *picked, INIT, FINAL, *extra]
     return specs, labels
 
 
 def run_evaluation(plan: EpisodePlan, specs: Sequence[str], labels: Sequence[str], episodes: int, cache: DataCache,
-                   *, run_dir: RunDirectory, sink: TelemetrySink | None = None,
-                   on_step: Callable[[list[EnvStep]], None] | None = None, resume: ResumePoint | None = None
-                   ) -> ComparisonResult:
+                   *, run_dir: RunDirectory, sink: TelemetrySink | None = None, tie_threshold: float,
+                   on_step: Callable[[list[EnvStep]], None] | None = None, resume: ResumePoint | None = None,
+                   match: str | None = None) -> ComparisonResult:
     parsed = parse_controllers(specs)
     check_controllers(parsed, plan)
     return run_comparison(parsed, plan, episodes, cache, sink=sink, run_dir=run_dir, on_step=on_step,
-                          labels=list(labels), resume=resume)
+                          labels=list(labels), resume=resume, match=match, tie_threshold=tie_threshold)
 
 
-REFERENCES = ("static", "static:matched", "heuristic", INIT)
+REFERENCES = ("static", "static:matched", BEST_FIXED, BEST_RULE, "heuristic", INIT)
 """The controllers a trained policy must beat, in the order the summary shows its paired Δ against them."""
 
 
-def _row(result: ComparisonResult, label: str, references: Sequence[str]) -> dict[str, Any]:
-    s = result.per_controller[label]
-    row: dict[str, Any] = {"controller": label, "final_accuracy": s["final_accuracy"]["mean"],
-                           "total_params": s["total_params"]["mean"], "seeds_fossilized": s["seeds_fossilized"],
-                           "seeds_created": s["seeds_created"]}
-    for ref in references:
-        if label != ref and ref in result.pairwise.get(label, {}):
-            row[f"vs {ref}"] = result.pairwise[label][ref]
-    return row
+def _delta(p: dict[str, Any] | None) -> str:
+    if p is None:
+        return "—"
+    low, high = p["ci95"]
+    return f"{p['mean_delta']:+.2f} [{low:+.2f}, {high:+.2f}] {p['wins']}/{p['losses']}/{p['ties']}"
 
 
-def summary_markdown(result: ComparisonResult, *, title: str, command: str) -> str:
-    """The study table: final accuracy, parameters, and each controller's paired Δ (95 % bootstrap CI) against every
-    reference present: static, the parameter-matched static host, the heuristic and the untrained policy."""
-    def delta(p: dict[str, Any] | None) -> str:
-        if p is None:
-            return "—"
-        low, high = p["ci95"]
-        return f"{p['mean_delta']:+.2f} [{low:+.2f}, {high:+.2f}] {p['wins']}/{p['losses']}/{p['ties']}"
+def _accuracy(stats: dict[str, Any] | None) -> str:
+    return "—" if stats is None else f"{stats['mean']:.2f}"
 
+
+def summary_markdown(result: ComparisonResult, *, title: str, command: str, chosen: dict[str, str] | None = None
+                     ) -> str:
+    """The study table: test and validation accuracy, parameters and training cost per controller, then each
+    controller's paired test Δ (with its 95 % interval and wins/losses/ties) against every reference present, and
+    the validation Δ beside it."""
+    chosen = chosen or {}
     references = [ref for ref in REFERENCES if ref in result.controllers]
     epochs = statistics.fmean(len(e.accuracy_curve) for e in result.episodes)
     seeds = result.per_controller[result.controllers[0]]["episodes"]
-    lines = [f"# {title}", "", f"{epochs:.0f}-epoch episodes, {seeds} paired held-out seeds; Δ is the mean paired "
-             f"difference in final validation accuracy (pp) with its 95 % paired-bootstrap CI and wins/losses/ties "
-             f"(|Δ| ≤ {result.tie_threshold} pp is a tie).", "",
-             "| controller | final acc % | params | seeds fossilized / created | "
-             + " | ".join(f"Δ vs {ref}" for ref in references) + " |",
-             "|---|---|---|---|" + "---|" * len(references)]
+    first_pair = next((p for row in result.pairwise.values() for p in row.values()), None)
+    metric = "test" if first_pair is None or first_pair.get("metric") == "test_accuracy" else "validation"
+    lines = [f"# {title}", "",
+             f"{epochs:.0f}-epoch episodes on {seeds} paired evaluation seeds. Accuracies are final-model means (%); "
+             f"Δ is the mean paired difference in final {metric} accuracy (pp) with its 95 % interval and wins/losses/"
+             f"ties (a tie: |Δ| below one test sample, {result.tie_threshold:.3f} pp); the validation Δ follows in "
+             f"its own table. Cost: training FLOPs (host, seeds, validation, probes) and wall seconds per episode.",
+             ""]
+    names = {label: f"{label} ({chosen[label]})" if label in chosen else label for label in result.controllers}
+    lines += ["| controller | test acc | val acc | params | GFLOPs | seconds | seeds fossilized / created |",
+              "|---|---|---|---|---|---|---|"]
     for label in result.controllers:
-        r = _row(result, label, references)
-        lines.append(f"| {label} | {r['final_accuracy']:.2f} | {r['total_params']:,.0f} | "
-                     f"{r['seeds_fossilized']:.1f} / {r['seeds_created']:.1f} | "
-                     + " | ".join(delta(r.get(f"vs {ref}")) for ref in references) + " |")
+        s: dict[str, Any] = dict(result.per_controller[label])
+        lines.append(f"| {names[label]} | {_accuracy(s.get('final_test_accuracy'))} | "
+                     f"{s['final_accuracy']['mean']:.2f} | {s['total_params']['mean']:,.0f} | "
+                     f"{s['train_flops']['mean'] / 1e9:,.1f} | {s['wall_seconds']['mean']:.1f} | "
+                     f"{s['seeds_fossilized']:.1f} / {s['seeds_created']:.1f} |")
+    for heading, pick in ((f"Paired {metric} Δ", lambda p: p), ("Paired validation Δ", lambda p: p.get("val"))):
+        lines += ["", f"{heading}:", "", "| controller | " + " | ".join(f"vs {ref}" for ref in references) + " |",
+                  "|---|" + "---|" * len(references)]
+        for label in result.controllers:
+            row = result.pairwise.get(label, {})
+            cells = [_delta(pick(dict(row[ref]))) if ref in row else "—" for ref in references]
+            lines.append(f"| {names[label]} | " + " | ".join(cells) + " |")
     if result.matched:
         m = result.matched
         lines += ["", f"static:matched is the static host at width {m['width']:.2f} ({m['host_params']:,} parameters), "
                   f"matched to {m['matched_to']} ({m['target_params']:,.0f} mean final parameters)."]
+    if chosen:
+        lines += ["", "best-fixed and best-rule were chosen by mean validation accuracy on selection seeds disjoint "
+                  "from the evaluation seeds (see selection/summary.md)."]
     lines += ["", "Command:", "", f"    {command}", ""]
     return "\n".join(lines)
 
 
-def write_study(path: Path, result: ComparisonResult, *, title: str, command: str, extra: dict[str, Any]) -> Path:
-    """results.json (the comparison plus the study's settings) and summary.md in the study directory."""
+def selection_markdown(result: ComparisonResult, candidates: Sequence[str], chosen: dict[str, str]) -> str:
+    """The selection table: every candidate's mean validation accuracy on the selection seeds, best first."""
+    ranked = sorted(candidates, key=lambda c: -result.per_controller[c]["final_accuracy"]["mean"])
+    lines = ["# Selection of best-fixed and best-rule", "",
+             f"Mean final validation accuracy over {result.per_controller[ranked[0]]['episodes']} selection seeds. "
+             f"Chosen: " + ", ".join(f"{label} = {spec}" for label, spec in chosen.items()) + ".", "",
+             "| candidate | val acc | ± std | params |", "|---|---|---|---|"]
+    for c in ranked:
+        s = result.per_controller[c]
+        lines.append(f"| {c} | {s['final_accuracy']['mean']:.2f} | {s['final_accuracy']['std']:.2f} | "
+                     f"{s['total_params']['mean']:,.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_study(path: Path, result: ComparisonResult, *, title: str, command: str, extra: dict[str, Any],
+                chosen: dict[str, str] | None = None) -> Path:
+    """results.json (the comparison plus the study's settings and choices) and summary.md in the study directory."""
     run_dir = RunDirectory(path, resume=True)
-    run_dir.write_json("results.json", {**result.to_dict(), "study": extra})
+    run_dir.write_json("results.json", {**result.to_dict(), "study": {**extra, "chosen": chosen or {}}})
     summary = path / "summary.md"
-    write_text_atomic(summary, summary_markdown(result, title=title, command=command))
+    write_text_atomic(summary, summary_markdown(result, title=title, command=command, chosen=chosen))
     return summary

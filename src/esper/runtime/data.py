@@ -102,6 +102,7 @@ class DeviceDataset:
         if normalization is not None and not (inputs.dtype == torch.uint8 or inputs.is_floating_point()):
             raise ValueError(f"cannot normalize {inputs.dtype} inputs")
         self.device = torch.device(device)
+        self.normalization = normalization
         self.inputs = inputs.to(self.device)
         self.targets = targets.to(self.device)
         self.tail = None if tail is None else (tail[0].to(self.device), tail[1].to(self.device))
@@ -114,6 +115,11 @@ class DeviceDataset:
     def from_windows(cls, windows: TokenWindows, device: torch.device | str) -> DeviceDataset:
         """LM split: full windows plus the optional validation tail."""
         return cls(windows.inputs, windows.targets, device, tail=windows.tail)
+
+    def subset(self, indices: Tensor) -> DeviceDataset:
+        """The samples `indices` (CPU int64) as a dataset of their own on the same device (an LM tail is dropped)."""
+        index = indices.to(self.device)
+        return DeviceDataset(self.inputs[index], self.targets[index], self.device, self.normalization)
 
     @property
     def num_full(self) -> int:

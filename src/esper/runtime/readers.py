@@ -26,7 +26,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-Split = Literal["train", "val"]
+Split = Literal["train", "val", "test"]
+SPLITS: tuple[Split, ...] = ("train", "val", "test")
+"""`val` is carved from the official training data and is all that controllers, rewards and gates ever see; `test`
+is the official test split (or held-out data), scored only on the final model of an evaluation episode."""
 
 EOS_TOKEN = 256
 VOCAB_SIZE = 257
@@ -34,16 +37,16 @@ VOCAB_SIZE = 257
 CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 CIFAR10_MD5 = "c58f30108f718f92721af3b95e74349a"
 CIFAR10_DIRNAME = "cifar-10-batches-py"
-_CIFAR10_FILES: dict[Split, tuple[str, ...]] = {
-    "train": tuple(f"data_batch_{i}" for i in range(1, 6)),
-    "val": ("test_batch",),
-}
+_CIFAR10_TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
+_CIFAR10_TEST_FILES = ("test_batch",)
+CIFAR10_VAL_SIZE = 5000
+"""`val` is the last 5,000 of CIFAR-10's 50,000 training images; `train` the first 45,000."""
 
 FASHION_MNIST_SYSTEM_DIR = Path("/usr/share/datasets/fashion-mnist")
-_FASHION_FILES: dict[Split, tuple[str, str]] = {
-    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
-    "val": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
-}
+_FASHION_TRAIN_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte")
+_FASHION_TEST_FILES = ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+FASHION_MNIST_VAL_SIZE = 10000
+"""`val` is the last 10,000 of Fashion-MNIST's 60,000 training images; `train` the first 50,000."""
 IDX_IMAGES_MAGIC = 2051
 IDX_LABELS_MAGIC = 2049
 
@@ -79,11 +82,6 @@ class TokenWindows:
 
     def __len__(self) -> int:
         return self.inputs.shape[0] + (1 if self.tail is not None else 0)
-
-
-def _check_max_samples(max_samples: int | None) -> None:
-    if max_samples is not None and max_samples < 1:
-        raise ValueError(f"max_samples must be >= 1 or None, got {max_samples}")
 
 
 # --------------------------------------------------------------------------------------------------- CIFAR-10
@@ -129,28 +127,27 @@ def read_cifar_batch(path: Path) -> tuple[Tensor, Tensor]:
     return images, torch.tensor(labels, dtype=torch.int64)
 
 
-def load_cifar10(data_dir: str | Path, split: Split, max_samples: int | None = None) -> tuple[Tensor, Tensor]:
-    """Load a CIFAR-10 split from `<data_dir>/cifar-10-batches-py`; `max_samples` keeps a deterministic prefix."""
-    _check_max_samples(max_samples)
+def carve_split(images: Tensor, labels: Tensor, split: Split, val_size: int) -> tuple[Tensor, Tensor]:
+    """`train` or `val` from official training data: `val` is its last `val_size` samples, `train` the rest."""
+    if len(labels) <= val_size:
+        raise DatasetFormatError(f"{len(labels)} training samples cannot hold a {val_size}-sample validation split")
+    keep = slice(len(labels) - val_size, None) if split == "val" else slice(0, len(labels) - val_size)
+    return images[keep], labels[keep]
+
+
+def load_cifar10(data_dir: str | Path, split: Split) -> tuple[Tensor, Tensor]:
+    """Load a CIFAR-10 split from `<data_dir>/cifar-10-batches-py` (`val` carved from the training batches)."""
     root = Path(data_dir) / CIFAR10_DIRNAME
-    paths = [root / name for name in _CIFAR10_FILES[split]]
+    paths = [root / name for name in (_CIFAR10_TEST_FILES if split == "test" else _CIFAR10_TRAIN_FILES)]
     if not all(p.is_file() for p in paths):
         raise DatasetNotFoundError("cifar10", paths, f"rerun with --download to fetch CIFAR-10 into {Path(data_dir)}")
-    images: list[Tensor] = []
-    labels: list[Tensor] = []
-    count = 0
-    for path in paths:
-        x, y = read_cifar_batch(path)
-        images.append(x)
-        labels.append(y)
-        count += len(y)
-        if max_samples is not None and count >= max_samples:
-            break
-    return torch.cat(images)[:max_samples], torch.cat(labels)[:max_samples]
+    batches = [read_cifar_batch(path) for path in paths]
+    images, labels = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
+    return (images, labels) if split == "test" else carve_split(images, labels, split, CIFAR10_VAL_SIZE)
 
 
 def _cifar10_complete(root: Path) -> bool:
-    return all((root / name).is_file() for names in _CIFAR10_FILES.values() for name in names)
+    return all((root / name).is_file() for name in _CIFAR10_TRAIN_FILES + _CIFAR10_TEST_FILES)
 
 
 def _md5(path: Path) -> str:
@@ -238,18 +235,16 @@ def _find_idx(directory: Path, name: str) -> Path | None:
 def load_fashion_mnist(
     data_dir: str | Path,
     split: Split,
-    max_samples: int | None = None,
     *,
     system_dir: Path | None = FASHION_MNIST_SYSTEM_DIR,
 ) -> tuple[Tensor, Tensor]:
     """Load Fashion-MNIST as uint8 images (N, 1, 28, 28) and int64 labels.
 
     Looks in `<data_dir>/fashion-mnist/` first, then in `system_dir` (the install directory of Debian's
-    `dataset-fashion-mnist`; None disables the fallback).
+    `dataset-fashion-mnist`; None disables the fallback). `val` is carved from the training files.
     """
-    _check_max_samples(max_samples)
     directories = [Path(data_dir) / "fashion-mnist"] + ([system_dir] if system_dir is not None else [])
-    image_name, label_name = _FASHION_FILES[split]
+    image_name, label_name = _FASHION_TEST_FILES if split == "test" else _FASHION_TRAIN_FILES
     searched: list[Path] = []
     for directory in directories:
         image_path, label_path = _find_idx(directory, image_name), _find_idx(directory, label_name)
@@ -260,8 +255,8 @@ def load_fashion_mnist(
                 raise DatasetFormatError(
                     f"{image_path}: {len(images)} images but {label_path} has {len(labels)} labels"
                 )
-            x = torch.from_numpy(images[:max_samples]).unsqueeze(1)
-            return x, torch.from_numpy(labels[:max_samples]).to(torch.int64)
+            x, y = torch.from_numpy(images).unsqueeze(1), torch.from_numpy(labels).to(torch.int64)
+            return (x, y) if split == "test" else carve_split(x, y, split, FASHION_MNIST_VAL_SIZE)
         searched += [directory / name for name in (image_name, label_name)]
     raise DatasetNotFoundError(
         "fashion_mnist",
@@ -307,37 +302,44 @@ def encode_stories(stories: Sequence[str]) -> Tensor:
     return stream
 
 
-def make_windows(tokens: Tensor, block_size: int, *, keep_tail: bool, max_windows: int | None = None) -> TokenWindows:
+def make_windows(tokens: Tensor, block_size: int, *, keep_tail: bool) -> TokenWindows:
     """Cut a token stream into windows of block_size + 1 at stride block_size (x = first T tokens, y = shift by one).
 
-    With `keep_tail` the leftover tokens (at least 2) form one shorter final window, so validation scores every
-    token. `max_windows` keeps a prefix of the windows, counting the tail last.
+    With `keep_tail` the leftover tokens (at least 2) form one shorter final window, so evaluation scores every
+    token.
     """
     if block_size < 1:
         raise ValueError(f"block_size must be >= 1, got {block_size}")
-    _check_max_samples(max_windows)
     n_full = max(tokens.numel() - 1, 0) // block_size
     rest = tokens[n_full * block_size :]
     tail: tuple[Tensor, Tensor] | None = None
-    if keep_tail and rest.numel() >= 2 and (max_windows is None or max_windows > n_full):
+    if keep_tail and rest.numel() >= 2:
         tail = (rest[:-1].unsqueeze(0).clone(), rest[1:].unsqueeze(0).clone())
-    n_kept = n_full if max_windows is None else min(n_full, max_windows)
-    used = tokens[: n_kept * block_size + 1]
-    if n_kept < n_full:
-        used = used.clone()  # a capped prefix must not keep the whole stream alive through its views
-    if n_kept == 0:
+    if n_full == 0:
         windows = tokens.new_empty((0, block_size + 1))
     else:
-        windows = used.unfold(0, block_size + 1, block_size)
+        windows = tokens[: n_full * block_size + 1].unfold(0, block_size + 1, block_size)
     return TokenWindows(windows[:, :-1], windows[:, 1:], tail)
 
 
 def split_stories(stories: Sequence[str], split: Split) -> list[str]:
-    """Deterministic 95/5 split by index: the last 5 % of stories (at least one) are validation."""
+    """Deterministic split by index of one story file: 90 % train, then 5 % val, then the last 5 % test (at least
+    one story each)."""
+    if len(stories) < 3:
+        raise DatasetFormatError(f"need at least 3 stories to split into train, val and test, got {len(stories)}")
+    n_held = max(1, len(stories) // 20)
+    bounds = {"train": (0, len(stories) - 2 * n_held), "val": (len(stories) - 2 * n_held, len(stories) - n_held),
+              "test": (len(stories) - n_held, len(stories))}
+    start, stop = bounds[split]
+    return list(stories[start:stop])
+
+
+def carve_stories(stories: Sequence[str], split: Split) -> list[str]:
+    """`train` or `val` from a training file: the last 5 % of its stories (at least one) are validation."""
     if len(stories) < 2:
-        raise ValueError(f"need at least 2 stories to split into train and validation, got {len(stories)}")
+        raise DatasetFormatError(f"need at least 2 training stories to carve a validation split, got {len(stories)}")
     n_val = max(1, len(stories) // 20)
-    return list(stories[: len(stories) - n_val] if split == "train" else stories[len(stories) - n_val :])
+    return list(stories[len(stories) - n_val :] if split == "val" else stories[: len(stories) - n_val])
 
 
 def _first_file(directory: Path, stem: str) -> tuple[Path | None, list[Path]]:
@@ -346,9 +348,10 @@ def _first_file(directory: Path, stem: str) -> tuple[Path | None, list[Path]]:
 
 
 def tinystories_stories(data_dir: str | Path, split: Split, data_path: Path | None = None) -> list[str]:
-    """Stories of one split: from `data_path` (split 95/5), or `<data_dir>/tinystories/{train,valid}.{txt,jsonl}`.
+    """Stories of one split: from `data_path` (split 90/5/5), or `<data_dir>/tinystories/{train,valid}.{txt,jsonl}`.
 
-    When only one of train/valid exists under data_dir it is split 95/5; `.txt` wins over `.jsonl` for the same stem.
+    With both files, `train` and `val` come from the train file (95/5) and `test` is the valid file; when only one
+    exists it is split 90/5/5. `.txt` wins over `.jsonl` for the same stem.
     """
     if data_path is not None:
         if not data_path.is_file():
@@ -358,7 +361,7 @@ def tinystories_stories(data_dir: str | Path, split: Split, data_path: Path | No
     train_file, train_candidates = _first_file(directory, "train")
     val_file, val_candidates = _first_file(directory, "valid")
     if train_file is not None and val_file is not None:
-        return read_stories(train_file if split == "train" else val_file)
+        return read_stories(val_file) if split == "test" else carve_stories(read_stories(train_file), split)
     only = train_file or val_file
     if only is None:
         raise DatasetNotFoundError(
@@ -369,14 +372,8 @@ def tinystories_stories(data_dir: str | Path, split: Split, data_path: Path | No
     return split_stories(read_stories(only), split)
 
 
-def load_tinystories(
-    data_dir: str | Path,
-    split: Split,
-    block_size: int,
-    max_samples: int | None = None,
-    *,
-    data_path: Path | None = None,
-) -> TokenWindows:
-    """TinyStories windows for one split; validation keeps its last partial window."""
+def load_tinystories(data_dir: str | Path, split: Split, block_size: int, *, data_path: Path | None = None
+                     ) -> TokenWindows:
+    """TinyStories windows for one split; validation and test keep their last partial window."""
     stories = tinystories_stories(data_dir, split, data_path)
-    return make_windows(encode_stories(stories), block_size, keep_tail=split == "val", max_windows=max_samples)
+    return make_windows(encode_stories(stories), block_size, keep_tail=split != "train")

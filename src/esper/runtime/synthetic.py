@@ -1,8 +1,8 @@
 """Procedural data for the `synthetic` and `synthetic_text` tasks.
 
 Both are deterministic from (seed, split) and need no files, so tests and quick runs never depend on downloads.
-Generation is chunked with one generator per chunk (images) or per story (text), so a `max_samples` cap yields an
-exact prefix of the full split.
+Each split draws from generators keyed by its own name, so `test` is disjoint from `train` and `val` by construction.
+Generation is chunked with one generator per chunk (images) or per story (text).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from esper.runtime.readers import Split, TokenWindows, encode_stories, make_wind
 
 # ------------------------------------------------------------------------------------------------------ images
 
-SYNTHETIC_SPLIT_SIZES: dict[Split, int] = {"train": 5000, "val": 2000}
+SYNTHETIC_SPLIT_SIZES: dict[Split, int] = {"train": 5000, "val": 2000, "test": 2000}
 NUM_TEXTURES = 5
 TEXTURE_PAIRS: tuple[tuple[int, int], ...] = tuple(itertools.combinations(range(NUM_TEXTURES), 2))
 """Class index → unordered texture pair (a < b) in lexicographic order: (0,1)=0, (0,2)=1, …, (3,4)=9."""
@@ -34,7 +34,7 @@ _PAIR_TABLE = torch.tensor(TEXTURE_PAIRS)
 
 
 def _chunk(seed: int, split: Split, chunk_index: int) -> tuple[Tensor, Tensor]:
-    """Generate `_CHUNK` images with a generator of their own (so prefixes do not depend on the requested size)."""
+    """Generate `_CHUNK` images with a generator of their own."""
     g = torch.Generator().manual_seed(derive_seed("synthetic", seed, split, chunk_index))
     n = _CHUNK
     labels = torch.randint(0, len(TEXTURE_PAIRS), (n,), generator=g)
@@ -69,21 +69,19 @@ def _chunk(seed: int, split: Split, chunk_index: int) -> tuple[Tensor, Tensor]:
     return noise.add_(brightness).addcmul_(mix, contrast), labels
 
 
-def generate_synthetic_images(seed: int, split: Split, max_samples: int | None = None) -> tuple[Tensor, Tensor]:
+def generate_synthetic_images(seed: int, split: Split) -> tuple[Tensor, Tensor]:
     """float32 images (N, 3, 32, 32), already on the scale the model sees (no normalization), and int64 labels.
 
     Stored as float rather than uint8 because the values are unbounded (Gaussian brightness and noise).
     """
-    n = SYNTHETIC_SPLIT_SIZES[split] if max_samples is None else min(max_samples, SYNTHETIC_SPLIT_SIZES[split])
-    if n < 1:
-        raise ValueError(f"max_samples must be >= 1 or None, got {max_samples}")
+    n = SYNTHETIC_SPLIT_SIZES[split]
     chunks = [_chunk(seed, split, i) for i in range(-(-n // _CHUNK))]
     return torch.cat([c[0] for c in chunks])[:n], torch.cat([c[1] for c in chunks])[:n]
 
 
 # -------------------------------------------------------------------------------------------------------- text
 
-SYNTHETIC_TEXT_STORIES: dict[Split, int] = {"train": 2000, "val": 200}
+SYNTHETIC_TEXT_STORIES: dict[Split, int] = {"train": 2000, "val": 200, "test": 200}
 NAMES = ("Lily", "Tom", "Mia", "Ben", "Sue", "Max", "Anna", "Sam")
 NOUNS = (
     "ball", "cat", "dog", "tree", "box", "cake", "bird", "car", "hat", "boat", "book", "fish",
@@ -119,12 +117,12 @@ def synthetic_story(seed: int) -> str:
 
 
 def synthetic_text_stories(seed: int, split: Split) -> list[str]:
-    """All stories of a split; each story has its own seed, and train/val seeds come from disjoint tuples."""
+    """All stories of a split; each story has its own seed, and the splits' seeds come from disjoint tuples."""
     count = SYNTHETIC_TEXT_STORIES[split]
     return [synthetic_story(derive_seed("synthetic_text", seed, split, i)) for i in range(count)]
 
 
-def load_synthetic_text(seed: int, split: Split, block_size: int, max_samples: int | None = None) -> TokenWindows:
-    """Byte-tokenized windows of the generated corpus, exactly as for tinystories (validation keeps its tail)."""
+def load_synthetic_text(seed: int, split: Split, block_size: int) -> TokenWindows:
+    """Byte-tokenized windows of the generated corpus, exactly as for tinystories (val and test keep their tail)."""
     tokens = encode_stories(synthetic_text_stories(seed, split))
-    return make_windows(tokens, block_size, keep_tail=split == "val", max_windows=max_samples)
+    return make_windows(tokens, block_size, keep_tail=split != "train")

@@ -1,6 +1,6 @@
 """Task registry: what a task trains (host, data, optimizers, lifecycle thresholds, loss scales).
 
-`DataCache` owns the device-resident datasets of one run, keyed by every parameter that affects their content.
+`DataCache` owns the device-resident split pools of one run and draws the capped subsets an episode trains on.
 """
 
 from __future__ import annotations
@@ -17,9 +17,11 @@ from torch import nn
 from esper.kasmina.hosts import CNNHost, TransformerHost
 from esper.kasmina.state import LifecycleConfig
 from esper.leyline.constants import DEFAULT_BATCH_SIZE_TRAINING, DEFAULT_DROPOUT, DEFAULT_HOST_LR, DEFAULT_SEED_LR
+from esper.leyline.seeding import derive_seed
 from esper.runtime.data import Augmentation, DeviceDataset, Normalization
 from esper.runtime.optim import OptimizerSpec
 from esper.runtime.readers import (
+    SPLITS,
     VOCAB_SIZE,
     Split,
     TokenWindows,
@@ -44,7 +46,7 @@ class DataOptions:
     download: bool = False
 
 
-Loader = Callable[[DataOptions, Split, "int | None", int], "tuple[torch.Tensor, torch.Tensor] | TokenWindows"]
+Loader = Callable[[DataOptions, Split, int], "tuple[torch.Tensor, torch.Tensor] | TokenWindows"]
 
 
 @dataclass(frozen=True)
@@ -72,42 +74,38 @@ class TaskSpec:
         """Loss of a uniform prediction: ln(classes) or ln(vocabulary)."""
         return math.log(self.num_outputs)
 
-    def load(self, options: DataOptions, split: Split, max_samples: int | None = None
-             ) -> tuple[torch.Tensor, torch.Tensor] | TokenWindows:
-        """CPU tensors of a split (a deterministic prefix when capped); raises DatasetNotFoundError when absent."""
-        return self.loader(options, split, max_samples, self.block_size or 0)
+    def load(self, options: DataOptions, split: Split) -> tuple[torch.Tensor, torch.Tensor] | TokenWindows:
+        """CPU tensors of a whole split; raises DatasetNotFoundError when absent."""
+        return self.loader(options, split, self.block_size or 0)
 
-    def dataset(self, options: DataOptions, split: Split, device: torch.device | str,
-                max_samples: int | None = None) -> DeviceDataset:
-        data = self.load(options, split, max_samples)
+    def dataset(self, options: DataOptions, split: Split, device: torch.device | str) -> DeviceDataset:
+        data = self.load(options, split)
         if isinstance(data, TokenWindows):
             return DeviceDataset.from_windows(data, device)
         inputs, targets = data
         return DeviceDataset(inputs, targets, device, self.normalization)
 
 
-def _synthetic(options: DataOptions, split: Split, max_samples: int | None, _: int
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-    return generate_synthetic_images(SYNTHETIC_DATA_SEED, split, max_samples)
+def _synthetic(options: DataOptions, split: Split, _: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return generate_synthetic_images(SYNTHETIC_DATA_SEED, split)
 
 
-def _cifar10(options: DataOptions, split: Split, max_samples: int | None, _: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _cifar10(options: DataOptions, split: Split, _: int) -> tuple[torch.Tensor, torch.Tensor]:
     if options.download:
         download_cifar10(options.data_dir)
-    return load_cifar10(options.data_dir, split, max_samples)
+    return load_cifar10(options.data_dir, split)
 
 
-def _fashion_mnist(options: DataOptions, split: Split, max_samples: int | None, _: int
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
-    return load_fashion_mnist(options.data_dir, split, max_samples)
+def _fashion_mnist(options: DataOptions, split: Split, _: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return load_fashion_mnist(options.data_dir, split)
 
 
-def _tinystories(options: DataOptions, split: Split, max_samples: int | None, block_size: int) -> TokenWindows:
-    return load_tinystories(options.data_dir, split, block_size, max_samples, data_path=options.data_path)
+def _tinystories(options: DataOptions, split: Split, block_size: int) -> TokenWindows:
+    return load_tinystories(options.data_dir, split, block_size, data_path=options.data_path)
 
 
-def _synthetic_text(options: DataOptions, split: Split, max_samples: int | None, block_size: int) -> TokenWindows:
-    return load_synthetic_text(SYNTHETIC_DATA_SEED, split, block_size, max_samples)
+def _synthetic_text(options: DataOptions, split: Split, block_size: int) -> TokenWindows:
+    return load_synthetic_text(SYNTHETIC_DATA_SEED, split, block_size)
 
 
 _CNN_SGD = OptimizerSpec("sgd", lr=DEFAULT_HOST_LR, momentum=0.9, weight_decay=5e-4)
@@ -189,23 +187,49 @@ def get_task_spec(name: str) -> TaskSpec:
     return TASKS[key]
 
 
+def draw_subset(pool_size: int, size: int, seed: int) -> torch.Tensor:
+    """`size` distinct indices of a pool, drawn on CPU from `seed` and kept in pool order."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randperm(pool_size, generator=generator)[:size].sort().values
+
+
 class DataCache:
-    """Device-resident datasets of one run, built once per (task, split, device, sample cap)."""
+    """The device-resident split pools of one run (each loaded once per task, split and device) and the capped
+    subsets drawn from them.
+
+    A sample cap draws a random subset of the pool from a data seed rather than a prefix: every controller of one
+    paired episode (same seed) sees the same samples, and episodes with other seeds see other samples, so neither
+    training nor the reported numbers hang on one fixed handful of images.
+    """
 
     def __init__(self, options: DataOptions) -> None:
         self.options = options
-        self._cache: dict[tuple[str, str, str, int | None], DeviceDataset] = {}
+        self._pools: dict[tuple[str, str, str], DeviceDataset] = {}
 
-    def preload(self, task: TaskSpec, devices: list[torch.device], max_train_samples: int | None,
-                max_val_samples: int | None) -> None:
+    def preload(self, task: TaskSpec, devices: list[torch.device], splits: tuple[Split, ...] = ("train", "val")
+                ) -> None:
         """Load every split a run needs up front, so a missing dataset fails before anything is written."""
         for device in devices:
-            self.get(task, "train", device, max_train_samples)
-            self.get(task, "val", device, max_val_samples)
+            for split in splits:
+                self.pool(task, split, device)
 
-    def get(self, task: TaskSpec, split: Split, device: torch.device | str, max_samples: int | None = None
-            ) -> DeviceDataset:
-        key = (task.name, split, str(torch.device(device)), max_samples)
-        if key not in self._cache:
-            self._cache[key] = task.dataset(self.options, split, device, max_samples)
-        return self._cache[key]
+    def pool(self, task: TaskSpec, split: Split, device: torch.device | str) -> DeviceDataset:
+        """The whole split on `device`."""
+        if split not in SPLITS:
+            raise ValueError(f"Unknown split '{split}'. Available: {list(SPLITS)}")
+        key = (task.name, split, str(torch.device(device)))
+        if key not in self._pools:
+            self._pools[key] = task.dataset(self.options, split, device)
+        return self._pools[key]
+
+    def get(self, task: TaskSpec, split: Split, device: torch.device | str, max_samples: int | None = None, *,
+            seed: int | None = None) -> DeviceDataset:
+        """The split on `device`; capped below its size, the subset that `seed` draws (the same on every device)."""
+        pool = self.pool(task, split, device)
+        if max_samples is not None and max_samples < 1:
+            raise ValueError(f"A sample cap must be >= 1 or None, got {max_samples}")
+        if max_samples is None or max_samples >= pool.num_full:
+            return pool
+        if seed is None:
+            raise ValueError(f"A capped {split} split is a random subset: a data seed must draw it")
+        return pool.subset(draw_subset(pool.num_full, max_samples, derive_seed(seed, "subset", split)))

@@ -101,7 +101,7 @@ def train_ppo(config: TrainingConfig, run: PPORun) -> PPOTrainingResult:
     env_devices = resolve_devices(config.device, config.devices)
     n_batches = math.ceil(config.n_episodes / config.n_envs)
     cache = run.data if run.data is not None else DataCache(DataOptions())
-    cache.preload(task, env_devices, config.max_train_samples, config.max_val_samples)
+    cache.preload(task, env_devices)
 
     learner = LearnerState.new(config, resolve_device(config.device))
     if run.resume_from is not None:
