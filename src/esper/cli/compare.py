@@ -30,7 +30,7 @@ from esper.evaluation.comparison import (
     run_comparison,
 )
 from esper.evaluation.controllers import all_controllers
-from esper.leyline import LifecycleOp, TelemetryEventType
+from esper.leyline import TelemetryEventType
 from esper.runtime.rundir import default_run_dir
 
 
@@ -49,17 +49,19 @@ def add_compare_parser(sub: Any) -> None:
 
 
 def comparison_table(result: ComparisonResult) -> Table:
+    """Per controller: final test and validation accuracy, parameters, seeds fossilized/created, and the paired Δ
+    against the reference on the primary metric (test accuracy when every episode has a test score)."""
     ref = result.reference
-    table = Table(title=f"Comparison over {result.per_controller[ref]['episodes']} episode(s) (reference: {ref})")
-    for col in ("controller", "final % [95% CI]", "best %", "params added", "seeds c/f/x", "W/L/T vs ref",
-                "Δ vs ref [95% CI]",
-                "verdict", "action mix"):
-        table.add_column(col, justify="right" if col not in ("controller", "verdict", "action mix") else "left")
+    pairs = [result.pairwise[c][ref] for c in result.controllers if c != ref]
+    metric = "test" if not pairs or pairs[0]["metric"] == "test_accuracy" else "val"
+    table = Table(title=f"{result.per_controller[ref]['episodes']} paired episode(s); Δ: final {metric} accuracy vs "
+                        f"{ref} (pp, 95% t-interval)")
+    for col in ("controller", "test %", "val %", "params", "seeds f/c", f"Δ {metric} [95% CI]", "W/L/T", "verdict"):
+        table.add_column(col, justify="left" if col in ("controller", "verdict") else "right")
     for c in result.controllers:
         s = result.per_controller[c]
-        fa, ba, pa = s["final_accuracy"], s["best_accuracy"], s["params_added"]
-        seeds = f"{s['seeds_created']:.1f}/{s['seeds_fossilized']:.1f}/{s['seeds_culled']:.1f}"
-        mix = " ".join(f"{op.name[0]}{100 * s['action_mix'][op.name]:.0f}" for op in LifecycleOp)
+        test = s["final_test_accuracy"]
+        seeds = f"{s['seeds_fossilized']:.1f}/{s['seeds_created']:.1f}"
         if c == ref:
             wlt, delta, verdict = "—", "—", "reference"
         else:
@@ -67,9 +69,8 @@ def comparison_table(result: ComparisonResult) -> Table:
             wlt = f"{p['wins']}/{p['losses']}/{p['ties']}"
             delta = f"{p['mean_delta']:+.2f} [{p['ci95'][0]:+.2f}, {p['ci95'][1]:+.2f}]"
             verdict = p["verdict"]
-        table.add_row(c, f"{fa['mean']:.2f} [{fa['ci95'][0]:.2f}, {fa['ci95'][1]:.2f}]",
-                      f"{ba['mean']:.2f} ± {ba['std']:.2f}",
-                      f"{pa['mean']:,.0f}", seeds, wlt, delta, verdict, mix)
+        table.add_row(c, "—" if test is None else f"{test['mean']:.2f}", f"{s['final_accuracy']['mean']:.2f}",
+                      f"{s['total_params']['mean']:,.0f}", seeds, delta, wlt, verdict)
     return table
 
 
