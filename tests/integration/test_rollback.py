@@ -194,9 +194,9 @@ def _synthetic_env() -> tuple[MorphoEnv, EpochData]:
     device = torch.device("cpu")
     cache = DataCache(DataOptions())
     data = EpochData(
-        train=SharedBatchIterator({"cpu": cache.get(task, "train", device, 256)}, 128, shuffle=True, seed=0,
+        train=SharedBatchIterator({"cpu": cache.get(task, "train", device, 256, seed=0)}, 128, shuffle=True, seed=0,
                                   augment=task.augment),
-        val=SharedBatchIterator({"cpu": cache.get(task, "val", device, 128)}, 128, shuffle=False),
+        val=SharedBatchIterator({"cpu": cache.get(task, "val", device, 128, seed=0)}, 128, shuffle=False),
         seed=0,
     )
     env = MorphoEnv(EnvSpec(task=task, slots=("early", "mid", "late"), max_epochs=4, env_seed=3, device=device),

@@ -79,6 +79,25 @@ def test_device_dataset_normalizes_uint8() -> None:
     assert dataset.inputs.dtype == torch.uint8  # stays one byte per pixel on the device
 
 
+def test_subset_keeps_the_chosen_samples_and_conversion() -> None:
+    x, y = _images(10, size=8)
+    mean, std = (0.5, 0.4, 0.3), (0.2, 0.25, 0.5)
+    dataset = DeviceDataset(x, y, "cpu", (mean, std))
+    subset = dataset.subset(torch.tensor([1, 4, 9]))
+    assert len(subset) == 3 and subset.device == dataset.device and subset.normalization == dataset.normalization
+    assert torch.equal(subset.inputs, x[[1, 4, 9]]) and subset.targets.tolist() == [1, 4, 9]
+    bx, by = subset.batch(torch.tensor([2, 0]))
+    ex, ey = dataset.batch(torch.tensor([9, 1]))
+    assert torch.equal(bx, ex) and torch.equal(by, ey)  # normalized exactly as the pool's samples
+    windows = make_windows(torch.arange(30), 8, keep_tail=True)
+    lm = DeviceDataset.from_windows(windows, "cpu")
+    assert lm.tail is not None and len(lm) == 4
+    lm_subset = lm.subset(torch.tensor([0, 2]))
+    assert lm_subset.tail is None and len(lm_subset) == 2  # the tail is not a sample a subset can hold
+    assert torch.equal(lm_subset.inputs, windows.inputs[[0, 2]])
+    assert torch.equal(lm_subset.targets, windows.targets[[0, 2]])
+
+
 def test_device_dataset_validation() -> None:
     x, y = _images(4)
     with pytest.raises(ValueError, match="samples"):

@@ -9,7 +9,6 @@ import json
 import os
 import pickle
 import pickletools
-import struct
 import tarfile
 from pathlib import Path
 
@@ -24,6 +23,8 @@ from esper.runtime.readers import (
     IDX_LABELS_MAGIC,
     DatasetFormatError,
     DatasetNotFoundError,
+    carve_split,
+    carve_stories,
     download_cifar10,
     encode_stories,
     load_cifar10,
@@ -33,50 +34,9 @@ from esper.runtime.readers import (
     read_stories,
     split_stories,
 )
+from unit.runtime.fake_datasets import cifar_batch_bytes, idx_bytes, write_cifar, write_fashion
 
-# ------------------------------------------------------------------------------------------ CIFAR-10 fixtures
-
-
-def _py2_str(b: bytes) -> bytes:
-    """A Python 2 `str` as cPickle wrote it (SHORT_BINSTRING / BINSTRING)."""
-    return b"U" + bytes([len(b)]) + b if len(b) < 256 else b"T" + struct.pack("<i", len(b)) + b
-
-
-def _py2_int(v: int) -> bytes:
-    return b"K" + bytes([v]) if v < 256 else b"M" + struct.pack("<H", v) if v < 65536 else b"J" + struct.pack("<i", v)
-
-
-def cifar_batch_bytes(data: np.ndarray, labels: list[int]) -> bytes:
-    """Protocol-2 pickle laid out like the real Python 2 CIFAR-10 batches (numpy array rebuilt via _reconstruct)."""
-    n = data.shape[0]
-    array = (
-        b"cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\nK\x00\x85" + _py2_str(b"b") + b"\x87R"
-        b"(K\x01" + _py2_int(n) + _py2_int(3072) + b"\x86"
-        b"cnumpy\ndtype\n" + _py2_str(b"u1") + b"K\x00K\x01\x87R"
-        b"(K\x03" + _py2_str(b"|") + b"NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00tb"
-        b"\x89" + _py2_str(data.tobytes()) + b"tb"
-    )
-    return (
-        b"\x80\x02}("
-        + _py2_str(b"batch_label") + _py2_str(b"training batch 1 of 5")
-        + _py2_str(b"labels") + b"](" + b"".join(_py2_int(v) for v in labels) + b"e"
-        + _py2_str(b"data") + array
-        + _py2_str(b"filenames") + b"](" + b"".join(_py2_str(b"img_%d.png" % i) for i in range(n)) + b"e"
-        + b"u."
-    )  # fmt: skip
-
-
-def write_cifar(root: Path, per_batch: int = 4) -> dict[str, tuple[np.ndarray, list[int]]]:
-    folder = root / "cifar-10-batches-py"
-    folder.mkdir(parents=True)
-    rng = np.random.default_rng(0)
-    contents = {}
-    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
-        data = rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8)
-        labels = [int(v) for v in rng.integers(0, 10, per_batch)]
-        (folder / name).write_bytes(cifar_batch_bytes(data, labels))
-        contents[name] = (data, labels)
-    return contents
+# ---------------------------------------------------------------------------------------------------- CIFAR-10
 
 
 def test_cifar_fixture_is_real_format() -> None:
@@ -85,23 +45,45 @@ def test_cifar_fixture_is_real_format() -> None:
     assert batch[b"labels"] == [3, 7] and batch[b"data"].dtype == np.uint8 and (batch[b"data"] == data).all()
 
 
-def test_cifar_train_and_val(tmp_path: Path) -> None:
+def test_cifar_train_val_and_test(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`train` is the training batches minus their last CIFAR10_VAL_SIZE images, `val` those (here 6 of 20, across
+    the boundary of the last two batches), `test` the test batch."""
     contents = write_cifar(tmp_path)
+    monkeypatch.setattr(readers, "CIFAR10_VAL_SIZE", 6)
     x, y = load_cifar10(tmp_path, "train")
-    assert x.shape == (20, 3, 32, 32) and x.dtype == torch.uint8 and y.dtype == torch.int64
+    assert x.shape == (14, 3, 32, 32) and x.dtype == torch.uint8 and y.dtype == torch.int64
     first, labels = contents["data_batch_1"]
     assert torch.equal(x[0, 1, 0], torch.from_numpy(first[0, 1024:1056]))  # channel-major rows of 32 pixels
     assert y[:4].tolist() == labels
-    assert y[16:].tolist() == contents["data_batch_5"][1]
+    assert y[12:].tolist() == contents["data_batch_4"][1][:2]
     xv, yv = load_cifar10(tmp_path, "val")
-    assert xv.shape == (4, 3, 32, 32) and yv.tolist() == contents["test_batch"][1]
+    assert xv.shape == (6, 3, 32, 32) and yv.tolist() == contents["data_batch_4"][1][2:] + contents["data_batch_5"][1]
+    assert torch.equal(xv[-1].flatten(), torch.from_numpy(contents["data_batch_5"][0][-1]))
+    xt, yt = load_cifar10(tmp_path, "test")
+    assert xt.shape == (4, 3, 32, 32) and yt.tolist() == contents["test_batch"][1]
+    assert torch.equal(xt.flatten(1), torch.from_numpy(contents["test_batch"][0]))
 
 
-def test_cifar_max_samples_is_prefix(tmp_path: Path) -> None:
-    write_cifar(tmp_path)
-    x, y = load_cifar10(tmp_path, "train")
-    xs, ys = load_cifar10(tmp_path, "train", max_samples=6)
-    assert torch.equal(xs, x[:6]) and torch.equal(ys, y[:6])
+def test_cifar_too_few_training_images_for_validation(tmp_path: Path) -> None:
+    write_cifar(tmp_path)  # 20 training images, CIFAR10_VAL_SIZE = 5000
+    for split in ("train", "val"):
+        with pytest.raises(DatasetFormatError, match="20 training samples cannot hold a 5000-sample validation"):
+            load_cifar10(tmp_path, split)
+    assert load_cifar10(tmp_path, "test")[0].shape == (4, 3, 32, 32)  # the test batch is not carved
+
+
+def test_carve_split_is_the_documented_slice() -> None:
+    """The real sizes, by index: CIFAR-10 keeps 45,000 / 5,000, Fashion-MNIST 50,000 / 10,000 (last N are val)."""
+    for total, val_size, constant in ((50_000, 5000, readers.CIFAR10_VAL_SIZE),
+                                      (60_000, 10_000, readers.FASHION_MNIST_VAL_SIZE)):
+        assert constant == val_size
+        index = torch.arange(total)
+        train, train_labels = carve_split(index, -index, "train", val_size)
+        val, val_labels = carve_split(index, -index, "val", val_size)
+        assert torch.equal(train, torch.arange(total - val_size)) and torch.equal(train_labels, -train)
+        assert torch.equal(val, torch.arange(total - val_size, total)) and torch.equal(val_labels, -val)
+    with pytest.raises(DatasetFormatError, match="cannot hold"):
+        carve_split(torch.arange(5), torch.arange(5), "train", 5)
 
 
 def test_restricted_unpickler_rejects_code(tmp_path: Path) -> None:
@@ -115,7 +97,7 @@ def test_restricted_unpickler_rejects_code(tmp_path: Path) -> None:
     path = tmp_path / "cifar-10-batches-py" / "test_batch"
     path.write_bytes(pickle.dumps({b"data": Evil(), b"labels": []}, protocol=2))
     with pytest.raises(DatasetFormatError, match="not allowed") as err:
-        load_cifar10(tmp_path, "val")
+        load_cifar10(tmp_path, "test")
     assert str(path) in str(err.value)
     assert not marker.exists()
 
@@ -126,7 +108,7 @@ def test_cifar_rejects_wrong_content(tmp_path: Path) -> None:
     data = np.zeros((2, 3072), dtype=np.uint8)
     path.write_bytes(cifar_batch_bytes(data, [1]))
     with pytest.raises(DatasetFormatError, match="labels"):
-        load_cifar10(tmp_path, "val")
+        load_cifar10(tmp_path, "test")
 
 
 def test_cifar_missing_names_paths_and_download(tmp_path: Path) -> None:
@@ -152,7 +134,7 @@ def test_download_verifies_and_extracts(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setattr(readers, "CIFAR10_MD5", hashlib.md5(archive.read_bytes()).hexdigest())
     data_dir = tmp_path / "data"
     assert download_cifar10(data_dir) == data_dir / "cifar-10-batches-py"
-    assert load_cifar10(data_dir, "val")[0].shape == (4, 3, 32, 32)
+    assert load_cifar10(data_dir, "test")[0].shape == (4, 3, 32, 32)
     assert sorted(p.name for p in data_dir.iterdir()) == ["cifar-10-batches-py", "cifar-10-python.tar.gz"]
     monkeypatch.setattr(readers, "CIFAR10_URL", (tmp_path / "gone.tar.gz").as_uri())
     assert download_cifar10(data_dir) == data_dir / "cifar-10-batches-py"  # complete data: no fetch
@@ -178,37 +160,30 @@ def test_download_checksum_mismatch_deletes(tmp_path: Path, monkeypatch: pytest.
 # ------------------------------------------------------------------------------------- Fashion-MNIST fixtures
 
 
-def _idx(magic: int, array: np.ndarray) -> bytes:
-    return struct.pack(">I", magic) + b"".join(struct.pack(">I", d) for d in array.shape) + array.tobytes()
-
-
-def write_fashion(folder: Path, *, gz: bool, n: int = 20) -> tuple[np.ndarray, np.ndarray]:
-    folder.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(1)
-    images = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
-    labels = rng.integers(0, 10, n, dtype=np.uint8)
-    for prefix in ("train", "t10k"):
-        files = {f"{prefix}-images-idx3-ubyte": _idx(2051, images), f"{prefix}-labels-idx1-ubyte": _idx(2049, labels)}
-        for name, blob in files.items():
-            if gz:
-                (folder / f"{name}.gz").write_bytes(gzip.compress(blob))
-            else:
-                (folder / name).write_bytes(blob)
-    return images, labels
-
-
 @pytest.mark.parametrize("gz", [False, True])
-def test_fashion_mnist_reads_idx(tmp_path: Path, gz: bool) -> None:
-    images, labels = write_fashion(tmp_path / "fashion-mnist", gz=gz)
+def test_fashion_mnist_reads_idx(tmp_path: Path, gz: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`train` is the training file minus its last FASHION_MNIST_VAL_SIZE images (here 5 of 20), `val` those, `test`
+    the t10k file."""
+    contents = write_fashion(tmp_path / "fashion-mnist", gz=gz, n_test=7)
+    monkeypatch.setattr(readers, "FASHION_MNIST_VAL_SIZE", 5)
+    images, labels = contents["train"]
     x, y = load_fashion_mnist(tmp_path, "train", system_dir=None)
-    assert x.shape == (20, 1, 28, 28) and x.dtype == torch.uint8 and y.dtype == torch.int64
-    assert torch.equal(x[:, 0], torch.from_numpy(images)) and y.tolist() == labels.tolist()
-    assert load_fashion_mnist(tmp_path, "val", max_samples=5, system_dir=None)[0].shape == (5, 1, 28, 28)
+    assert x.shape == (15, 1, 28, 28) and x.dtype == torch.uint8 and y.dtype == torch.int64
+    assert torch.equal(x[:, 0], torch.from_numpy(images[:15])) and y.tolist() == labels[:15].tolist()
+    xv, yv = load_fashion_mnist(tmp_path, "val", system_dir=None)
+    assert torch.equal(xv[:, 0], torch.from_numpy(images[15:])) and yv.tolist() == labels[15:].tolist()
+    test_images, test_labels = contents["t10k"]
+    xt, yt = load_fashion_mnist(tmp_path, "test", system_dir=None)
+    assert xt.shape == (7, 1, 28, 28) and yt.dtype == torch.int64
+    assert torch.equal(xt[:, 0], torch.from_numpy(test_images)) and yt.tolist() == test_labels.tolist()
+    with pytest.raises(DatasetFormatError, match="cannot hold"):
+        monkeypatch.setattr(readers, "FASHION_MNIST_VAL_SIZE", 20)
+        load_fashion_mnist(tmp_path, "val", system_dir=None)
 
 
 def test_fashion_mnist_falls_back_to_system_dir(tmp_path: Path) -> None:
     write_fashion(tmp_path / "system", gz=True)
-    x, _ = load_fashion_mnist(tmp_path / "empty", "val", system_dir=tmp_path / "system")
+    x, _ = load_fashion_mnist(tmp_path / "empty", "test", system_dir=tmp_path / "system")
     assert x.shape == (20, 1, 28, 28)
 
 
@@ -216,7 +191,7 @@ def test_idx_bad_magic_names_file(tmp_path: Path) -> None:
     folder = tmp_path / "fashion-mnist"
     write_fashion(folder, gz=False)
     bad = folder / "train-labels-idx1-ubyte"
-    bad.write_bytes(_idx(IDX_IMAGES_MAGIC, np.zeros(20, dtype=np.uint8)))
+    bad.write_bytes(idx_bytes(IDX_IMAGES_MAGIC, np.zeros(20, dtype=np.uint8)))
     with pytest.raises(DatasetFormatError, match="magic") as err:
         load_fashion_mnist(tmp_path, "train", system_dir=None)
     assert str(bad) in str(err.value)
@@ -226,19 +201,19 @@ def test_idx_truncated_names_file(tmp_path: Path) -> None:
     folder = tmp_path / "fashion-mnist"
     write_fashion(folder, gz=True)
     bad = folder / "t10k-images-idx3-ubyte.gz"
-    bad.write_bytes(gzip.compress(_idx(IDX_IMAGES_MAGIC, np.zeros((20, 28, 28), dtype=np.uint8))[:-100]))
+    bad.write_bytes(gzip.compress(idx_bytes(IDX_IMAGES_MAGIC, np.zeros((20, 28, 28), dtype=np.uint8))[:-100]))
     with pytest.raises(DatasetFormatError, match="implies") as err:
-        load_fashion_mnist(tmp_path, "val", system_dir=None)
+        load_fashion_mnist(tmp_path, "test", system_dir=None)
     assert str(bad) in str(err.value)
     bad.write_bytes(gzip.compress(b"x" * 100)[:-10])  # a cut gzip stream
     with pytest.raises(DatasetFormatError, match=str(bad)):
-        load_fashion_mnist(tmp_path, "val", system_dir=None)
+        load_fashion_mnist(tmp_path, "test", system_dir=None)
 
 
 def test_idx_count_mismatch(tmp_path: Path) -> None:
     folder = tmp_path / "fashion-mnist"
     write_fashion(folder, gz=False)
-    (folder / "train-labels-idx1-ubyte").write_bytes(_idx(IDX_LABELS_MAGIC, np.zeros(19, dtype=np.uint8)))
+    (folder / "train-labels-idx1-ubyte").write_bytes(idx_bytes(IDX_LABELS_MAGIC, np.zeros(19, dtype=np.uint8)))
     with pytest.raises(DatasetFormatError, match="20 images"):
         load_fashion_mnist(tmp_path, "train", system_dir=None)
 
@@ -299,11 +274,23 @@ def test_eos_after_every_story() -> None:
     assert _decode(tokens) == stories
 
 
-def test_split_95_5_deterministic_disjoint() -> None:
-    train, val = split_stories(STORIES, "train"), split_stories(STORIES, "val")
-    assert len(val) == 2 and train + val == STORIES
-    assert split_stories(STORIES, "val") == val
-    assert split_stories(STORIES[:3], "val") == STORIES[2:3]
+def test_split_90_5_5_deterministic_disjoint() -> None:
+    train, val, test = (split_stories(STORIES, s) for s in ("train", "val", "test"))
+    assert (len(train), len(val), len(test)) == (36, 2, 2) and train + val + test == STORIES
+    assert split_stories(STORIES, "val") == val and split_stories(STORIES, "test") == test
+    three = [split_stories(STORIES[:3], s) for s in ("train", "val", "test")]
+    assert three == [STORIES[:1], STORIES[1:2], STORIES[2:3]]
+    with pytest.raises(DatasetFormatError, match="at least 3 stories"):
+        split_stories(STORIES[:2], "train")
+
+
+def test_carve_stories_95_5() -> None:
+    """A training file with a separate test file: its last 5 % (at least one story) are validation."""
+    train, val = carve_stories(STORIES, "train"), carve_stories(STORIES, "val")
+    assert (len(train), len(val)) == (38, 2) and train + val == STORIES
+    assert carve_stories(STORIES[:2], "train") == STORIES[:1] and carve_stories(STORIES[:2], "val") == STORIES[1:2]
+    with pytest.raises(DatasetFormatError, match="at least 2 training stories"):
+        carve_stories(STORIES[:1], "val")
 
 
 def test_windows_shift_and_tail() -> None:
@@ -314,23 +301,26 @@ def test_windows_shift_and_tail() -> None:
     val = make_windows(tokens, 5, keep_tail=True)
     assert val.tail is not None and len(val) == 5
     assert val.tail[0].tolist() == [[20, 21]] and val.tail[1].tolist() == [[21, 22]]
-    capped = make_windows(tokens, 5, keep_tail=True, max_windows=2)
-    assert len(capped) == 2 and capped.tail is None
-    assert capped.targets[1].tolist() == [6, 7, 8, 9, 10]
-    assert capped.inputs.untyped_storage().nbytes() < tokens.untyped_storage().nbytes()  # does not pin the stream
+    assert torch.equal(val.inputs, train.inputs) and torch.equal(val.targets, train.targets)
     exact = make_windows(torch.arange(21), 5, keep_tail=True)  # no leftover beyond the shared last token
     assert exact.inputs.shape == (4, 5) and exact.tail is None
     short = make_windows(torch.arange(4), 5, keep_tail=True)
     assert short.inputs.shape == (0, 5) and short.tail is not None and short.tail[0].shape == (1, 3)
 
 
-def test_val_windows_cover_every_token(tmp_path: Path) -> None:
+def _stream(windows: readers.TokenWindows) -> torch.Tensor:
+    """The token stream an evaluation split's windows (tail included) score."""
+    tail = [] if windows.tail is None else [windows.tail[1].reshape(-1)]
+    return torch.cat([windows.inputs[0, :1], windows.targets.reshape(-1), *tail])
+
+
+def test_val_and_test_windows_cover_every_token(tmp_path: Path) -> None:
     path = tmp_path / "all.jsonl"
     path.write_text("\n".join(json.dumps({"text": s}) for s in STORIES), encoding="utf-8")
-    windows = load_tinystories(tmp_path, "val", 16, data_path=path)
-    assert windows.tail is not None and windows.tail[0].shape[1] < 16
-    stream = torch.cat([windows.inputs[0, :1], windows.targets.reshape(-1), windows.tail[1].reshape(-1)])
-    assert _decode(stream) == STORIES[-2:]
+    for split, stories in (("val", STORIES[36:38]), ("test", STORIES[38:])):
+        windows = load_tinystories(tmp_path, split, 16, data_path=path)
+        assert windows.tail is not None and windows.tail[0].shape[1] < 16
+        assert _decode(_stream(windows)) == stories
 
 
 def test_tinystories_single_file_in_data_dir(tmp_path: Path) -> None:
@@ -338,21 +328,26 @@ def test_tinystories_single_file_in_data_dir(tmp_path: Path) -> None:
     folder.mkdir()
     (folder / "train.txt").write_text("<|endoftext|>".join(STORIES), encoding="utf-8")
     train = load_tinystories(tmp_path, "train", 8)
-    val = load_tinystories(tmp_path, "val", 8)
-    n_train_tokens = sum(len(s.encode()) + 1 for s in STORIES[:38])
+    n_train_tokens = sum(len(s.encode()) + 1 for s in STORIES[:36])
     assert train.inputs.shape[0] == (n_train_tokens - 1) // 8 and train.tail is None
-    assert torch.equal(val.inputs[0], encode_stories(STORIES[38:])[:8])
+    assert torch.equal(train.inputs[0], encode_stories(STORIES[:1])[:8])
+    assert _decode(_stream(load_tinystories(tmp_path, "val", 8))) == STORIES[36:38]
+    assert _decode(_stream(load_tinystories(tmp_path, "test", 8))) == STORIES[38:]
 
 
 def test_tinystories_train_and_valid_files(tmp_path: Path) -> None:
+    """train/val are the train file (95/5, at least one val story), test is the valid file."""
     folder = tmp_path / "tinystories"
     folder.mkdir()
     (folder / "train.jsonl").write_text("\n".join(json.dumps({"text": s}) for s in STORIES[:5]), encoding="utf-8")
     (folder / "valid.txt").write_text("\n\n".join(STORIES[5:7]), encoding="utf-8")
-    train = load_tinystories(tmp_path, "train", 4, max_samples=3)
-    assert train.inputs.shape == (3, 4) and torch.equal(train.inputs[0], encode_stories(STORIES[:1])[:4])
-    val = load_tinystories(tmp_path, "val", 4)
-    assert val.inputs.shape[0] * 4 + (val.tail[0].shape[1] if val.tail else 0) == len(encode_stories(STORIES[5:7])) - 1
+    train = load_tinystories(tmp_path, "train", 4)
+    n_train_tokens = len(encode_stories(STORIES[:4]))
+    assert train.inputs.shape == ((n_train_tokens - 1) // 4, 4) and train.tail is None
+    assert torch.equal(train.inputs[0], encode_stories(STORIES[:1])[:4])
+    assert torch.equal(train.targets.reshape(-1), encode_stories(STORIES[:4])[1 : train.targets.numel() + 1])
+    assert _decode(_stream(load_tinystories(tmp_path, "val", 4))) == STORIES[4:5]
+    assert _decode(_stream(load_tinystories(tmp_path, "test", 4))) == STORIES[5:7]
 
 
 def test_tinystories_missing(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from esper.runtime.readers import EOS_TOKEN
+from esper.runtime.readers import EOS_TOKEN, encode_stories
 from esper.runtime.synthetic import (
     ADJECTIVES,
     NAMES,
@@ -22,25 +22,26 @@ from esper.runtime.synthetic import (
 
 
 def test_images_shape_dtype_and_default_sizes() -> None:
-    x, y = generate_synthetic_images(0, "val", max_samples=64)
-    assert x.shape == (64, 3, 32, 32) and x.dtype == torch.float32 and y.dtype == torch.int64
-    assert torch.isfinite(x).all() and int(y.min()) >= 0 and int(y.max()) < 10
-    assert SYNTHETIC_SPLIT_SIZES == {"train": 5000, "val": 2000}
+    assert SYNTHETIC_SPLIT_SIZES == {"train": 5000, "val": 2000, "test": 2000}
+    for split in ("val", "test"):
+        x, y = generate_synthetic_images(0, split)
+        assert x.shape == (2000, 3, 32, 32) and x.dtype == torch.float32 and y.dtype == torch.int64
+        assert torch.isfinite(x).all() and int(y.min()) >= 0 and int(y.max()) < 10
 
 
 def test_images_deterministic_per_seed_and_split() -> None:
-    a = generate_synthetic_images(7, "train", max_samples=32)
-    b = generate_synthetic_images(7, "train", max_samples=32)
+    a = generate_synthetic_images(7, "val")
+    b = generate_synthetic_images(7, "val")
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
-    assert not torch.allclose(a[0], generate_synthetic_images(7, "val", max_samples=32)[0])
-    assert not torch.allclose(a[0], generate_synthetic_images(8, "train", max_samples=32)[0])
+    assert not torch.allclose(a[0], generate_synthetic_images(7, "test")[0])  # same size, another split's generators
+    assert not torch.allclose(a[0][:32], generate_synthetic_images(7, "train")[0][:32])
+    assert not torch.allclose(a[0], generate_synthetic_images(8, "val")[0])
 
 
-def test_max_samples_is_prefix_across_chunks() -> None:
-    x, y = generate_synthetic_images(1, "val", max_samples=200)
-    xs, ys = generate_synthetic_images(1, "val", max_samples=20)
-    assert torch.equal(xs, x[:20]) and torch.equal(ys, y[:20])
-    assert not torch.equal(x[:50], x[150:200])  # a later chunk has its own generator
+def test_chunks_have_their_own_generators() -> None:
+    x, _ = generate_synthetic_images(1, "train")
+    assert x.shape[0] == 5000  # 39 chunks of 128 and a cut 40th
+    assert not torch.equal(x[:50], x[128:178])  # a later chunk has its own generator
 
 
 def test_class_pairs_in_lexicographic_order() -> None:
@@ -50,15 +51,16 @@ def test_class_pairs_in_lexicographic_order() -> None:
 
 
 def test_labels_roughly_uniform() -> None:
-    _, y = generate_synthetic_images(2, "train", max_samples=640)
+    _, y = generate_synthetic_images(2, "train")
+    y = y[:640]
     counts = torch.bincount(y, minlength=10)
     assert int(counts.min()) >= 35 and int(counts.max()) <= 95
 
 
 def test_labels_carry_texture_signal() -> None:
     """Orientation spectra identify the texture pair: a nearest-centroid probe on |FFT| is far above chance."""
-    x, y = generate_synthetic_images(3, "train", max_samples=256)
-    xv, yv = generate_synthetic_images(3, "val", max_samples=128)
+    x, y = (t[:256] for t in generate_synthetic_images(3, "train"))
+    xv, yv = (t[:128] for t in generate_synthetic_images(3, "val"))
 
     def features(images: torch.Tensor) -> torch.Tensor:
         f = torch.fft.fft2(images.mean(1)).abs().flatten(1)
@@ -73,7 +75,7 @@ def test_labels_carry_texture_signal() -> None:
 def test_vocabulary_sizes() -> None:
     assert (len(NAMES), len(NOUNS), len(ADJECTIVES), len(VERBS), len(TEMPLATES)) == (8, 24, 12, 16, 6)
     assert len(set(NAMES)) == 8 and len(set(NOUNS)) == 24 and len(set(ADJECTIVES)) == 12 and len(set(VERBS)) == 16
-    assert SYNTHETIC_TEXT_STORIES == {"train": 2000, "val": 200}
+    assert SYNTHETIC_TEXT_STORIES == {"train": 2000, "val": 200, "test": 200}
 
 
 def test_story_structure() -> None:
@@ -91,15 +93,21 @@ def test_text_splits_deterministic_and_disjoint() -> None:
     assert len(val) == 200 and val == synthetic_text_stories(0, "val")
     train = synthetic_text_stories(0, "train")
     assert len(train) == 2000 and not set(train) & set(val)
+    test = synthetic_text_stories(0, "test")
+    assert len(test) == 200 and test == synthetic_text_stories(0, "test")
     assert val != synthetic_text_stories(1, "val")
 
 
 def test_text_windows_keep_every_story() -> None:
-    val = load_synthetic_text(0, "val", 64)
-    assert val.tail is not None and val.inputs.dtype == torch.int64
-    stream = torch.cat([val.inputs[0, :1], val.targets.reshape(-1), val.tail[1].reshape(-1)])
-    assert int((stream == EOS_TOKEN).sum()) == 200 and int(stream[-1]) == EOS_TOKEN
-    assert int(stream.max()) <= EOS_TOKEN and int(stream.min()) >= 0
-    train = load_synthetic_text(0, "train", 64, max_samples=10)
-    assert train.inputs.shape == (10, 64) and train.tail is None
+    for split in ("val", "test"):
+        windows = load_synthetic_text(0, split, 64)
+        assert windows.tail is not None and windows.inputs.dtype == torch.int64
+        stream = torch.cat([windows.inputs[0, :1], windows.targets.reshape(-1), windows.tail[1].reshape(-1)])
+        assert torch.equal(stream, encode_stories(synthetic_text_stories(0, split)))
+        assert int((stream == EOS_TOKEN).sum()) == 200 and int(stream[-1]) == EOS_TOKEN
+        assert int(stream.max()) <= EOS_TOKEN and int(stream.min()) >= 0
+    train = load_synthetic_text(0, "train", 64)
+    tokens = encode_stories(synthetic_text_stories(0, "train"))
+    assert train.inputs.shape == ((tokens.numel() - 1) // 64, 64) and train.tail is None
     assert torch.equal(train.targets[:, :-1], train.inputs[:, 1:])
+    assert torch.equal(train.inputs.reshape(-1), tokens[: train.inputs.numel()])

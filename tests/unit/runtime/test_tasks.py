@@ -10,9 +10,11 @@ import pytest
 import torch
 
 from esper.kasmina.hosts import CNNHost, TransformerHost
+from esper.leyline.seeding import derive_seed
 from esper.runtime import readers, tasks
+from esper.runtime.data import DeviceDataset
 from esper.runtime.readers import VOCAB_SIZE, DatasetNotFoundError, TokenWindows
-from esper.runtime.tasks import TASKS, DataCache, DataOptions, get_task_spec
+from esper.runtime.tasks import TASKS, DataCache, DataOptions, draw_subset, get_task_spec
 
 EXPECTED = {  # name: (topology, task_type, outputs, input_shape, target_loss, batch, val_batch)
     "synthetic": ("cnn", "classification", 10, (3, 32, 32), 0.5, 128, 512),
@@ -97,55 +99,123 @@ def test_get_task_spec_is_case_insensitive_and_lists_tasks() -> None:
 # ------------------------------------------------------------------------------------------------ data
 
 
-def test_data_cache_keys_by_task_split_and_cap() -> None:
+def test_data_cache_keeps_one_pool_per_task_split_and_device() -> None:
     cache = DataCache(DataOptions())
     spec = get_task_spec("synthetic")
-    a = cache.get(spec, "train", "cpu", 40)
-    assert cache.get(spec, "train", torch.device("cpu"), 40) is a
-    b = cache.get(spec, "train", "cpu", 20)
-    assert b is not a and len(b) == 20 and len(a) == 40
-    assert cache.get(spec, "val", "cpu", 40) is not a
-    assert DataCache(DataOptions()).get(spec, "train", "cpu", 40) is not a  # caches are owned per run
+    pool = cache.pool(spec, "train", "cpu")
+    assert cache.pool(spec, "train", torch.device("cpu")) is pool and len(pool) == 5000
+    assert cache.get(spec, "train", "cpu") is pool  # uncapped: the whole split
+    assert cache.get(spec, "train", "cpu", 5000) is pool and cache.get(spec, "train", "cpu", 10**6) is pool
+    assert cache.pool(spec, "val", "cpu") is not pool and len(cache.pool(spec, "val", "cpu")) == 2000
+    assert len(cache.pool(spec, "test", "cpu")) == 2000
+    assert DataCache(DataOptions()).pool(spec, "train", "cpu") is not pool  # caches are owned per run
+    with pytest.raises(ValueError, match="Unknown split 'dev'"):
+        cache.pool(spec, "dev", "cpu")
 
 
-def test_synthetic_is_deterministic_and_capped_prefixes_match() -> None:
+def test_data_cache_loads_each_split_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`preload` loads the requested splits (train and val by default); capped gets draw from the loaded pools."""
+    loaded: list[str] = []
+    dataset = tasks.TaskSpec.dataset
+
+    def recording(self: tasks.TaskSpec, options: DataOptions, split: readers.Split, device: torch.device | str
+                  ) -> DeviceDataset:
+        loaded.append(split)
+        return dataset(self, options, split, device)
+
+    monkeypatch.setattr(tasks.TaskSpec, "dataset", recording)
+    cache = DataCache(DataOptions())
+    spec = get_task_spec("synthetic")
+    cache.preload(spec, [torch.device("cpu")])
+    assert loaded == ["train", "val"]
+    cache.preload(spec, [torch.device("cpu")], ("val", "test"))
+    cache.get(spec, "test", "cpu", 10, seed=0)
+    cache.get(spec, "train", "cpu", 10, seed=1)
+    assert loaded == ["train", "val", "test"]
+
+
+def test_capped_get_is_the_subset_its_seed_draws() -> None:
+    """A cap draws a random subset (not a prefix) from the data seed: the same seed gives the same samples, another
+    seed other samples, and the draw is keyed by split."""
+    cache = DataCache(DataOptions())
+    spec = get_task_spec("synthetic")
+    pool = cache.pool(spec, "train", "cpu")
+    a = cache.get(spec, "train", "cpu", 40, seed=1)
+    indices = draw_subset(5000, 40, derive_seed(1, "subset", "train"))
+    assert len(a) == 40 and torch.equal(a.inputs, pool.inputs[indices])
+    assert torch.equal(a.targets, pool.targets[indices])
+    again = cache.get(spec, "train", torch.device("cpu"), 40, seed=1)
+    assert torch.equal(again.inputs, a.inputs) and torch.equal(again.targets, a.targets)
+    other = cache.get(spec, "train", "cpu", 40, seed=2)
+    assert not torch.equal(other.inputs, a.inputs)
+    assert not torch.equal(a.inputs, pool.inputs[:40])  # not a prefix
+    smaller = cache.get(spec, "train", "cpu", 20, seed=1)
+    assert len(smaller) == 20
+    val_indices = draw_subset(2000, 40, derive_seed(1, "subset", "val"))
+    val = cache.get(spec, "val", "cpu", 40, seed=1)
+    assert torch.equal(val.inputs, cache.pool(spec, "val", "cpu").inputs[val_indices])
+    with pytest.raises(ValueError, match="data seed"):
+        cache.get(spec, "train", "cpu", 40)
+    with pytest.raises(ValueError, match=">= 1"):
+        cache.get(spec, "train", "cpu", 0, seed=1)
+
+
+def test_draw_subset_distinct_sorted_deterministic() -> None:
+    indices = draw_subset(100, 30, 7)
+    assert indices.dtype == torch.int64 and indices.shape == (30,)
+    assert indices.tolist() == sorted(set(indices.tolist())) and int(indices.min()) >= 0 and int(indices.max()) < 100
+    assert torch.equal(indices, draw_subset(100, 30, 7)) and not torch.equal(indices, draw_subset(100, 30, 8))
+    assert draw_subset(10, 10, 3).tolist() == list(range(10))
+
+
+def test_synthetic_is_deterministic_per_split() -> None:
     spec = get_task_spec("synthetic")
     options = DataOptions()
-    x1, y1 = spec.load(options, "train", 70)  # type: ignore[misc]
-    x2, y2 = spec.load(options, "train", 70)  # type: ignore[misc]
+    x1, y1 = spec.load(options, "val")
+    x2, y2 = spec.load(options, "val")
     assert torch.equal(x1, x2) and torch.equal(y1, y2)
-    assert x1.shape == (70, 3, 32, 32) and y1.shape == (70,) and y1.dtype == torch.int64
-    xs, ys = spec.load(options, "train", 25)  # type: ignore[misc]
-    assert torch.equal(xs, x1[:25]) and torch.equal(ys, y1[:25])
-    xv, _ = spec.load(options, "val", 25)  # type: ignore[misc]
-    assert not torch.equal(xv, xs)
+    assert x1.shape == (2000, 3, 32, 32) and y1.shape == (2000,) and y1.dtype == torch.int64
+    xt, _ = spec.load(options, "test")
+    assert xt.shape == x1.shape and not torch.equal(xt, x1)
 
 
 def test_synthetic_text_windows() -> None:
     spec = get_task_spec("synthetic_text")
-    windows = spec.load(DataOptions(), "train", 5)
-    assert isinstance(windows, TokenWindows)
-    assert windows.inputs.shape == windows.targets.shape == (5, 64)
+    windows = spec.load(DataOptions(), "train")
+    assert isinstance(windows, TokenWindows) and windows.tail is None
+    assert windows.inputs.shape == windows.targets.shape and windows.inputs.shape[1] == 64
     assert torch.equal(windows.inputs[:, 1:], windows.targets[:, :-1])  # next-token shift
-    again = spec.load(DataOptions(), "train", 3)
-    assert isinstance(again, TokenWindows) and torch.equal(again.inputs, windows.inputs[:3])
+    again = spec.load(DataOptions(), "train")
+    assert isinstance(again, TokenWindows) and torch.equal(again.inputs, windows.inputs)
+
+
+def test_capped_lm_split_drops_its_tail() -> None:
+    cache = DataCache(DataOptions())
+    spec = get_task_spec("synthetic_text")
+    pool = cache.pool(spec, "val", "cpu")
+    assert pool.tail is not None
+    capped = cache.get(spec, "val", "cpu", 5, seed=3)
+    indices = draw_subset(pool.num_full, 5, derive_seed(3, "subset", "val"))
+    assert len(capped) == 5 and capped.tail is None and torch.equal(capped.inputs, pool.inputs[indices])
+    assert cache.get(spec, "val", "cpu", pool.num_full, seed=3) is pool  # uncapped in effect: the tail stays
 
 
 def test_missing_cifar_names_path_and_download(tmp_path: Path) -> None:
     for name in ("cifar10", "cifar10_deep"):
         with pytest.raises(DatasetNotFoundError) as info:
-            get_task_spec(name).load(DataOptions(data_dir=tmp_path), "train", 10)
+            get_task_spec(name).load(DataOptions(data_dir=tmp_path), "train")
         message = str(info.value)
         assert str(tmp_path / "cifar-10-batches-py") in message and "--download" in message
-    with pytest.raises(DatasetNotFoundError):
-        DataCache(DataOptions(data_dir=tmp_path)).get(get_task_spec("cifar10"), "val", "cpu")
+    for split in ("val", "test"):
+        with pytest.raises(DatasetNotFoundError):
+            DataCache(DataOptions(data_dir=tmp_path)).get(get_task_spec("cifar10"), split, "cpu")
 
 
 def test_missing_fashion_mnist_raises_without_system_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     absent = tmp_path / "no-system-dir"
     monkeypatch.setattr(tasks, "load_fashion_mnist", functools.partial(readers.load_fashion_mnist, system_dir=absent))
     with pytest.raises(DatasetNotFoundError) as info:
-        get_task_spec("fashion_mnist").load(DataOptions(data_dir=tmp_path / "data"), "train", 10)
+        get_task_spec("fashion_mnist").load(DataOptions(data_dir=tmp_path / "data"), "train")
     message = str(info.value)
     assert "fashion_mnist" in message and "dataset-fashion-mnist" in message
     assert str(tmp_path / "data" / "fashion-mnist") in message and str(absent) in message
