@@ -164,7 +164,7 @@ def preload_data(args: argparse.Namespace, task: TaskSpec, devices: Sequence[tor
         if args.data_path is None or str(args.data_path) in str(exc):
             raise
         raise DatasetFormatError(f"--data-path {args.data_path}: {exc}; pass a corpus the task can split into "
-                                 f"train and validation") from exc
+                                 f"train, validation and test") from exc
     return cache
 
 
