@@ -66,7 +66,7 @@ def step_rows(controller: str, episode: int, env: int, batch: int, *, active: bo
 
 
 def episode_row(controller: str, episode: int, env: int, batch: int, *, active: bool = True,
-                base_acc: float = 60.0) -> EpisodeResult:
+                base_acc: float = 60.0, test_acc: float | None = None) -> EpisodeResult:
     curve = [base_acc + 3 * e for e in range(1, EPOCHS + 1)]
     counts = {"WAIT": 1, "GERMINATE": 2, "FOSSILIZE": 1, "CULL": 1} if active else {
         "WAIT": EPOCHS, "GERMINATE": 0, "FOSSILIZE": 0, "CULL": 0}
@@ -75,7 +75,8 @@ def episode_row(controller: str, episode: int, env: int, batch: int, *, active: 
         host_params=100_000, final_accuracy=curve[-1], final_loss=0.9, twin_final_accuracy=None,
         twin_final_loss=None, best_accuracy=max(curve), seeds_created=2 if active else 0,
         seeds_fossilized=1 if active else 0, seeds_culled=1 if active else 0, params_added=12_000 if active else 0,
-        action_counts=counts, accuracy_curve=curve, total_reward=4.2, rollbacks=0)
+        action_counts=counts, accuracy_curve=curve, total_reward=4.2, rollbacks=0, final_test_accuracy=test_acc,
+        final_test_loss=None if test_acc is None else 1.0)
 
 
 def history_row(batch: int, **update: float) -> HistoryRow:
@@ -107,13 +108,16 @@ def make_heuristic(root: Path) -> Path:
     return _write(root / "heuristic", "heuristic", {"steps.jsonl": steps, "episodes.jsonl": episodes})
 
 
-def make_compare(root: Path, episodes_per_controller: int = 3) -> Path:
+def make_compare(root: Path, episodes_per_controller: int = 3, *, tested: bool = False) -> Path:
+    """A comparison of CONTROLLERS; `tested`: every episode has a final test accuracy (unlike its validation one,
+    and ordered otherwise), so test accuracy is the primary metric."""
     steps, episodes = [], []
     for ep in range(episodes_per_controller):
         for env, c in enumerate(CONTROLLERS):
             active, acc = c != "static", 58 + 2 * env + (ep * 7 % 5)
+            test = 70 - 3 * env + (ep * 3 % 4) if tested else None
             steps += step_rows(c, ep, env, ep, active=active, base_acc=acc)
-            episodes.append(episode_row(c, ep, env, ep, active=active, base_acc=acc))
+            episodes.append(episode_row(c, ep, env, ep, active=active, base_acc=acc, test_acc=test))
     results = ComparisonResult.from_episodes(list(CONTROLLERS), episodes, tie_threshold=0.5, seed=42)
     return _write(root / "compare", "compare", {"results.json": results.to_dict(), "steps.jsonl": steps,
                                                 "episodes.jsonl": episodes})
@@ -219,37 +223,53 @@ def test_wrong_schema_results_is_a_clear_usage_error(tmp_path: Path, capsys: pyt
     assert "results.json" in err and "Traceback" not in err
 
 
-def test_compare_plot_draws_the_intervals_results_json_reports(tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    run = make_compare(tmp_path)
+@pytest.mark.parametrize("tested", [False, True], ids=["validation only", "test scores"])
+def test_compare_plot_draws_the_intervals_results_json_reports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               tested: bool) -> None:
+    """The figure is on the primary metric: test accuracy (means, intervals and points) when every episode has a
+    test score, validation accuracy otherwise; its titles name the metric and its intervals are t-intervals."""
+    run = make_compare(tmp_path, tested=tested)
     calls: list[dict[str, Any]] = []
     real = report_plots.final_accuracy_figure
 
     def spy(controllers: Any, deltas: Any, **kw: Any) -> Any:
-        calls.append({"controllers": controllers, "deltas": deltas, **kw})
-        return real(controllers, deltas, **kw)
+        fig = real(controllers, deltas, **kw)
+        calls.append({"controllers": controllers, "deltas": deltas, "fig": fig, **kw})
+        return fig
 
     monkeypatch.setattr(report_plots, "final_accuracy_figure", spy)
     render_report(run)
     results = json.loads((run / "results.json").read_text())
+    metric, key = ("test", "final_test_accuracy") if tested else ("validation", "final_accuracy")
+    pair_metric = "test_accuracy" if tested else "val_accuracy"
+    assert {p["metric"] for row in results["pairwise"].values() for p in row.values()} == {pair_metric}
     (call,) = calls
-    assert call["reference"] == "static" and call["tie_threshold"] == 0.5
+    assert call["reference"] == "static" and call["tie_threshold"] == 0.5 and call["metric"] == metric
     assert [e.label for e in call["controllers"]] == list(CONTROLLERS)
     for est in call["controllers"]:
-        reported = results["per_controller"][est.label]["final_accuracy"]
+        reported = results["per_controller"][est.label][key]
         assert [est.mean, est.low, est.high] == [reported["mean"], *reported["ci95"]]
-        assert sorted(est.points) == sorted(e["final_accuracy"] for e in results["episodes"]
-                                            if e["controller"] == est.label)
+        assert sorted(est.points) == sorted(e[key] for e in results["episodes"] if e["controller"] == est.label)
         assert f"[{reported['ci95'][0]:.2f}, {reported['ci95'][1]:.2f}]" in est.caption
+    if tested:  # the test numbers, not the validation ones beside them
+        assert [e.mean for e in call["controllers"]] != [results["per_controller"][c]["final_accuracy"]["mean"]
+                                                         for c in CONTROLLERS]
     assert [e.label for e in call["deltas"]] == ["heuristic", "random"]
     for est in call["deltas"]:
         pair = results["pairwise"][est.label]["static"]
         assert [est.mean, est.low, est.high] == [pair["mean_delta"], *pair["ci95"]]
         assert pair["verdict"] in est.caption
         assert sum(est.points) / len(est.points) == pytest.approx(pair["mean_delta"])
+        if tested:
+            assert pair["mean_delta"] != pytest.approx(pair["val"]["mean_delta"])
     # the per-controller interval is a real interval here (episodes differ), not a degenerate point
     static = call["controllers"][0]
     assert static.low < static.mean < static.high
+    left, right = call["fig"].axes[:2]
+    assert left.get_title().startswith(f"Final {metric} accuracy per controller") and "t-interval" in left.get_title()
+    assert right.get_title().startswith(f"Δ final {metric} accuracy vs static") and "t-interval" in right.get_title()
+    assert "bootstrap" not in left.get_title() + right.get_title()
+    assert [t.get_text() for t in right.get_legend().get_texts()] == ["tie (|Δ| < 0.5 pp)"]
 
 
 def test_lifecycle_without_seeds_says_so() -> None:

@@ -1,13 +1,15 @@
 """`esper report` for a comparison: final accuracy with the intervals results.json reports, curves, params, actions.
 
-Every interval drawn is one that results.json holds (or a spread labelled as such): per controller the bootstrap
-95 % CI of its mean final accuracy, per challenger the paired-bootstrap 95 % CI of its mean Δ against the reference.
+The final-accuracy figure is on the comparison's primary metric: final test accuracy when its pairs were compared on
+it (every episode was scored on the test split), final validation accuracy otherwise. Every interval drawn is one
+that results.json holds (or a spread labelled as such): per controller the 95 % t-interval of its mean, per
+challenger the paired 95 % t-interval of its mean Δ against the reference.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from matplotlib.axes import Axes
 
@@ -18,22 +20,42 @@ from esper.evaluation.comparison import ComparisonResult
 from esper.evaluation.stats import mean_std
 
 
+def primary_metric(result: ComparisonResult) -> Literal["test", "validation"]:
+    """"test" when every challenger was compared with the reference on final test accuracy (so every controller was
+    scored on the test split in every episode; a lone controller: when it was), else "validation"."""
+    ref = result.reference
+    pairs = [result.pairwise[c][ref] for c in result.controllers if c != ref]
+    if pairs:
+        tested = all(p["metric"] == "test_accuracy" for p in pairs)
+    else:
+        tested = result.per_controller[ref]["final_test_accuracy"] is not None
+    return "test" if tested else "validation"
+
+
 def final_accuracy_estimates(result: ComparisonResult) -> tuple[list[rp.Estimate], list[rp.Estimate]]:
-    """(per-controller mean and CI, per-challenger Δ vs the reference and its paired CI), as in results.json."""
+    """(per-controller mean and CI, per-challenger Δ vs the reference and its paired CI), as in results.json, on the
+    primary metric (`primary_metric`): the per-episode points are the same scores the intervals were computed from."""
     by = _episodes_by_controller(result)
     ref = result.reference
+    test = primary_metric(result) == "test"
+
+    def score(e: EpisodeResult) -> float:
+        return rp.as_float(e.final_test_accuracy if test else e.final_accuracy)
+
     controllers = []
     for c in result.controllers:
-        fa = result.per_controller[c]["final_accuracy"]
+        stats = result.per_controller[c]
+        fa = stats["final_test_accuracy"] if test else stats["final_accuracy"]
+        assert fa is not None  # test is the metric only when every controller has a test summary
         low, high = fa["ci95"]
-        controllers.append(rp.Estimate(c, fa["mean"], low, high, [rp.as_float(e.final_accuracy) for e in by[c]],
+        controllers.append(rp.Estimate(c, fa["mean"], low, high, [score(e) for e in by[c]],
                                        f"{fa['mean']:.2f} % [{low:.2f}, {high:.2f}]"))
     deltas = []
     for c in result.controllers[1:]:
         p = result.pairwise[c][ref]
         low, high = p["ci95"]
-        ref_acc = {e.episode: rp.as_float(e.final_accuracy) for e in by[ref]}
-        points = [rp.as_float(e.final_accuracy) - ref_acc[e.episode] for e in by[c] if e.episode in ref_acc]
+        ref_acc = {e.episode: score(e) for e in by[ref]}
+        points = [score(e) - ref_acc[e.episode] for e in by[c] if e.episode in ref_acc]
         deltas.append(rp.Estimate(c, p["mean_delta"], low, high, points,
                                   f"{p['mean_delta']:+.2f} pp [{low:+.2f}, {high:+.2f}]\n"
                                   f"W/L/T {p['wins']}/{p['losses']}/{p['ties']}\n{p['verdict']}"))
@@ -45,7 +67,7 @@ def compare_report(result: ComparisonResult, steps: list[StepRow], out: Path) ->
     colors = dict(zip(labels, rp.series_colors(len(labels))))
     controllers, deltas = final_accuracy_estimates(result)
     fig = rp.final_accuracy_figure(controllers, deltas, reference=result.reference,
-                                   tie_threshold=result.tie_threshold, colors=colors)
+                                   tie_threshold=result.tie_threshold, colors=colors, metric=primary_metric(result))
     written = [rp.save(fig, out / "compare_final_accuracy.png")]
 
     fig, axes = rp.new_figure(10, 5.2)

@@ -257,8 +257,10 @@ def _interval_panel(ax: Axes, estimates: Sequence[Estimate], colors: Sequence[An
 
 
 def final_accuracy_figure(controllers: Sequence[Estimate], deltas: Sequence[Estimate], *, reference: str,
-                          tie_threshold: float, colors: Mapping[str, Any]) -> Figure:
-    """Left: each controller's mean final accuracy and its bootstrap CI; right: Δ vs the reference, paired CI.
+                          tie_threshold: float, colors: Mapping[str, Any], metric: Literal["test", "validation"]
+                          ) -> Figure:
+    """Left: each controller's mean final `metric` ("test" or "validation") accuracy and its 95 % t-interval; right:
+    Δ vs the reference with its paired 95 % t-interval, and the tie band (|Δ| below `tie_threshold`).
 
     The intervals are exactly those in results.json. Means are drawn as ticks, not bars, because the accuracy axis
     is zoomed and a bar's length would exaggerate small differences.
@@ -267,16 +269,16 @@ def final_accuracy_figure(controllers: Sequence[Estimate], deltas: Sequence[Esti
                            5.6, 1, 2 if deltas else 1, width_ratios=[len(controllers), len(deltas)] if deltas else None)
     ax = axes[0, 0]
     _interval_panel(ax, controllers, [colors[e.label] for e in controllers])
-    style(ax, "Final validation accuracy per controller\ntick: mean · whiskers: 95% bootstrap CI of the mean\n"
-          "dots: episodes", "", "final accuracy (%)", int_x=False)
+    style(ax, f"Final {metric} accuracy per controller\ntick: mean · whiskers: 95 % t-interval of the mean\n"
+          "dots: episodes", "", f"final {metric} accuracy (%)", int_x=False)
     if deltas:
         ax = axes[0, 1]
         ax.axhspan(-tie_threshold, tie_threshold, color="#7f7f7f", alpha=0.15, linewidth=0,
-                   label=f"tie (|Δ| ≤ {tie_threshold:g} pp)")
+                   label=f"tie (|Δ| < {tie_threshold:g} pp)")
         ax.axhline(0.0, color="black", linewidth=0.8)
         _interval_panel(ax, deltas, [colors[e.label] for e in deltas])
-        style(ax, f"Δ final accuracy vs {reference} (paired by episode)\ntick: mean Δ · whiskers: 95% paired-"
-              "bootstrap CI\ndots: per-episode Δ", "", "Δ final accuracy (pp)", int_x=False)
+        style(ax, f"Δ final {metric} accuracy vs {reference} (paired by episode)\ntick: mean Δ · whiskers: 95 % "
+              "paired t-interval\ndots: per-episode Δ", "", f"Δ final {metric} accuracy (pp)", int_x=False)
         ax.legend(fontsize=8, loc="best")
     return fig
 
