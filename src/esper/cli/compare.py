@@ -79,6 +79,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     labels = controller_labels(specs)
     plan = episode_plan(args, args.devices)
     check_controllers(specs, plan)  # a checkpoint that cannot drive this setup fails before anything is written
+    phases = comparison_phases(specs, labels)
+    if args.match is not None and args.match not in phases[0]:  # static:matched cannot be matched to itself
+        raise ValueError(f"--match {args.match}: no such controller to match. Available: {phases[0]}")
     cache = load_data(args, plan)
     config = {"controllers": labels, "specs": [s.label for s in specs], "task": plan.task.name,
               "episodes": args.episodes, "max_epochs": args.max_epochs, "slots": list(args.slots),
@@ -86,9 +89,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
               "max_train_samples": args.max_train_samples, "max_val_samples": args.max_val_samples,
               "max_test_samples": args.max_test_samples,
               "reward_family": args.reward_family, "param_cost": args.param_cost, "match": args.match}
-    if args.match is not None and args.match not in labels:
-        raise ValueError(f"--match {args.match}: no such controller. Available: {labels}")
-    phases = comparison_phases(specs, labels)
     path = args.run_dir or default_run_dir(args.runs_root, "compare", plan.task.name, args.seed)
     run_dir, resume = open_episode_run(path, "compare", overwrite=args.overwrite, argv=args.argv, config=config,
                                        runtime=runtime_info(args, plan), phases=phases)
