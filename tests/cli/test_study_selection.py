@@ -1,0 +1,103 @@
+"""`esper study` chooses best-fixed and best-rule on selection seeds and evaluates them beside the policy under
+study; `esper compare --match` picks what static:matched is widened to; the default tie threshold is one test
+sample's worth of accuracy. Tiny budgets: seconds each."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from esper.cli.main import main
+from esper.evaluation.study import BEST_FIXED, BEST_RULE, FINAL, INIT
+from esper.runtime.rundir import read_jsonl
+from esper.runtime.synthetic import SYNTHETIC_SPLIT_SIZES
+
+pytestmark = pytest.mark.smoke
+
+OUTPUT = ["--no-tui", "--no-tensorboard", "--telemetry-level", "minimal", "--device", "cpu"]
+STUDY = ["study", "--preset", "synthetic", "--set", "n_episodes=2", "--set", "max_epochs=3", "--set", "n_envs=2",
+         "--set", "group_size=1", "--seeds", "2", "--selection-seeds", "1", "--max-test-samples", "64", *OUTPUT]
+TINY = ["--task", "synthetic", "--episodes", "2", "--max-epochs", "3", "--max-train-samples", "256",
+        "--max-val-samples", "128", "--param-cost", "1.0", *OUTPUT]
+COMPARE = ["compare", "--controllers", "static", "fixed:norm@early", "heuristic", "static:matched", *TINY]
+
+
+def _results(run: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((run / "results.json").read_text())
+    return data
+
+
+def test_study_chooses_best_fixed_and_best_rule_on_selection_seeds_and_evaluates_them(tmp_path: Path) -> None:
+    run = tmp_path / "study"
+    assert main([*STUDY, "--run-dir", str(run)]) == 0
+    results = _results(run)
+    chosen = results["study"]["chosen"]
+    assert set(chosen) == {BEST_FIXED, BEST_RULE}
+    assert chosen[BEST_FIXED].startswith("fixed:") and chosen[BEST_RULE].startswith("behavior:")
+
+    # chosen by mean final validation accuracy on the selection seeds (the first candidate on a tie)
+    selection = _results(run / "selection")
+    assert selection["per_controller"][chosen[BEST_FIXED]]["episodes"] == 1
+    for label, prefix in ((BEST_FIXED, "fixed:"), (BEST_RULE, "behavior:")):
+        candidates = [c for c in selection["controllers"] if c.startswith(prefix)]
+        assert chosen[label] == max(candidates,
+                                    key=lambda c: selection["per_controller"][c]["final_accuracy"]["mean"])
+    table = (run / "selection" / "summary.md").read_text()
+    assert f"Chosen: best-fixed = {chosen[BEST_FIXED]}, best-rule = {chosen[BEST_RULE]}." in table
+    assert f"| {chosen[BEST_FIXED]} |" in table and f"| {chosen[BEST_RULE]} |" in table
+    # the selection seeds are none of the evaluation seeds the chosen variants are reported on
+    selection_seeds = {e["env_seed"] for e in read_jsonl(run / "selection" / "episodes.jsonl")}
+    evaluation_seeds = {e["env_seed"] for e in read_jsonl(run / "eval" / "episodes.jsonl")}
+    assert len(evaluation_seeds) == 2 and not selection_seeds & evaluation_seeds
+
+    per = results["per_controller"]
+    for label in (BEST_FIXED, BEST_RULE, "static:matched", INIT, FINAL):
+        assert per[label]["episodes"] == 2, label
+        assert per[label]["final_test_accuracy"] is not None, label
+    assert results["matched"]["matched_to"] == FINAL
+    assert results["tie_threshold"] == 100 / 64  # one of the 64 test samples scored
+    assert {p["metric"] for row in results["pairwise"].values() for p in row.values()} == {"test_accuracy"}
+    summary = (run / "summary.md").read_text()
+    assert f"| best-fixed ({chosen[BEST_FIXED]}) |" in summary and f"| best-rule ({chosen[BEST_RULE]}) |" in summary
+    assert "matched to ppo (final)" in summary
+
+
+def test_compare_matches_static_matched_to_the_named_controller(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "c"
+    assert main([*COMPARE, "--match", "heuristic", "--max-test-samples", "50", "--run-dir", str(run)]) == 0
+    results = _results(run)
+    assert results["controllers"] == ["static", "fixed:norm@early", "heuristic", "static:matched"]
+    matched = results["matched"]
+    assert matched["matched_to"] == "heuristic"
+    assert matched["target_params"] == pytest.approx(results["per_controller"]["heuristic"]["total_params"]["mean"])
+    # the fixed module is built in from epoch 0: more parameters than static, and nothing grown
+    fixed = results["per_controller"]["fixed:norm@early"]
+    assert fixed["total_params"]["mean"] > results["per_controller"]["static"]["total_params"]["mean"]
+    assert fixed["params_added"]["mean"] == 0
+    # default tie threshold: one of the 50 test samples scored, in pp
+    assert results["tie_threshold"] == 2.0
+    assert all(e["final_test_accuracy"] is not None for e in results["episodes"])
+
+    capsys.readouterr()
+    for match in ("nosuch", "static:matched"):  # static:matched cannot be matched to itself
+        bad = tmp_path / f"bad-{match}"
+        assert main([*COMPARE, "--match", match, "--run-dir", str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert f"--match {match}" in err and "Traceback" not in err
+        assert all(label in err for label in ("static", "fixed:norm@early", "heuristic")), err
+        assert not bad.exists()  # refused before anything ran or was written
+
+
+def test_default_tie_threshold_is_one_sample_of_the_whole_test_split(tmp_path: Path) -> None:
+    run = tmp_path / "c"
+    assert main(["compare", "--controllers", "static", "heuristic", *TINY, "--episodes", "1",
+                 "--run-dir", str(run)]) == 0
+    assert _results(run)["tie_threshold"] == pytest.approx(100 / SYNTHETIC_SPLIT_SIZES["test"])
+    run = tmp_path / "set"
+    assert main(["compare", "--controllers", "static", "heuristic", *TINY, "--episodes", "1", "--tie-threshold",
+                 "0.25", "--max-test-samples", "50", "--run-dir", str(run)]) == 0
+    assert _results(run)["tie_threshold"] == 0.25  # an explicit threshold wins
