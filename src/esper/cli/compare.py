@@ -80,6 +80,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     plan = episode_plan(args, args.devices)
     check_controllers(specs, plan)  # a checkpoint that cannot drive this setup fails before anything is written
     phases = comparison_phases(specs, labels)
+    if args.match is not None and len(phases) == 1:
+        raise ValueError("--match widens static:matched, which is not among the controllers: add static:matched")
     if args.match is not None and args.match not in phases[0]:  # static:matched cannot be matched to itself
         raise ValueError(f"--match {args.match}: no such controller to match. Available: {phases[0]}")
     cache = load_data(args, plan)

@@ -174,7 +174,8 @@ def selection_markdown(result: ComparisonResult, candidates: Sequence[str], chos
     """The selection table: every candidate's mean validation accuracy on the selection seeds, best first."""
     ranked = sorted(candidates, key=lambda c: -result.per_controller[c]["final_accuracy"]["mean"])
     lines = ["# Selection of best-fixed and best-rule", "",
-             f"Mean final validation accuracy over {result.per_controller[ranked[0]]['episodes']} selection seeds. "
+             f"Mean final validation accuracy over the selection seeds "
+             f"({result.per_controller[ranked[0]]['episodes']}). "
              f"Chosen: " + ", ".join(f"{label} = {spec}" for label, spec in chosen.items()) + ".", "",
              "| candidate | val acc | ± std | params |", "|---|---|---|---|"]
     for c in ranked:
