@@ -16,9 +16,15 @@ TRAINING, BLENDING, PROBATIONARY = SeedStage.TRAINING, SeedStage.BLENDING, SeedS
 
 
 def _ready(reports: Iterable[SeedStateReport] = (), *, epoch: int = 10, **kwargs: Any) -> EnvObservation:
-    """An observation where every germination timing condition holds (stabilized, epoch 10, plateau 3)."""
+    """An observation where every germination timing condition holds (plateau 3, epoch 10 of a 50-epoch episode)."""
     kwargs.setdefault("plateau", 3)
+    kwargs.setdefault("max_epochs", 50)
     return make_obs(reports, epoch=epoch, **kwargs)
+
+
+def _with_losses(obs: EnvObservation, *losses: float) -> EnvObservation:
+    """`obs` with the given recent validation losses (oldest first) as its loss history."""
+    return dataclasses.replace(obs, signals=dataclasses.replace(obs.signals, loss_history=losses))
 
 
 def _decide(policy: HeuristicTamiyo, obs: EnvObservation) -> TamiyoDecision:
@@ -47,10 +53,11 @@ def _heuristic(topology: str = "cnn", **config: Any) -> HeuristicTamiyo:
 def test_config_defaults_follow_the_design() -> None:
     cfg = HeuristicPolicyConfig()
     assert dataclasses.asdict(cfg) == {
+        "min_epochs_before_germinate": 2,
         "plateau_epochs_to_germinate": 3,
-        "min_epochs_before_germinate": 5,
         "min_epochs_between_germinations": 3,
-        "require_host_stabilized": True,
+        "seed_training_epochs": 3,
+        "seed_blending_epochs": 5,
         "cull_after_epochs_without_improvement": 5,
         "cull_if_accuracy_drops_by": 2.0,
         "stall_training_epochs": 10,
@@ -59,7 +66,7 @@ def test_config_defaults_follow_the_design() -> None:
         "blend_id": "sigmoid",
         "blueprint_rotation": {
             "cnn": ("conv_light", "conv_heavy", "attention", "norm", "depthwise"),
-            "transformer": ("lora", "mlp", "attention", "norm"),
+            "transformer": ("norm", "mlp", "attention", "lora"),
         },
         "blueprint_penalty_on_cull": 2.0,
         "blueprint_penalty_decay": 0.5,
@@ -76,6 +83,8 @@ def test_config_defaults_follow_the_design() -> None:
         {"blueprint_rotation": {"cnn": ("norm", "norm")}},
         {"max_concurrent_seeds": 0},
         {"blueprint_penalty_decay": 1.0},
+        {"seed_training_epochs": 0},
+        {"seed_blending_epochs": 0},
     ],
 )
 def test_config_rejects_invalid_values(bad: dict[str, Any]) -> None:
@@ -104,28 +113,97 @@ def test_wait_reasons() -> None:
     assert _decide(policy, fossil_only).reason == "Training progressing normally"
 
 
-def test_germinates_first_free_slot_with_configured_blend_and_plateau_confidence() -> None:
+def test_germinates_first_free_slot_with_configured_blend() -> None:
     decision = _decide(HeuristicTamiyo(topology="cnn"), _ready())
     assert decision.command.describe() == "GERMINATE early conv_light/sigmoid"
     assert decision.factored is not None and decision.factored.is_germinate
-    assert decision.confidence == pytest.approx(0.6)
-    assert _decide(HeuristicTamiyo(topology="cnn"), _ready(plateau=8)).confidence == 1.0
+    assert decision.reason == "Germinating conv_light in early: plateau of 3 epochs"
+    assert decision.confidence == 1.0
 
 
 @pytest.mark.parametrize(
-    ("obs_kwargs", "config", "germinates"),
+    ("epoch", "losses", "plateau", "config", "germinates"),
     [
-        ({"stabilized": False}, {}, False),
-        ({"stabilized": False}, {"require_host_stabilized": False}, True),
-        ({"epoch": 4}, {}, False),
-        ({"epoch": 5}, {}, True),
-        ({"plateau": 2}, {}, False),
-        ({"plateau": 2}, {"plateau_epochs_to_germinate": 2}, True),
+        (2, (2.4, 2.3), 0, {}, True),  # the host learns: germinate at the earliest allowed epoch
+        (1, (2.4,), 0, {}, False),  # one epoch shows no progress yet
+        (1, (2.4,), 3, {"min_epochs_before_germinate": 1}, True),
+        (2, (2.4, 2.5), 0, {}, False),  # the loss has not come down
+        (2, (2.4, 2.4), 0, {}, False),
+        (5, (2.4, 2.6, 2.5, 2.45, 2.39), 0, {}, True),  # any recent loss below the oldest one counts
+        (4, (2.4, 2.6, 2.5, 2.45), 2, {}, False),  # nor learning, nor a 3-epoch plateau
+        (4, (2.4, 2.6, 2.5, 2.45), 3, {}, True),  # a short plateau: the host has stalled
+        (4, (2.4, 2.6, 2.5, 2.45), 2, {"plateau_epochs_to_germinate": 2}, True),
+        (2, (2.4, 2.3), 0, {"min_epochs_before_germinate": 3}, False),
     ],
 )
-def test_germination_conditions(obs_kwargs: dict[str, Any], config: dict[str, Any], germinates: bool) -> None:
-    decision = _decide(_heuristic(**config), _ready(**obs_kwargs))
+def test_germinates_early_once_the_host_learns_or_stalls(
+    epoch: int, losses: tuple[float, ...], plateau: int, config: dict[str, Any], germinates: bool
+) -> None:
+    obs = _with_losses(make_obs(epoch=epoch, plateau=plateau), *losses)
+    decision = _decide(_heuristic(**config), obs)
     assert (decision.command.op == LifecycleOp.GERMINATE) is germinates
+
+
+def test_germination_reason_names_the_trigger() -> None:
+    learning = _with_losses(make_obs(epoch=2), 2.4, 2.3)
+    assert _decide(HeuristicTamiyo(topology="cnn"), learning).reason == (
+        "Germinating conv_light in early: host learning (val loss 2.400 -> 2.300)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("config", "max_epochs", "latest"),
+    [
+        ({}, 25, 15),  # 1 + 3 TRAINING + 5 BLENDING decisions, then the first PROBATIONARY one at epoch 24
+        ({"seed_training_epochs": 5}, 25, 13),  # the LM tasks train seeds 5 epochs
+        ({"seed_blending_epochs": 3}, 25, 17),
+        ({}, 40, 30),
+        ({}, 12, 2),  # one lifecycle fits, from the earliest allowed epoch
+    ],
+)
+def test_latest_germination_epoch_leaves_room_for_the_lifecycle(
+    config: dict[str, Any], max_epochs: int, latest: int
+) -> None:
+    assert _heuristic(**config).latest_germination_epoch(max_epochs) == latest
+
+    def decision(epoch: int) -> str:
+        return _describe(_heuristic(**config), _ready(epoch=epoch, max_epochs=max_epochs))
+
+    assert decision(latest).startswith("GERMINATE")
+    assert [decision(e) for e in range(latest + 1, max_epochs)] == ["WAIT"] * (max_epochs - latest - 1)
+
+
+def test_an_episode_too_short_for_a_lifecycle_never_germinates() -> None:
+    assert HeuristicTamiyo(topology="cnn").latest_germination_epoch(10) == 0
+    assert {_describe(HeuristicTamiyo(topology="cnn"), _ready(epoch=e, max_epochs=10)) for e in range(1, 10)} == {
+        "WAIT"
+    }
+
+
+def test_never_germinates_after_the_latest_useful_epoch_even_when_a_slot_reopens() -> None:
+    policy = HeuristicTamiyo(topology="cnn")
+    slots, mid = ["early", "mid"], make_report("mid", TRAINING)
+    assert _describe(policy, make_obs([_stalled("early"), mid], epoch=12, enabled=slots)) == "CULL early"
+    assert policy.embargoed_slots(17) == ("early",) and policy.embargoed_slots(18) == ()
+    decisions = [_describe(policy, _ready([mid], epoch=e, max_epochs=25, enabled=slots)) for e in range(13, 25)]
+    assert decisions == ["WAIT"] * 12  # early reopens at 18, after the latest useful epoch (15)
+    assert _describe(policy, _ready([mid], epoch=18, max_epochs=40, enabled=slots)).startswith("GERMINATE early")
+
+
+def test_early_germination_keeps_one_live_seed_per_slot_and_the_embargo() -> None:
+    policy = HeuristicTamiyo(topology="cnn")
+
+    def learning(reports: list[SeedStateReport], epoch: int) -> str:
+        """The decision at `epoch` of a 25-epoch episode whose host is learning, in slots early and mid."""
+        return _describe(policy, _with_losses(make_obs(reports, epoch=epoch, enabled=["early", "mid"]), 2.4, 2.3))
+
+    mid = make_report("mid", TRAINING)
+    assert learning([], 2).startswith("GERMINATE early")
+    assert learning([make_report("early", TRAINING)], 5).startswith("GERMINATE mid")
+    assert learning([make_report("early", TRAINING), mid], 8) == "WAIT"  # every slot holds a live seed
+    assert learning([_stalled("early"), mid], 9) == "CULL early"
+    assert [learning([mid], e) for e in range(10, 15)] == ["WAIT"] * 5  # early is embargoed through epoch 14
+    assert learning([mid], 15).startswith("GERMINATE early")  # the latest useful epoch
 
 
 def test_min_epochs_between_germinations() -> None:
@@ -173,7 +251,7 @@ def test_rotation_walks_the_cnn_blueprints() -> None:
 def test_transformer_topology_uses_transformer_blueprints() -> None:
     policy = HeuristicTamiyo(topology="transformer")
     decisions = [_decide(policy, _ready(epoch=10 + 3 * k, topology="transformer")) for k in range(4)]
-    assert [d.command.blueprint_id for d in decisions] == ["lora", "mlp", "attention", "norm"]
+    assert [d.command.blueprint_id for d in decisions] == ["norm", "mlp", "attention", "lora"]
     assert all(d.factored is not None and d.command.blueprint_id in BLUEPRINT_HEAD["transformer"] for d in decisions)
 
 
