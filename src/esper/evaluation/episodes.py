@@ -74,8 +74,11 @@ def episode_seed(plan: EpisodePlan, episode: int) -> int:
 
 def build_controller(spec: ControllerSpec, plan: EpisodePlan, *, episode: int, index: int) -> TamiyoPolicy:
     """A controller ready for episode `episode`, seeded from (plan seed, episode, its position among the specs)."""
+    lifecycle = plan.task.lifecycle
     context = ControllerContext(topology=plan.task.topology, slots=plan.slots, max_epochs=plan.max_epochs,
-                                seed=plan.seed, episode=plan.first_episode + episode, index=index)
+                                seed=plan.seed, episode=plan.first_episode + episode, index=index,
+                                seed_training_epochs=lifecycle.min_training_epochs,
+                                seed_blending_epochs=max(lifecycle.blending_steps, lifecycle.min_blending_epochs))
     return all_controllers().build(spec, context)
 
 

@@ -22,6 +22,7 @@ seed germinated after the snapshot is observed the same way, which is the conser
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from esper.leyline import (
@@ -292,7 +293,12 @@ class HeuristicTamiyo:
 
 @register_controller("heuristic", summary="rules: germinate early, fossilize proven seeds, cull failing ones")
 def _heuristic(argument: str | None, context: ControllerContext) -> HeuristicTamiyo:
-    return HeuristicTamiyo(topology=context.topology)
+    config = HeuristicPolicyConfig()
+    if context.seed_training_epochs is not None:
+        config = dataclasses.replace(config, seed_training_epochs=context.seed_training_epochs)
+    if context.seed_blending_epochs is not None:
+        config = dataclasses.replace(config, seed_blending_epochs=context.seed_blending_epochs)
+    return HeuristicTamiyo(config, topology=context.topology)
 
 
 def _contribution(report: SeedStateReport, *, missing: float) -> float:

@@ -39,6 +39,10 @@ class ControllerContext:
     episode: int = 0
     index: int = 0
     device: str = "cpu"
+    # The task's least epochs a seed spends in TRAINING and in BLENDING, for rules that plan lifecycles around the
+    # episode's end; None: the library defaults.
+    seed_training_epochs: int | None = None
+    seed_blending_epochs: int | None = None
 
 
 ControllerFactory = Callable[[str | None, ControllerContext], "TamiyoPolicy"]

@@ -1,0 +1,22 @@
+"""Controllers built for a comparison learn the task's lifecycle durations, so rules can plan around the episode end."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from esper.evaluation.comparison import parse_controllers
+from esper.evaluation.episodes import EpisodePlan, build_controller
+from esper.runtime.tasks import get_task_spec
+from esper.tamiyo import HeuristicTamiyo
+
+
+@pytest.mark.parametrize(("task", "training", "latest"), [("synthetic", 3, 15), ("synthetic_text", 5, 13)])
+def test_heuristic_plans_with_the_task_lifecycle(task: str, training: int, latest: int) -> None:
+    spec = get_task_spec(task)
+    plan = EpisodePlan(task=spec, slots=("early", "mid", "late"), max_epochs=25, max_seeds=None, seed=0,
+                       devices=[torch.device("cpu")], batch_size=32)
+    heuristic = build_controller(parse_controllers(["heuristic"])[0], plan, episode=0, index=0)
+    assert isinstance(heuristic, HeuristicTamiyo)
+    assert heuristic.config.seed_training_epochs == training
+    assert heuristic.latest_germination_epoch(25) == latest
