@@ -53,7 +53,7 @@ CASES = (
                             "--set", "max_train_samples=512", "--set", "max_val_samples=256"),
                ("history.jsonl", "episodes.jsonl", "steps.jsonl")),
     GoldenCase("compare_tiny", ("compare", "--controllers", "static", "heuristic", "random", "--episodes", "1",
-                                "--max-epochs", "8", "--seed", "3", *CAPS), ("episodes.jsonl", "steps.jsonl")),
+                                "--max-epochs", "14", "--seed", "3", *CAPS), ("episodes.jsonl", "steps.jsonl")),
 )
 
 
