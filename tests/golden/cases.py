@@ -33,7 +33,7 @@ PINNED_ENV = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "OMP_N
 FREE_TEXT_KEYS = frozenset({"reason"})
 _NUMBER = re.compile(r"[-+]?\d+(\.\d+)?")
 # Wall-clock measurements differ run to run; everything else must not.
-VOLATILE_KEYS = frozenset({"rollout_seconds", "update_seconds", "env_epochs_per_second"})
+VOLATILE_KEYS = frozenset({"rollout_seconds", "update_seconds", "env_epochs_per_second", "wall_seconds"})
 CAPS = ["--max-train-samples", "512", "--max-val-samples", "256"]
 
 
