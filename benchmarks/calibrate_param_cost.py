@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from esper.env.driver import EnvPool
 from esper.evaluation.comparison import host_params, parse_controllers
 from esper.evaluation.episodes import EpisodePlan, run_controller_episodes
 from esper.leyline import CANONICAL_SLOTS
@@ -57,7 +58,8 @@ def main() -> int:
     cache = DataCache(DataOptions(data_dir=args.data_dir))
     specs = parse_controllers([f"static:{w}" for w in WIDTHS])
     started = time.perf_counter()
-    results = run_controller_episodes(specs, plan, args.episodes, cache)
+    with EnvPool(plan.workers, cache) as pool:
+        results = run_controller_episodes(specs, plan, args.episodes, pool)
     seconds = time.perf_counter() - started
 
     base = host_params(task, 1.0)

@@ -223,8 +223,9 @@ def test_rerunning_an_interrupted_command_resumes_it(straight_run: Path, tmp_pat
     class StopInSecondBatch(ppo_cmd.StopAfterStep):
         @property  # type: ignore[override]
         def requested(self) -> bool:
-            steps = run / "steps.jsonl"
-            return steps.exists() and '"batch": 1' in steps.read_text()
+            events = run / "events.jsonl"
+            return events.exists() and any(e["event_type"] == "EPOCH_COMPLETED" and e["data"]["batch"] == 1
+                                           for e in read_jsonl(events))
 
         @requested.setter
         def requested(self, value: bool) -> None:

@@ -20,6 +20,7 @@ from rich.text import Text
 from esper.env.rewards import RewardFamily
 from esper.leyline import CANONICAL_SLOTS, TelemetryEvent, TelemetryEventType, TelemetryLevel, TelemetrySink
 from esper.nissa import NissaHub, ProgressBackend, build_hub
+from esper.runtime.actors import WorkerFailed, WorkerOptions
 from esper.runtime.checkpoint import CheckpointFormatError
 from esper.runtime.devices import DeviceError
 from esper.runtime.readers import DatasetFormatError, DatasetNotFoundError, Split
@@ -132,6 +133,29 @@ def add_episode_options(p: argparse.ArgumentParser, *, episodes: int, task: str 
                         "(default: the task's value measured at the nearest --max-train-samples)")
 
 
+def add_worker_options(p: argparse.ArgumentParser) -> None:
+    """Where envs run. Placement only: a fixed-seed CPU run writes the same logs with any number of workers."""
+    g = p.add_argument_group("parallel workers")
+    g.add_argument("--workers", type=int_in(0, 256),
+                   help="spread env groups (or paired episodes) over N worker processes or Ray actors "
+                        "(default 0: everything in this process)")
+    g.add_argument("--executor", choices=["process", "ray"],
+                   help="local worker processes (default) or Ray actors ('pip install esper[dist]')")
+    g.add_argument("--ray-address", help="an existing Ray cluster (default: a local one, started for the run)")
+    g.add_argument("--worker-threads", type=int_in(1, 1024),
+                   help="intra-op threads per worker (default: this machine's cores divided among the workers)")
+
+
+WORKER_FIELDS = {"workers": "n_workers", "executor": "executor", "ray_address": "ray_address",
+                 "worker_threads": "worker_threads"}
+"""The worker flags and the TrainingConfig fields they set."""
+
+
+def worker_options(args: argparse.Namespace) -> WorkerOptions:
+    return WorkerOptions(workers=args.workers or 0, executor=args.executor or "process",
+                         ray_address=args.ray_address, threads=args.worker_threads)
+
+
 def uses_tui(args: argparse.Namespace) -> bool:
     """The live dashboard draws on a terminal unless --no-tui."""
     return not args.no_tui and sys.stdout.isatty()
@@ -218,6 +242,10 @@ def run_guarded(fn: Callable[[argparse.Namespace], int], args: argparse.Namespac
             message += " (pass --device cpu, or a cuda:N this machine has)"
         err_console.print(Text("error: ", style="bold red") + Text(" ".join(message.split())))
         return EXIT_USAGE
+    except WorkerFailed as exc:  # the machine's fault, not the code's: no traceback to report
+        err_console.print(Text("error: ", style="bold red") + Text(
+            f"{' '.join(str(exc).split())}; the work in flight was discarded: rerun the same command to continue"))
+        return EXIT_ERROR
     except Exception as exc:
         if args.debug:
             raise

@@ -12,6 +12,7 @@ from esper.cli.common import (
     USER_ERRORS,
     add_episode_options,
     add_shared_options,
+    add_worker_options,
     closing_hub,
     console,
     emit,
@@ -44,6 +45,7 @@ def add_compare_parser(sub: Any) -> None:
                    help="widen static:matched to this controller's parameters (default: the largest grown one)")
     p.add_argument("--tie-threshold", type=float_in(0.0, 100.0),
                    help="|Δ final accuracy| in pp below which a paired difference is a tie (default: one test sample)")
+    add_worker_options(p)
     add_shared_options(p)
     p.set_defaults(func=cmd_compare)
 

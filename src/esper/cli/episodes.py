@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from esper.cli.common import console, preload_data
+from esper.cli.common import console, preload_data, worker_options
 from esper.cli.rundirs import check_same_arguments, prepare_run_dir
 from esper.env.rewards import reward_config
 from esper.evaluation.episodes import EpisodePlan
@@ -33,6 +33,7 @@ def episode_plan(args: argparse.Namespace, devices: list[str] | None) -> Episode
         seed=args.seed, devices=resolve_devices(args.device, devices), batch_size=task.default_batch_size,
         max_train_samples=args.max_train_samples, max_val_samples=args.max_val_samples,
         max_test_samples=args.max_test_samples, reward_family=args.reward_family, param_cost=args.param_cost,
+        workers=worker_options(args),
     )
 
 

@@ -27,7 +27,9 @@ from esper.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     USER_ERRORS,
+    WORKER_FIELDS,
     add_shared_options,
+    add_worker_options,
     closing_hub,
     console,
     emit,
@@ -96,12 +98,13 @@ def add_study_parser(sub: Any) -> None:
     p.add_argument("--devices", nargs="+", help="env devices, round-robin (default: --device)")
     p.add_argument("--tie-threshold", type=float_in(0.0, 100.0),
                    help="|Δ final accuracy| in pp below which a paired difference is a tie (default: one test sample)")
+    add_worker_options(p)
     add_shared_options(p, seed_default=None)
     p.set_defaults(func=cmd_study, task=None, amp=None, reward_family=None, episodes=None, resume=None,
                    config_json=None)
 
 
-_PLACEMENT = ("device", "devices")
+_PLACEMENT = ("device", "devices", *WORKER_FIELDS.values())
 """Overrides that change where a study runs, not what it measures."""
 
 
@@ -127,6 +130,11 @@ def _training_config(args: argparse.Namespace, train_dir: Path) -> tuple[Trainin
     if args.ppo is not None:
         return saved.with_overrides(**overrides), latest  # only where it runs may change
     return resume_config(saved, requested), latest
+
+
+def _measured_setting(config: TrainingConfig) -> dict[str, Any]:
+    """The training config without where its envs ran (workers change the wall time, not a single number)."""
+    return {k: v for k, v in config.to_dict().items() if k not in WORKER_FIELDS.values()}
 
 
 def _settings(args: argparse.Namespace, seeds: int, selection_seeds: int) -> dict[str, Any]:
@@ -166,7 +174,7 @@ def _evaluation_config(path: Path, labels: list[str], specs: list[str], seeds: i
     """A phase's arguments, and whether a stored phase was of something else (then it starts over: its results
     describe a policy, a choice or a setting that no longer exists)."""
     eval_config = {"controllers": labels, "specs": specs, "episodes": seeds, "first_episode": first_episode,
-                   "training": config.to_dict(),
+                   "training": _measured_setting(config),
                    **{k: v for k, v in settings.items() if k not in ("seeds", "selection_seeds")}}
     if not (path / "config.json").exists():
         return eval_config, False
@@ -252,7 +260,7 @@ def cmd_study(args: argparse.Namespace) -> int:
     title = f"esper study --preset {args.preset} ({config.task}; reward {reward})"
     summary = write_study(path, comparison, title=title, command="esper " + " ".join(args.argv), chosen=chosen,
                           extra={"preset": args.preset, "seeds": seeds, "selection_seeds": selection_seeds,
-                                 "reward": reward, "training": config.to_dict()})
+                                 "reward": reward, "training": _measured_setting(config)})
     console.print(comparison_table(comparison))
     plots = render_report(path / "eval")
     console.print(f"\nStudy directory: [bold]{path}[/bold]\nSummary:         {summary}\n"

@@ -12,6 +12,7 @@ from esper.cli.common import (
     USER_ERRORS,
     add_episode_options,
     add_shared_options,
+    add_worker_options,
     closing_hub,
     console,
     emit,
@@ -20,17 +21,19 @@ from esper.cli.common import (
 )
 from esper.cli.episodes import episode_plan, load_data, open_episode_run, runtime_info
 from esper.cli.rundirs import discard_on_error
-from esper.env import EpisodeResult, MorphoEnv
+from esper.env import EpisodeResult
+from esper.env.driver import EnvPool
 from esper.evaluation.comparison import parse_controllers
 from esper.evaluation.episodes import run_controller_episodes
 from esper.leyline import TelemetryEventType
-from esper.runtime.checkpoint import atomic_save, model_checkpoint
+from esper.runtime.checkpoint import atomic_save
 from esper.runtime.rundir import default_run_dir
 
 
 def add_heuristic_parser(sub: Any) -> None:
     p = sub.add_parser("heuristic", help="run episodes under the rule-based HeuristicTamiyo controller")
     add_episode_options(p, episodes=1)
+    add_worker_options(p)
     add_shared_options(p)
     p.set_defaults(func=cmd_train_heuristic)
 
@@ -68,13 +71,14 @@ def cmd_train_heuristic(args: argparse.Namespace) -> int:
                 "reward": plan.describe_reward()})
             progress.start("episodes", args.episodes * args.max_epochs, done=len(done) * args.max_epochs)
 
-            def save_model(episode: int, results: list[EpisodeResult], envs: list[MorphoEnv]) -> None:
-                atomic_save(model_checkpoint(envs[0].model, task=plan.task.name),
-                            run_dir.checkpoints / "model_final.pt")
+            def save_model(episode: int, results: list[EpisodeResult], models: list[dict[str, Any] | None]) -> None:
+                assert models[0] is not None
+                atomic_save(models[0], run_dir.checkpoints / "model_final.pt")
 
-            results = done + run_controller_episodes(parse_controllers(["heuristic"]), plan, args.episodes, cache,
-                                                     sink=hub, run_dir=run_dir, on_episode=save_model,
-                                                     start=len(done))
+            with EnvPool(plan.workers, cache, role="episode worker") as pool:
+                results = done + run_controller_episodes(parse_controllers(["heuristic"]), plan, args.episodes, pool,
+                                                         sink=hub, run_dir=run_dir, on_episode=save_model,
+                                                         keep_models=True, start=len(done))
             emit(hub, TelemetryEventType.RUN_COMPLETED, "heuristic run completed",
                  {"episodes": len(results), "final_accuracy": [r.final_accuracy for r in results]})
     console.print(_episode_table(results))

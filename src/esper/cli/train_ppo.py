@@ -18,7 +18,9 @@ from esper.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     USER_ERRORS,
+    WORKER_FIELDS,
     add_shared_options,
+    add_worker_options,
     closing_hub,
     console,
     emit,
@@ -57,6 +59,7 @@ def add_ppo_parser(sub: Any) -> None:
                    help="start from an IQL policy, distilled into the actor on its datasets' states (init_from)")
     p.add_argument("--init-dataset", nargs="+", metavar="DIR",
                    help="datagen directories to distill on (default: the IQL run's datasets)")
+    add_worker_options(p)
     add_shared_options(p, seed_default=None)
     p.set_defaults(func=cmd_train_ppo)
 
@@ -69,6 +72,9 @@ def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
                          ("init_datasets", getattr(args, "init_dataset", None))):
         if value is not None:
             changes[field] = value
+    for flag, field in WORKER_FIELDS.items():
+        if getattr(args, flag, None) is not None:
+            changes[field] = getattr(args, flag)
     if args.seed is not None:
         changes["seed"] = args.seed
     return changes

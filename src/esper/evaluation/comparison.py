@@ -7,11 +7,12 @@ advance together, batch-first, on the same shared batches, so differences come f
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import PurePath
 from typing import Any
 
-from esper.env import EnvStep, EpisodeResult
+from esper.env import EpisodeResult
+from esper.env.driver import EnvPool
 from esper.evaluation.controllers import all_controllers
 from esper.evaluation.episodes import EpisodePlan, build_controller, one_test_sample, run_controller_episodes
 from esper.evaluation.results import ComparisonResult
@@ -124,9 +125,8 @@ def match_target(episodes: Sequence[EpisodeResult], labels: Sequence[str], match
 
 def run_comparison(specs: Sequence[ControllerSpec], plan: EpisodePlan, episodes: int, cache: DataCache, *,
                    tie_threshold: float | None = None, sink: TelemetrySink | None = None,
-                   run_dir: RunDirectory | None = None, on_step: Callable[[list[EnvStep]], None] | None = None,
-                   labels: Sequence[str] | None = None, resume: ResumePoint | None = None,
-                   match: str | None = None) -> ComparisonResult:
+                   run_dir: RunDirectory | None = None, labels: Sequence[str] | None = None,
+                   resume: ResumePoint | None = None, match: str | None = None) -> ComparisonResult:
     """Every controller on the same paired episodes; `static:matched` runs last, widened to the parameter count of
     the controller `match` (the one under study), or of the largest grown one when `match` is None.
 
@@ -145,27 +145,28 @@ def run_comparison(specs: Sequence[ControllerSpec], plan: EpisodePlan, episodes:
     first_names = [n for _, n in first]
     results = list(resume.done(0)) if resume is not None else []
 
-    def partial_results(episode: int, finished: list[EpisodeResult], envs: object) -> None:
+    def partial_results(episode: int, finished: list[EpisodeResult], models: object) -> None:
         results.extend(finished)
         if run_dir is not None:
             partial = ComparisonResult.from_episodes(first_names, results, tie_threshold=tie_threshold, seed=plan.seed)
             run_dir.write_json(ComparisonResult.FILE, partial.to_dict())
 
-    run_controller_episodes([s for s, _ in first], plan, episodes, cache, sink=sink, run_dir=run_dir,
-                            on_step=on_step, on_episode=partial_results, labels=first_names,
-                            start=resume.completed[0] if resume is not None else 0)
     matched: dict[str, Any] = {}
-    if len(first) < len(specs):
-        grown = match_target(results, first_names, match)
-        target = grown[1] if grown is not None else float(host_params(plan.task, 1.0))
-        width = matched_width(plan.task, target)
-        matched = {"width": width, "matched_to": None if grown is None else grown[0], "target_params": target,
-                   "host_params": host_params(plan.task, width)}
-        spec = all_controllers().parse(f"static:{width}")
-        results += resume.done(1) if resume is not None else []
-        results += run_controller_episodes([spec], plan, episodes, cache, sink=sink, run_dir=run_dir,
-                                           on_step=on_step, labels=[f"static:{MATCHED}"],
-                                           start=resume.completed[1] if resume is not None else 0)
+    with EnvPool(plan.workers, cache, role="episode worker") as pool:
+        run_controller_episodes([s for s, _ in first], plan, episodes, pool, sink=sink, run_dir=run_dir,
+                                on_episode=partial_results, labels=first_names,
+                                start=resume.completed[0] if resume is not None else 0)
+        if len(first) < len(specs):
+            grown = match_target(results, first_names, match)
+            target = grown[1] if grown is not None else float(host_params(plan.task, 1.0))
+            width = matched_width(plan.task, target)
+            matched = {"width": width, "matched_to": None if grown is None else grown[0], "target_params": target,
+                       "host_params": host_params(plan.task, width)}
+            spec = all_controllers().parse(f"static:{width}")
+            results += resume.done(1) if resume is not None else []
+            results += run_controller_episodes([spec], plan, episodes, pool, sink=sink, run_dir=run_dir,
+                                               labels=[f"static:{MATCHED}"],
+                                               start=resume.completed[1] if resume is not None else 0)
     comparison = ComparisonResult.from_episodes(names, results, tie_threshold=tie_threshold, seed=plan.seed)
     comparison.matched = matched
     if run_dir is not None:

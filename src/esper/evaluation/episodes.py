@@ -11,25 +11,26 @@ decisions, rewards and validation numbers of an episode cannot depend on it.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
-from esper.env import EnvSpec, EnvStep, EpisodeResult, EpochData, MorphoEnv, run_episodes
-from esper.env.rewards import RewardFamily, make_reward_fn, needs_twin, reward_summary
+from esper.env import EpisodeResult
+from esper.env.driver import EnvPool
+from esper.env.groups import EpisodeSetting, GroupPlan, MemberPlan, StepOutcome, TwinPlan
+from esper.env.rewards import RewardFamily, needs_twin, reward_config, reward_summary
 from esper.evaluation.controllers import all_controllers
 from esper.evaluation.stats import one_sample_pp
 from esper.leyline import TelemetryEvent, TelemetryEventType, TelemetrySink
 from esper.leyline.constants import DEFAULT_GAMMA
 from esper.leyline.seeding import derive_seed
-from esper.runtime.data import SharedBatchIterator
+from esper.runtime.actors import WorkerOptions
 from esper.runtime.devices import env_device_map
 from esper.runtime.rundir import RunDirectory
 from esper.runtime.tasks import DataCache, TaskSpec
-from esper.tamiyo import ControllerContext, ControllerSpec, StaticPolicy, TamiyoPolicy, host_variant
-from esper.tolaria import finish_validation, validate_batch
+from esper.tamiyo import ControllerContext, ControllerSpec, StaticPolicy, TamiyoDecision, TamiyoPolicy, host_variant
 
 __all__ = [
     "EpisodePlan",
@@ -37,7 +38,6 @@ __all__ = [
     "episode_seed",
     "one_test_sample",
     "run_controller_episodes",
-    "score_test",
     "test_sample_count",
 ]
 
@@ -61,6 +61,7 @@ class EpisodePlan:
     param_cost: float | None = None  # gap reward's λ_p; None: the task's value measured at the nearest sample cap
     gamma: float = DEFAULT_GAMMA
     first_episode: int = 0  # held-out evaluations start their paired seeds elsewhere than training did
+    workers: WorkerOptions = field(default_factory=WorkerOptions)  # where the episodes run (never what they compute)
 
     def describe_reward(self) -> str:
         """The reward logged per decision, with the parameter cost it resolves to for this task and sample cap."""
@@ -97,79 +98,80 @@ def one_test_sample(plan: EpisodePlan, cache: DataCache) -> float:
     return one_sample_pp(test_sample_count(plan, cache))
 
 
-def score_test(envs: Sequence[MorphoEnv], results: Sequence[EpisodeResult], plan: EpisodePlan, cache: DataCache,
-               seed: int) -> list[EpisodeResult]:
-    """The envs' results with their final models' test accuracy and loss (one forward pass per test batch, each
-    batch materialized once per device for every env on it)."""
-    keys = sorted({env.device_key for env in envs})
-    test = SharedBatchIterator({k: cache.get(plan.task, "test", k, plan.max_test_samples, seed=seed) for k in keys},
-                               plan.task.val_batch_size, shuffle=False)
-    for batch in test:
-        for env in envs:
-            x, y = batch[env.device_key]
-            validate_batch(env.ts, x, y)
-    scored = [finish_validation(env.ts) for env in envs]
-    return [dataclasses.replace(r, final_test_accuracy=s.val_accuracy, final_test_loss=s.val_loss)
-            for r, s in zip(results, scored, strict=True)]
+def _paired_group(specs: Sequence[ControllerSpec], names: Sequence[str], plan: EpisodePlan, episode: int,
+                  device_of: Sequence[torch.device]) -> tuple[GroupPlan, list[TamiyoPolicy]]:
+    """Episode `episode` as one env group (every controller on the episode's host seed and data) and its
+    controllers. When the reward needs a static twin, the plain `static` controller's env serves as the twin if there
+    is one (it is the twin, bit for bit); otherwise a twin env is added."""
+    controllers = [build_controller(spec, plan, episode=episode, index=i) for i, spec in enumerate(specs)]
+    members = []
+    for i, (controller, name) in enumerate(zip(controllers, names, strict=True)):
+        width, fixed = host_variant(controller)
+        members.append(MemberPlan(i, name, str(device_of[i]), episode=episode, max_seeds=plan.max_seeds,
+                                  host_width=width, fixed_modules=fixed))
+    twin: TwinPlan | int | None = None
+    if needs_twin(plan.reward_family):
+        static = [i for i, c in enumerate(controllers) if isinstance(c, StaticPolicy) and c.host_width == 1.0]
+        twin = static[0] if static else TwinPlan(len(specs), str(device_of[len(specs)]), episode=episode,
+                                                 telemetry=True)
+    group = GroupPlan(seed=episode_seed(plan, episode), data_seed=derive_seed(plan.seed, plan.first_episode + episode),
+                      members=tuple(members), twin=twin)
+    return group, controllers
+
+
+EpisodeCallback = Callable[[int, list[EpisodeResult], list[dict[str, Any] | None]], None]
+"""Called after each paired episode with its index, its results and (when kept) its final models."""
 
 
 def run_controller_episodes(
-    specs: Sequence[ControllerSpec], plan: EpisodePlan, episodes: int, cache: DataCache, *,
-    sink: TelemetrySink | None = None, run_dir: RunDirectory | None = None,
-    on_step: Callable[[list[EnvStep]], None] | None = None,
-    on_episode: Callable[[int, list[EpisodeResult], list[MorphoEnv]], None] | None = None,
-    labels: Sequence[str] | None = None, start: int = 0,
+    specs: Sequence[ControllerSpec], plan: EpisodePlan, episodes: int, pool: EnvPool, *,
+    sink: TelemetrySink | None = None, run_dir: RunDirectory | None = None, on_episode: EpisodeCallback | None = None,
+    labels: Sequence[str] | None = None, start: int = 0, keep_models: bool = False,
 ) -> list[EpisodeResult]:
     """Run paired episodes `start` .. `episodes` − 1 of every controller (a resumed run starts past the episodes it
-    finished); `labels` (default: the specs' labels) name them."""
+    finished) on the env hosts of `pool`; `labels` (default: the specs' labels) name them. As many episodes as the
+    pool has workers run side by side; each episode's steps, results and callback still come in episode order."""
     task = plan.task
     names = list(labels) if labels is not None else [s.label for s in specs]
-    reward_fn = make_reward_fn(plan.reward_family, task, plan.gamma, param_cost=plan.param_cost,
-                               max_train_samples=plan.max_train_samples)
-    with_twin = needs_twin(plan.reward_family)
+    setting = EpisodeSetting(task.name, plan.slots, plan.max_epochs, plan.batch_size,
+                             reward_config(plan.reward_family, task, param_cost=plan.param_cost,
+                                           max_train_samples=plan.max_train_samples), plan.gamma,
+                             max_train_samples=plan.max_train_samples, max_val_samples=plan.max_val_samples,
+                             max_test_samples=plan.max_test_samples, amp=plan.amp, score_test=True,
+                             keep_models=keep_models)
     device_of = env_device_map(max(len(specs) + 1, len(plan.devices)), plan.devices)
     results: list[EpisodeResult] = []
-    for episode in range(start, episodes):
-        seed = episode_seed(plan, episode)
-        data_seed = derive_seed(plan.seed, plan.first_episode + episode)
-        data = EpochData.build(task, cache, plan.devices, batch_size=plan.batch_size, seed=data_seed,
-                               max_train_samples=plan.max_train_samples, max_val_samples=plan.max_val_samples)
-        controllers = [build_controller(spec, plan, episode=episode, index=i) for i, spec in enumerate(specs)]
+    for first in range(start, episodes, len(pool.actors)):
+        batch = range(first, min(first + len(pool.actors), episodes))
+        paired = [_paired_group(specs, names, plan, episode, device_of) for episode in batch]
+        rows: dict[int, list[dict[str, Any]]] = {episode: [] for episode in batch}
 
-        def spec_for(i: int, controller: TamiyoPolicy | None = None, *, ep: int = episode, s: int = seed) -> EnvSpec:
-            width, fixed = host_variant(controller) if controller is not None else (1.0, ())
-            return EnvSpec(task, plan.slots, plan.max_epochs, s, device_of[i], env_id=i, episode=ep,
-                           max_seeds=plan.max_seeds, amp=plan.amp, sink=sink, host_width=width, fixed_modules=fixed)
+        def record(steps: list[tuple[StepOutcome, TamiyoDecision]], rows: dict[int, list[Any]] = rows) -> None:
+            for step, _ in steps:
+                rows[step.row["episode"]].append(step.row)
 
-        twin: MorphoEnv | None = None
-        static = [i for i, c in enumerate(controllers) if isinstance(c, StaticPolicy) and c.host_width == 1.0]
-        if with_twin and static:
-            twin = MorphoEnv(spec_for(static[0]), names[static[0]])
-            twin.twin = twin  # the plain static env is its own twin: its gap is zero by construction
-        elif with_twin:
-            twin = MorphoEnv(spec_for(len(specs)), "twin")
-        envs = [twin if twin is not None and static and i == static[0]
-                else MorphoEnv(spec_for(i, c), names[i], twin=twin)
-                for i, c in enumerate(controllers)]
-
-        def record(steps: list[EnvStep]) -> None:
-            if run_dir is not None:
-                for step in steps:
-                    run_dir.append("steps.jsonl", step.row().to_dict())
-            if on_step is not None:
-                on_step(steps)
-
-        episode_results = score_test(envs, run_episodes(envs, controllers, data, reward_fn, on_step=record), plan,
-                                     cache, data_seed)
-        for r in episode_results:
-            if run_dir is not None:
-                run_dir.append("episodes.jsonl", r.to_dict())
-            if sink is not None and sink.wants(TelemetryEventType.COMPARISON_EPISODE_COMPLETED):
-                sink.emit(TelemetryEvent(TelemetryEventType.COMPARISON_EPISODE_COMPLETED, env_id=r.env_id,
-                                         message=f"{r.controller} episode {episode}: {r.final_accuracy:.2f}%",
-                                         data={"controller": r.controller, "episode": episode,
-                                               "final_accuracy": r.final_accuracy}))
-        if on_episode is not None:
-            on_episode(episode, episode_results, envs)
-        results.extend(episode_results)
+        finished = pool.run(setting, [group for group, _ in paired], [c for _, cs in paired for c in cs], sink=sink,
+                            on_steps=record)
+        assert finished is not None  # nothing asks it to stop early
+        for j, episode in enumerate(batch):
+            episode_results = finished.results[j * len(specs):(j + 1) * len(specs)]
+            _record_episode(episode, episode_results, rows[episode], run_dir, sink)
+            if on_episode is not None:
+                on_episode(episode, episode_results, finished.models[j * len(specs):(j + 1) * len(specs)])
+            results.extend(episode_results)
     return results
+
+
+def _record_episode(episode: int, results: Sequence[EpisodeResult], rows: Sequence[dict[str, Any]],
+                    run_dir: RunDirectory | None, sink: TelemetrySink | None) -> None:
+    if run_dir is not None:
+        for row in rows:
+            run_dir.append("steps.jsonl", row)
+        for r in results:
+            run_dir.append("episodes.jsonl", r.to_dict())
+    if sink is not None and sink.wants(TelemetryEventType.COMPARISON_EPISODE_COMPLETED):
+        for r in results:
+            sink.emit(TelemetryEvent(TelemetryEventType.COMPARISON_EPISODE_COMPLETED, env_id=r.env_id,
+                                     message=f"{r.controller} episode {episode}: {r.final_accuracy:.2f}%",
+                                     data={"controller": r.controller, "episode": episode,
+                                           "final_accuracy": r.final_accuracy}))

@@ -9,13 +9,12 @@ parameter-matched wider static host, the heuristic and random growth). The study
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from esper.datagen.configs import POLICY_PRESETS
-from esper.env import EnvStep
 from esper.evaluation.comparison import ComparisonResult, check_controllers, parse_controllers, run_comparison
 from esper.evaluation.episodes import EpisodePlan
 from esper.evaluation.resume import ResumePoint
@@ -70,6 +69,7 @@ def evaluation_plan(config: TrainingConfig, seeds_base: int = EVAL_SEED_OFFSET, 
         max_train_samples=config.max_train_samples, max_val_samples=config.max_val_samples,
         max_test_samples=max_test_samples, amp=config.amp, reward_family=config.reward_family.value,
         param_cost=config.param_cost, gamma=config.gamma, first_episode=seeds_base,
+        workers=config.worker_options(),
     )
 
 
@@ -103,11 +103,11 @@ def study_controllers(baselines: Sequence[str], train_dir: Path, chosen: dict[st
 
 def run_evaluation(plan: EpisodePlan, specs: Sequence[str], labels: Sequence[str], episodes: int, cache: DataCache,
                    *, run_dir: RunDirectory, sink: TelemetrySink | None = None, tie_threshold: float,
-                   on_step: Callable[[list[EnvStep]], None] | None = None, resume: ResumePoint | None = None,
+                   resume: ResumePoint | None = None,
                    match: str | None = None) -> ComparisonResult:
     parsed = parse_controllers(specs)
     check_controllers(parsed, plan)
-    return run_comparison(parsed, plan, episodes, cache, sink=sink, run_dir=run_dir, on_step=on_step,
+    return run_comparison(parsed, plan, episodes, cache, sink=sink, run_dir=run_dir,
                           labels=list(labels), resume=resume, match=match, tie_threshold=tie_threshold)
 
 

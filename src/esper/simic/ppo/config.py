@@ -32,6 +32,7 @@ from esper.leyline.constants import (
     DEFAULT_VALUE_CLIP,
     DEFAULT_VALUE_COEF,
 )
+from esper.runtime.actors import WorkerOptions
 from esper.runtime.strict_config import StrictConfig
 from esper.runtime.tasks import TASKS
 
@@ -97,6 +98,8 @@ BOUNDS: dict[str, tuple[float, float, bool]] = {
     "param_budget": (1, 10**12, False),
     "param_penalty_weight": (0.0, 1e6, False),
     "sparse_reward_scale": (0.0, 1e6, True),
+    "n_workers": (0, MAX_ENVS, False),
+    "worker_threads": (1, 1024, False),
 }
 
 
@@ -142,6 +145,10 @@ class TrainingConfig(StrictConfig):
     param_budget: int = _SPARSE_DEFAULTS.param_budget
     param_penalty_weight: float = _SPARSE_DEFAULTS.param_penalty_weight
     sparse_reward_scale: float = _SPARSE_DEFAULTS.sparse_reward_scale
+    n_workers: int = 0  # worker processes (or Ray actors) the env groups spread over; 0: all in this process
+    worker_threads: int | None = None  # intra-op threads per worker (default: cores ÷ workers)
+    executor: Literal["process", "ray"] = "process"
+    ray_address: str | None = None  # an existing Ray cluster (default: a local one started for the run)
 
     @field_validator("task")
     @classmethod
@@ -195,6 +202,8 @@ class TrainingConfig(StrictConfig):
             (self.n_envs % self.group_size == 0, "n_envs must be a multiple of group_size"),
             (self.n_episodes % self.group_size == 0, "n_episodes must be a multiple of group_size"),
             (self.advantage != "group" or self.group_size > 1, "the group advantage needs group_size >= 2"),
+            (self.executor != "ray" or self.n_workers >= 1, "executor 'ray' needs n_workers >= 1"),
+            (self.ray_address is None or self.executor == "ray", "ray_address needs executor 'ray'"),
             (self.reward_family == RewardFamily.GAP or self.param_cost is None,
              "param_cost only applies to reward_family 'gap'"),
             (self.init_from is None or (self.init_from.startswith("iql:") and len(self.init_from) > 4),
@@ -211,6 +220,12 @@ class TrainingConfig(StrictConfig):
             if changed:
                 raise ValueError(f"{changed} only apply to reward_family 'sparse' (got '{self.reward_family.value}')")
         return self
+
+    def worker_options(self) -> WorkerOptions:
+        """Where the env groups run. Placement only: any number of workers computes the same run."""
+        cuda = {d for d in (self.devices or [self.device]) if d.startswith("cuda")}
+        gpus = min(1.0, len(cuda) / self.n_workers) if self.executor == "ray" and cuda and self.n_workers else 0.0
+        return WorkerOptions(self.n_workers, self.executor, self.ray_address, self.worker_threads, gpus)
 
     # ------------------------------------------------------------------ construction
 

@@ -28,14 +28,16 @@ from typing import Any
 import torch
 
 from esper.datagen.loader import load_transitions
-from esper.env import EnvSpec, EnvStep, EpisodeResult, EpochData, MorphoEnv, run_episodes
+from esper.env import EpisodeResult
+from esper.env.driver import EnvPool
 from esper.env.features import obs_dim
+from esper.env.groups import EpisodeSetting, GroupPlan, MemberPlan, StepOutcome, TwinPlan
 from esper.env.rewards import (
     SUMMED_FIELDS,
-    RewardFn,
+    RewardConfig,
     SparseRewardConfig,
-    make_reward_fn,
     needs_twin,
+    reward_config,
     reward_summary,
 )
 from esper.leyline import LifecycleOp, TelemetryEvent, TelemetryEventType, TelemetrySink
@@ -58,6 +60,7 @@ from esper.simic.ppo.controller import PPOController
 from esper.simic.ppo.distill import DistillConfig, distill
 from esper.simic.ppo.history import HistoryRow
 from esper.simic.ppo.metrics import merge_updates
+from esper.tamiyo import TamiyoDecision
 
 __all__ = ["PPORun", "PPOTrainingResult", "train_ppo"]
 
@@ -111,7 +114,7 @@ def train_ppo(config: TrainingConfig, run: PPORun) -> PPOTrainingResult:
             _start_from_iql(learner, config, task, run)
         _checkpoint(learner, run, "init")  # the policy before any update: evaluations compare final with init
     controller = PPOController(learner.agent, learner.obs_normalizer, use_telemetry=config.use_telemetry)
-    reward_fn = make_reward_fn(config.reward_family, task, config.gamma, SparseRewardConfig(
+    reward = reward_config(config.reward_family, task, SparseRewardConfig(
         config.param_budget, config.param_penalty_weight, config.sparse_reward_scale), config.param_cost,
         max_train_samples=config.max_train_samples)
     detector = AnomalyDetector()
@@ -120,40 +123,43 @@ def train_ppo(config: TrainingConfig, run: PPORun) -> PPOTrainingResult:
     history: list[HistoryRow] = []
     saved_batches = learner.batches_completed
     report = AnomalyReport()
-    while learner.batches_completed < n_batches and not run.stopped():
-        b = learner.batches_completed
-        started = time.perf_counter()
-        rollout = _collect_rollout(config, task, env_devices, learner, controller, cache, reward_fn, run)
-        if rollout is None:  # interrupted mid-batch: the last checkpoint is the resume point
-            learner.agent.buffer.clear()
-            break
-        rollout.seconds = time.perf_counter() - started
+    try:
+        with EnvPool(config.worker_options(), cache) as pool:
+            while learner.batches_completed < n_batches and not run.stopped():
+                b = learner.batches_completed
+                started = time.perf_counter()
+                rollout = _collect_rollout(config, env_devices, learner, controller, pool, reward, run)
+                if rollout is None:  # interrupted mid-batch: the last checkpoint is the resume point
+                    learner.agent.buffer.clear()
+                    break
+                rollout.seconds = time.perf_counter() - started
 
-        update_started = time.perf_counter()
-        metrics = _update_policy(learner, config.ppo_updates_per_batch, run, gradient_stats=report.has_anomaly)
-        learner.obs_normalizer.update(torch.stack(rollout.raw_observations))
-        update_seconds = time.perf_counter() - update_started
+                update_started = time.perf_counter()
+                metrics = _update_policy(learner, config.ppo_updates_per_batch, run, gradient_stats=report.has_anomaly)
+                learner.obs_normalizer.update(torch.stack(rollout.raw_observations))
+                update_seconds = time.perf_counter() - update_started
 
-        learner.batches_completed += 1
-        learner.episodes_completed += len(rollout.results)
-        previous_rolling, improved = _record_accuracy(learner, rollout.results)
-        report = detector.check_all(metrics.get("ratio_max", 1.0), metrics.get("ratio_min", 1.0),
-                                    metrics.get("explained_variance", 1.0), bool(metrics.get("skipped_update")),
-                                    False, learner.episodes_completed, config.n_episodes)
-        row = _history_row(b, learner, rollout, metrics, report, update_seconds, config.max_epochs)
-        history.append(row)
-        _log_batch(row, metrics, report, previous_rolling, learner, n_batches, run)
+                learner.batches_completed += 1
+                learner.episodes_completed += len(rollout.results)
+                previous_rolling, improved = _record_accuracy(learner, rollout.results)
+                report = detector.check_all(metrics.get("ratio_max", 1.0), metrics.get("ratio_min", 1.0),
+                                            metrics.get("explained_variance", 1.0), bool(metrics.get("skipped_update")),
+                                            False, learner.episodes_completed, config.n_episodes)
+                row = _history_row(b, learner, rollout, metrics, report, update_seconds, config.max_epochs)
+                history.append(row)
+                _log_batch(row, metrics, report, previous_rolling, learner, n_batches, run)
 
-        last = learner.batches_completed == n_batches
-        if improved:
-            _checkpoint(learner, run, "best")
-        if learner.batches_completed % config.checkpoint_every == 0 or last:
+                last = learner.batches_completed == n_batches
+                if improved:
+                    _checkpoint(learner, run, "best")
+                if learner.batches_completed % config.checkpoint_every == 0 or last:
+                    _checkpoint(learner, run, "latest")
+                    saved_batches = learner.batches_completed
+                if last:
+                    _checkpoint(learner, run, "final")
+    finally:
+        if learner.batches_completed > saved_batches:  # stopped early or failed: keep every completed batch resumable
             _checkpoint(learner, run, "latest")
-            saved_batches = learner.batches_completed
-        if last:
-            _checkpoint(learner, run, "final")
-    if learner.batches_completed > saved_batches:  # stopped early: keep every completed batch resumable
-        _checkpoint(learner, run, "latest")
     return PPOTrainingResult(learner.batches_completed, learner.episodes_completed, learner.best_rolling_accuracy,
                              history)
 
@@ -221,58 +227,58 @@ class _Rollout:
     seconds: float = 0.0
 
 
-def _collect_rollout(config: TrainingConfig, task: TaskSpec, env_devices: list[torch.device], learner: LearnerState,
-                     controller: PPOController, cache: DataCache, reward_fn: RewardFn, run: PPORun
-                     ) -> _Rollout | None:
-    """Run one batch of episodes and fill the agent's buffer; None if a stop request cut it short."""
+def _collect_rollout(config: TrainingConfig, env_devices: list[torch.device], learner: LearnerState,
+                     controller: PPOController, pool: EnvPool, reward: RewardConfig, run: PPORun) -> _Rollout | None:
+    """Run one batch of episodes and fill the agent's buffer; None if a stop request cut it short (then nothing of
+    the batch is written)."""
     b = learner.batches_completed
-    device_of = env_device_map(config.n_envs, env_devices)
     seed_everything(derive_seed(config.seed, b))
     n_b = min(config.n_envs, config.n_episodes - learner.episodes_completed)
-    envs = _grouped_envs(config, task, device_of, n_b, learner, run.sink)
-    data = EpochData.build(task, cache, env_devices, batch_size=config.batch_size, seed=derive_seed(config.seed, b),
-                           max_train_samples=config.max_train_samples, max_val_samples=config.max_val_samples)
+    setting = EpisodeSetting(config.task, tuple(config.slots), config.max_epochs, config.batch_size, reward,
+                             config.gamma, max_train_samples=config.max_train_samples,
+                             max_val_samples=config.max_val_samples, amp=config.amp)
+    groups = _groups(config, env_device_map(config.n_envs, env_devices), n_b, learner)
     raw: list[torch.Tensor] = []
     components: dict[str, list[float]] = {}
+    rows: list[dict[str, Any]] = []
 
-    def store(steps: list[EnvStep]) -> None:
-        for step in steps:
-            info = step.decision.info
+    def store(steps: list[tuple[StepOutcome, TamiyoDecision]]) -> None:
+        for step, decision in steps:
+            info = decision.info
             raw.append(info["raw_features"])
-            total = step.reward.total()
             for name in SUMMED_FIELDS:
                 components.setdefault(name, []).append(getattr(step.reward, name))
             learner.agent.buffer.add(
                 info["state"], info["action"], info["log_prob"], info["value"],
-                learner.reward_normalizer.update_and_normalize(total), step.record.is_terminal, info["used_masks"],
-                env_id=step.env.env_id)
-            run.run_dir.append("steps.jsonl", step.row().to_dict())
+                learner.reward_normalizer.update_and_normalize(step.reward.total()), step.terminal,
+                info["used_masks"], env_id=step.env_id)
+            rows.append(step.row)
 
-    results = run_episodes(envs, [controller] * n_b, data, reward_fn, on_step=store, should_stop=run.should_stop)
-    if len(raw) != n_b * (config.max_epochs - 1):  # one transition per decision: after epochs 1 … T − 1
+    finished = pool.run(setting, groups, [controller] * n_b, sink=run.sink, on_steps=store,
+                        should_stop=run.should_stop)
+    if finished is None:
         return None
-    for r in results:
+    for row in rows:
+        run.run_dir.append("steps.jsonl", row)
+    for r in finished.results:
         run.run_dir.append("episodes.jsonl", r.to_dict())
-    loads = sum(data.train.materializations.values()) + sum(data.val.materializations.values())
-    return _Rollout(results, raw, components, loads)
+    return _Rollout(finished.results, raw, components, finished.batch_loads)
 
 
-def _grouped_envs(config: TrainingConfig, task: TaskSpec, device_of: list[torch.device], n_b: int,
-                  learner: LearnerState, sink: TelemetrySink | None) -> list[MorphoEnv]:
+def _groups(config: TrainingConfig, device_of: list[torch.device], n_b: int, learner: LearnerState
+            ) -> list[GroupPlan]:
     """`n_b` envs in groups of `group_size`: a group shares one host seed (and one static twin when the reward
-    compares with it), so its members differ only in the actions their policy sampled."""
+    compares with it), so its members differ only in the actions their policy sampled. Every group of a batch trains
+    on the batch's data subset and order."""
     b, k = learner.batches_completed, config.group_size
-    envs: list[MorphoEnv] = []
-    for g in range(n_b // k):
-        seed = config.seed + 10000 * b + 1000 * g
-        twin = MorphoEnv(EnvSpec(task, tuple(config.slots), config.max_epochs, seed, device_of[g * k],
-                                 env_id=n_b + g, batch=b, amp=config.amp), "twin") \
-            if needs_twin(config.reward_family) else None
-        envs += [MorphoEnv(EnvSpec(task, tuple(config.slots), config.max_epochs, seed, device_of[i], env_id=i,
-                                   episode=learner.episodes_completed + i, batch=b, max_seeds=config.max_seeds,
-                                   amp=config.amp, sink=sink), "ppo", twin=twin)
-                 for i in range(g * k, (g + 1) * k)]
-    return envs
+    data_seed = derive_seed(config.seed, b)
+    twin = needs_twin(config.reward_family)
+    return [GroupPlan(
+        seed=config.seed + 10000 * b + 1000 * g, data_seed=data_seed, batch=b,
+        members=tuple(MemberPlan(i, "ppo", str(device_of[i]), episode=learner.episodes_completed + i,
+                                 max_seeds=config.max_seeds) for i in range(g * k, (g + 1) * k)),
+        twin=TwinPlan(n_b + g, str(device_of[g * k])) if twin else None)
+        for g in range(n_b // k)]
 
 
 def _update_policy(learner: LearnerState, updates: int, run: PPORun, *, gradient_stats: bool) -> dict[str, Any]:

@@ -1,0 +1,253 @@
+"""Env groups as plain recipes, and `EnvHost`, the object that builds and steps them wherever it lives.
+
+A group is the unit that cannot be split: envs that share one host seed, one data subset and (for the `gap` reward)
+one static twin. A caller describes its groups with `GroupPlan`s (picklable: no models, no callables), hands them to
+`EnvHost`s (in this process, in worker processes or in Ray actors; see `esper.runtime.actors`), and then advances
+every host one epoch at a time: `measure` trains, validates and observes, and returns the observations and the
+transitions the epoch completed; the caller decides; `conclude` executes the decisions. Envs never leave their host,
+so only observations, decisions, step rows, rewards, telemetry and results cross a process boundary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from esper.env.env import EnvSpec, MorphoEnv
+from esper.env.logs import EpisodeResult
+from esper.env.loop import EpochData, MeasuredEpoch, conclude_epoch, measure_epoch
+from esper.env.rewards import RewardConfig, compute_reward
+from esper.env.step_record import ShapedRewardComponents
+from esper.leyline import EnvObservation, TelemetryEvent, TelemetryEventType
+from esper.runtime.checkpoint import model_checkpoint
+from esper.runtime.data import SharedBatchIterator
+from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
+from esper.tamiyo import TamiyoDecision
+from esper.tolaria import finish_validation, validate_batch
+
+__all__ = ["EnvHost", "EpisodeSetting", "GroupPlan", "MemberPlan", "StepOutcome", "TwinPlan", "wanted_events"]
+
+
+@dataclass(frozen=True)
+class EpisodeSetting:
+    """What every group of a call shares: task, slots, episode length, data caps and the reward computed per step.
+    `score_test` scores each final model once on the test split; `keep_models` returns the final models."""
+
+    task: str
+    slots: tuple[str, ...]
+    max_epochs: int
+    batch_size: int
+    reward: RewardConfig
+    gamma: float
+    max_train_samples: int | None = None
+    max_val_samples: int | None = None
+    max_test_samples: int | None = None
+    amp: bool = False
+    score_test: bool = False
+    keep_models: bool = False
+
+
+@dataclass(frozen=True)
+class MemberPlan:
+    """One env of a group: who drives it and which host variant it trains."""
+
+    env_id: int
+    controller: str
+    device: str
+    episode: int = 0
+    max_seeds: int | None = None
+    host_width: float = 1.0
+    fixed_modules: tuple[tuple[str, str], ...] = ()
+    telemetry: bool = True
+
+
+@dataclass(frozen=True)
+class TwinPlan:
+    """The group's static twin when no member can serve as one (a seedless host trained beside the members)."""
+
+    env_id: int
+    device: str
+    controller: str = "twin"
+    episode: int = 0
+    telemetry: bool = False
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """Envs sharing one host seed, one data seed (their subsets and batch order) and their static twin.
+
+    `twin` is None when the reward needs no twin, the index of the member (a plain static host) that is its own and
+    its peers' twin, or a `TwinPlan` for a twin env of its own.
+    """
+
+    seed: int
+    data_seed: int
+    members: tuple[MemberPlan, ...]
+    twin: TwinPlan | int | None = None
+    batch: int = 0
+
+    @property
+    def env_ids(self) -> list[int]:
+        return [m.env_id for m in self.members]
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """A transition an epoch completed, as a learner needs it: the env (its id, and its position among the envs
+    of the call), its steps.jsonl row and its reward."""
+
+    env_id: int
+    position: int
+    row: dict[str, Any]
+    reward: ShapedRewardComponents
+    terminal: bool
+
+
+class _Relay:
+    """The envs' telemetry sink inside a host: keeps the events the caller's sink wants, for the caller to emit."""
+
+    def __init__(self) -> None:
+        self.wanted: frozenset[TelemetryEventType] = frozenset()
+        self.events: list[TelemetryEvent] = []
+
+    def wants(self, event_type: TelemetryEventType) -> bool:
+        return event_type in self.wanted
+
+    def emit(self, event: TelemetryEvent) -> None:
+        self.events.append(event)
+
+    def escalate(self, epochs: int) -> None:
+        """The caller's sink owns the level; it sends what it wants with every call."""
+
+    def tick(self) -> None:
+        """The caller's sink counts the epochs."""
+
+    def drain(self) -> list[TelemetryEvent]:
+        events, self.events = self.events, []
+        return events
+
+
+def wanted_events(sink: Any) -> frozenset[TelemetryEventType]:
+    """The event types `sink` would take now (none without a sink)."""
+    if sink is None:
+        return frozenset()
+    return frozenset(t for t in TelemetryEventType if sink.wants(t))
+
+
+class EnvHost:
+    """Builds the envs of its groups and steps them one epoch per call; data loads once per host and device."""
+
+    def __init__(self, data: DataOptions, device_override: str | None = None) -> None:
+        self.cache = DataCache(data)
+        self.device_override = device_override  # a Ray GPU actor sees its GPU as cuda:0, whatever the caller named
+        self.relay = _Relay()
+        self.setting: EpisodeSetting | None = None
+        self.runs: list[tuple[list[MorphoEnv], EpochData]] = []  # envs sharing a data seed, with their data
+        self.measured: list[MeasuredEpoch] = []
+
+    def _device(self, name: str) -> torch.device:
+        return torch.device(self.device_override or name)
+
+    def start(self, setting: EpisodeSetting, groups: Sequence[GroupPlan]) -> None:
+        """Build fresh envs for `groups` (envs sharing a data seed train on one shared batch stream)."""
+        self.setting, self.runs, self.measured = setting, [], []
+        task = get_task_spec(setting.task)
+        by_data_seed: dict[int, list[MorphoEnv]] = {}
+        for group in groups:
+            by_data_seed.setdefault(group.data_seed, []).extend(self._build_group(setting, group))
+        for data_seed, envs in by_data_seed.items():
+            devices = sorted({env.spec.device for env in envs}, key=str)
+            data = EpochData.build(task, self.cache, devices, batch_size=setting.batch_size, seed=data_seed,
+                                   max_train_samples=setting.max_train_samples,
+                                   max_val_samples=setting.max_val_samples)
+            self.runs.append((envs, data))
+
+    def _build_group(self, setting: EpisodeSetting, group: GroupPlan) -> list[MorphoEnv]:
+        task = get_task_spec(setting.task)
+
+        def spec(env_id: int, device: str, *, telemetry: bool, episode: int, max_seeds: int | None = None,
+                 width: float = 1.0, fixed: tuple[tuple[str, str], ...] = ()) -> EnvSpec:
+            return EnvSpec(task, setting.slots, setting.max_epochs, group.seed, self._device(device), env_id=env_id,
+                           episode=episode, batch=group.batch, max_seeds=max_seeds, amp=setting.amp,
+                           sink=self.relay if telemetry else None, host_width=width, fixed_modules=fixed)
+
+        def member_spec(m: MemberPlan) -> EnvSpec:
+            return spec(m.env_id, m.device, telemetry=m.telemetry, episode=m.episode, max_seeds=m.max_seeds,
+                        width=m.host_width, fixed=m.fixed_modules)
+
+        twin: MorphoEnv | None = None
+        if isinstance(group.twin, int):
+            own = group.members[group.twin]
+            twin = MorphoEnv(member_spec(own), own.controller)
+            twin.twin = twin  # a plain static env is its own twin: its gap is zero by construction
+        elif isinstance(group.twin, TwinPlan):
+            t = group.twin
+            twin = MorphoEnv(spec(t.env_id, t.device, telemetry=t.telemetry, episode=t.episode), t.controller)
+        return [twin if twin is not None and i == group.twin else MorphoEnv(member_spec(m), m.controller, twin=twin)
+                for i, m in enumerate(group.members)]
+
+    def measure(self, epoch: int, wanted: frozenset[TelemetryEventType]
+                ) -> tuple[list[EnvObservation], list[StepOutcome], list[TelemetryEvent]]:
+        """Train, validate and observe every env for epoch `epoch`: the observations (in env order), the
+        transitions this epoch completed, and the telemetry it produced."""
+        assert self.setting is not None, "start() before measure()"
+        config, gamma = self.setting.reward, self.setting.gamma
+        self.relay.wanted = wanted
+        self.measured = [measure_epoch(envs, data, epoch, lambda record: compute_reward(record, config, gamma))
+                         for envs, data in self.runs]
+        observations = [o for m in self.measured for o in m.observations]
+        position = {id(env): i for i, env in enumerate(env for m in self.measured for env in m.envs)}
+        steps = [StepOutcome(s.env.env_id, position[id(s.env)], s.row().to_dict(), s.reward, s.record.is_terminal)
+                 for m in self.measured for s in m.steps]
+        return observations, steps, self.relay.drain()
+
+    def conclude(self, decisions: Sequence[TamiyoDecision] | None, wanted: frozenset[TelemetryEventType]
+                 ) -> list[TelemetryEvent]:
+        """Execute one decision per env (in env order; None after the last epoch) and report the epoch."""
+        self.relay.wanted = wanted
+        offset = 0
+        for measured in self.measured:
+            n = len(measured.envs)
+            conclude_epoch(measured, None if decisions is None else decisions[offset:offset + n])
+            offset += n
+        if decisions is not None and offset != len(decisions):
+            raise ValueError(f"{len(decisions)} decisions for {offset} envs")
+        return self.relay.drain()
+
+    def finish(self) -> tuple[list[EpisodeResult], list[dict[str, Any] | None], int]:
+        """Every env's episode result (test-scored when the setting asks), its final model when asked, and how many
+        train and validation batches this host materialized."""
+        assert self.setting is not None
+        results: list[EpisodeResult] = []
+        models: list[dict[str, Any] | None] = []
+        loads = 0
+        for envs, data in self.runs:
+            loads += sum(data.train.materializations.values()) + sum(data.val.materializations.values())
+            finished = [env.result() for env in envs]
+            results += _score_test(envs, finished, self.setting, self.cache, data.seed) if self.setting.score_test \
+                else finished
+            models += [model_checkpoint(env.model, task=self.setting.task) if self.setting.keep_models else None
+                       for env in envs]
+        self.runs, self.measured = [], []
+        return results, models, loads
+
+
+def _score_test(envs: Sequence[MorphoEnv], results: Sequence[EpisodeResult], setting: EpisodeSetting,
+                cache: DataCache, seed: int) -> list[EpisodeResult]:
+    """The envs' results with their final models' test accuracy and loss (one forward pass per test batch, each
+    batch materialized once per device for every env on it). Nothing reads the test split before this."""
+    task = get_task_spec(setting.task)
+    keys = sorted({env.device_key for env in envs})
+    test = SharedBatchIterator({k: cache.get(task, "test", k, setting.max_test_samples, seed=seed) for k in keys},
+                               task.val_batch_size, shuffle=False)
+    for batch in test:
+        for env in envs:
+            x, y = batch[env.device_key]
+            validate_batch(env.ts, x, y)
+    scored = [finish_validation(env.ts) for env in envs]
+    return [dataclasses.replace(r, final_test_accuracy=s.val_accuracy, final_test_loss=s.val_loss)
+            for r, s in zip(results, scored, strict=True)]
