@@ -52,6 +52,9 @@ CASES = (
     GoldenCase("ppo_tiny", ("train", "ppo", "--preset", "quick", "--set", "n_episodes=4", "--set", "max_epochs=5",
                             "--set", "max_train_samples=512", "--set", "max_val_samples=256"),
                ("history.jsonl", "episodes.jsonl", "steps.jsonl")),
+    GoldenCase("heuristic_tiny", ("train", "heuristic", "--episodes", "1", "--max-epochs", "20", "--seed", "42",
+                                  "--max-train-samples", "192", "--max-val-samples", "96", "--max-test-samples", "256"),
+               ("episodes.jsonl", "steps.jsonl")),
     GoldenCase("compare_tiny", ("compare", "--controllers", "static", "heuristic", "random", "--episodes", "1",
                                 "--max-epochs", "14", "--seed", "3", *CAPS), ("episodes.jsonl", "steps.jsonl")),
 )
