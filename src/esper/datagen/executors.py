@@ -19,10 +19,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
-from types import ModuleType, TracebackType
+from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
 import torch
+
+from esper.runtime.actors import ensure_ray, import_ray
 
 __all__ = [
     "EpisodeExecutor",
@@ -224,17 +226,6 @@ def _stop(workers: Sequence[_Worker]) -> None:
         worker.conn.close()
 
 
-def _import_ray() -> ModuleType:
-    try:
-        import ray
-    except ImportError as error:
-        raise ImportError(
-            "The Ray executor needs the optional [dist] extra: pip install 'esper[dist]' (or choose the serial or "
-            "process-pool executor)"
-        ) from error
-    return ray
-
-
 class RayEpisodeExecutor:
     """Ray tasks, on the cluster at `address` or on a local cluster started here (never Ray's local mode).
 
@@ -256,7 +247,7 @@ class RayEpisodeExecutor:
             raise ValueError(f"num_gpus_per_episode must be >= 0, got {num_gpus_per_episode}")
         if address is not None and num_cpus is not None:
             raise ValueError("num_cpus sizes a local cluster; an existing cluster at an address has its own")
-        self._ray = _import_ray()
+        self._ray = import_ray()
         self.address = address
         self.num_gpus_per_episode = num_gpus_per_episode
         self.num_cpus = num_cpus
@@ -271,12 +262,7 @@ class RayEpisodeExecutor:
     def _ensure_started(self) -> Any:
         ray = self._ray
         if not ray.is_initialized():
-            if self.address is not None:
-                ray.init(address=self.address)
-            else:
-                num_cpus = self.num_cpus if self.num_cpus is not None else os.cpu_count() or 1
-                ray.init(num_cpus=num_cpus, num_gpus=torch.cuda.device_count(), include_dashboard=False)
-                self._started_here = True
+            _, self._started_here = ensure_ray(self.address, self.num_cpus)
         if self._remote is None:
             self._remote = ray.remote(
                 num_cpus=self.threads_per_episode, num_gpus=self.num_gpus_per_episode, max_retries=0
