@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-import esper.simic.ppo.train as vectorized
-from esper.env.env import MorphoEnv
+from esper.env.groups import EnvHost
 from esper.leyline import TelemetryEvent, TelemetryEventType
 from esper.runtime.rundir import RunDirectory
 from esper.simic.ppo.config import TrainingConfig
@@ -62,19 +61,18 @@ def quick_ppo_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> QuickRunne
             n_envs=len(devices), devices=list(devices), device=devices[0], n_episodes=len(devices), max_epochs=2,
             max_train_samples=256, max_val_samples=128, amp=amp, group_size=1, param_cost=1.0)
         built: list[dict[str, Any]] = []
-        real_run_episodes = vectorized.run_episodes
+        real_finish = EnvHost.finish
 
-        def spy(envs: Sequence[MorphoEnv], *args: Any, **kwargs: Any) -> Any:
-            results = real_run_episodes(envs, *args, **kwargs)
-            for env in envs:  # after the episode, so seeds germinated during it are included
+        def spy(host: EnvHost) -> Any:
+            for env in (env for envs, _ in host.runs for env in envs):  # at the episode's end: every seed is there
                 built.append({
                     "env_id": env.env_id, "spec_device": str(env.spec.device),
                     "param_devices": {str(p.device) for p in env.model.parameters()},
                     "stream": env.ts.stream, "scaler": env.ts.scaler,
                 })
-            return results
+            return real_finish(host)
 
-        monkeypatch.setattr(vectorized, "run_episodes", spy)
+        monkeypatch.setattr(EnvHost, "finish", spy)  # the in-process host: the run keeps its envs in this process
         sink = RecordingSink()
         path = tmp_path / "run"
         run_dir = RunDirectory(path)
