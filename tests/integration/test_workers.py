@@ -17,15 +17,17 @@ from typing import Any
 import pytest
 import torch
 
+from esper.runtime.readers import FASHION_MNIST_VAL_SIZE
 from esper.runtime.rundir import read_jsonl
+from unit.runtime.fake_datasets import write_fashion
 
 PPO = ["train", "ppo", "--preset", "quick", "--device", "cpu", "--set", "n_episodes=8", "--set", "n_envs=4",
        "--set", "group_size=2", "--set", "max_epochs=3", "--set", "max_train_samples=128", "--set",
        "max_val_samples=64", "--worker-threads", "1", "--no-tui", "--no-tensorboard", "--telemetry-level", "minimal"]
 COMPARE = ["compare", "--controllers", "static", "heuristic", "random", "fixed:norm@early", "static:matched",
-           "--episodes", "3", "--max-epochs", "4", "--max-train-samples", "128", "--max-val-samples", "64",
-           "--max-test-samples", "100", "--device", "cpu", "--worker-threads", "1", "--no-tui", "--no-tensorboard",
-           "--telemetry-level", "minimal"]
+           "--task", "fashion_mnist", "--episodes", "3", "--max-epochs", "4", "--max-train-samples", "128",
+           "--max-val-samples", "64", "--max-test-samples", "100", "--device", "cpu", "--worker-threads", "1",
+           "--no-tui", "--no-tensorboard", "--telemetry-level", "minimal"]
 TIMING = {"rollout_seconds", "update_seconds", "env_epochs_per_second", "wall_seconds", "batch_loads"}
 """Wall-clock fields, and how many batches were materialized (once per worker and device): placement, not results."""
 
@@ -72,9 +74,11 @@ def test_ppo_with_workers_writes_the_in_process_logs(in_process_ppo: Path, tmp_p
 
 
 def test_compare_with_workers_writes_the_in_process_logs(tmp_path: Path) -> None:
+    """On a task read from files (a stand-in Fashion-MNIST with random images): each worker loads its own data."""
+    write_fashion(tmp_path / "data" / "fashion-mnist", gz=True, n=FASHION_MNIST_VAL_SIZE + 200, n_test=150)
     runs = {w: tmp_path / f"w{w}" for w in ("0", "2")}
     for workers, run_dir in runs.items():
-        done = _run(COMPARE, run_dir, "--workers", workers)
+        done = _run(COMPARE, run_dir, "--workers", workers, "--data-dir", str(tmp_path / "data"))
         assert done.returncode == 0, done.stderr
     expected, actual = (_logs(runs[w], ("episodes.jsonl", "steps.jsonl")) for w in ("0", "2"))
     assert len(actual["episodes.jsonl"]) == 3 * 5

@@ -141,8 +141,8 @@ def wanted_events(sink: Any) -> frozenset[TelemetryEventType]:
 class EnvHost:
     """Builds the envs of its groups and steps them one epoch per call; data loads once per host and device."""
 
-    def __init__(self, data: DataOptions, device_override: str | None = None) -> None:
-        self.cache = DataCache(data)
+    def __init__(self, data: DataCache | DataOptions, device_override: str | None = None) -> None:
+        self.cache = data if isinstance(data, DataCache) else DataCache(data)  # a host in this process shares the run's
         self.device_override = device_override  # a Ray GPU actor sees its GPU as cuda:0, whatever the caller named
         self.relay = _Relay()
         self.setting: EpisodeSetting | None = None
