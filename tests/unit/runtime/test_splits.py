@@ -19,7 +19,7 @@ import torch
 
 from esper.cli.main import main
 from esper.env import EpochData, MorphoEnv
-from esper.evaluation import episodes as episodes_module
+from esper.env import groups as groups_module
 from esper.evaluation.comparison import parse_controllers, run_comparison
 from esper.evaluation.episodes import EpisodePlan
 from esper.leyline import ordered_slots
@@ -241,7 +241,7 @@ def test_compare_shares_each_episodes_samples_and_draws_new_ones_per_episode(
     seen: dict[tuple[str, int, str], list[tuple[Any, ...]]] = defaultdict(list)  # (env, episode, split) → batches
     owner: dict[int, tuple[str, int]] = {}  # id(TrainState) → (env, episode), refreshed as envs train
     train_batch, validate_env = MorphoEnv.train_batch, MorphoEnv.validate_batch
-    validate_test = episodes_module.validate_batch
+    validate_test = groups_module.validate_batch
 
     def record_train(self: MorphoEnv, x: torch.Tensor, y: torch.Tensor, *, collect_gradients: bool) -> None:
         owner[id(self.ts)] = (self.controller_name, self.spec.episode)
@@ -261,7 +261,7 @@ def test_compare_shares_each_episodes_samples_and_draws_new_ones_per_episode(
     monkeypatch.setattr(DataCache, "get", recording_get)
     monkeypatch.setattr(MorphoEnv, "train_batch", record_train)
     monkeypatch.setattr(MorphoEnv, "validate_batch", record_val)
-    monkeypatch.setattr(episodes_module, "validate_batch", record_test)
+    monkeypatch.setattr(groups_module, "validate_batch", record_test)
     run = tmp_path / "c"
     assert main(["compare", "--controllers", "static", "random", "--task", "synthetic", "--episodes", "2",
                  "--max-epochs", "2", "--max-train-samples", "64", "--max-val-samples", "32",
