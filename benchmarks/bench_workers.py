@@ -12,8 +12,9 @@ Setup: `TrainingConfig.preset(--preset)` (default `synthetic`: CNN host, 25-epoc
 static twin, is what one worker runs, so k / group_size groups bound the useful workers). For every k in `--envs` and
 every w in `--workers` (0: the in-process loop) `train_ppo` runs two rollout batches; the figure is the second
 batch's `env_epochs_per_second` (k · max_epochs / rollout seconds), so starting workers and loading their data (the
-first batch) is left out; `wall s` is the whole run, startup included. In process, torch uses `--threads` intra-op
-threads (default: every core); each worker uses cores ÷ workers. Ratios: `× in-process` against the in-process loop
+first batch) is left out; `wall s` is the whole run, startup included. Every process (the in-process loop, each
+worker, the learner) computes with `--threads` intra-op threads (default 1, esper's default), so every row computes
+the same numbers. Ratios: `× in-process` against the in-process loop
 at the same k, `× first` against the first row (the grid's k = envs[0] in process).
 
 `--compare-episodes N` then times N paired episodes of static, heuristic and random (run_comparison) in process and
@@ -44,7 +45,6 @@ from rich.table import Table
 
 from esper.evaluation.comparison import parse_controllers, run_comparison
 from esper.evaluation.study import evaluation_plan
-from esper.runtime.actors import WorkerOptions
 from esper.runtime.rundir import RunDirectory, read_jsonl
 from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 from esper.simic.ppo.config import TrainingConfig
@@ -108,15 +108,14 @@ def main() -> None:
     parser.add_argument("--max-epochs", type=int, default=5)
     parser.add_argument("--train-samples", type=int)
     parser.add_argument("--val-samples", type=int)
-    parser.add_argument("--threads", type=int, help="intra-op threads of the in-process loop (default: every core)")
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads of every process (default 1)")
     parser.add_argument("--compare-episodes", type=int, default=0)
     parser.add_argument("--data-dir", type=Path, default=Path(os.environ.get("ESPER_DATA_DIR", "data")))
     args = parser.parse_args()
 
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
     base = TrainingConfig.preset(args.preset)
-    overrides = {"device": args.device, "max_epochs": args.max_epochs, "group_size": args.group_size}
+    overrides = {"device": args.device, "max_epochs": args.max_epochs, "group_size": args.group_size,
+                 "threads": args.threads}
     if args.train_samples is not None:
         overrides["max_train_samples"] = args.train_samples
     if args.val_samples is not None:
@@ -125,14 +124,14 @@ def main() -> None:
     cache = DataCache(DataOptions(data_dir=args.data_dir))
     cache.preload(get_task_spec(base.task), [torch.device(args.device)], ("train", "val", "test"))
     device = torch.cuda.get_device_name(torch.device(args.device)) if args.device.startswith("cuda") else "CPU"
-    console = Console()
+    console = Console(width=120)
     console.print(f"{base.task} ({args.preset} preset), {base.max_epochs}-epoch episodes, caps "
                   f"{base.max_train_samples} / {base.max_val_samples}, group size {args.group_size}; "
                   f"{os.cpu_count()} cores, device {args.device} ({device}), torch {torch.__version__}, "
-                  f"in-process threads {torch.get_num_threads()}")
+                  f"{args.threads} intra-op thread(s) per process")
 
     table = Table(title="PPO rollouts: env-epochs/s of the second batch")
-    for column in ("envs", "workers", "threads/worker", "env-ep/s", "× in-process", "× first", "wall s", "GPU %"):
+    for column in ("envs", "workers", "env-ep/s", "× in-process", "× first", "wall s", "GPU %"):
         table.add_column(column, justify="right")
     first: float | None = None
     with tempfile.TemporaryDirectory() as tmp:
@@ -144,8 +143,7 @@ def main() -> None:
                 rate, wall, gpu = ppo_rate(config, cache, root)
                 first = first or rate
                 in_process = rate if w == 0 else in_process
-                threads = torch.get_num_threads() if w == 0 else WorkerOptions(w).threads_per_worker()
-                table.add_row(str(k), "in process" if w == 0 else str(w), str(threads), f"{rate:.2f}",
+                table.add_row(str(k), "in process" if w == 0 else str(w), f"{rate:.2f}",
                               "—" if in_process is None else f"{rate / in_process:.2f}", f"{rate / first:.2f}",
                               f"{wall:.1f}", "—" if gpu is None else f"{gpu:.0f}")
         console.print(table)

@@ -23,10 +23,10 @@ from unit.runtime.fake_datasets import write_fashion
 
 PPO = ["train", "ppo", "--preset", "quick", "--device", "cpu", "--set", "n_episodes=8", "--set", "n_envs=4",
        "--set", "group_size=2", "--set", "max_epochs=3", "--set", "max_train_samples=128", "--set",
-       "max_val_samples=64", "--worker-threads", "1", "--no-tui", "--no-tensorboard", "--telemetry-level", "minimal"]
+       "max_val_samples=64", "--no-tui", "--no-tensorboard", "--telemetry-level", "minimal"]
 COMPARE = ["compare", "--controllers", "static", "heuristic", "random", "fixed:norm@early", "static:matched",
            "--task", "fashion_mnist", "--episodes", "3", "--max-epochs", "4", "--max-train-samples", "128",
-           "--max-val-samples", "64", "--max-test-samples", "100", "--device", "cpu", "--worker-threads", "1",
+           "--max-val-samples", "64", "--max-test-samples", "100", "--device", "cpu",
            "--no-tui", "--no-tensorboard", "--telemetry-level", "minimal"]
 TIMING = {"rollout_seconds", "update_seconds", "env_epochs_per_second", "wall_seconds", "batch_loads"}
 """Wall-clock fields, and how many batches were materialized (once per worker and device): placement, not results."""

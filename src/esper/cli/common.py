@@ -142,18 +142,18 @@ def add_worker_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--executor", choices=["process", "ray"],
                    help="local worker processes (default) or Ray actors ('pip install esper[dist]')")
     g.add_argument("--ray-address", help="an existing Ray cluster (default: a local one, started for the run)")
-    g.add_argument("--worker-threads", type=int_in(1, 1024),
-                   help="intra-op threads per worker (default: this machine's cores divided among the workers)")
+    g.add_argument("--threads", type=int_in(1, 1024),
+                   help="torch intra-op threads of every process of the run (default 1; the numbers depend on it, "
+                        "so use --workers, not threads, to put more cores to work)")
 
 
-WORKER_FIELDS = {"workers": "n_workers", "executor": "executor", "ray_address": "ray_address",
-                 "worker_threads": "worker_threads"}
-"""The worker flags and the TrainingConfig fields they set."""
+WORKER_FIELDS = {"workers": "n_workers", "executor": "executor", "ray_address": "ray_address"}
+"""The flags that choose where envs run (never what they compute), and the TrainingConfig fields they set."""
 
 
 def worker_options(args: argparse.Namespace) -> WorkerOptions:
     return WorkerOptions(workers=args.workers or 0, executor=args.executor or "process",
-                         ray_address=args.ray_address, threads=args.worker_threads)
+                         ray_address=args.ray_address, threads=args.threads or 1)
 
 
 def uses_tui(args: argparse.Namespace) -> bool:

@@ -72,7 +72,7 @@ def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
                          ("init_datasets", getattr(args, "init_dataset", None))):
         if value is not None:
             changes[field] = value
-    for flag, field in WORKER_FIELDS.items():
+    for flag, field in (*WORKER_FIELDS.items(), ("threads", "threads")):
         if getattr(args, flag, None) is not None:
             changes[field] = getattr(args, flag)
     if args.seed is not None:

@@ -6,9 +6,13 @@ Parallel env work (PPO's env groups, a comparison's paired episodes) and datagen
 waits. Whatever the placement the calls are the same and run in the same order, so an actor computes the same numbers
 wherever it lives; only the wall time changes.
 
-A worker process ignores Ctrl+C (the caller decides when to stop), runs torch with its own intra-op thread count,
-exits on its own when its parent disappears (so a killed run leaves no orphan), and a worker that dies makes the
-pending `result` raise `WorkerFailed` at once, naming the worker.
+Every process of a run computes with the same number of torch intra-op threads (`WorkerOptions.threads`, one by
+default): CPU kernels split their work by thread count, so their floats depend on it, and a run's numbers must not
+depend on how many workers computed them. More cores are put to use by more workers, not more threads.
+
+A worker process ignores Ctrl+C (the caller decides when to stop), exits on its own when its parent disappears (so a
+killed run leaves no orphan), and a worker that dies makes the pending `result` raise `WorkerFailed` at once, naming
+the worker.
 """
 
 from __future__ import annotations
@@ -46,14 +50,14 @@ class WorkerFailed(RuntimeError):
 @dataclass(frozen=True)
 class WorkerOptions:
     """Where parallel env work runs: `workers` = 0 keeps it in this process; otherwise that many worker processes
-    (`executor="process"`) or Ray actors (`executor="ray"`, on the cluster at `ray_address` or a local one), each with
-    `threads` intra-op threads (default: this machine's cores divided among the workers) and, under Ray,
-    `gpus_per_worker` of a GPU."""
+    (`executor="process"`) or Ray actors (`executor="ray"`, on the cluster at `ray_address` or a local one), under
+    Ray with `gpus_per_worker` of a GPU each. `threads`: the intra-op threads of every process of the run, this one
+    included (it decides the float path, so it is the same wherever the work runs)."""
 
     workers: int = 0
     executor: Executor = "process"
     ray_address: str | None = None
-    threads: int | None = None
+    threads: int = 1
     gpus_per_worker: float = 0.0
 
     def __post_init__(self) -> None:
@@ -65,8 +69,8 @@ class WorkerOptions:
             raise ValueError("The Ray executor needs workers >= 1 (--workers N): the actors it starts")
         if self.ray_address is not None and self.executor != "ray":
             raise ValueError("--ray-address needs --executor ray")
-        if self.threads is not None and self.threads < 1:
-            raise ValueError(f"worker threads must be >= 1, got {self.threads}")
+        if self.threads < 1:
+            raise ValueError(f"threads must be >= 1, got {self.threads}")
         if self.gpus_per_worker < 0:
             raise ValueError(f"gpus_per_worker must be >= 0, got {self.gpus_per_worker}")
 
@@ -74,14 +78,11 @@ class WorkerOptions:
     def in_process(self) -> bool:
         return self.workers == 0
 
-    def threads_per_worker(self) -> int:
-        return self.threads or max(1, (os.cpu_count() or 1) // max(1, self.workers))
-
     def describe(self) -> str:
         if self.in_process:
             return "in process"
         where = f"Ray actors ({self.ray_address or 'local cluster'})" if self.executor == "ray" else "processes"
-        return f"{self.workers} worker {where}, {self.threads_per_worker()} thread(s) each"
+        return f"{self.workers} worker {where}, {self.threads} thread(s) each"
 
 
 def _exception_payload(error: BaseException) -> bytes:
@@ -299,8 +300,9 @@ class RayActor(Actor):
 class ActorPool:
     """`options.workers` actors hosting `factory(*args)` (one local actor when the work stays in this process).
 
-    Use as a context manager: leaving it stops every worker (and a Ray cluster it started), also on an error or
-    Ctrl+C.
+    While it is open this process, too, computes with `options.threads` intra-op threads. Use as a context manager:
+    leaving it stops every worker (and a Ray cluster it started) and restores this process's thread count, also on
+    an error or Ctrl+C.
     """
 
     def __init__(self, options: WorkerOptions, factory: Callable[..., Any], args: tuple[Any, ...] = (),
@@ -308,18 +310,19 @@ class ActorPool:
         self.options = options
         self._ray: ModuleType | None = None
         self._started_ray = False
+        self._threads_before: int | None = torch.get_num_threads()
+        torch.set_num_threads(options.threads)
         self.actors: list[Actor] = []
         try:
             if options.in_process:
                 self.actors.append(LocalActor(f"{role} (in process)", factory, args))
             elif options.executor == "ray":
                 self._ray, self._started_ray = ensure_ray(options.ray_address)
-                threads = options.threads_per_worker()
-                self.actors += [RayActor(self._ray, f"{role} {i}", factory, args, threads, options.gpus_per_worker)
-                                for i in range(options.workers)]
+                self.actors += [RayActor(self._ray, f"{role} {i}", factory, args, options.threads,
+                                         options.gpus_per_worker) for i in range(options.workers)]
             else:
-                threads = options.threads_per_worker()
-                self.actors += [ProcessActor(f"{role} {i}", factory, args, threads) for i in range(options.workers)]
+                self.actors += [ProcessActor(f"{role} {i}", factory, args, options.threads)
+                                for i in range(options.workers)]
         except BaseException:
             self.close()
             raise
@@ -353,6 +356,9 @@ class ActorPool:
         if self._started_ray and self._ray is not None:
             self._ray.shutdown()
             self._started_ray = False
+        if self._threads_before is not None:
+            torch.set_num_threads(self._threads_before)
+            self._threads_before = None
 
     def __enter__(self) -> ActorPool:
         return self

@@ -9,6 +9,7 @@ import threading
 import time
 
 import pytest
+import torch
 
 from esper.runtime.actors import ActorPool, WorkerFailed, WorkerOptions
 
@@ -32,6 +33,9 @@ class Counter:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def threads(self) -> int:
+        return torch.get_num_threads()
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -84,8 +88,10 @@ def test_options_that_cannot_work_are_refused(options: dict[str, object], messag
         WorkerOptions(**options)  # type: ignore[arg-type]
 
 
-def test_threads_default_to_the_cores_shared_among_workers() -> None:
-    cores = os.cpu_count() or 1
-    assert WorkerOptions(1).threads_per_worker() == cores
-    assert WorkerOptions(cores * 2).threads_per_worker() == 1
-    assert WorkerOptions(2, threads=3).threads_per_worker() == 3
+@pytest.mark.parametrize("workers", [0, 2])
+def test_every_process_of_the_pool_uses_the_threads_asked_for(workers: int) -> None:
+    before = torch.get_num_threads()
+    with ActorPool(WorkerOptions(workers, threads=2), Counter, (0,)) as pool:
+        assert torch.get_num_threads() == 2
+        assert pool.call("threads", [()] * len(pool)) == [2] * len(pool)
+    assert torch.get_num_threads() == before

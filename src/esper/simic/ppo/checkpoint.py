@@ -36,8 +36,7 @@ __all__ = ["PPO_FORMAT", "RESUMABLE_FIELDS", "LearnerState", "load_policy_state"
            "resume_config", "seed_everything", "trim_logs"]
 
 PPO_FORMAT = "esper-ppo-v2"
-RESUMABLE_FIELDS = frozenset({"n_episodes", "device", "devices", "amp", "n_workers", "worker_threads", "executor",
-                              "ray_address"})
+RESUMABLE_FIELDS = frozenset({"n_episodes", "device", "devices", "amp", "n_workers", "executor", "ray_address"})
 """The only config fields a resume may change: extend the run, or move it to other hardware or other workers."""
 
 

@@ -99,7 +99,7 @@ BOUNDS: dict[str, tuple[float, float, bool]] = {
     "param_penalty_weight": (0.0, 1e6, False),
     "sparse_reward_scale": (0.0, 1e6, True),
     "n_workers": (0, MAX_ENVS, False),
-    "worker_threads": (1, 1024, False),
+    "threads": (1, 1024, False),
 }
 
 
@@ -146,7 +146,7 @@ class TrainingConfig(StrictConfig):
     param_penalty_weight: float = _SPARSE_DEFAULTS.param_penalty_weight
     sparse_reward_scale: float = _SPARSE_DEFAULTS.sparse_reward_scale
     n_workers: int = 0  # worker processes (or Ray actors) the env groups spread over; 0: all in this process
-    worker_threads: int | None = None  # intra-op threads per worker (default: cores ÷ workers)
+    threads: int = 1  # intra-op threads of every process of the run (its floats depend on it; placement does not)
     executor: Literal["process", "ray"] = "process"
     ray_address: str | None = None  # an existing Ray cluster (default: a local one started for the run)
 
@@ -225,7 +225,7 @@ class TrainingConfig(StrictConfig):
         """Where the env groups run. Placement only: any number of workers computes the same run."""
         cuda = {d for d in (self.devices or [self.device]) if d.startswith("cuda")}
         gpus = min(1.0, len(cuda) / self.n_workers) if self.executor == "ray" and cuda and self.n_workers else 0.0
-        return WorkerOptions(self.n_workers, self.executor, self.ray_address, self.worker_threads, gpus)
+        return WorkerOptions(self.n_workers, self.executor, self.ray_address, self.threads, gpus)
 
     # ------------------------------------------------------------------ construction
 

@@ -102,10 +102,15 @@ def train_ppo(config: TrainingConfig, run: PPORun) -> PPOTrainingResult:
     """Train the Tamiyo policy with PPO; returns what was completed (a stop request ends after the current step)."""
     task = get_task_spec(config.task)
     env_devices = resolve_devices(config.device, config.devices)
-    n_batches = math.ceil(config.n_episodes / config.n_envs)
     cache = run.data if run.data is not None else DataCache(DataOptions())
     cache.preload(task, env_devices)
+    with EnvPool(config.worker_options(), cache) as pool:  # from here on, every process uses config.threads
+        return _train(config, run, task, env_devices, pool)
 
+
+def _train(config: TrainingConfig, run: PPORun, task: TaskSpec, env_devices: list[torch.device], pool: EnvPool
+           ) -> PPOTrainingResult:
+    n_batches = math.ceil(config.n_episodes / config.n_envs)
     learner = LearnerState.new(config, resolve_device(config.device))
     if run.resume_from is not None:
         _resume(learner, config, run)
@@ -124,39 +129,38 @@ def train_ppo(config: TrainingConfig, run: PPORun) -> PPOTrainingResult:
     saved_batches = learner.batches_completed
     report = AnomalyReport()
     try:
-        with EnvPool(config.worker_options(), cache) as pool:
-            while learner.batches_completed < n_batches and not run.stopped():
-                b = learner.batches_completed
-                started = time.perf_counter()
-                rollout = _collect_rollout(config, env_devices, learner, controller, pool, reward, run)
-                if rollout is None:  # interrupted mid-batch: the last checkpoint is the resume point
-                    learner.agent.buffer.clear()
-                    break
-                rollout.seconds = time.perf_counter() - started
+        while learner.batches_completed < n_batches and not run.stopped():
+            b = learner.batches_completed
+            started = time.perf_counter()
+            rollout = _collect_rollout(config, env_devices, learner, controller, pool, reward, run)
+            if rollout is None:  # interrupted mid-batch: the last checkpoint is the resume point
+                learner.agent.buffer.clear()
+                break
+            rollout.seconds = time.perf_counter() - started
 
-                update_started = time.perf_counter()
-                metrics = _update_policy(learner, config.ppo_updates_per_batch, run, gradient_stats=report.has_anomaly)
-                learner.obs_normalizer.update(torch.stack(rollout.raw_observations))
-                update_seconds = time.perf_counter() - update_started
+            update_started = time.perf_counter()
+            metrics = _update_policy(learner, config.ppo_updates_per_batch, run, gradient_stats=report.has_anomaly)
+            learner.obs_normalizer.update(torch.stack(rollout.raw_observations))
+            update_seconds = time.perf_counter() - update_started
 
-                learner.batches_completed += 1
-                learner.episodes_completed += len(rollout.results)
-                previous_rolling, improved = _record_accuracy(learner, rollout.results)
-                report = detector.check_all(metrics.get("ratio_max", 1.0), metrics.get("ratio_min", 1.0),
-                                            metrics.get("explained_variance", 1.0), bool(metrics.get("skipped_update")),
-                                            False, learner.episodes_completed, config.n_episodes)
-                row = _history_row(b, learner, rollout, metrics, report, update_seconds, config.max_epochs)
-                history.append(row)
-                _log_batch(row, metrics, report, previous_rolling, learner, n_batches, run)
+            learner.batches_completed += 1
+            learner.episodes_completed += len(rollout.results)
+            previous_rolling, improved = _record_accuracy(learner, rollout.results)
+            report = detector.check_all(metrics.get("ratio_max", 1.0), metrics.get("ratio_min", 1.0),
+                                        metrics.get("explained_variance", 1.0), bool(metrics.get("skipped_update")),
+                                        False, learner.episodes_completed, config.n_episodes)
+            row = _history_row(b, learner, rollout, metrics, report, update_seconds, config.max_epochs)
+            history.append(row)
+            _log_batch(row, metrics, report, previous_rolling, learner, n_batches, run)
 
-                last = learner.batches_completed == n_batches
-                if improved:
-                    _checkpoint(learner, run, "best")
-                if learner.batches_completed % config.checkpoint_every == 0 or last:
-                    _checkpoint(learner, run, "latest")
-                    saved_batches = learner.batches_completed
-                if last:
-                    _checkpoint(learner, run, "final")
+            last = learner.batches_completed == n_batches
+            if improved:
+                _checkpoint(learner, run, "best")
+            if learner.batches_completed % config.checkpoint_every == 0 or last:
+                _checkpoint(learner, run, "latest")
+                saved_batches = learner.batches_completed
+            if last:
+                _checkpoint(learner, run, "final")
     finally:
         if learner.batches_completed > saved_batches:  # stopped early or failed: keep every completed batch resumable
             _checkpoint(learner, run, "latest")

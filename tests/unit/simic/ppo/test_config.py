@@ -21,7 +21,7 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "entropy_coef_min": 0.01, "entropy_anneal_episodes": 0, "hidden_dim": 256, "use_telemetry": True,
     "reward_family": "gap", "param_cost": None, "group_size": 4, "advantage": "gae", "param_budget": 500000,
     "param_penalty_weight": 0.1, "sparse_reward_scale": 1.0, "init_from": None, "init_datasets": None,
-    "n_workers": 0, "worker_threads": None, "executor": "process", "ray_address": None,
+    "n_workers": 0, "threads": 1, "executor": "process", "ray_address": None,
 }
 _CPU_SYNTHETIC = {"task": "synthetic", "max_train_samples": 2048, "max_val_samples": 512, "n_epochs": 4,
                   "minibatch_size": 64}
