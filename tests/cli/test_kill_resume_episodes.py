@@ -35,13 +35,16 @@ def _env() -> dict[str, str]:
 
 
 def _kill_when(argv: list[str], run: Path, ready: Callable[[Path], bool]) -> None:
-    """Start the command, SIGKILL it as soon as `ready(run_dir)`, and check that it was killed mid-run (not after
-    it finished)."""
-    proc = subprocess.Popen([sys.executable, "-m", "esper", *argv, "--run-dir", str(run)], env=_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    """Start the command (with `--run-dir run`, or in the default directory under `run` when argv names
+    `--runs-root`), SIGKILL it as soon as `ready(run_dir)`, and check that it was killed mid-run (not after it
+    finished)."""
+    named = "--runs-root" not in argv
+    proc = subprocess.Popen([sys.executable, "-m", "esper", *argv, *(["--run-dir", str(run)] if named else [])],
+                            env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:
-        if ready(run):
+        found = [run] if named else [d for d in run.iterdir() if d.is_dir()] if run.is_dir() else []
+        if found and ready(found[0]):
             break
         time.sleep(0.01)
     running = proc.poll() is None
@@ -145,14 +148,21 @@ def test_a_run_dir_without_finished_episodes_is_reused(tmp_path: Path, capsys: p
 @pytest.mark.parametrize("kill_in", ["first phase", pytest.param("static:matched", marks=pytest.mark.slow)])
 def test_compare_killed_mid_run_resumes_to_the_uninterrupted_result(kill_in: str, tmp_path: Path,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    """Rerunning the same command continues it without naming a run directory: the default one is named after the
+    command's settings, so the rerun finds it, and the comparison ends in that one directory."""
+    straight = tmp_path / "straight"
     _rerun(COMPARE, straight, capsys)
-    _kill_when(COMPARE, killed, (lambda run: (run / "results.json").exists()) if kill_in == "first phase"
+    root = tmp_path / "runs"
+    command = [*COMPARE, "--runs-root", str(root)]
+    _kill_when(command, root, (lambda run: (run / "results.json").exists()) if kill_in == "first phase"
                else _episode_row_with('"controller": "static:matched"'))
+    [killed] = list(root.iterdir())
     partial = json.loads((killed / "results.json").read_text())  # written after every finished paired episode
     assert partial["per_controller"]["static"]["episodes"] >= 1
     assert render_report(killed)  # an interrupted comparison can be plotted as it is
-    _rerun(COMPARE, killed, capsys)
+    assert main(command) == 0
+    assert "finished episode(s) kept" in capsys.readouterr().out
+    assert list(root.iterdir()) == [killed]
     _same_results(killed, straight)
     counts = _epochs_once(killed)
     assert set(counts.values()) == {1} and len(counts) == 4 * 3 * 4

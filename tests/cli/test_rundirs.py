@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from esper.cli.common import run_settings
+from esper.cli.main import build_parser
 from esper.cli.rundirs import check_same_arguments, discard_on_error, prepare_run_dir
-from esper.runtime.rundir import RunDirectory, RunDirectoryError, holds_results
+from esper.runtime.rundir import RunDirectory, RunDirectoryError, default_run_dir, holds_results
 
 
 def _never(path: Path) -> bool:
@@ -92,3 +94,18 @@ def test_discard_on_error_keeps_resumed_and_finished_work(tmp_path: Path) -> Non
                                                             errors=(ValueError,)):
         raise KeyboardInterrupt  # an interrupted start stays: the rerun reuses it
     assert (tmp_path / "a").is_dir() and (tmp_path / "b" / "episodes.jsonl").exists() and (tmp_path / "c").is_dir()
+
+
+def _default_dir(*argv: str) -> Path:
+    args = build_parser().parse_args(["compare", "--controllers", "static", "heuristic", *argv])
+    return default_run_dir(args.runs_root, "compare", args.task, args.seed, run_settings(args))
+
+
+def test_the_same_command_names_the_same_default_directory() -> None:
+    """Settings that change what is computed change the name; how it is shown or where it runs do not."""
+    base = _default_dir()
+    assert base == _default_dir() and base.name.startswith("compare_synthetic_s42_")
+    assert _default_dir("--no-tui", "--telemetry-level", "debug", "--workers", "2", "--overwrite") == base
+    for other in (["--seed", "7"], ["--episodes", "6"], ["--max-train-samples", "100"], ["--threads", "2"]):
+        assert _default_dir(*other) != base, other
+    assert _default_dir("--runs-root", "elsewhere").parent == Path("elsewhere")

@@ -156,6 +156,17 @@ def worker_options(args: argparse.Namespace) -> WorkerOptions:
                          ray_address=args.ray_address, threads=args.threads or 1)
 
 
+PRESENTATION = frozenset({"run_dir", "runs_root", "overwrite", "no_tui", "no_tensorboard", "telemetry_level", "debug",
+                          "argv", "func", *WORKER_FIELDS})
+"""Arguments that change how a run is shown or where it computes, never what it computes."""
+
+
+def run_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The arguments that decide what a command computes: the same command has the same settings, so it finds the
+    same default run directory."""
+    return {k: v for k, v in sorted(vars(args).items()) if k not in PRESENTATION}
+
+
 def uses_tui(args: argparse.Namespace) -> bool:
     """The live dashboard draws on a terminal unless --no-tui."""
     return not args.no_tui and sys.stdout.isatty()

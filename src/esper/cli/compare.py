@@ -19,6 +19,7 @@ from esper.cli.common import (
     float_in,
     make_hub,
     print_next_steps,
+    run_settings,
 )
 from esper.cli.episodes import episode_plan, load_data, open_episode_run, runtime_info
 from esper.cli.rundirs import discard_on_error
@@ -93,7 +94,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
               "max_train_samples": args.max_train_samples, "max_val_samples": args.max_val_samples,
               "max_test_samples": args.max_test_samples,
               "reward_family": args.reward_family, "param_cost": args.param_cost, "match": args.match}
-    path = args.run_dir or default_run_dir(args.runs_root, "compare", plan.task.name, args.seed)
+    path = args.run_dir or default_run_dir(args.runs_root, "compare", plan.task.name, args.seed, run_settings(args))
     run_dir, resume = open_episode_run(path, "compare", overwrite=args.overwrite, argv=args.argv, config=config,
                                        runtime=runtime_info(args, plan), phases=phases)
     with discard_on_error(run_dir, fresh=resume is None, errors=USER_ERRORS):

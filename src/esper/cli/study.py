@@ -37,6 +37,7 @@ from esper.cli.common import (
     int_in,
     make_hub,
     preload_data,
+    run_settings,
 )
 from esper.cli.compare import comparison_table
 from esper.cli.episodes import open_episode_run
@@ -240,7 +241,7 @@ def cmd_study(args: argparse.Namespace) -> int:
     seeds = args.seeds or preset.seeds
     selection_seeds = preset.selection_seeds if args.selection_seeds is None else args.selection_seeds
     seed = args.seed if args.seed is not None else TrainingConfig.preset(preset.training).seed
-    path = args.run_dir or default_run_dir(args.runs_root, "study", args.preset, seed)
+    path = args.run_dir or default_run_dir(args.runs_root, "study", args.preset, seed, run_settings(args))
     settings = _settings(args, seeds, selection_seeds)
     train_path = args.ppo if args.ppo is not None else path / "train"
     config, checkpoint = _training_config(args, train_path)  # bad settings fail before anything is written

@@ -18,6 +18,7 @@ from esper.cli.common import (
     emit,
     make_hub,
     print_next_steps,
+    run_settings,
 )
 from esper.cli.episodes import episode_plan, load_data, open_episode_run, runtime_info
 from esper.cli.rundirs import discard_on_error
@@ -58,7 +59,7 @@ def cmd_train_heuristic(args: argparse.Namespace) -> int:
               "max_train_samples": args.max_train_samples, "max_val_samples": args.max_val_samples,
               "max_test_samples": args.max_test_samples,
               "reward_family": args.reward_family, "param_cost": args.param_cost}
-    path = args.run_dir or default_run_dir(args.runs_root, "heuristic", plan.task.name, args.seed)
+    path = args.run_dir or default_run_dir(args.runs_root, "heuristic", plan.task.name, args.seed, run_settings(args))
     run_dir, resume = open_episode_run(path, "heuristic", overwrite=args.overwrite, argv=args.argv, config=config,
                                        runtime=runtime_info(args, plan), phases=[["heuristic"]])
     done = resume.done(0) if resume is not None else []

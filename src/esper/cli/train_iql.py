@@ -30,6 +30,7 @@ from esper.cli.common import (
     make_hub,
     parse_sets,
     print_next_steps,
+    run_settings,
 )
 from esper.cli.compare import comparison_table
 from esper.cli.rundirs import check_same_arguments, discard_on_error, prepare_run_dir
@@ -95,7 +96,8 @@ def cmd_train_iql(args: argparse.Namespace) -> int:
     config = iql_config(args)
     settings = dataset_settings(args.dataset)
     dataset = load_transitions(args.dataset, args.reward_source)
-    path = args.run_dir or default_run_dir(args.runs_root, "iql", str(settings["task"]), config.seed)
+    path = args.run_dir or default_run_dir(args.runs_root, "iql", str(settings["task"]), config.seed,
+                                           run_settings(args))
     record = {"config": config.to_dict(), "datasets": [str(d) for d in args.dataset], "reward_source":
               args.reward_source, "dataset_settings": settings, "eval_episodes": args.eval_episodes}
     latest = path / "checkpoints" / "latest.pt"

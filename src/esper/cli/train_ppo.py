@@ -28,6 +28,7 @@ from esper.cli.common import (
     parse_sets,
     preload_data,
     print_next_steps,
+    run_settings,
 )
 from esper.cli.rundirs import discard_on_error, prepare_run_dir
 from esper.env.rewards import RewardFamily
@@ -221,13 +222,15 @@ def train_with_stop(config: TrainingConfig, run: PPORun, stop: StopAfterStep, pr
 
 
 def cmd_train_ppo(args: argparse.Namespace) -> int:
+    if args.run_dir is None and args.resume is None:  # the same command finds (and continues) its own directory
+        config = effective_config(args)
+        args.run_dir = default_run_dir(args.runs_root, "ppo", config.task, config.seed, run_settings(args))
     checkpoint = _resume_target(args)
     config = _config_for_resume(args, checkpoint) if checkpoint is not None else effective_config(args)
     episodes_done = int(read_policy_checkpoint(checkpoint)["episodes_completed"]) if checkpoint is not None else 0
     cache = preload_data(args, get_task_spec(config.task), resolve_devices(config.device, config.devices),
                          ("train", "val"))
-    path = checkpoint.parent.parent if checkpoint is not None else (
-        args.run_dir or default_run_dir(args.runs_root, "ppo", config.task, config.seed))
+    path = checkpoint.parent.parent if checkpoint is not None else args.run_dir
     run_dir = open_training_dir(path, config, args, checkpoint, cache)
     stop = StopAfterStep()
     with discard_on_error(run_dir, fresh=checkpoint is None, errors=USER_ERRORS):

@@ -6,6 +6,7 @@ interrupted run never corrupts what it already wrote.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -147,9 +148,12 @@ def checkpoint_file(path: Path, name: str) -> Path:
     return path / "checkpoints" / name if path.is_dir() else path
 
 
-def default_run_dir(runs_root: Path, command: str, task: str, seed: int) -> Path:
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    return runs_root / f"{command}_{task}_{stamp}_s{seed}"
+def default_run_dir(runs_root: Path, command: str, task: str, seed: int, settings: dict[str, Any]) -> Path:
+    """`runs_root/<command>_<task>_s<seed>_<digest>`, the digest naming every setting of the command: rerunning the
+    same command finds its own directory (and continues it, or shows its finished results), while a command with
+    any other setting gets a directory of its own."""
+    text = json.dumps(json_safe(settings), sort_keys=True)
+    return runs_root / f"{command}_{task}_s{seed}_{hashlib.sha256(text.encode()).hexdigest()[:8]}"
 
 
 class RunDirectory:
