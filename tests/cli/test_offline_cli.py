@@ -47,6 +47,9 @@ def test_train_iql_writes_history_checkpoints_and_a_live_evaluation(iql_run: Pat
     assert results["controllers"] == ["static", "heuristic", "iql:final"]
     config = json.loads((iql_run / "config.json").read_text())
     assert config["command"] == "train iql" and config["config"]["dataset_settings"]["task"] == "synthetic"
+    assert main(["report", str(iql_run), "--out", str(iql_run.parent / "iql_report")]) == 0
+    assert (iql_run.parent / "iql_report" / "learning.png").is_file()
+    assert (iql_run.parent / "iql_report" / "eval" / "compare_final_accuracy.png").is_file()
 
 
 def test_rerunning_a_finished_iql_run_keeps_its_epochs(iql_run: Path, dataset: Path) -> None:

@@ -15,6 +15,7 @@ from esper.cli.main import main
 from esper.cli.report import render_report
 from esper.cli.report_lifecycle import NO_SEEDS, build_lifecycle
 from esper.env.logs import EpisodeResult, SlotSummary, StepRow
+from esper.env.step_record import SUMMED_FIELDS
 from esper.evaluation.comparison import ComparisonResult
 from esper.runtime.rows import LogFormatError
 from esper.runtime.rundir import json_safe
@@ -307,3 +308,10 @@ def test_cli_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (run / "episodes.jsonl").unlink()
     assert main(["report", str(run)]) == 2
     assert "episodes.jsonl" in capsys.readouterr().err
+
+
+def test_every_reward_component_has_a_colour_of_its_own() -> None:
+    """gap and param_cost (the default reward) included: no two summed components share a colour, none is grey."""
+    colours = [report_plots.reward_color(name) for name in SUMMED_FIELDS]
+    assert len(set(colours)) == len(SUMMED_FIELDS)
+    assert report_plots.reward_color("an unknown component") not in colours

@@ -63,6 +63,11 @@ def test_study_chooses_best_fixed_and_best_rule_on_selection_seeds_and_evaluates
     summary = (run / "summary.md").read_text()
     assert f"| best-fixed ({chosen[BEST_FIXED]}) |" in summary and f"| best-rule ({chosen[BEST_RULE]}) |" in summary
     assert "matched to ppo (final)" in summary
+    # `esper report` on the directory the study prints: every phase's plots
+    assert main(["report", str(run)]) == 0
+    for phase, plot in (("train", "ppo_health.png"), ("selection", "compare_final_accuracy.png"),
+                        ("eval", "compare_final_accuracy.png")):
+        assert (run / "report" / phase / plot).is_file(), phase
 
 
 def test_compare_matches_static_matched_to_the_named_controller(tmp_path: Path,

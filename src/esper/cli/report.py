@@ -4,11 +4,12 @@ Examples:
     esper report runs/heuristic_synthetic_20250101-120000_s42
     esper report runs/compare_cifar10_20250101-120000_s42 --out /tmp/compare_plots
 
-The run type comes from RUN_DIR/config.json ("command"): heuristic, compare or ppo. Plots are read from the run's
-artifacts only (steps.jsonl, episodes.jsonl, history.jsonl, results.json), never from debug-level telemetry, and
-through the same typed rows their writers use: a file written under another schema is an error naming file and line.
-A datagen directory (it holds manifest.json) gets the dataset report: op mix, returns and seed outcomes per
-behaviour policy.
+The run type comes from RUN_DIR/config.json ("command"): heuristic, compare, ppo, iql or study. Plots are read from
+the run's artifacts only (steps.jsonl, episodes.jsonl, history.jsonl, results.json), never from debug-level
+telemetry, and through the same typed rows their writers use: a file written under another schema is an error naming
+file and line. An IQL run gets its learning curves (and its live evaluation's comparison plots, in eval/); a study
+gets the plots of each of its phases (train/, selection/, eval/) beside its summary.md. A datagen directory (it holds
+manifest.json) gets the dataset report: op mix, returns and seed outcomes per behaviour policy.
 """
 
 from __future__ import annotations
@@ -25,13 +26,16 @@ from esper.datagen.reader import MANIFEST_FILE
 from esper.env.logs import EpisodeResult, StepRow
 from esper.evaluation.comparison import ComparisonResult
 from esper.runtime.rows import LogFormatError, read_rows
+from esper.simic.iql.history import IQLHistoryRow
 from esper.simic.ppo.history import HistoryRow
 
-RUN_TYPES = ("heuristic", "compare", "ppo")
+RUN_TYPES = ("heuristic", "compare", "ppo", "iql", "study")
 NEEDED = {"heuristic": (StepRow.FILE, EpisodeResult.FILE), "compare": (ComparisonResult.FILE, StepRow.FILE),
-          "ppo": (HistoryRow.FILE, StepRow.FILE, EpisodeResult.FILE)}
+          "ppo": (HistoryRow.FILE, StepRow.FILE, EpisodeResult.FILE), "iql": (IQLHistoryRow.FILE,),
+          "study": ()}
+STUDY_PHASES = ("train", "selection", "eval")
 WHAT = {StepRow.FILE: "one line per env step", EpisodeResult.FILE: "one line per finished episode",
-        HistoryRow.FILE: "one line per PPO rollout batch", ComparisonResult.FILE: "comparison results",
+        HistoryRow.FILE: "one line per PPO rollout batch or IQL epoch", ComparisonResult.FILE: "comparison results",
         "config.json": "run configuration"}
 
 
@@ -46,8 +50,8 @@ R = TypeVar("R", bound=LogRow)
 
 def add_report_parser(sub: Any) -> None:
     p = sub.add_parser("report", help="render PNG plots for a run or datagen directory",
-                       description="Render PNG plots (matplotlib, Agg) for a heuristic, compare or ppo run directory, "
-                                   "or a datagen dataset directory.")
+                       description="Render PNG plots (matplotlib, Agg) for a heuristic, compare, ppo, iql or study "
+                                   "run directory, or a datagen dataset directory.")
     p.add_argument("run_dir", type=Path, help="run directory written by esper train / esper compare, or a dataset "
                    "directory written by esper datagen")
     p.add_argument("--out", type=Path, help="output folder for the PNGs (default: RUN_DIR/report)")
@@ -102,6 +106,15 @@ def render_report(run_dir: Path, out: Path | None = None) -> list[Path]:
     for name in NEEDED[kind]:
         if not (run_dir / name).is_file():
             raise FileNotFoundError(f"{run_dir / name} not found: a {kind} report needs {name} ({WHAT[name]})")
+    if kind == "study":
+        return _phases_report(run_dir, [p for p in STUDY_PHASES if (run_dir / p / "config.json").is_file()], out)
+    if kind == "iql":
+        from esper.cli.report_iql import iql_report
+
+        history = load_rows(run_dir, IQLHistoryRow)
+        _make_dir(out)
+        live = _phases_report(run_dir, ["eval"], out) if (run_dir / "eval" / ComparisonResult.FILE).is_file() else []
+        return iql_report(history, out) + live
     from esper.cli.report_compare import compare_report
     from esper.cli.report_heuristic import heuristic_report
     from esper.cli.report_ppo import ppo_report
@@ -116,6 +129,14 @@ def render_report(run_dir: Path, out: Path | None = None) -> list[Path]:
         draw = partial(ppo_report, load_rows(run_dir, HistoryRow), steps, load_rows(run_dir, EpisodeResult))
     _make_dir(out)
     return draw(out)
+
+
+def _phases_report(run_dir: Path, phases: list[str], out: Path) -> list[Path]:
+    """The reports of the run directories inside `run_dir` (a study's phases, an IQL run's live evaluation), each
+    into its own folder of `out`."""
+    if not phases:
+        raise FileNotFoundError(f"{run_dir} holds none of {', '.join(STUDY_PHASES)} yet: nothing to plot")
+    return [path for phase in phases for path in render_report(run_dir / phase, out / phase)]
 
 
 def load_rows(run_dir: Path, cls: type[R]) -> list[R]:

@@ -21,14 +21,14 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from esper.env.logs import StepRow
+from esper.env.step_record import SUMMED_FIELDS
 from esper.simic.ppo.history import HistoryRow
 
 DPI = 110
 OPS = ("WAIT", "GERMINATE", "FOSSILIZE", "CULL")
 OP_COLORS = {"WAIT": "#c7c7c7", "GERMINATE": "#1f77b4", "FOSSILIZE": "#2ca02c", "CULL": "#d62728"}
-# ShapedRewardComponents summed fields in a fixed order, so each keeps its colour across plots.
-REWARD_FIELDS = ("attribution", "proxy", "blending_warning", "probation_warning", "pbrs", "rent", "action_shaping",
-                 "terminal", "governor_penalty", "loss_primary", "sparse_terminal")
+# The reward's summed fields in a fixed order, so each keeps a colour of its own across plots.
+REWARD_FIELDS = SUMMED_FIELDS
 REWARD_DIAGNOSTICS = frozenset({"family", "attribution_discount", "ratio_penalty", "growth_ratio", "phi_prev",
                                 "phi_next", "val_acc", "action_name", "action_success", "total"})
 _TAB20 = matplotlib.colormaps["tab20"]
