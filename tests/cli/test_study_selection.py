@@ -4,6 +4,7 @@ sample's worth of accuracy. Tiny budgets: seconds each."""
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,17 @@ def test_study_chooses_best_fixed_and_best_rule_on_selection_seeds_and_evaluates
     summary = (run / "summary.md").read_text()
     assert f"| best-fixed ({chosen[BEST_FIXED]}) |" in summary and f"| best-rule ({chosen[BEST_RULE]}) |" in summary
     assert "matched to ppo (final)" in summary
+    # the λ_p the gap reward charged is recorded as a number, never as the null that means "the task's"
+    assert results["study"]["training"]["param_cost"] == pytest.approx(3.918)
+    assert json.loads((run / "eval" / "config.json").read_text())["runtime"]["param_cost"] == pytest.approx(3.918)
+    # results.csv: one row per controller and evaluation episode, the numbers of results.json
+    with (run / "results.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2 * len(results["controllers"])
+    assert {r["controller"] for r in rows} == set(results["controllers"])
+    first = results["episodes"][0]
+    assert float(rows[0]["final_test_accuracy"]) == first["final_test_accuracy"]
+    assert int(rows[0]["train_flops"]) == first["train_flops"]
     # `esper report` on the directory the study prints: every phase's plots
     assert main(["report", str(run)]) == 0
     for phase, plot in (("train", "ppo_health.png"), ("selection", "compare_final_accuracy.png"),

@@ -10,7 +10,7 @@ from typing import Any
 
 from esper.cli.common import console, preload_data, worker_options
 from esper.cli.rundirs import check_same_arguments, prepare_run_dir
-from esper.env.rewards import reward_config
+from esper.env.rewards import resolved_param_cost, reward_config
 from esper.evaluation.episodes import EpisodePlan
 from esper.evaluation.resume import ResumePoint, resume_point
 from esper.leyline import ordered_slots
@@ -43,8 +43,11 @@ def load_data(args: argparse.Namespace, plan: EpisodePlan) -> DataCache:
 
 
 def runtime_info(args: argparse.Namespace, plan: EpisodePlan) -> dict[str, Any]:
+    """What the run resolved from its arguments: where its data and devices are, and the λ_p its reward charges."""
     return {"data_dir": str(args.data_dir), "devices": [str(d) for d in plan.devices],
-            "telemetry_level": args.telemetry_level}
+            "telemetry_level": args.telemetry_level,
+            "param_cost": resolved_param_cost(plan.reward_family, plan.task, plan.param_cost,
+                                              max_train_samples=plan.max_train_samples)}
 
 
 def has_episodes(path: Path) -> bool:

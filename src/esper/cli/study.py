@@ -44,6 +44,7 @@ from esper.cli.episodes import open_episode_run
 from esper.cli.report import render_report
 from esper.cli.rundirs import check_same_arguments, discard_on_error, prepare_run_dir
 from esper.cli.train_ppo import StopAfterStep, flag_overrides, open_training_dir, train_with_stop
+from esper.env.rewards import resolved_param_cost
 from esper.evaluation.comparison import comparison_phases, parse_controllers
 from esper.evaluation.episodes import EpisodePlan, one_test_sample
 from esper.evaluation.results import ComparisonResult
@@ -134,8 +135,12 @@ def _training_config(args: argparse.Namespace, train_dir: Path) -> tuple[Trainin
 
 
 def _measured_setting(config: TrainingConfig) -> dict[str, Any]:
-    """The training config without where its envs ran (workers change the wall time, not a single number)."""
-    return {k: v for k, v in config.to_dict().items() if k not in WORKER_FIELDS.values()}
+    """The training config without where its envs ran (workers change the wall time, not a single number), with
+    the λ_p its reward charged in place of the null that means "the task's"."""
+    setting = {k: v for k, v in config.to_dict().items() if k not in WORKER_FIELDS.values()}
+    setting["param_cost"] = resolved_param_cost(config.reward_family, get_task_spec(config.task), config.param_cost,
+                                                max_train_samples=config.max_train_samples)
+    return setting
 
 
 def _settings(args: argparse.Namespace, seeds: int, selection_seeds: int) -> dict[str, Any]:
@@ -207,7 +212,8 @@ def _run_phase(args: argparse.Namespace, phase: _Phase, config: TrainingConfig, 
     phase_config, stale = _evaluation_config(phase.path, phase.labels, phase.specs, phase.seeds,
                                              phase.plan.first_episode, config, settings)
     run_dir, resume = open_episode_run(phase.path, "compare", overwrite=stale, argv=args.argv, config=phase_config,
-                                       runtime={"data_dir": str(args.data_dir)}, phases=phases)
+                                       runtime={"data_dir": str(args.data_dir),
+                                                "param_cost": phase_config["training"]["param_cost"]}, phases=phases)
     tie = args.tie_threshold if args.tie_threshold is not None else one_test_sample(phase.plan, cache)
     hub, progress = make_hub(args, run_dir, phase_config)
     with closing_hub(hub, run_dir):

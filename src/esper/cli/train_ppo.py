@@ -31,7 +31,7 @@ from esper.cli.common import (
     run_settings,
 )
 from esper.cli.rundirs import discard_on_error, prepare_run_dir
-from esper.env.rewards import RewardFamily
+from esper.env.rewards import RewardFamily, resolved_param_cost
 from esper.leyline import TelemetryEventType
 from esper.nissa import ProgressBackend, trim_event_log
 from esper.runtime.devices import env_device_map, resolve_device, resolve_devices
@@ -180,7 +180,9 @@ def open_training_dir(path: Path, config: TrainingConfig, args: argparse.Namespa
     run_dir.write_config("ppo", args.argv, config.to_dict(), {
         "data_dir": str(cache.options.data_dir), "devices": [str(d) for d in devices],
         "policy_device": str(resolve_device(config.device)), "preset": args.preset,
-        "telemetry_level": args.telemetry_level})
+        "telemetry_level": args.telemetry_level,
+        "param_cost": resolved_param_cost(config.reward_family, get_task_spec(config.task), config.param_cost,
+                                          max_train_samples=config.max_train_samples)})
     return run_dir
 
 

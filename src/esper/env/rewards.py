@@ -217,6 +217,14 @@ def reward_config(family: RewardFamily | str, task: TaskSpec, sparse: SparseRewa
     return ContributionRewardConfig()
 
 
+def resolved_param_cost(family: RewardFamily | str, task: TaskSpec, param_cost: float | None = None, *,
+                        max_train_samples: int | None = None) -> float | None:
+    """The λ_p a gap reward charges (the given one, or the task's measured at the nearest sample cap); None for
+    the other families. Runs record this value, not the null that means "the task's"."""
+    config = reward_config(family, task, param_cost=param_cost, max_train_samples=max_train_samples)
+    return config.param_cost if isinstance(config, GapRewardConfig) else None
+
+
 def reward_summary(family: RewardFamily | str, task: TaskSpec, param_cost: float | None = None, *,
                    max_train_samples: int | None = None) -> str:
     """The reward a run computes, with the parameter cost it resolved to: runs record it, since a default λ_p

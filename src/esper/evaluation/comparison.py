@@ -149,7 +149,7 @@ def run_comparison(specs: Sequence[ControllerSpec], plan: EpisodePlan, episodes:
         results.extend(finished)
         if run_dir is not None:
             partial = ComparisonResult.from_episodes(first_names, results, tie_threshold=tie_threshold, seed=plan.seed)
-            run_dir.write_json(ComparisonResult.FILE, partial.to_dict())
+            partial.write(run_dir)
 
     matched: dict[str, Any] = {}
     with EnvPool(plan.workers, cache, role="episode worker") as pool:
@@ -170,5 +170,5 @@ def run_comparison(specs: Sequence[ControllerSpec], plan: EpisodePlan, episodes:
     comparison = ComparisonResult.from_episodes(names, results, tie_threshold=tie_threshold, seed=plan.seed)
     comparison.matched = matched
     if run_dir is not None:
-        run_dir.write_json(ComparisonResult.FILE, comparison.to_dict())
+        comparison.write(run_dir)
     return comparison

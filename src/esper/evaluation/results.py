@@ -7,6 +7,8 @@ test scores, PPO training episodes) fall back to validation accuracy, and `pairw
 
 from __future__ import annotations
 
+import csv
+import io
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +18,7 @@ from esper.env import EpisodeResult
 from esper.evaluation.stats import MeanCI, MeanStd, PairStats, compare_pair, mean_ci, mean_std
 from esper.leyline import LifecycleOp
 from esper.runtime.rows import LogFormatError, row_fields
+from esper.runtime.rundir import RunDirectory, write_text_atomic
 
 __all__ = ["ComparisonResult", "ControllerStats", "Metric", "PairComparison"]
 
@@ -118,6 +121,28 @@ class ComparisonResult:
     @property
     def reference(self) -> str:
         return self.controllers[0]
+
+    CSV_FILE: ClassVar[str] = "results.csv"
+    CSV_COLUMNS: ClassVar[tuple[str, ...]] = (
+        "controller", "episode", "env_seed", "final_test_accuracy", "final_test_loss", "final_accuracy",
+        "final_loss", "best_accuracy", "host_width", "host_params", "params_added", "seeds_created",
+        "seeds_fossilized", "seeds_culled", "rollbacks", "total_reward", "train_flops", "wall_seconds")
+    """results.csv: one row per (controller, episode), `final_accuracy` being validation accuracy: the table to load
+    with pandas (`pd.read_csv`) or a spreadsheet."""
+
+    def to_csv(self) -> str:
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(self.CSV_COLUMNS)
+        for e in self.episodes:
+            row = e.to_dict()
+            writer.writerow(["" if row[c] is None else row[c] for c in self.CSV_COLUMNS])
+        return out.getvalue()
+
+    def write(self, run_dir: RunDirectory, extra: Mapping[str, Any] | None = None) -> None:
+        """results.json (with `extra` keys beside the statistics) and results.csv, each written atomically."""
+        run_dir.write_json(self.FILE, {**self.to_dict(), **(extra or {})})
+        write_text_atomic(run_dir.path / self.CSV_FILE, self.to_csv())
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -189,7 +189,7 @@ def write_study(path: Path, result: ComparisonResult, *, title: str, command: st
                 chosen: dict[str, str] | None = None) -> Path:
     """results.json (the comparison plus the study's settings and choices) and summary.md in the study directory."""
     run_dir = RunDirectory(path, resume=True)
-    run_dir.write_json("results.json", {**result.to_dict(), "study": {**extra, "chosen": chosen or {}}})
+    result.write(run_dir, {"study": {**extra, "chosen": chosen or {}}})
     summary = path / "summary.md"
     write_text_atomic(summary, summary_markdown(result, title=title, command=command, chosen=chosen))
     return summary

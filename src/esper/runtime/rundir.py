@@ -27,8 +27,9 @@ class RunDirectoryError(ValueError):
 
 
 ARTIFACTS = frozenset({"config.json", "events.jsonl", "steps.jsonl", "episodes.jsonl", "history.jsonl",
-                       "results.json", "summary.md", "tb", "checkpoints", "report", "train", "eval"})
-"""What esper writes at the top of a run directory (a study nests run directories as train/ and eval/)."""
+                       "results.json", "results.csv", "summary.md", "tb", "checkpoints", "report", "train",
+                       "selection", "eval"})
+"""What esper writes at the top of a run directory (a study nests run directories as train/, selection/, eval/)."""
 
 
 def is_run_directory(path: Path) -> bool:
