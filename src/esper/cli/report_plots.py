@@ -34,6 +34,7 @@ REWARD_DIAGNOSTICS = frozenset({"family", "attribution_discount", "ratio_penalty
 _TAB20 = matplotlib.colormaps["tab20"]
 THOUSANDS = FuncFormatter(lambda v, _pos: f"{v:,.0f}")
 MANY_BARS = 40  # above this many x positions, stacked bars become stacked areas / lines
+LEGEND_ROW_INCHES = 0.16  # one side-legend entry at font size 8
 BAND_ALPHA = 0.18  # shaded spread bands; low enough that overlapping bands stay readable
 K = TypeVar("K", bound=Hashable)
 
@@ -209,7 +210,7 @@ def mean_components(groups: Sequence[Sequence[StepRow]]) -> tuple[dict[str, list
 
 def loss_figure(groups: Mapping[str, Sequence[StepRow]], title: str, path: Path) -> Path:
     """Per group, the mean validation loss (solid) and training loss (dashed) at each epoch over the group's rows."""
-    fig, axes = new_figure(10, 5.2)
+    fig, axes = new_figure(10, max(5.2, 1.0 + LEGEND_ROW_INCHES * 2 * len(groups)))  # the legend must fit beside
     ax = axes[0, 0]
     for (label, rows), color in zip(groups.items(), series_colors(len(groups))):
         for pick, dash, what in ((lambda r: r.val_loss, "-", "val"), (lambda r: r.train_loss, "--", "train")):
