@@ -40,7 +40,8 @@ class Fixtures:
 
 
 def _policy_config(**changes: Any) -> TrainingConfig:
-    base = {"max_epochs": 3, "n_envs": 2, "group_size": 1, "device": "cpu", "reward_family": "contribution"}
+    base = {"max_epochs": 3, "n_envs": 2, "group_size": 1, "device": "cpu", "reward_family": "contribution",
+            "max_train_samples": 64, "max_val_samples": 64}  # the setting of COMPARE
     return TrainingConfig.preset("quick").with_overrides(**{**base, **changes})
 
 
@@ -88,6 +89,7 @@ def fx(tmp_path_factory: pytest.TempPathFactory) -> Fixtures:
     _save_policy(root / "shape.pt", config, _wrong_shape)
     _save_policy(root / "longer.pt", _policy_config(max_epochs=5))
     _save_policy(root / "twoslots.pt", _policy_config(slots=["early", "mid"]))
+    _save_policy(root / "moredata.pt", _policy_config(max_train_samples=128))
     _save_policy(root / "badconfig.pt", config, lambda d: d["config"].update(lr=-1.0))
     ppo_run = root / "ppo_run"
     _save_policy(ppo_run / "checkpoints" / "latest.pt", config)
@@ -170,6 +172,8 @@ CASES = [
          "invalid config"),
     Case("checkpoint-other-length", lambda f: [*COMPARE, "--controllers", "static", f"ppo:{f.root}/longer.pt"],
          "--max-epochs 5"),
+    Case("checkpoint-other-caps", lambda f: [*COMPARE, "--controllers", "static", f"ppo:{f.root}/moredata.pt"],
+         "--max-train-samples 128"),
     Case("checkpoint-other-slots", lambda f: [*COMPARE, "--controllers", "static", f"ppo:{f.root}/twoslots.pt"],
          "slots"),
     Case("checkpoint-run-dir-without-final", lambda f: [*COMPARE, "--controllers", "static", f"ppo:{f.ppo_run}"],
@@ -260,3 +264,9 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["--version"])
     assert exc.value.code == 0 and capsys.readouterr().out.startswith("esper 0.")
+
+
+def test_a_setting_change_runs_when_asked_for(fx: Fixtures, tmp_path: Path) -> None:
+    """The refusal above is a default, not a wall: --allow-setting-change evaluates the policy on other caps."""
+    argv = [*COMPARE, "--controllers", "static", f"ppo:{fx.root}/moredata.pt", "--run-dir", str(tmp_path / "run")]
+    assert main([*argv, "--allow-setting-change"]) == 0

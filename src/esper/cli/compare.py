@@ -44,6 +44,9 @@ def add_compare_parser(sub: Any) -> None:
     p.add_argument("--devices", nargs="+", help="env devices, round-robin (default: --device)")
     p.add_argument("--match", metavar="LABEL",
                    help="widen static:matched to this controller's parameters (default: the largest grown one)")
+    p.add_argument("--allow-setting-change", action="store_true",
+                   help="run learned policies (ppo:, iql:) in another task, episode length or sample caps than they "
+                        "were trained in (refused by default)")
     p.add_argument("--tie-threshold", type=float_in(0.0, 100.0),
                    help="|Δ final accuracy| in pp below which a paired difference is a tie (default: one test sample)")
     add_worker_options(p)
@@ -80,7 +83,7 @@ def comparison_table(result: ComparisonResult) -> Table:
 def cmd_compare(args: argparse.Namespace) -> int:
     specs = parse_controllers(args.controllers)
     labels = controller_labels(specs)
-    plan = episode_plan(args, args.devices)
+    plan = episode_plan(args, args.devices, allow_setting_change=args.allow_setting_change)
     check_controllers(specs, plan)  # a checkpoint that cannot drive this setup fails before anything is written
     phases = comparison_phases(specs, labels)
     if args.match is not None and len(phases) == 1:

@@ -24,7 +24,8 @@ EPISODE_COUNT_KEY = "episodes"
 """The one argument a rerun may change: more paired episodes extend the run (each episode is seeded by its index)."""
 
 
-def episode_plan(args: argparse.Namespace, devices: list[str] | None) -> EpisodePlan:
+def episode_plan(args: argparse.Namespace, devices: list[str] | None, *, allow_setting_change: bool = False
+                 ) -> EpisodePlan:
     """The paired-episode plan of the command line; an unusable reward setting fails here, before any work."""
     task = get_task_spec(args.task)
     reward_config(args.reward_family, task, param_cost=args.param_cost, max_train_samples=args.max_train_samples)
@@ -33,7 +34,7 @@ def episode_plan(args: argparse.Namespace, devices: list[str] | None) -> Episode
         seed=args.seed, devices=resolve_devices(args.device, devices), batch_size=task.default_batch_size,
         max_train_samples=args.max_train_samples, max_val_samples=args.max_val_samples,
         max_test_samples=args.max_test_samples, reward_family=args.reward_family, param_cost=args.param_cost,
-        workers=worker_options(args),
+        workers=worker_options(args), allow_setting_change=allow_setting_change,
     )
 
 

@@ -93,6 +93,8 @@ def add_study_parser(sub: Any) -> None:
                    help="score final models on a subset of the test split (default: all of it)")
     p.add_argument("--controller", action="append", default=[], metavar="SPEC",
                    help="an extra controller to compare (e.g. iql:PATH); repeatable")
+    p.add_argument("--allow-setting-change", action="store_true",
+                   help="let --controller policies run in another task, episode length or caps than they learned in")
     p.add_argument("--ppo", type=Path, help="evaluate this PPO run directory instead of training one")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override one TrainingConfig field of the preset; VALUE is parsed as JSON (repeatable)")
@@ -259,7 +261,8 @@ def cmd_study(args: argparse.Namespace) -> int:
             return EXIT_INTERRUPTED
         chosen = _select(args, path / "selection", config, settings, cache, selection_seeds)
         specs, labels = study_controllers(preset.baselines, train_path, chosen, args.controller)
-        plan = evaluation_plan(config, max_test_samples=args.max_test_samples)
+        plan = evaluation_plan(config, max_test_samples=args.max_test_samples,
+                               allow_setting_change=args.allow_setting_change)
         match = FINAL if "static:matched" in preset.baselines else None
         comparison = _run_phase(args, _Phase("evaluation", path / "eval", plan, specs, labels, seeds, match),
                                 config, settings, cache)

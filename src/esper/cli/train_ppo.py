@@ -32,6 +32,7 @@ from esper.cli.common import (
 )
 from esper.cli.rundirs import discard_on_error, prepare_run_dir
 from esper.env.rewards import RewardFamily, resolved_param_cost
+from esper.evaluation.study import EVAL_SEED_OFFSET
 from esper.leyline import TelemetryEventType
 from esper.nissa import ProgressBackend, trim_event_log
 from esper.runtime.devices import env_device_map, resolve_device, resolve_devices
@@ -223,6 +224,20 @@ def train_with_stop(config: TrainingConfig, run: PPORun, stop: StopAfterStep, pr
     return result
 
 
+def compare_hint(config: TrainingConfig, run: Path) -> str:
+    """An `esper compare` of the trained policy in exactly the setting it learned in (every setting that changes the
+    result), on paired seeds far from the ones it trained on."""
+    parts = ["esper compare --controllers static heuristic", f"ppo:{run}", f"--task {config.task}",
+             f"--max-epochs {config.max_epochs}", f"--slots {' '.join(config.slots)}",
+             f"--reward-family {config.reward_family.value}", f"--seed {config.seed + EVAL_SEED_OFFSET}"]
+    for flag, value in (("--max-train-samples", config.max_train_samples),
+                        ("--max-val-samples", config.max_val_samples), ("--max-seeds", config.max_seeds),
+                        ("--param-cost", config.param_cost)):
+        if value is not None:
+            parts.append(f"{flag} {value}")
+    return " ".join(parts)
+
+
 def cmd_train_ppo(args: argparse.Namespace) -> int:
     if args.run_dir is None and args.resume is None:  # the same command finds (and continues) its own directory
         config = effective_config(args)
@@ -251,6 +266,5 @@ def cmd_train_ppo(args: argparse.Namespace) -> int:
     if checkpoint is not None and not result.history:
         console.print("[yellow]Pass a larger --episodes to continue it.[/yellow]")
     print_next_steps(run_dir.path, tensorboard=not args.no_tensorboard, plots=run_dir.path)
-    console.print(f"Compare:       esper compare --controllers static heuristic ppo:{run_dir.path} "
-                  f"--task {config.task} --max-epochs {config.max_epochs} --slots {' '.join(config.slots)}")
+    console.print(f"Compare:       {compare_hint(config, run_dir.path)}")
     return EXIT_OK

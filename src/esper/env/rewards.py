@@ -206,8 +206,9 @@ def reward_config(family: RewardFamily | str, task: TaskSpec, sparse: SparseRewa
         if cost is None:
             where = calibration_coverage(task.name, max_train_samples)
             raise ValueError(f"Task '{task.name}' has no parameter cost for the gap reward at this size ({where}): "
-                             f"measure one with benchmarks/calibrate_param_cost.py and set it (--set "
-                             f"param_cost=PP_PER_100PCT, or --param-cost) or choose another reward family")
+                             f"measure one with benchmarks/calibrate_param_cost.py and pass it (--set param_cost=C "
+                             f"for train ppo and study, --param-cost C for compare, train heuristic and datagen) or "
+                             f"choose another reward family")
         return GapRewardConfig(cost, lm=task.task_type == "lm")
     if family == RewardFamily.LOSS:
         return LossRewardConfig.for_task(task.task_type, task.random_guess_loss, task.target_loss,

@@ -62,6 +62,7 @@ class EpisodePlan:
     gamma: float = DEFAULT_GAMMA
     first_episode: int = 0  # held-out evaluations start their paired seeds elsewhere than training did
     workers: WorkerOptions = field(default_factory=WorkerOptions)  # where the episodes run (never what they compute)
+    allow_setting_change: bool = False  # learned policies may run outside the setting they were trained in
 
     def describe_reward(self) -> str:
         """The reward logged per decision, with the parameter cost it resolves to for this task and sample cap."""
@@ -79,7 +80,11 @@ def build_controller(spec: ControllerSpec, plan: EpisodePlan, *, episode: int, i
     context = ControllerContext(topology=plan.task.topology, slots=plan.slots, max_epochs=plan.max_epochs,
                                 seed=plan.seed, episode=plan.first_episode + episode, index=index,
                                 seed_training_epochs=lifecycle.min_training_epochs,
-                                seed_blending_epochs=max(lifecycle.blending_steps, lifecycle.min_blending_epochs))
+                                seed_blending_epochs=max(lifecycle.blending_steps, lifecycle.min_blending_epochs),
+                                setting={"task": plan.task.name, "max_epochs": plan.max_epochs,
+                                         "max_train_samples": plan.max_train_samples,
+                                         "max_val_samples": plan.max_val_samples},
+                                allow_setting_change=plan.allow_setting_change)
     return all_controllers().build(spec, context)
 
 

@@ -58,8 +58,8 @@ STUDY_PRESETS: dict[str, StudyPreset] = {
 }
 
 
-def evaluation_plan(config: TrainingConfig, seeds_base: int = EVAL_SEED_OFFSET, max_test_samples: int | None = None
-                    ) -> EpisodePlan:
+def evaluation_plan(config: TrainingConfig, seeds_base: int = EVAL_SEED_OFFSET, max_test_samples: int | None = None,
+                    *, allow_setting_change: bool = False) -> EpisodePlan:
     """Paired episodes in the training setting (task, slots, episode length, caps and reward) on the seeds that
     start at `seeds_base`."""
     task = get_task_spec(config.task)
@@ -69,7 +69,7 @@ def evaluation_plan(config: TrainingConfig, seeds_base: int = EVAL_SEED_OFFSET, 
         max_train_samples=config.max_train_samples, max_val_samples=config.max_val_samples,
         max_test_samples=max_test_samples, amp=config.amp, reward_family=config.reward_family.value,
         param_cost=config.param_cost, gamma=config.gamma, first_episode=seeds_base,
-        workers=config.worker_options(),
+        workers=config.worker_options(), allow_setting_change=allow_setting_change,
     )
 
 

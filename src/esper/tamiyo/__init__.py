@@ -22,6 +22,8 @@ from esper.tamiyo.registry import (
     ControllerEntry,
     ControllerRegistry,
     ControllerSpec,
+    SettingChangeError,
+    check_trained_setting,
     register_controller,
 )
 from esper.tamiyo.tracker import SignalTracker
@@ -43,11 +45,13 @@ __all__ = [
     "HeuristicTamiyo",
     "InvalidDecisionError",
     "RandomPolicy",
+    "SettingChangeError",
     "SignalTracker",
     "StaticPolicy",
     "TamiyoDecision",
     "TamiyoPolicy",
     "check_decision",
+    "check_trained_setting",
     "fixed_spec",
     "fixed_variants",
     "host_variant",

@@ -7,9 +7,9 @@ The registry lives here, below everything that defines controllers, and is plain
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # policy.py registers its controllers here, so the import would be circular at runtime
     from esper.tamiyo.policy import TamiyoPolicy
@@ -20,8 +20,14 @@ __all__ = [
     "ControllerEntry",
     "ControllerRegistry",
     "ControllerSpec",
+    "SettingChangeError",
+    "check_trained_setting",
     "register_controller",
 ]
+
+SETTING_FLAGS = {"task": "--task", "max_epochs": "--max-epochs", "max_train_samples": "--max-train-samples",
+                 "max_val_samples": "--max-val-samples"}
+"""What a learned policy was trained in, beyond its topology and slots, and the flag that sets each."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +49,32 @@ class ControllerContext:
     # episode's end; None: the library defaults.
     seed_training_epochs: int | None = None
     seed_blending_epochs: int | None = None
+    # The setting the controller will run in (task, max_epochs and the sample caps, a cap None meaning the whole
+    # split), so a learned policy can refuse one it was not trained for; None: unknown, not checked.
+    setting: Mapping[str, Any] | None = None
+    allow_setting_change: bool = False  # evaluate learned policies outside their training setting on purpose
+
+
+class SettingChangeError(ValueError):
+    """A learned policy was asked to run in another setting than it was trained in."""
+
+
+def check_trained_setting(source: str, trained: Mapping[str, Any], context: ControllerContext) -> None:
+    """Refuse to run a learned policy in a setting (task, episode length, sample caps) other than the one it was
+    trained in, naming each difference and the flags that restore it, unless the context allows the change."""
+    if context.setting is None or context.allow_setting_change:
+        return
+    differing = [k for k in SETTING_FLAGS if k in trained and k in context.setting and trained[k] != context.setting[k]]
+    if not differing:
+        return
+    what = "; ".join(f"{k} {_shown(trained[k])} then, {_shown(context.setting[k])} now" for k in differing)
+    flags = " ".join(f"{SETTING_FLAGS[k]} {trained[k]}" for k in differing if trained[k] is not None)
+    raise SettingChangeError(f"{source} was trained in another setting ({what}): run it with {flags or 'those'} "
+                             f"settings, or pass --allow-setting-change to evaluate it there anyway")
+
+
+def _shown(value: Any) -> str:
+    return "the whole split" if value is None else str(value)
 
 
 ControllerFactory = Callable[[str | None, ControllerContext], "TamiyoPolicy"]

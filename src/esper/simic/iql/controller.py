@@ -7,8 +7,10 @@ always one the environment accepts.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -16,7 +18,7 @@ from torch import nn
 from esper.env.features import observation_features
 from esper.leyline import OBS_SCHEMA, EnvObservation, from_joint_index, ordered_slots
 from esper.simic.iql.iql import FeatureScaler, IQLLearner, load_iql_checkpoint, masked_argmax
-from esper.tamiyo import ControllerContext, TamiyoDecision, register_controller
+from esper.tamiyo import ControllerContext, TamiyoDecision, check_trained_setting, register_controller
 
 __all__ = ["IQLPolicy"]
 
@@ -97,4 +99,20 @@ class IQLPolicy:
                      "over the valid joint actions")
 def _iql(argument: str | None, context: ControllerContext) -> IQLPolicy:
     assert argument is not None  # the registry rejects `iql` without a path
-    return IQLPolicy.from_checkpoint(argument, device=context.device, topology=context.topology, slots=context.slots)
+    policy = IQLPolicy.from_checkpoint(argument, device=context.device, topology=context.topology,
+                                       slots=context.slots)
+    trained = trained_setting(Path(argument))
+    if trained is not None:
+        check_trained_setting(argument, trained, context)
+    return policy
+
+
+def trained_setting(source: Path) -> dict[str, Any] | None:
+    """The setting (task, episode length, sample caps) of the datasets an IQL run learned from, read from the run's
+    config.json; None for a checkpoint that lies outside a run directory."""
+    record = source / "config.json" if source.is_dir() else source.parent.parent / "config.json"
+    try:
+        settings = json.loads(record.read_text(encoding="utf-8"))["config"]["dataset_settings"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return dict(settings) if isinstance(settings, dict) else None

@@ -23,7 +23,7 @@ from esper.simic.normalization import RunningMeanStd
 from esper.simic.ppo.agent import PPOAgent
 from esper.simic.ppo.checkpoint import load_policy_state, read_policy_checkpoint
 from esper.simic.ppo.config import TrainingConfig
-from esper.tamiyo import ControllerContext, TamiyoDecision, register_controller
+from esper.tamiyo import ControllerContext, TamiyoDecision, check_trained_setting, register_controller
 
 
 class NonFinitePolicyError(RuntimeError):
@@ -100,11 +100,12 @@ class PPOController:
     @classmethod
     def from_checkpoint(cls, path: Path, *, device: str | torch.device = "cpu", deterministic: bool = True,
                         topology: str | None = None, slots: Sequence[str] | None = None,
-                        max_epochs: int | None = None) -> PPOController:
-        """Load a trained policy, rejecting one trained for another topology, slots, episode length or schema.
+                        context: ControllerContext | None = None) -> PPOController:
+        """Load a trained policy, rejecting one trained for another topology, slots or schema, and (through
+        `context`) for another task, episode length or sample caps unless the context allows the change.
 
         The episode length matters: the policy sees the fraction of the episode elapsed, and never saw the end of
-        an episode come at another epoch.
+        an episode come at another epoch; the caps decide how far a host gets in an episode.
         """
         data = read_policy_checkpoint(path)
         config = TrainingConfig.from_dict(data["config"])
@@ -115,9 +116,8 @@ class PPOController:
         if slots is not None and list(ordered_slots(slots)) != config.slots:
             raise ValueError(f"{path} was trained with slots {config.slots}, not {list(slots)}: evaluate it with "
                              f"--slots {' '.join(config.slots)}")
-        if max_epochs is not None and max_epochs != config.max_epochs:
-            raise ValueError(f"{path} was trained on {config.max_epochs}-epoch episodes, not {max_epochs}: evaluate it "
-                             f"with --max-epochs {config.max_epochs}")
+        if context is not None:
+            check_trained_setting(str(path), trained_setting(config), context)
         dim = obs_dim(config.use_telemetry)
         agent = PPOAgent(config, state_dim=dim, topology=trained_topology, device=device)
         normalizer = RunningMeanStd(dim, device=device)
@@ -135,4 +135,10 @@ def _ppo(argument: str | None, context: ControllerContext) -> PPOController:
     assert argument is not None
     path = checkpoint_file(Path(argument), "final.pt")
     return PPOController.from_checkpoint(path, device=context.device, topology=context.topology, slots=context.slots,
-                                         max_epochs=context.max_epochs)
+                                         context=context)
+
+
+def trained_setting(config: TrainingConfig) -> dict[str, Any]:
+    """The setting a PPO policy learned in: its task, episode length and sample caps."""
+    return {"task": config.task, "max_epochs": config.max_epochs, "max_train_samples": config.max_train_samples,
+            "max_val_samples": config.max_val_samples}
