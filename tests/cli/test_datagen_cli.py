@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from esper.cli.main import main
+from esper.cli.train_iql import failed_health_checks
 from esper.datagen.orchestrator import GenerationOrchestrator
 from esper.datagen.reader import read_episodes
 from esper.datagen.schema import write_json_atomic
@@ -22,7 +23,8 @@ TINY = ["--task", "synthetic", "--envs", "baseline", "--policies", "random", "pe
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("datagen") / "data"
-    assert main(["datagen", "--output-dir", str(out), *TINY]) == 0
+    # two policies cannot pass the diversity checks: generation exits as `--health-check` does on it (1)
+    assert main(["datagen", "--output-dir", str(out), *TINY]) == 1
     return out
 
 
@@ -39,7 +41,7 @@ def test_generation_writes_episodes_twins_manifest_and_health(generated: Path) -
 
 def test_rerunning_resumes_without_regenerating(generated: Path, capsys: pytest.CaptureFixture[str]) -> None:
     before = {p.name: p.read_text() for p in generated.glob("*_0000.json")}
-    assert main(["datagen", "--output-dir", str(generated), *TINY]) == 0
+    assert main(["datagen", "--output-dir", str(generated), *TINY]) == 1  # the same dataset, the same verdict
     assert "0 to generate" in capsys.readouterr().out
     assert {p.name: p.read_text() for p in generated.glob("*_0000.json")} == before
 
@@ -48,6 +50,7 @@ def test_health_check_command(generated: Path, tmp_path: Path) -> None:
     (generated / "health_report.json").unlink()
     assert main(["datagen", "--health-check", str(generated)]) == 1  # two policies and three ops: blocking
     assert json.loads((generated / "health_report.json").read_text())["policy_diversity"]["level"] == "error"
+    assert "policy_diversity" in failed_health_checks(generated)  # what `train iql` warns about
     healthy = tmp_path / "healthy"
     ops = ("WAIT", "GERMINATE", "FOSSILIZE", "CULL", "WAIT")
     for i, policy in enumerate(("baseline", "aggressive", "conservative", "random", "periodic", "anti-kasmina",

@@ -20,8 +20,10 @@ import pytest
 import torch
 
 from esper.cli import train_ppo as ppo_cmd
-from esper.cli.main import main
+from esper.cli.main import build_parser, main
+from esper.cli.train_ppo import effective_config
 from esper.runtime.rundir import read_jsonl
+from esper.simic.ppo.config import TrainingConfig
 
 pytestmark = pytest.mark.smoke
 
@@ -408,3 +410,15 @@ def test_overwrite_replaces_a_finished_run(tmp_path: Path) -> None:
     assert load(run / "checkpoints" / "final.pt")["config"]["lr"] == 0.001
     assert len(read_jsonl(run / "history.jsonl")) == 1
     assert "resumes" not in json.loads((run / "config.json").read_text())
+
+
+def test_a_task_without_a_preset_takes_the_task_s_preset() -> None:
+    """`--task synthetic` alone must not inherit the cifar10 preset's hyperparameters."""
+    def config(*argv: str) -> TrainingConfig:
+        return effective_config(build_parser().parse_args(["train", "ppo", *argv]))
+
+    assert config("--task", "synthetic") == TrainingConfig.preset("synthetic")
+    assert config("--task", "fashion_mnist").n_episodes == TrainingConfig.preset("fashion_mnist").n_episodes
+    assert config() == TrainingConfig.preset("cifar10")
+    assert config("--preset", "quick", "--task", "synthetic") == TrainingConfig.preset("quick")
+    assert config("--task", "synthetic_text") == TrainingConfig.preset("cifar10").with_overrides(task="synthetic_text")

@@ -241,8 +241,9 @@ def _generate(orchestrator: GenerationOrchestrator, executor: EpisodeExecutor, o
 
 
 def _finish(output_dir: Path, orchestrator: GenerationOrchestrator, summary: dict[str, Any]) -> int:
+    """Exit 3 when episodes failed, else the health check's own status (1 when it blocks): a dataset that
+    `--health-check` would fail never comes with exit 0."""
     episodes = read_episodes(output_dir) if summary["completed"] else []
     print_summary(episodes, summary, orchestrator.failures())
-    if episodes:
-        health_check(output_dir)
-    return EXIT_PARTIAL if orchestrator.failed_count else EXIT_OK
+    health = health_check(output_dir) if episodes else EXIT_OK
+    return EXIT_PARTIAL if orchestrator.failed_count else health

@@ -33,6 +33,7 @@ from esper.cli.common import (
     run_settings,
 )
 from esper.cli.compare import comparison_table
+from esper.cli.datagen import HEALTH_FILE
 from esper.cli.rundirs import check_same_arguments, discard_on_error, prepare_run_dir
 from esper.cli.train_ppo import StopAfterStep
 from esper.datagen.loader import REWARD_SOURCES, load_transitions
@@ -92,10 +93,25 @@ def dataset_settings(dirs: list[Path]) -> dict[str, Any]:
     return settings
 
 
+def failed_health_checks(directory: Path) -> list[str]:
+    """The blocking checks a dataset failed, from the health report datagen saved beside it (none without one)."""
+    try:
+        report = json.loads((directory / HEALTH_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [name for name, check in report.items() if isinstance(check, dict) and not check.get("passed", True)
+            and check.get("level") == "error"]
+
+
 def cmd_train_iql(args: argparse.Namespace) -> int:
     config = iql_config(args)
     settings = dataset_settings(args.dataset)
     dataset = load_transitions(args.dataset, args.reward_source)
+    for directory in args.dataset:
+        failed = failed_health_checks(directory)
+        if failed:
+            console.print(f"[yellow]warning:[/yellow] {directory} failed its health check ({', '.join(failed)}; "
+                          f"see {directory / HEALTH_FILE}): a policy learned from it may not be trustworthy")
     path = args.run_dir or default_run_dir(args.runs_root, "iql", str(settings["task"]), config.seed,
                                            run_settings(args))
     record = {"config": config.to_dict(), "datasets": [str(d) for d in args.dataset], "reward_source":

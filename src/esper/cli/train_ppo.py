@@ -45,7 +45,8 @@ from esper.simic.ppo.train import PPORun, PPOTrainingResult, train_ppo
 
 def add_ppo_parser(sub: Any) -> None:
     p = sub.add_parser("ppo", help="train the Tamiyo policy with PPO on vectorized environments")
-    p.add_argument("--preset", choices=sorted(PRESETS), default="cifar10")
+    p.add_argument("--preset", choices=sorted(PRESETS),
+                   help="hyperparameter preset (default: the preset named after --task if there is one, else cifar10)")
     p.add_argument("--config-json", type=Path, help="JSON object of TrainingConfig fields (unknown keys rejected)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override one config field; VALUE is parsed as JSON (repeatable)")
@@ -82,9 +83,16 @@ def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return changes
 
 
+def preset_of(args: argparse.Namespace) -> str:
+    """--preset, or the preset made for --task (a synthetic run must not inherit CIFAR-10's settings)."""
+    if args.preset is not None:
+        return str(args.preset)
+    return str(args.task) if args.task in PRESETS else "cifar10"
+
+
 def effective_config(args: argparse.Namespace) -> TrainingConfig:
     """preset → --config-json → flags and --set."""
-    config = TrainingConfig.preset(args.preset)
+    config = TrainingConfig.preset(preset_of(args))
     if args.config_json is not None:
         config = TrainingConfig.from_json_path(args.config_json, base=config)
     return config.with_overrides(**flag_overrides(args))
@@ -180,7 +188,7 @@ def open_training_dir(path: Path, config: TrainingConfig, args: argparse.Namespa
     devices = resolve_devices(config.device, config.devices)
     run_dir.write_config("ppo", args.argv, config.to_dict(), {
         "data_dir": str(cache.options.data_dir), "devices": [str(d) for d in devices],
-        "policy_device": str(resolve_device(config.device)), "preset": args.preset,
+        "policy_device": str(resolve_device(config.device)), "preset": preset_of(args),
         "telemetry_level": args.telemetry_level,
         "param_cost": resolved_param_cost(config.reward_family, get_task_spec(config.task), config.param_cost,
                                           max_train_samples=config.max_train_samples)})
@@ -255,7 +263,7 @@ def cmd_train_ppo(args: argparse.Namespace) -> int:
         with closing_hub(hub, run_dir):
             result = train_with_stop(config, PPORun(run_dir, sink=hub, data=cache, resume_from=checkpoint,
                                                     should_stop=lambda: stop.requested), stop, progress,
-                                     preset=args.preset, debug=args.telemetry_level == "debug",
+                                     preset=preset_of(args), debug=args.telemetry_level == "debug",
                                      episodes_done=episodes_done)
     if stop.requested:
         if (run_dir.checkpoints / "latest.pt").exists():

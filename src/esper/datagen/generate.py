@@ -40,7 +40,7 @@ from esper.tamiyo import StaticPolicy
 __all__ = ["DATAGEN_TASKS", "EpisodeSetup", "GenerateOptions", "datagen_task", "episode_setup", "generate_episode",
            "generate_twin"]
 
-DATAGEN_TASKS: tuple[str, ...] = ("cifar10", "synthetic")
+DATAGEN_TASKS: tuple[str, ...] = ("cifar10", "fashion_mnist", "synthetic")
 DEFAULT_MAX_EPOCHS = 25
 
 
