@@ -25,7 +25,7 @@ from esper.runtime.checkpoint import CheckpointFormatError
 from esper.runtime.devices import DeviceError
 from esper.runtime.readers import DatasetFormatError, DatasetNotFoundError, Split
 from esper.runtime.rundir import RunDirectory, RunDirectoryError
-from esper.runtime.tasks import TASKS, DataCache, DataOptions, TaskSpec
+from esper.runtime.tasks import TASKS, DataCache, DataOptions, TaskSpec, data_source
 from esper.simic.ppo.config import MAX_EPISODE_LENGTH, MAX_EPISODES, MAX_SAMPLES, MAX_SEED
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -200,6 +200,9 @@ def preload_data(args: argparse.Namespace, task: TaskSpec, devices: Sequence[tor
             raise
         raise DatasetFormatError(f"--data-path {args.data_path}: {exc}; pass a corpus the task can split into "
                                  f"train, validation and test") from exc
+    source = data_source(task.name, cache.options)
+    if task.name == "fashion_mnist" and Path(source) != Path(args.data_dir) / "fashion-mnist":
+        console.print(f"Fashion-MNIST from {source} ({Path(args.data_dir) / 'fashion-mnist'} holds none)")
     return cache
 
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from esper.cli.common import console, preload_data, worker_options
+from esper.cli.common import console, data_options, preload_data, worker_options
 from esper.cli.rundirs import check_same_arguments, prepare_run_dir
 from esper.env.rewards import resolved_param_cost, reward_config
 from esper.evaluation.episodes import EpisodePlan
@@ -18,7 +18,7 @@ from esper.nissa import trim_event_log
 from esper.runtime.devices import resolve_devices
 from esper.runtime.readers import SPLITS
 from esper.runtime.rundir import RunDirectory, RunDirectoryError, read_jsonl, recorded_config
-from esper.runtime.tasks import DataCache, get_task_spec
+from esper.runtime.tasks import DataCache, data_source, get_task_spec
 
 EPISODE_COUNT_KEY = "episodes"
 """The one argument a rerun may change: more paired episodes extend the run (each episode is seeded by its index)."""
@@ -45,7 +45,8 @@ def load_data(args: argparse.Namespace, plan: EpisodePlan) -> DataCache:
 
 def runtime_info(args: argparse.Namespace, plan: EpisodePlan) -> dict[str, Any]:
     """What the run resolved from its arguments: where its data and devices are, and the λ_p its reward charges."""
-    return {"data_dir": str(args.data_dir), "devices": [str(d) for d in plan.devices],
+    return {"data_dir": str(args.data_dir), "data_source": data_source(plan.task.name, data_options(args)),
+            "devices": [str(d) for d in plan.devices],
             "telemetry_level": args.telemetry_level,
             "param_cost": resolved_param_cost(plan.reward_family, plan.task, plan.param_cost,
                                               max_train_samples=plan.max_train_samples)}

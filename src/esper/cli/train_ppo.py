@@ -37,7 +37,7 @@ from esper.leyline import TelemetryEventType
 from esper.nissa import ProgressBackend, trim_event_log
 from esper.runtime.devices import env_device_map, resolve_device, resolve_devices
 from esper.runtime.rundir import RunDirectory, checkpoint_file, default_run_dir
-from esper.runtime.tasks import TASKS, DataCache, get_task_spec
+from esper.runtime.tasks import TASKS, DataCache, data_source, get_task_spec
 from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config
 from esper.simic.ppo.config import PRESETS, TrainingConfig
 from esper.simic.ppo.train import PPORun, PPOTrainingResult, train_ppo
@@ -187,7 +187,8 @@ def open_training_dir(path: Path, config: TrainingConfig, args: argparse.Namespa
     run_dir = RunDirectory(path)
     devices = resolve_devices(config.device, config.devices)
     run_dir.write_config("ppo", args.argv, config.to_dict(), {
-        "data_dir": str(cache.options.data_dir), "devices": [str(d) for d in devices],
+        "data_dir": str(cache.options.data_dir), "data_source": data_source(config.task, cache.options),
+        "devices": [str(d) for d in devices],
         "policy_device": str(resolve_device(config.device)), "preset": preset_of(args),
         "telemetry_level": args.telemetry_level,
         "param_cost": resolved_param_cost(config.reward_family, get_task_spec(config.task), config.param_cost,

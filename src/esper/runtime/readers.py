@@ -232,6 +232,16 @@ def _find_idx(directory: Path, name: str) -> Path | None:
     return None
 
 
+def fashion_mnist_directory(data_dir: str | Path, system_dir: Path | None = FASHION_MNIST_SYSTEM_DIR) -> Path | None:
+    """Where Fashion-MNIST is read from: `<data_dir>/fashion-mnist/` when it holds the training files, else the
+    system directory of Debian's package when that does; None when neither does."""
+    image_name, label_name = _FASHION_TRAIN_FILES
+    for directory in [Path(data_dir) / "fashion-mnist"] + ([system_dir] if system_dir is not None else []):
+        if _find_idx(directory, image_name) is not None and _find_idx(directory, label_name) is not None:
+            return directory
+    return None
+
+
 def load_fashion_mnist(
     data_dir: str | Path,
     split: Split,

@@ -26,6 +26,7 @@ from esper.runtime.readers import (
     Split,
     TokenWindows,
     download_cifar10,
+    fashion_mnist_directory,
     load_cifar10,
     load_fashion_mnist,
     load_tinystories,
@@ -178,6 +179,19 @@ TASKS: dict[str, TaskSpec] = {
         lifecycle=_LM_LIFECYCLE, block_size=64,
     ),
 }
+
+
+def data_source(task: str, options: DataOptions) -> str:
+    """Where a task's data comes from, as runs record it (Fashion-MNIST may come from the system's directory when
+    --data-dir has none)."""
+    if task == "fashion_mnist":
+        found = fashion_mnist_directory(options.data_dir)
+        return str(found) if found is not None else f"{options.data_dir / 'fashion-mnist'} (missing)"
+    if task.startswith("cifar10"):
+        return str(options.data_dir / "cifar-10-batches-py")
+    if task == "tinystories":
+        return str(options.data_path or options.data_dir / "tinystories")
+    return "generated in memory"
 
 
 def get_task_spec(name: str) -> TaskSpec:

@@ -27,6 +27,7 @@ from esper.runtime.readers import (
     carve_stories,
     download_cifar10,
     encode_stories,
+    fashion_mnist_directory,
     load_cifar10,
     load_fashion_mnist,
     load_tinystories,
@@ -185,6 +186,11 @@ def test_fashion_mnist_falls_back_to_system_dir(tmp_path: Path) -> None:
     write_fashion(tmp_path / "system", gz=True)
     x, _ = load_fashion_mnist(tmp_path / "empty", "test", system_dir=tmp_path / "system")
     assert x.shape == (20, 1, 28, 28)
+    # the fallback is no secret: runs record (and print) where the files came from
+    assert fashion_mnist_directory(tmp_path / "empty", tmp_path / "system") == tmp_path / "system"
+    assert fashion_mnist_directory(tmp_path / "empty", None) is None
+    write_fashion(tmp_path / "mine" / "fashion-mnist", gz=False)
+    assert fashion_mnist_directory(tmp_path / "mine", tmp_path / "system") == tmp_path / "mine" / "fashion-mnist"
 
 
 def test_idx_bad_magic_names_file(tmp_path: Path) -> None:
