@@ -54,29 +54,39 @@ def add_compare_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_compare)
 
 
+VERDICTS = {"no significant difference": "n.s.", "reference": "ref"}
+"""Short verdicts, so the table fits 80 columns; the caption spells them out."""
+
+
 def comparison_table(result: ComparisonResult) -> Table:
     """Per controller: final test and validation accuracy, parameters, seeds fossilized/created, and the paired Δ
-    against the reference on the primary metric (test accuracy when every episode has a test score)."""
+    against the reference on the primary metric (test accuracy when every episode has a test score). Controller
+    names are never cut (other cells wrap instead), so the table reads at 80 columns."""
     ref = result.reference
     pairs = [result.pairwise[c][ref] for c in result.controllers if c != ref]
     metric = "test" if not pairs or pairs[0]["metric"] == "test_accuracy" else "val"
     table = Table(title=f"{result.per_controller[ref]['episodes']} paired episode(s); Δ: final {metric} accuracy vs "
-                        f"{ref} (pp, 95% t-interval)")
-    for col in ("controller", "test %", "val %", "params", "seeds f/c", f"Δ {metric} [95% CI]", "W/L/T", "verdict"):
-        table.add_column(col, justify="left" if col in ("controller", "verdict") else "right")
+                        f"{ref} (pp, 95% t-interval)",
+                  caption="f/c: seeds fossilized/created per episode; W/L/T: wins/losses/ties; n.s.: no significant "
+                          "difference (the interval holds 0, or |Δ| is below one sample)",
+                  box=None, padding=(0, 1, 0, 0), header_style="bold underline")
+    table.add_column("controller", no_wrap=True, min_width=max(len(c) for c in result.controllers))
+    for col in ("test%", "val%", "params", "f/c", f"Δ {metric}", "95% CI", "W/L/T"):
+        table.add_column(col, justify="right", no_wrap=True)
+    table.add_column("verdict", no_wrap=True, min_width=7)
     for c in result.controllers:
         s = result.per_controller[c]
         test = s["final_test_accuracy"]
         seeds = f"{s['seeds_fossilized']:.1f}/{s['seeds_created']:.1f}"
         if c == ref:
-            wlt, delta, verdict = "—", "—", "reference"
+            wlt, delta, ci, verdict = "—", "—", "", "reference"
         else:
             p = result.pairwise[c][ref]
             wlt = f"{p['wins']}/{p['losses']}/{p['ties']}"
-            delta = f"{p['mean_delta']:+.2f} [{p['ci95'][0]:+.2f}, {p['ci95'][1]:+.2f}]"
+            delta, ci = f"{p['mean_delta']:+.2f}", f"[{p['ci95'][0]:+.2f},{p['ci95'][1]:+.2f}]"
             verdict = p["verdict"]
         table.add_row(c, "—" if test is None else f"{test['mean']:.2f}", f"{s['final_accuracy']['mean']:.2f}",
-                      f"{s['total_params']['mean']:,.0f}", seeds, delta, wlt, verdict)
+                      f"{s['total_params']['mean']:,.0f}", seeds, delta, ci, wlt, VERDICTS.get(verdict, verdict))
     return table
 
 
