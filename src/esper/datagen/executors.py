@@ -13,6 +13,7 @@ import contextlib
 import multiprocessing as mp
 import os
 import pickle
+import signal
 import traceback
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -88,7 +89,9 @@ class SerialExecutor:
 
 def _worker_main(device: str, threads: int, fn: JobFn[Any, Any, Any], options: Any, conn: Connection,
                  parent_pid: int) -> None:
-    """Pool worker: run the jobs its parent sends until told to stop, or until the parent is gone."""
+    """Pool worker: run the jobs its parent sends until told to stop, or until the parent is gone. Ctrl+C is the
+    orchestrator's to handle (it stops the pool): a worker ignores it, so an interrupt prints no worker tracebacks."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(threads)
     while True:
         if not conn.poll(_POLL_S):
