@@ -158,9 +158,12 @@ class MorphoEnv:
         return str(self.spec.device)
 
     def _emit(self, event: TelemetryEvent) -> None:
+        """A seed or governor event of this env's model, labelled with the env and its episode (paired episodes that
+        run side by side share env ids)."""
         sink = self.spec.sink
         if sink is not None and sink.wants(event.event_type):
-            sink.emit(dataclasses.replace(event, env_id=self.env_id))
+            sink.emit(dataclasses.replace(event, env_id=self.env_id,
+                                          data={**event.data, "episode": self.spec.episode}))
 
     def emit(self, event_type: TelemetryEventType, epoch: int, message: str, data: dict[str, Any],
              slot_id: str | None = None, severity: Severity = "info") -> None:

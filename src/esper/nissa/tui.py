@@ -94,7 +94,7 @@ class TuiBackend:
         self._live: Live | None = None
         self._started_at = time.monotonic()
         self._run: dict[str, Any] = {}
-        self._envs: dict[int, EnvView] = {}
+        self._envs: dict[tuple[Any, int], EnvView] = {}  # (episode or None, env id) → its row
         self._batch: int | None = None
         self._batches_seen = 0
         self._episodes_done = 0
@@ -102,6 +102,7 @@ class TuiBackend:
         self._best_rolling: float | None = None
         self._finals: deque[float] = deque(maxlen=10)
         self._ppo: dict[str, Any] | None = None
+        self._per_controller: dict[str, list[float]] = {}  # final accuracy of each finished episode, per controller
         self._shares: dict[str, float] | None = None
         self._rewards: dict[str, float] | None = None
         self._gpu: dict[str, Any] | None = None
@@ -127,10 +128,27 @@ class TuiBackend:
             if event.event_type not in _UNLOGGED:
                 self._log.append(event)
 
-    def _env(self, env_id: int) -> EnvView:
-        if env_id not in self._envs:
-            self._envs[env_id] = EnvView(env_id)
-        return self._envs[env_id]
+    def _by_episode(self) -> bool:
+        """Rows per (episode, env): paired episodes (compare, study phases, heuristic runs) reuse env ids and may run
+        side by side on workers. A PPO run's rows are its env slots, whose episodes change every batch."""
+        return not self._run.get("total_batches")
+
+    def _env(self, env_id: int, episode: Any = None) -> EnvView:
+        key = (episode if self._by_episode() else None, env_id)
+        if key not in self._envs:
+            if key[0] is not None:
+                self._envs.pop((None, env_id), None)  # the placeholder row of TRAINING_STARTED
+            self._envs[key] = EnvView(env_id)
+        return self._envs[key]
+
+    def _retire(self, env_id: int, episode: Any) -> None:
+        """A new episode of an env id started: drop the rows of its finished earlier episodes."""
+        if not self._by_episode() or not isinstance(episode, int):
+            return
+        for key, env in list(self._envs.items()):
+            if (key[1] == env_id and isinstance(key[0], int) and key[0] < episode and env.max_epochs
+                    and env.epoch >= env.max_epochs):
+                del self._envs[key]
 
     def _update(self, e: TelemetryEvent) -> None:
         d, t = e.data, e.event_type
@@ -138,15 +156,20 @@ class TuiBackend:
             self._run = dict(d)
             self._started_at = time.monotonic()
             self._envs.clear()
+            self._per_controller.clear()
             self._batch, self._batches_seen, self._episodes_done = None, 0, 0
             for i in range(int(d.get("n_envs") or 0)):
                 self._env(i)
             for env_id, device in (d.get("env_devices") or {}).items():
                 self._env(int(env_id)).device = str(device)
         elif t == _E.EPOCH_COMPLETED and e.env_id is not None:
-            self._epoch(self._env(e.env_id), e)
+            if d.get("epoch") == 1 or e.epoch == 1:
+                self._retire(e.env_id, d.get("episode"))
+            self._epoch(self._env(e.env_id, d.get("episode")), e)
         elif t == _E.EPISODE_COMPLETED:
             self._episodes_done += 1
+            if (controller := d.get("controller")) is not None and (final := num(d.get("final_accuracy"))) is not None:
+                self._per_controller.setdefault(str(controller), []).append(final)
             if (final := num(d.get("final_accuracy"))) is not None:
                 self._finals.append(final)
             if self._batches_seen == 0 and self._finals:
@@ -166,7 +189,7 @@ class TuiBackend:
         elif t == _E.PPO_UPDATE_COMPLETED:
             self._ppo = dict(d)
         elif e.env_id is not None and t in (_E.GOVERNOR_ROLLBACK, *_SEED_EVENTS):
-            self._seed_or_rollback(self._env(e.env_id), e)
+            self._seed_or_rollback(self._env(e.env_id, d.get("episode")), e)
 
     def _set_rolling(self, value: float) -> None:
         self._rolling = value
@@ -182,6 +205,7 @@ class TuiBackend:
         env.episode, env.epoch = episode, epoch
         env.max_epochs = d.get("max_epochs", env.max_epochs)
         env.device = str(d.get("device", env.device))
+        env.controller = str(d["controller"]) if d.get("controller") is not None else env.controller
         if (acc := num(d.get("val_accuracy"))) is not None:
             env.drop = env.val_acc - acc if env.val_acc is not None else 0.0
             env.since_best = 0 if acc > env.best else env.since_best + 1
@@ -250,7 +274,8 @@ class TuiBackend:
             top = Table.grid(expand=True, padding=(0, 1))
             top.add_column(ratio=1)
             top.add_column(ratio=1)
-            top.add_row(self._ppo_panel(wide), self._mix_panel(bar_width=20 if wide else 10, rows=health_rows))
+            left = self._ppo_panel(wide) if not self._by_episode() else self._controllers_panel(health_rows)
+            top.add_row(left, self._mix_panel(bar_width=20 if wide else 10, rows=health_rows))
             top.add_row(self._log_panel(log_lines), self._throughput_panel())
             footer = Text(_footer(str(self._run.get("command", ""))), style="dim")
             return Group(header, table, top, footer)
@@ -317,18 +342,21 @@ class TuiBackend:
         slots = self._slot_names()
         table = Table(expand=True, box=None, header_style="bold", title="environments", title_justify="left",
                       padding=(0, 1) if wide else (0, 1, 0, 0))
-        for name in ("env", *(("device",) if wide else ()), "epoch", "val acc" if wide else "acc%",
-                     *(("trend",) if trend else ())):
+        named = self._by_episode()
+        for name in (*(("controller", "ep") if named else ("env",)), *(("device",) if wide else ()), "epoch",
+                     "val acc" if wide else "acc%", *(("trend",) if trend else ())):
             table.add_column(name, no_wrap=True, min_width=len(name))
         for name in slots:  # slot cells are the widest: they wrap rather than squeeze the short columns
             table.add_column(name, min_width=0 if wide else 10)
         for name in ("action", "reward", "status"):
             table.add_column(name, no_wrap=True, min_width=len(name))
-        for env_id in sorted(self._envs):
-            env = self._envs[env_id]
+        for key in sorted(self._envs, key=lambda k: (k[0] if isinstance(k[0], int) else -1, k[1])):
+            env = self._envs[key]
             epoch = f"{env.epoch}/{env.max_epochs or '?'}" if env.epoch else DASH
             acc = fmt(env.val_acc, ".1f") + ("%" if env.val_acc is not None and wide else "")
-            row: list[RenderableType] = [str(env_id), *((env.device,) if wide else ()), epoch, acc]
+            episode = DASH if key[0] is None else str(key[0])
+            row: list[RenderableType] = [env.controller or f"env {env.env_id}", episode] if named else [str(env.env_id)]
+            row += [*((env.device,) if wide else ()), epoch, acc]
             if trend:
                 row.append(Text(sparkline(env.curve), style="cyan"))
             row += [self._slot_cell(env, s, wide) for s in slots]
@@ -354,6 +382,18 @@ class TuiBackend:
             table.add_row(label, Text(fmt(value, spec), style=style), Text(badge, style=style))
         title = "PPO health" + ("" if self._ppo is not None else f" ({DASH} no updates)")
         return Panel(table, title=title, title_align="left")
+
+    def _controllers_panel(self, rows: int) -> Panel:
+        """Runs without a learner: each controller's finished episodes and their mean final validation accuracy."""
+        table = Table.grid(padding=(0, 2))
+        for justify in ("left", "right", "right"):
+            table.add_column(no_wrap=True, justify=justify)
+        table.add_row(Text("controller", style="bold"), Text("episodes", style="bold"), Text("mean val", style="bold"))
+        for name, finals in list(self._per_controller.items())[:max(1, rows - 1)]:
+            table.add_row(name, str(len(finals)), fmt(sum(finals) / len(finals), ".2f") + "%")
+        if not self._per_controller:
+            table.add_row(Text(DASH, style="dim"), "", "")
+        return Panel(table, title="finished episodes", title_align="left")
 
     def _mix_panel(self, bar_width: int = 20, rows: int = len(PPO_ROWS)) -> Panel:
         """Op shares, then the largest mean reward components that fit in `rows` lines."""

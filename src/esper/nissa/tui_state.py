@@ -68,6 +68,7 @@ class SlotView:
 class EnvView:
     env_id: int
     device: str = "?"
+    controller: str | None = None
     episode: Any = None
     epoch: int = 0
     max_epochs: int | None = None

@@ -152,11 +152,11 @@ def test_heuristic_run_without_ppo_or_batches_shows_dashes() -> None:
 
 def test_empty_backend_renders() -> None:
     text = _text(TuiBackend(), width=120)
-    assert "early" in text and "PPO health" in text
+    assert "early" in text and "finished episodes" in text  # no learner announced: no PPO health panel
 
 
 def _status_of(tui: TuiBackend, env: int = 0) -> str:
-    return tui._envs[env].status().plain
+    return tui._envs[(None, env)].status().plain  # a PPO run: one row per env slot
 
 
 def test_status_badges() -> None:
@@ -177,7 +177,7 @@ def test_status_badges() -> None:
     assert _status_of(tui) == "stalled"
     tui.emit(_epoch(0, 1, 1, 20.0))  # a new episode resets the per-episode state
     assert _status_of(tui) == "healthy"
-    assert list(tui._envs[0].curve) == [20.0]
+    assert list(tui._envs[(None, 0)].curve) == [20.0]
 
 
 def test_culled_seed_flashes_for_one_epoch() -> None:
@@ -253,3 +253,35 @@ def test_an_80_by_30_terminal_shows_the_whole_screen_with_four_envs() -> None:
     lines = console.export_text().splitlines()
     assert len(lines) <= 30 and lines[-1].startswith("Ctrl+C stops")
     assert any("grad norm" in line and "WARN" in line for line in lines)
+
+
+def test_a_comparison_shows_controllers_and_episodes_side_by_side_not_ppo_health() -> None:
+    """compare (no rollout batches): each row names its controller and episode, paired episodes that run side by
+    side on workers (same env ids) get rows of their own, finished episodes give way to new ones, and the PPO
+    health panel gives way to the controllers' finished episodes."""
+    tui = TuiBackend()
+    started = _started(2, command="compare")
+    del started.data["total_batches"]
+    tui.emit(started)
+    controllers = ("static", "heuristic")
+
+    def epoch(env: int, episode: int, n: int, acc: float) -> TelemetryEvent:
+        event = _epoch(env, episode, n, acc)
+        event.data["controller"] = controllers[env]
+        return event
+
+    for n in range(1, MAX_EPOCHS + 1):
+        for episode in (0, 1):
+            for env in (0, 1):
+                tui.emit(epoch(env, episode, n, 40.0 + episode + env))
+    for episode in (0, 1):
+        for env in (0, 1):
+            tui.emit(TelemetryEvent(E.EPISODE_COMPLETED, env_id=env, data={
+                "controller": controllers[env], "episode": episode, "final_accuracy": 40.0 + episode + env}))
+    text = _text(tui, width=80)
+    assert "PPO health" not in text and "finished episodes" in text
+    rows = [line for line in text.splitlines() if line.startswith(("static ", "heuristic "))]
+    assert len(rows) == 4 and all(line.rstrip().endswith("stall") for line in rows)  # 2 controllers × 2 episodes
+    assert sorted(tui._envs) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    tui.emit(epoch(0, 2, 1, 30.0))  # the next round starts: env 0's finished rows make way
+    assert sorted(tui._envs) == [(0, 1), (1, 1), (2, 0)]
