@@ -58,8 +58,14 @@ def main() -> int:
     cache = DataCache(DataOptions(data_dir=args.data_dir))
     specs = parse_controllers([f"static:{w}" for w in WIDTHS])
     started = time.perf_counter()
+    def report(episode: int, finished: object, models: object) -> None:
+        elapsed = time.perf_counter() - started
+        eta = elapsed / (episode + 1) * (args.episodes - episode - 1)
+        print(f"paired episode {episode + 1}/{args.episodes} done · elapsed {elapsed:.0f} s · ETA {eta:.0f} s",
+              flush=True)
+
     with EnvPool(plan.workers, cache) as pool:
-        results = run_controller_episodes(specs, plan, args.episodes, pool)
+        results = run_controller_episodes(specs, plan, args.episodes, pool, on_episode=report)
     seconds = time.perf_counter() - started
 
     base = host_params(task, 1.0)

@@ -218,6 +218,13 @@ def make_hub(args: argparse.Namespace, run_dir: RunDirectory, hparams: dict[str,
     return hub, progress
 
 
+def phase_progress(progress: ProgressBackend) -> Callable[[str, int, int], None]:
+    """`progress(phase, done, total)` for library phases that emit no events (distillation, fitted-Q evaluation);
+    the training phase counts env-epochs, the others steps."""
+    return lambda phase, done, total: progress.phase(phase, done, total,
+                                                     unit="env-epochs" if phase == "training" else "steps")
+
+
 def emit(hub: TelemetrySink, event_type: TelemetryEventType, message: str, data: dict[str, Any]) -> None:
     if hub.wants(event_type):
         hub.emit(TelemetryEvent(event_type, message=message, data=data))

@@ -17,10 +17,11 @@ from typing import Any
 
 from rich.table import Table
 
-from esper.cli.common import EXIT_OK, console, float_in, int_in, parse_sets
+from esper.cli.common import EXIT_OK, console, float_in, int_in, parse_sets, phase_progress
 from esper.datagen.loader import REWARD_SOURCES, load_transitions
 from esper.evaluation.controllers import all_controllers
 from esper.evaluation.ope import OfflineEvaluation, OPEConfig, TargetPolicy, evaluate_offline
+from esper.nissa import ProgressBackend
 from esper.runtime.rundir import write_json_atomic
 from esper.tamiyo import ControllerContext
 
@@ -83,7 +84,11 @@ def cmd_evaluate_offline(args: argparse.Namespace) -> int:
                                   **parse_sets(args.set)})
     dataset = load_transitions(args.data, args.reward_source)
     target = target_policy(args.controller, dataset.topology, tuple(dataset.slots))
-    result = evaluate_offline(dataset, target, config)
+    progress = ProgressBackend("bar" if console.is_terminal else "lines", console)
+    try:
+        result = evaluate_offline(dataset, target, config, phase_progress(progress))
+    finally:
+        progress.close()
     console.print(estimates_table(result, args.controller))
     if args.out is not None:
         write_json_atomic(args.out, {"controller": args.controller, "data": [str(d) for d in args.data],

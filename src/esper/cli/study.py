@@ -36,6 +36,7 @@ from esper.cli.common import (
     float_in,
     int_in,
     make_hub,
+    phase_progress,
     preload_data,
     run_settings,
 )
@@ -170,8 +171,9 @@ def _train(args: argparse.Namespace, config: TrainingConfig, checkpoint: Path | 
     hub, progress = make_hub(args, train_dir, config.to_dict())
     stop = StopAfterStep()
     with closing_hub(hub, train_dir):
-        result = train_with_stop(config, PPORun(train_dir, sink=hub, data=cache, resume_from=checkpoint,
-                                                should_stop=lambda: stop.requested), stop, progress,
+        run = PPORun(train_dir, sink=hub, data=cache, resume_from=checkpoint, should_stop=lambda: stop.requested,
+                     progress=phase_progress(progress))
+        result = train_with_stop(config, run, stop, progress,
                                  preset=STUDY_PRESETS[args.preset].training,
                                  debug=args.telemetry_level == "debug", episodes_done=episodes_done)
     return not stop.requested and result.episodes_completed >= config.n_episodes

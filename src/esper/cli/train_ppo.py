@@ -26,6 +26,7 @@ from esper.cli.common import (
     emit,
     make_hub,
     parse_sets,
+    phase_progress,
     preload_data,
     print_next_steps,
     run_settings,
@@ -262,8 +263,9 @@ def cmd_train_ppo(args: argparse.Namespace) -> int:
     with discard_on_error(run_dir, fresh=checkpoint is None, errors=USER_ERRORS):
         hub, progress = make_hub(args, run_dir, config.to_dict())
         with closing_hub(hub, run_dir):
-            result = train_with_stop(config, PPORun(run_dir, sink=hub, data=cache, resume_from=checkpoint,
-                                                    should_stop=lambda: stop.requested), stop, progress,
+            run = PPORun(run_dir, sink=hub, data=cache, resume_from=checkpoint, should_stop=lambda: stop.requested,
+                         progress=phase_progress(progress))
+            result = train_with_stop(config, run, stop, progress,
                                      preset=preset_of(args), debug=args.telemetry_level == "debug",
                                      episodes_done=episodes_done)
     if stop.requested:

@@ -129,9 +129,11 @@ class OfflineEvaluation:
                 "behavior": [b.to_dict() for b in self.behavior]}
 
 
-def evaluate_offline(dataset: TransitionDataset, target: TargetPolicy, config: OPEConfig) -> OfflineEvaluation:
-    """Both estimates of `target`'s value, next to the behaviour policies' empirical returns."""
-    return OfflineEvaluation(pdwis(dataset, target, config), fqe(dataset, target, config),
+def evaluate_offline(dataset: TransitionDataset, target: TargetPolicy, config: OPEConfig,
+                     progress: Callable[[str, int, int], None] | None = None) -> OfflineEvaluation:
+    """Both estimates of `target`'s value, next to the behaviour policies' empirical returns; `progress(phase,
+    done, total)` follows fitted-Q evaluation, the long part, round by round."""
+    return OfflineEvaluation(pdwis(dataset, target, config), fqe(dataset, target, config, progress),
                              behavior_returns(dataset, config))
 
 
@@ -259,7 +261,8 @@ def _policy_values(q: _BatchedMLP, states: torch.Tensor, probs: torch.Tensor, ch
     return torch.cat(parts, dim=1)
 
 
-def fqe(dataset: TransitionDataset, target: TargetPolicy, config: OPEConfig) -> OPEEstimate:
+def fqe(dataset: TransitionDataset, target: TargetPolicy, config: OPEConfig,
+        progress: Callable[[str, int, int], None] | None = None) -> OPEEstimate:
     """Fitted-Q evaluation: one Q-network on the data and one per episode resample, for the interval.
 
     Each of `fqe_iterations` rounds freezes a copy of the networks and takes `fqe_steps_per_iteration` Adam steps
@@ -293,7 +296,9 @@ def fqe(dataset: TransitionDataset, target: TargetPolicy, config: OPEConfig) -> 
     frozen.requires_grad_(False)
     optimizer = torch.optim.Adam(q.parameters(), lr=config.fqe_lr)
     losses = torch.zeros((), device=device)
-    for _ in range(config.fqe_iterations):
+    for iteration in range(config.fqe_iterations):
+        if progress is not None:
+            progress("fitted-Q evaluation", iteration, config.fqe_iterations)
         frozen.load_state_dict(q.state_dict())
         next_v = _policy_values(frozen, next_states, next_probs_d)  # [H, N], fixed for the whole round
         targets = data.rewards + config.gamma * not_done * next_v
@@ -307,6 +312,8 @@ def fqe(dataset: TransitionDataset, target: TargetPolicy, config: OPEConfig) -> 
             loss.backward()
             optimizer.step()
             losses = losses + loss.detach()
+    if progress is not None:
+        progress("fitted-Q evaluation", config.fqe_iterations, config.fqe_iterations)
     first = index.first_rows
     start_probs = target_probabilities(target, dataset.states[first.to(dataset.device)],
                                        dataset.valid[first.to(dataset.device)])

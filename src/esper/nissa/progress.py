@@ -107,7 +107,20 @@ class ProgressBackend:
     def emit(self, event: TelemetryEvent) -> None:
         if event.event_type not in self.always or self._total == 0:
             return
-        self._done += 1
+        self._advance(self._done + 1)
+
+    def phase(self, description: str, done: int, total: int, unit: str = "steps") -> None:
+        """Progress of a phase that emits no events (distilling a policy, fitting an estimator): a new description
+        starts the phase (and its clock), the same one moves it to `done` of `total`."""
+        if description != self._description or total != self._total:
+            self.start(description, total, done=done, unit=unit)
+            if self.mode == "lines":
+                self._maybe_print()
+        elif done != self._done:
+            self._advance(done)
+
+    def _advance(self, done: int) -> None:
+        self._done = done
         if self._bar is not None and self._task is not None:
             self._bar.update(self._task, completed=self._done, times=self._times())
         elif self.mode == "lines":

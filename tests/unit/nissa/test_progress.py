@@ -95,3 +95,22 @@ def test_bar_mode_runs_and_closes() -> None:
     progress.emit(_epoch())
     progress.close()
     assert "evaluation" in out.getvalue()
+
+
+def test_a_phase_without_events_shows_progress_and_gives_the_next_phase_a_clock_of_its_own() -> None:
+    """A distillation before training: its steps show with an ETA, and training's ETA does not count its time."""
+    progress, clock, out = _backend("lines", interval=30)
+    progress.start("training", 100)
+    for step in range(0, 2001, 20):
+        progress.phase("distilling the IQL policy", step, 2000)
+        clock.now += 6  # 10 minutes of distillation in all
+    lines = out.getvalue().splitlines()
+    assert "distilling the IQL policy 0/2000 steps" in lines[0]
+    assert "2000/2000 steps (100%)" in lines[-1] and 1 < len(lines) < 40  # about every 30 s
+    progress.phase("training", 0, 100, unit="env-epochs")
+    clock.now += 10
+    for _ in range(10):
+        progress.emit(_epoch())
+    snap = progress.snapshot()
+    assert snap.description == "training" and snap.elapsed_s == pytest.approx(10)
+    assert snap.eta_s == pytest.approx(90)  # 90 left at 10 per 10 s: the distillation's minutes are not in it

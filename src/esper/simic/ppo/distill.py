@@ -9,6 +9,7 @@ states, so the actor sees the features scaled as PPO will scale them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -23,6 +24,9 @@ from esper.simic.ppo.distributions import MaskedCategorical
 from esper.simic.ppo.network import head_relevance
 
 __all__ = ["DistillConfig", "DistillResult", "distill"]
+
+
+PROGRESS_EVERY = 20
 
 
 @dataclass(frozen=True)
@@ -60,9 +64,10 @@ def _greedy_agreement(learner: LearnerState, states: torch.Tensor, masks: dict[s
     return float(same.float().mean())
 
 
-def distill(learner: LearnerState, teacher: IQLPolicy, dataset: TransitionDataset, config: DistillConfig
-            ) -> DistillResult:
-    """Fit the learner's normalizer to the dataset and clone the teacher's greedy actions into its actor."""
+def distill(learner: LearnerState, teacher: IQLPolicy, dataset: TransitionDataset, config: DistillConfig,
+            progress: Callable[[str, int, int], None] | None = None) -> DistillResult:
+    """Fit the learner's normalizer to the dataset and clone the teacher's greedy actions into its actor;
+    `progress(phase, done, total)` hears of every `PROGRESS_EVERY` steps."""
     device = learner.agent.device
     raw = dataset.states.to(device, torch.float32)
     learner.obs_normalizer.update(raw)
@@ -75,7 +80,9 @@ def distill(learner: LearnerState, teacher: IQLPolicy, dataset: TransitionDatase
     network, generator = learner.agent.network, torch.Generator().manual_seed(config.seed)
     optimizer = torch.optim.Adam(network.parameters(), lr=config.lr)
     loss = torch.zeros(())
-    for _ in range(config.steps):
+    for step in range(config.steps):
+        if progress is not None and step % PROGRESS_EVERY == 0:
+            progress("distilling the IQL policy", step, config.steps)
         rows = torch.randint(len(states), (min(config.batch_size, len(states)),), generator=generator).to(device)
         logits, _ = network(states[rows])
         loss = torch.zeros((), device=device)
@@ -87,4 +94,6 @@ def distill(learner: LearnerState, teacher: IQLPolicy, dataset: TransitionDatase
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
+    if progress is not None:
+        progress("distilling the IQL policy", config.steps, config.steps)
     return DistillResult(len(states), _greedy_agreement(learner, states, masks, targets), float(loss.detach()))

@@ -79,6 +79,7 @@ class PPORun:
     data: DataCache | None = None
     resume_from: Path | None = None
     should_stop: Callable[[], bool] | None = None
+    progress: Callable[[str, int, int], None] | None = None  # (phase, done, total) of the phases without events
 
     def stopped(self) -> bool:
         return self.should_stop is not None and self.should_stop()
@@ -124,6 +125,8 @@ def _train(config: TrainingConfig, run: PPORun, task: TaskSpec, env_devices: lis
         max_train_samples=config.max_train_samples)
     detector = AnomalyDetector()
     _announce(config, task, env_devices, n_batches, run)
+    if run.progress is not None:  # (re)start the training phase's clock: a distillation before it is no training
+        run.progress("training", learner.episodes_completed * config.max_epochs, config.n_episodes * config.max_epochs)
 
     history: list[HistoryRow] = []
     saved_batches = learner.batches_completed
@@ -180,7 +183,7 @@ def _start_from_iql(learner: LearnerState, config: TrainingConfig, task: TaskSpe
     datasets = config.init_datasets or iql_datasets(source)
     # Distillation reads states and masks only; the `accuracy` reward exists in every schema version, `gap` does not.
     states = load_transitions(datasets, reward_source="accuracy")
-    result = distill(learner, teacher, states, DistillConfig(seed=config.seed))
+    result = distill(learner, teacher, states, DistillConfig(seed=config.seed), progress=run.progress)
     run.emit(TelemetryEventType.CHECKPOINT_LOADED, f"actor distilled from {config.init_from}: greedy agreement "
              f"{100 * result.agreement:.1f} % on {result.states} dataset states",
              {"path": str(source), "kind": "distilled", "agreement": result.agreement, "states": result.states,
