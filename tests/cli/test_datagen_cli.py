@@ -80,7 +80,12 @@ def test_export_to_minari(generated: Path, tmp_path: Path) -> None:
                  "--minari-root", str(root)]) == 0
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MINARI_DATASETS_PATH", str(root))
-        assert minari.load_dataset("esper/tiny-v0").total_steps == 4
+        dataset = minari.load_dataset("esper/tiny-v0")
+        assert dataset.total_steps == 4
+        recovered = dataset.recover_environment()  # the Gymnasium env of the dataset's setting
+    config = recovered.unwrapped.config
+    assert (config.task, config.max_epochs, config.max_train_samples, config.max_val_samples) == ("synthetic", 3, 64,
+                                                                                                  32)
 
 
 def test_dry_run_prints_the_matrix_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

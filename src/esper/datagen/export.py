@@ -11,6 +11,7 @@ invalid ops) and `joint_behavior_prob` (of the action taken there; NaN after the
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import warnings
@@ -93,6 +94,21 @@ def _buffer(minari: ModuleType, index: int, episode: Mapping[str, Any]) -> Any:
     )
 
 
+SETTINGS = ("task", "max_epochs", "max_train_samples", "max_val_samples", "param_cost")
+"""The generation settings every episode stores that `MorphoGymEnv` takes as keywords."""
+
+
+def _env_spec(episode: Mapping[str, Any]) -> Any:
+    """The Gymnasium spec `recover_environment()` rebuilds: `esper/Morpho-v0` in the dataset's setting (task, episode
+    length, sample caps, λ_p). Datagen's environment presets vary the host and optimizer beyond what the Gymnasium
+    env exposes; the recovered env trains the task's own host."""
+    import gymnasium
+
+    from esper.env.gym import ENV_ID
+
+    return dataclasses.replace(gymnasium.spec(ENV_ID), kwargs={k: episode[k] for k in SETTINGS if k in episode})
+
+
 def export_minari(directory: Path, dataset_id: str, *, root: Path | None = None) -> Any:
     """Write the episodes of `directory` (schema 2.1.0) as Minari dataset `dataset_id` (e.g. `esper/synthetic-v0`)
     under `root` (default: Minari's datasets root); returns the loaded `MinariDataset`."""
@@ -117,6 +133,7 @@ def export_minari(directory: Path, dataset_id: str, *, root: Path | None = None)
             warnings.filterwarnings("ignore", category=UserWarning, module=r"minari\.")
             return minari.create_dataset_from_buffers(
                 dataset_id=dataset_id,
+                env=_env_spec(episodes[0]),
                 buffer=[_buffer(minari, i, e) for i, e in enumerate(episodes)],
                 observation_space=spaces.Box(-np.inf, np.inf, shape=(OBS_DIM,), dtype=np.float32),
                 action_space=spaces.Discrete(NUM_JOINT_ACTIONS),

@@ -1,9 +1,11 @@
 """MorphoGymEnv: one morphogenetic training episode behind the Gymnasium API, for agents written outside esper.
 
-    from esper.env.gym import GymEnvConfig, MorphoGymEnv
-    env = MorphoGymEnv(GymEnvConfig(task="synthetic", max_epochs=10))
+    import gymnasium
+    env = gymnasium.make("esper.env.gym:esper/Morpho-v0", task="synthetic", max_epochs=10)  # imports, then makes
     obs, info = env.reset(seed=0)                       # trains and observes epoch 1
-    obs, reward, terminated, truncated, info = env.step(int(np.flatnonzero(env.action_masks())[0]))
+    obs, reward, terminated, truncated, info = env.step(int(np.flatnonzero(env.unwrapped.action_masks())[0]))
+    envs = gymnasium.make_vec("esper.env.gym:esper/Morpho-v0", num_envs=4, vectorization_mode="async",
+                              vector_kwargs={"context": "spawn"}, task="synthetic")
 
 A thin adapter over `MorphoEnv` and the epoch loop's two halves (`measure_epoch`, `conclude_epoch`), so an episode
 here is exactly the episode esper's own controllers run: `reset` trains epoch 1 and returns its 80 features; each
@@ -16,17 +18,30 @@ WAIT, say) would hide a masking bug in the agent. Because of that, the action sp
 right now (`action_space.sample()` is a valid random action); `action_masks()` gives the same booleans to agents
 that mask their own policy (sb3-contrib's MaskablePPO calls it by that name).
 
+Importing this module registers the id `esper/Morpho-v0` with Gymnasium (`"esper.env.gym:esper/Morpho-v0"` makes
+Gymnasium import it first, so a spec recreates the env in a fresh process); its keyword arguments are
+`GymEnvConfig`'s fields, `data_dir` and `data_path` (strings, so an env's spec serializes and Minari can recreate
+it). The env pickles as its configuration and its
+generator (an episode in progress does not travel: call `reset()`). Every env computes with one torch intra-op thread
+(esper's float path), which also keeps a parent process free of OpenMP worker threads that a forked child would
+inherit; still, prefer `context="spawn"` for `AsyncVectorEnv`: a parent that ran torch on several threads before
+forking can leave its children hung.
+
 Needs the optional `[gym]` extra (gymnasium); the rest of esper works without it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import operator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, SupportsFloat
 
 import numpy as np
+import torch
 
 try:
     import gymnasium
@@ -45,7 +60,10 @@ from esper.runtime.devices import resolve_device
 from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 from esper.tamiyo import TamiyoDecision
 
-__all__ = ["GymEnvConfig", "InvalidActionError", "MorphoGymEnv", "ValidActionSpace", "describe_actions"]
+__all__ = ["ENV_ID", "GymEnvConfig", "InvalidActionError", "MorphoGymEnv", "ValidActionSpace", "describe_actions",
+           "register_envs"]
+
+ENV_ID = "esper/Morpho-v0"
 
 SEED_BOUND = 2**31  # seeds drawn for unseeded resets: plain non-negative ints every layer accepts
 
@@ -128,8 +146,23 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
 
     metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012  (gymnasium's class attribute)
 
-    def __init__(self, config: GymEnvConfig | None = None) -> None:
-        self.config = config if config is not None else GymEnvConfig()
+    def __init__(self, config: GymEnvConfig | None = None, *, data_dir: str | None = None,
+                 data_path: str | None = None, **settings: Any) -> None:
+        """`MorphoGymEnv(GymEnvConfig(...))`, or the same fields as keywords (what `gymnasium.make` passes):
+        `MorphoGymEnv(task="fashion_mnist", max_epochs=25, max_train_samples=192, data_dir="data")`."""
+        if config is not None and (settings or data_dir is not None or data_path is not None):
+            raise ValueError("Pass either a GymEnvConfig or its fields as keywords, not both")
+        if config is None:
+            if "slots" in settings:
+                settings["slots"] = tuple(settings["slots"])
+            data = DataOptions(data_dir=Path("data") if data_dir is None else Path(data_dir),
+                               data_path=None if data_path is None else Path(data_path))
+            try:
+                config = GymEnvConfig(**settings, data=data)
+            except TypeError as error:
+                fields = sorted(f.name for f in dataclasses.fields(GymEnvConfig) if f.name != "data")
+                raise ValueError(f"{error}: MorphoGymEnv takes {', '.join(fields)}, data_dir and data_path") from None
+        self.config = config
         self.task = get_task_spec(self.config.task)
         self.device = resolve_device(self.config.device)
         self.observation_space = spaces.Box(*FEATURE_RANGE, shape=(OBS_DIM,), dtype=np.float32)
@@ -144,6 +177,14 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
         self._mask = np.zeros(NUM_JOINT_ACTIONS, dtype=bool)  # validity of the joint actions after this epoch
         self.env_seed: int | None = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The configuration and the generator: an episode in progress (models, data) does not travel."""
+        return {"config": self.config, "np_random": self._np_random}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["config"])  # type: ignore[misc]
+        self._np_random = state["np_random"]
+
     # ------------------------------------------------------------------ the Gymnasium API
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -156,6 +197,11 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
             raise ValueError(f"MorphoGymEnv.reset takes no options, got {sorted(options)}: configure the episodes "
                              f"with GymEnvConfig")
         self.env_seed = seed if seed is not None else int(self.np_random.integers(SEED_BOUND))
+        with _one_thread():
+            return self._start()
+
+    def _start(self) -> tuple[np.ndarray, dict[str, Any]]:
+        assert self.env_seed is not None
         cfg = self.config
         spec = EnvSpec(self.task, cfg.slots, cfg.max_epochs, self.env_seed, self.device, max_seeds=cfg.max_seeds)
         twin = MorphoEnv(dataclasses.replace(spec, env_id=1, max_seeds=None), "twin")
@@ -175,6 +221,11 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
         if measured.last:
             raise RuntimeError(f"The episode ended after epoch {measured.epoch}: call reset() to start another")
         index = self._check_action(action, measured.observations[0])
+        with _one_thread():
+            return self._step(index, measured, env, data)
+
+    def _step(self, index: int, measured: MeasuredEpoch, env: MorphoEnv, data: EpochData
+              ) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
         factored = from_joint_index(index)
         decision = TamiyoDecision(factored.to_command(self.task.topology), factored, reason="gym action",
                                   confidence=1.0)
@@ -237,3 +288,23 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
             "seed_params": obs.total_param_count - obs.host_param_count,
             "rollback": rollback,
         }
+
+
+@contextlib.contextmanager
+def _one_thread() -> Iterator[None]:
+    """esper's float path (one intra-op thread), restored afterwards for the caller's own torch work."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def register_envs() -> None:
+    """Register `esper/Morpho-v0` with Gymnasium (importing this module does; calling it again is harmless)."""
+    if ENV_ID not in gymnasium.registry:
+        gymnasium.register(ENV_ID, entry_point="esper.env.gym:MorphoGymEnv")
+
+
+register_envs()

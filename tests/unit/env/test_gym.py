@@ -6,6 +6,7 @@ Episodes are tiny (3–6 epochs, a few dozen samples) so the whole file runs in 
 from __future__ import annotations
 
 import dataclasses
+import pickle
 import re
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from gymnasium.utils.env_checker import check_env  # noqa: E402
 import esper.env.gym  # noqa: E402
 from esper.env import EnvSpec, EpochData, MorphoEnv, make_reward_fn, run_episodes  # noqa: E402
 from esper.env.gym import (  # noqa: E402
+    ENV_ID,
     GymEnvConfig,
     InvalidActionError,
     MorphoGymEnv,
@@ -350,3 +352,47 @@ def test_the_default_parameter_cost_is_the_one_measured_near_the_env_sample_cap(
     with pytest.raises(ValueError, match="not near 32"):  # 32 samples: no calibration within 4×
         MorphoGymEnv(dataclasses.replace(TINY, param_cost=None))
     MorphoGymEnv(dataclasses.replace(TINY, param_cost=None, max_train_samples=128))  # served by the 192 calibration
+
+
+KEYWORDS = {"task": "synthetic", "max_epochs": 3, "max_train_samples": 32, "max_val_samples": 16, "batch_size": 32,
+            "param_cost": 1.0}
+
+
+def _first_observations(env: gymnasium.Env[Any, Any], seeds: list[int]) -> list[np.ndarray]:
+    return [env.reset(seed=s)[0] for s in seeds]
+
+
+def test_gymnasium_make_builds_the_registered_env_from_keywords_and_its_spec_recreates_it() -> None:
+    """`gymnasium.make("esper.env.gym:esper/Morpho-v0", **settings)`: the settings are GymEnvConfig's fields, the
+    spec serializes (what Minari stores) and recreates the same env."""
+    env = gymnasium.make(f"esper.env.gym:{ENV_ID}", **KEYWORDS)
+    assert isinstance(env.unwrapped, MorphoGymEnv) and env.unwrapped.config == TINY
+    assert env.spec is not None and env.spec.kwargs == KEYWORDS
+    again = gymnasium.make(gymnasium.envs.registration.EnvSpec.from_json(env.spec.to_json()))
+    assert [o.tolist() for o in _first_observations(env, [3])] == [o.tolist() for o in _first_observations(again, [3])]
+    with pytest.raises(ValueError, match=r"takes .*max_epochs"):
+        gymnasium.make(ENV_ID, max_epoch=3)
+
+
+def test_the_env_pickles_as_its_configuration_and_generator() -> None:
+    env = MorphoGymEnv(TINY)
+    env.reset(seed=5)
+    copy = pickle.loads(pickle.dumps(env))
+    assert copy.config == env.config
+    assert copy.reset(seed=5)[0].tolist() == env.reset(seed=5)[0].tolist()
+    assert int(copy.np_random.integers(1000)) == int(env.np_random.integers(1000))  # the same stream
+
+
+def test_async_vector_env_with_spawn_steps_the_episodes_a_single_env_runs() -> None:
+    envs = gymnasium.make_vec(f"esper.env.gym:{ENV_ID}", num_envs=2, vectorization_mode="async",
+                              vector_kwargs={"context": "spawn"}, **KEYWORDS)
+    try:
+        observations, _ = envs.reset(seed=[0, 1])
+        stepped, rewards, terminated, _, _ = envs.step(np.zeros(2, dtype=np.int64))  # WAIT is always valid
+    finally:
+        envs.close()
+    single = MorphoGymEnv(TINY)
+    for i in range(2):
+        assert observations[i].tolist() == single.reset(seed=i)[0].tolist()
+        obs, reward, done, _, _ = single.step(0)
+        assert stepped[i].tolist() == obs.tolist() and rewards[i] == reward and terminated[i] == done
