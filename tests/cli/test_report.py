@@ -315,3 +315,33 @@ def test_every_reward_component_has_a_colour_of_its_own() -> None:
     colours = [report_plots.reward_color(name) for name in SUMMED_FIELDS]
     assert len(set(colours)) == len(SUMMED_FIELDS)
     assert report_plots.reward_color("an unknown component") not in colours
+
+
+@pytest.mark.parametrize("kind", sorted(EXPECTED))
+def test_lifecycle_labels_give_the_episode_s_final_accuracy(tmp_path: Path, kind: str,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The accuracy beside a lifecycle track is the final one (episodes.jsonl, the tables' number), not the one
+    the last decision saw an epoch earlier (the last step row's)."""
+    labels: list[str] = []
+
+    def capture(panels: Any, path: Path) -> Path:
+        labels.extend(label for _, tracks in panels for label, _ in tracks)
+        return path
+
+    module = {"heuristic": "report_heuristic", "compare": "report_compare", "ppo": "report_ppo"}[kind]
+    monkeypatch.setattr(f"esper.cli.{module}.lifecycle_figure", capture)
+    run = EXPECTED[kind][0](tmp_path)
+    episodes = [json.loads(line) for line in (run / "episodes.jsonl").read_text().splitlines()]
+    for e in episodes:  # the final epoch moved on from what the last decision saw
+        e["final_accuracy"] += 0.5
+    (run / "episodes.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes))
+    if (run / "results.json").exists():
+        results = json.loads((run / "results.json").read_text())
+        for e in results["episodes"]:
+            e["final_accuracy"] += 0.5
+        (run / "results.json").write_text(json.dumps(results))
+    render_report(run)
+    finals = {round(e["final_accuracy"], 1) for e in episodes}
+    assert labels and all("(final " in label for label in labels)
+    shown = {float(label.split("(final ")[1].rstrip("%)")) for label in labels}
+    assert shown <= finals

@@ -96,7 +96,9 @@ def compare_report(result: ComparisonResult, steps: list[StepRow], out: Path) ->
     for key in sorted(groups, key=lambda k: k[1]):
         first.setdefault(key[0], key)
     order = [c for c in labels if c in first] + [c for c in first if c not in labels]
-    tracks = [(f"{c} ep {first[c][1]}{rp.final_acc(groups[first[c]])}", groups[first[c]]) for c in order]
+    finals = {(e.controller, e.episode): e.final_accuracy for e in result.episodes}
+    tracks = [(f"{c} ep {first[c][1]}{rp.final_acc(finals.get((c, first[c][1])))}", groups[first[c]])
+              for c in order]
     written.append(lifecycle_figure([("First episode of each controller", tracks)], out / "lifecycle.png"))
     return written
 

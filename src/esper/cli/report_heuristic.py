@@ -27,7 +27,8 @@ def heuristic_report(steps: list[StepRow], episodes: list[EpisodeResult], out: P
 
     last = keys[-4:]
     title = f"Last {len(last)} episode(s)" if len(keys) > len(last) else "All episodes"
-    written.append(lifecycle_figure([(title, [(f"ep {k}{rp.final_acc(by_ep[k])}", by_ep[k]) for k in last])],
+    finals = {e.episode: e.final_accuracy for e in eps}
+    written.append(lifecycle_figure([(title, [(f"ep {k}{rp.final_acc(finals.get(k))}", by_ep[k]) for k in last])],
                                     out / "lifecycle.png"))
 
     fig, axes = rp.new_figure(9, 5)

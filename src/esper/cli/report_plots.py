@@ -143,9 +143,11 @@ def group_tracks(steps: Sequence[StepRow], key: Callable[[StepRow], K]) -> dict[
     return groups
 
 
-def final_acc(rows: Sequence[StepRow]) -> str:
-    acc = as_float(rows[-1].val_acc) if rows else math.nan
-    return "" if math.isnan(acc) else f" ({acc:.1f}%)"
+def final_acc(accuracy: float | None) -> str:
+    """An episode's final validation accuracy for a track label (the number episodes.jsonl and the tables give; a
+    step row holds the accuracy the last decision saw, one epoch earlier)."""
+    acc = as_float(accuracy)
+    return "" if math.isnan(acc) else f" (final {acc:.1f}%)"
 
 
 # ---------------------------------------------------------------------------------------------- stacked panels

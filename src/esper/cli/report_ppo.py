@@ -23,7 +23,7 @@ def ppo_report(history: list[HistoryRow], steps: list[StepRow], episodes: list[E
     loss_groups = {f"batch {b}": [r for r in steps if r.batch == b] for b in dict.fromkeys(batches[:1] + batches[-1:])}
     written.append(rp.loss_figure(loss_groups, "Loss per epoch in the first and last rollout batch, mean over envs "
                                   "(solid: validation, dashed: training)", out / "loss.png"))
-    written.append(lifecycle_figure(_lifecycle_panels(hist, steps), out / "lifecycle.png"))
+    written.append(lifecycle_figure(_lifecycle_panels(hist, steps, episodes), out / "lifecycle.png"))
 
     fig, axes = rp.new_figure(10, 5)
     shares = {op: [100 * h.action_shares.get(op, 0.0) for h in hist]
@@ -61,9 +61,11 @@ def _accuracy(hist: list[HistoryRow], episodes: list[EpisodeResult], path: Path)
     return rp.save(fig, path)
 
 
-def _lifecycle_panels(hist: list[HistoryRow], steps: list[StepRow]) -> list[tuple[str, list[Track]]]:
+def _lifecycle_panels(hist: list[HistoryRow], steps: list[StepRow], episodes: list[EpisodeResult]
+                      ) -> list[tuple[str, list[Track]]]:
     """The last batch and the best one (highest batch-mean accuracy), one track per env (the first few)."""
     by_batch = rp.group_tracks(steps, lambda r: (r.batch, r.env))
+    finals = {(e.batch, e.env_id): e.final_accuracy for e in episodes}
     batches = sorted({b for b, _ in by_batch})
     acc = {h.batch: rp.as_float(h.avg_accuracy) for h in hist}
     scored = [b for b in batches if b in acc and not math.isnan(acc[b])]
@@ -80,5 +82,5 @@ def _lifecycle_panels(hist: list[HistoryRow], steps: list[StepRow]) -> list[tupl
         more = f", first {len(shown)} of {len(keys)} envs" if len(keys) > len(shown) else ""
         avg = f"{acc[b]:.1f}%" if b in acc else "n/a"
         panels.append((f"{title}: avg accuracy {avg}{more}",
-                       [(f"env {k[1]}{rp.final_acc(by_batch[k])}", by_batch[k]) for k in shown]))
+                       [(f"env {k[1]}{rp.final_acc(finals.get(k))}", by_batch[k]) for k in shown]))
     return panels
