@@ -11,18 +11,15 @@ workers computed them.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
-
-import torch
 
 from esper.env.groups import EnvHost, EpisodeSetting, GroupPlan, StepOutcome, wanted_events
 from esper.env.logs import EpisodeResult
 from esper.env.loop import decide_all
 from esper.leyline import TelemetrySink
-from esper.runtime.actors import ActorPool, WorkerFailed, WorkerOptions
+from esper.runtime.actors import ActorPool, WorkerFailed, WorkerOptions, intra_op_threads
 from esper.runtime.tasks import DataCache
 from esper.tamiyo import TamiyoDecision, TamiyoPolicy
 
@@ -92,8 +89,8 @@ class EnvPool:
                 on_steps([(s, decided[s.position]) for s in steps])
             shipped: list[list[TamiyoDecision] | None] = [None] * len(parts)
             if epoch < setting.max_epochs:
-                with _one_thread():
-                    decided = decide_all(controllers, observations)
+                with intra_op_threads(1):  # a policy forward on a few dozen rows; idle threads would spin on the
+                    decided = decide_all(controllers, observations)  # workers' cores, and its floats stay put
                 lean = [dataclasses.replace(d, info={}) for d in decided]  # a policy's tensors stay here
                 shipped = [lean[offsets[i]:offsets[i + 1]] for i in range(len(parts))]
             events = self._call(parts, "conclude", [(d, wanted) for d in shipped])
@@ -113,19 +110,6 @@ class EnvPool:
             held = parts[error.actor] if error.actor is not None else [g for part in parts for g in part]
             raise WorkerFailed(f"{error} while running the env group(s) of envs {_env_range(held)}",
                                actor=error.actor) from None
-
-
-@contextmanager
-def _one_thread() -> Iterator[None]:
-    """Decisions run on one intra-op thread, wherever the envs run: a policy's forward on a few dozen observations
-    gains nothing from more, its numbers do not depend on how many threads the envs use, and idle threads of this
-    process would otherwise spin on the cores the workers compute on."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _env_range(groups: Sequence[GroupPlan]) -> str:

@@ -32,16 +32,13 @@ Needs the optional `[gym]` extra (gymnasium); the rest of esper works without it
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import operator
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, SupportsFloat
 
 import numpy as np
-import torch
 
 try:
     import gymnasium
@@ -56,6 +53,7 @@ from esper.env.rewards import RewardFamily, RewardFn, make_reward_fn
 from esper.leyline import CANONICAL_SLOTS, EnvObservation, SeedStage, from_joint_index, ordered_slots
 from esper.leyline.constants import DEFAULT_BATCH_SIZE_TRAINING, DEFAULT_GAMMA, NUM_JOINT_ACTIONS, OBS_DIM
 from esper.leyline.seeding import derive_seed
+from esper.runtime.actors import intra_op_threads
 from esper.runtime.devices import resolve_device
 from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 from esper.tamiyo import TamiyoDecision
@@ -197,7 +195,7 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
             raise ValueError(f"MorphoGymEnv.reset takes no options, got {sorted(options)}: configure the episodes "
                              f"with GymEnvConfig")
         self.env_seed = seed if seed is not None else int(self.np_random.integers(SEED_BOUND))
-        with _one_thread():
+        with intra_op_threads(1):  # esper's float path
             return self._start()
 
     def _start(self) -> tuple[np.ndarray, dict[str, Any]]:
@@ -221,7 +219,7 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
         if measured.last:
             raise RuntimeError(f"The episode ended after epoch {measured.epoch}: call reset() to start another")
         index = self._check_action(action, measured.observations[0])
-        with _one_thread():
+        with intra_op_threads(1):  # esper's float path
             return self._step(index, measured, env, data)
 
     def _step(self, index: int, measured: MeasuredEpoch, env: MorphoEnv, data: EpochData
@@ -288,17 +286,6 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
             "seed_params": obs.total_param_count - obs.host_param_count,
             "rollback": rollback,
         }
-
-
-@contextlib.contextmanager
-def _one_thread() -> Iterator[None]:
-    """esper's float path (one intra-op thread), restored afterwards for the caller's own torch work."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def register_envs() -> None:

@@ -23,7 +23,7 @@ import os
 import pickle
 import signal
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from types import ModuleType, TracebackType
@@ -31,11 +31,22 @@ from typing import Any, Literal
 
 import torch
 
-__all__ = ["Actor", "ActorPool", "WorkerFailed", "WorkerOptions", "ensure_ray", "import_ray"]
+__all__ = ["Actor", "ActorPool", "WorkerFailed", "WorkerOptions", "ensure_ray", "import_ray", "intra_op_threads"]
 
 Executor = Literal["process", "ray"]
 _POLL_S = 0.5
 _JOIN_S = 5.0
+
+
+@contextlib.contextmanager
+def intra_op_threads(threads: int) -> Iterator[None]:
+    """torch computes with `threads` intra-op threads inside the block, and as before it afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 class WorkerFailed(RuntimeError):
