@@ -153,13 +153,18 @@ class EnvHost:
         return torch.device(self.device_override or name)
 
     def start(self, setting: EpisodeSetting, groups: Sequence[GroupPlan]) -> None:
-        """Build fresh envs for `groups` (envs sharing a data seed train on one shared batch stream)."""
+        """Build fresh envs for `groups`, kept in group order (consecutive groups of one data seed train on one
+        shared batch stream)."""
         self.setting, self.runs, self.measured = setting, [], []
         task = get_task_spec(setting.task)
-        by_data_seed: dict[int, list[MorphoEnv]] = {}
+        runs: list[tuple[int, list[MorphoEnv]]] = []  # consecutive groups of one data seed share a batch stream
         for group in groups:
-            by_data_seed.setdefault(group.data_seed, []).extend(self._build_group(setting, group))
-        for data_seed, envs in by_data_seed.items():
+            envs = self._build_group(setting, group)
+            if runs and runs[-1][0] == group.data_seed:
+                runs[-1][1].extend(envs)
+            else:
+                runs.append((group.data_seed, envs))
+        for data_seed, envs in runs:
             devices = sorted({env.spec.device for env in envs}, key=str)
             data = EpochData.build(task, self.cache, devices, batch_size=setting.batch_size, seed=data_seed,
                                    max_train_samples=setting.max_train_samples,

@@ -1,0 +1,37 @@
+"""Env groups on hosts: envs come back in the order their groups were given (whatever data seeds they share), one
+controller decision per env reaches its env, and a host run in place gives the numbers the epoch loop gives."""
+
+from __future__ import annotations
+
+from esper.env.driver import EnvPool
+from esper.env.groups import EpisodeSetting, GroupPlan, MemberPlan
+from esper.env.rewards import ContributionRewardConfig
+from esper.runtime.actors import WorkerOptions
+from esper.runtime.tasks import DataCache, DataOptions
+from esper.tamiyo import RandomPolicy, StaticPolicy
+
+SETTING = EpisodeSetting("synthetic", ("early", "mid", "late"), 3, 32, ContributionRewardConfig(), 0.99,
+                         max_train_samples=32, max_val_samples=16)
+
+
+def _group(env_id: int, data_seed: int) -> GroupPlan:
+    return GroupPlan(seed=100 + env_id, data_seed=data_seed, members=(MemberPlan(env_id, f"c{env_id}", "cpu"),))
+
+
+def test_envs_keep_their_group_order_and_their_own_decisions() -> None:
+    """Groups of data seeds 1, 2, 1: results in that order; each env's steps carry its own controller's ops."""
+    groups = [_group(0, 1), _group(1, 2), _group(2, 1)]
+    controllers = [StaticPolicy(), RandomPolicy(seed=3), StaticPolicy()]
+    ops: dict[int, set[str]] = {}
+
+    def record(steps: list) -> None:  # type: ignore[type-arg]
+        for step, decision in steps:
+            assert step.row["controller"] == f"c{step.env_id}" and step.position == step.env_id
+            ops.setdefault(step.env_id, set()).add(decision.command.op.name)
+
+    with EnvPool(WorkerOptions(), DataCache(DataOptions())) as pool:
+        run = pool.run(SETTING, groups, controllers, on_steps=record)
+    assert run is not None
+    assert [r.env_id for r in run.results] == [0, 1, 2] and [r.controller for r in run.results] == ["c0", "c1", "c2"]
+    assert ops[0] == ops[2] == {"WAIT"}  # the static controllers' envs got WAITs, not the random one's actions
+    assert run.results[0].env_seed == 100 and run.results[2].env_seed == 102
