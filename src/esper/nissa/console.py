@@ -17,7 +17,8 @@ from esper.leyline.actions import LifecycleOp
 from esper.leyline.stages import SeedStage
 from esper.leyline.telemetry import SEVERITIES, TelemetryEvent, TelemetryEventType, TelemetryLevel
 
-__all__ = ["DETAIL_TYPES", "SEVERITY_STYLES", "ConsoleBackend", "event_clock", "op_name", "stage_name", "summarize"]
+__all__ = ["DETAIL_TYPES", "NOTICE_TYPES", "SEVERITY_STYLES", "ConsoleBackend", "event_clock", "op_name",
+           "stage_name", "summarize"]
 
 _E = TelemetryEventType
 
@@ -224,24 +225,47 @@ summaries (which count the seeds), warnings and run milestones, so it stays well
 a log stays readable; events.jsonl keeps every event of the level."""
 
 
+NOTICE_TYPES: frozenset[TelemetryEventType] = frozenset({
+    _E.RATIO_EXPLOSION_DETECTED, _E.RATIO_COLLAPSE_DETECTED, _E.VALUE_COLLAPSE_DETECTED, _E.TELEMETRY_ESCALATED,
+})
+"""Training-health notices a run can raise again and again: below DEBUG the console prints the first of each kind
+and counts the rest (the count comes at the end of the run); events.jsonl and DEBUG keep every one."""
+
+
 class ConsoleBackend:
-    """Prints events of severity ≥ "info" outside `DETAIL_TYPES`; at level DEBUG every event."""
+    """Prints events of severity ≥ "info" outside `DETAIL_TYPES`, each kind of `NOTICE_TYPES` once (then counted);
+    at level DEBUG every event."""
 
     def __init__(self, console: Console | None = None, level: TelemetryLevel = TelemetryLevel.NORMAL) -> None:
         self.console = console if console is not None else Console()
         self._debug = level >= TelemetryLevel.DEBUG
         self._min_severity = SEVERITIES.index("debug" if self._debug else "info")
+        self._notices: dict[TelemetryEventType, int] = {}
 
     def emit(self, event: TelemetryEvent) -> None:
         if SEVERITIES.index(event.severity) < self._min_severity:
             return
         if not self._debug and event.event_type in DETAIL_TYPES and event.severity in ("debug", "info"):
             return
+        text = summarize(event)
+        if not self._debug and event.event_type in NOTICE_TYPES:
+            seen = self._notices.get(event.event_type, 0)
+            self._notices[event.event_type] = seen + 1
+            if seen:
+                return
+            text += " (further notices of this kind are counted; every one at --telemetry-level debug)"
         line = Text(f"[{event_clock(event)}] ", style="dim")
         if event.env_id is not None:
             line.append(f"env{event.env_id} ", style="cyan")
-        line.append(summarize(event), style=SEVERITY_STYLES.get(event.severity, ""))
+        line.append(text, style=SEVERITY_STYLES.get(event.severity, ""))
         self.console.print(line, soft_wrap=True)
 
     def close(self) -> None:
-        """Nothing to release; rich writes through immediately."""
+        """The count of each notice kind the run raised more than once (rich writes everything else at once)."""
+        repeated = {t: n for t, n in self._notices.items() if n > 1}
+        if repeated:
+            counts = ", ".join(f"{t.name.lower().removesuffix('_detected').replace('_', ' ')} ×{n}"
+                               for t, n in repeated.items())
+            self.console.print(Text(f"notices during the run: {counts} (events.jsonl has each)", style="yellow"),
+                               soft_wrap=True)
+        self._notices = {}

@@ -133,3 +133,23 @@ def test_warnings_about_detail_types_are_still_printed_at_normal() -> None:
     backend, out = _backend(TelemetryLevel.NORMAL)
     backend.emit(TelemetryEvent(E.DEGRADATION_DETECTED, message="rolling accuracy -3 pp", severity="warning"))
     assert "rolling accuracy -3 pp" in out.getvalue()
+
+
+@pytest.mark.parametrize("level", [TelemetryLevel.NORMAL, TelemetryLevel.DEBUG])
+def test_repeated_notices_print_once_per_kind_then_a_count(level: TelemetryLevel) -> None:
+    """A run that keeps raising value collapse and escalations shows one line of each at the default level and
+    their counts at the end; at DEBUG every one."""
+    backend, out = _backend(level)
+    for _ in range(5):
+        backend.emit(TelemetryEvent(E.VALUE_COLLAPSE_DETECTED, message="value collapse",
+                                    data={"detail": "explained_variance=-9.194 < 0.1"}, severity="warning"))
+        backend.emit(TelemetryEvent(E.TELEMETRY_ESCALATED, data={"epochs": 5}, severity="warning"))
+    backend.close()
+    lines = out.getvalue().splitlines()
+    collapse = [line for line in lines if "value collapse" in line and "notices during" not in line]
+    escalated = [line for line in lines if "escalated" in line and "notices during" not in line]
+    if level == TelemetryLevel.DEBUG:
+        assert len(collapse) == len(escalated) == 5 and not any("notices during" in line for line in lines)
+    else:
+        assert len(collapse) == len(escalated) == 1 and "counted" in collapse[0]
+        assert lines[-1].startswith("notices during the run: value collapse ×5, telemetry escalated ×5")
