@@ -110,10 +110,9 @@ def _param_names(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
 
 def test_blueprint_registry_has_no_reset() -> None:
     found = list(_classes("BlueprintRegistry"))
+    assert found, "BlueprintRegistry is gone: point this check at the class that holds the blueprints now"
     for path, cls in found:
         assert "reset" not in _method_names(cls), f"{path}: BlueprintRegistry defines reset"
-    if not found:
-        pytest.skip("BlueprintRegistry not defined yet")
 
 
 def test_blending_start_has_no_temperature() -> None:
@@ -131,8 +130,7 @@ FACTORED_SWITCH = re.compile(r"^(use_)?factored(_mode)?$")
 
 def test_ppo_agent_has_no_factored_switch_ast() -> None:
     found = list(_classes("PPOAgent"))
-    if not found:
-        pytest.skip("PPOAgent not defined yet")
+    assert found, "PPOAgent is gone: point this check at the class that holds the PPO update now"
     for path, cls in found:
         for fn in cls.body:
             if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -141,8 +139,7 @@ def test_ppo_agent_has_no_factored_switch_ast() -> None:
 
 
 def test_ppo_agent_has_no_factored_switch_runtime() -> None:
-    ppo = pytest.importorskip("esper.simic.ppo.agent")
-    agent_cls = ppo.PPOAgent
+    from esper.simic.ppo.agent import PPOAgent as agent_cls
     for name, member in inspect.getmembers(agent_cls, callable):
         if name.startswith("__") and name != "__init__":
             continue

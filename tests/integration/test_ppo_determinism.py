@@ -14,16 +14,18 @@ CONFIG = TrainingConfig.preset("quick").with_overrides(
     n_episodes=4, max_epochs=2, max_train_samples=128, max_val_samples=64, device="cpu", param_cost=1.0)
 
 
-def _final_network(run: Path, process_seed: int) -> dict[str, torch.Tensor]:
+def _networks(run: Path, process_seed: int) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """The policy's weights before and after training."""
     torch.manual_seed(process_seed)
     train_ppo(CONFIG, PPORun(RunDirectory(run)))
-    final = torch.load(run / "checkpoints" / "final.pt", weights_only=True)
-    network: dict[str, torch.Tensor] = final["agent"]["network"]
-    return network
+    init, final = (torch.load(run / "checkpoints" / f"{kind}.pt", weights_only=True)["agent"]["network"]
+                   for kind in ("init", "final"))
+    return init, final
 
 
 def test_same_config_same_policy_whatever_the_process_rng(tmp_path: Path) -> None:
-    a = _final_network(tmp_path / "a", 1)
-    b = _final_network(tmp_path / "b", 2)
+    init, a = _networks(tmp_path / "a", 1)
+    _, b = _networks(tmp_path / "b", 2)
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not all(torch.equal(init[k], a[k]) for k in a)  # training changed the policy: the runs are not vacuous

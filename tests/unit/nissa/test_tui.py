@@ -218,11 +218,17 @@ def test_sparkline(values: list[float], expected: str) -> None:
 
 
 def test_live_start_and_close() -> None:
-    tui = TuiBackend(Console(file=io.StringIO(), width=160))
+    """The live display draws the dashboard while it runs, leaves it on screen when closed, and a second close is
+    harmless."""
+    out = io.StringIO()
+    tui = TuiBackend(Console(file=out, width=160, force_terminal=True))
     tui.start()
     _ppo_run(tui, 2)
     tui.close()
+    drawn = out.getvalue()
+    assert "environments" in drawn and "PPO health" in drawn and "esper ppo" in drawn
     tui.close()
+    assert out.getvalue() == drawn
 
 
 def test_eighty_columns_show_every_slot_and_the_progress_eta() -> None:
