@@ -31,6 +31,7 @@ from esper.leyline.constants import OBS_CLIP, OBS_EPSILON
 from esper.runtime.checkpoint import CheckpointFormatError, atomic_save, detached_cpu_copy, load_checkpoint
 from esper.runtime.devices import resolve_device
 from esper.simic.iql.config import RESUMABLE_FIELDS, IQLConfig
+from esper.simic.normalization import CONSTANT_FEATURE_VAR
 
 __all__ = [
     "EPOCH_METRICS",
@@ -83,7 +84,10 @@ class FeatureScaler:
         return FeatureScaler(self.mean.to(device), self.var.to(device))
 
     def __call__(self, states: torch.Tensor) -> torch.Tensor:
-        return ((states - self.mean) / torch.sqrt(self.var + OBS_EPSILON)).clamp(-OBS_CLIP, OBS_CLIP)
+        """Standardized and clipped; a feature constant in the dataset maps to 0, as in PPO's normalizer: the policy
+        never saw it change, so a change at deployment must not arrive as a ±OBS_CLIP outlier."""
+        z = (states - self.mean) / torch.sqrt(self.var + OBS_EPSILON)
+        return torch.where(self.var < CONSTANT_FEATURE_VAR, torch.zeros_like(z), z).clamp(-OBS_CLIP, OBS_CLIP)
 
 
 # ------------------------------------------------------------------------------------------- losses and targets

@@ -85,3 +85,16 @@ def test_polyak_update_moves_the_target_by_the_rate() -> None:
         assert torch.allclose(t, 0.9 * b + 0.1 * o)
     polyak_update(target, online, 1.0)
     assert all(torch.equal(t, o) for t, o in zip(target.parameters(), online.parameters(), strict=True))
+
+
+def test_a_feature_constant_in_the_dataset_is_no_outlier_at_deployment() -> None:
+    """As in PPO's normalizer: a feature the dataset never varied maps to 0 whatever value arrives later, instead
+    of ±OBS_CLIP (its variance is ~0, so any difference used to explode)."""
+    from esper.leyline.constants import OBS_CLIP
+    from esper.simic.iql.iql import FeatureScaler
+
+    logged = torch.stack([torch.tensor([0.5, float(i)]) for i in range(10)])  # feature 0 constant, 1 varies
+    scaler = FeatureScaler.from_states(logged)
+    live = scaler(torch.tensor([[0.9, 4.5], [0.1, 20.0]]))
+    assert live[:, 0].tolist() == [0.0, 0.0]
+    assert abs(float(live[0, 1])) < 0.1 and float(live[1, 1]) == OBS_CLIP
