@@ -15,6 +15,7 @@ from esper.simic.ppo.agent import PPOAgent
 from esper.simic.ppo.checkpoint import LearnerState
 from esper.simic.ppo.config import TrainingConfig
 from esper.simic.ppo.controller import NonFinitePolicyError, PPOController
+from esper.tamiyo import ControllerContext, SettingChangeError
 from unit.tamiyo.helpers import make_obs
 
 CONFIG = TrainingConfig(task="synthetic", max_epochs=3, n_envs=2, group_size=1, device="cpu")
@@ -75,6 +76,23 @@ def test_broken_checkpoints_are_refused_at_load(tmp_path: Path, edit: Any, messa
 
 
 def test_good_checkpoint_loads_and_decides(tmp_path: Path) -> None:
-    controller = PPOController.from_checkpoint(_checkpoint(tmp_path), topology="cnn", max_epochs=3)
+    path = _checkpoint(tmp_path)
+    trained = TrainingConfig.from_dict(torch.load(path, weights_only=True)["config"])
+    setting = {"task": trained.task, "max_epochs": trained.max_epochs,
+               "max_train_samples": trained.max_train_samples, "max_val_samples": trained.max_val_samples}
+    context = ControllerContext(topology="cnn", slots=tuple(trained.slots), setting=setting)
+    controller = PPOController.from_checkpoint(path, topology="cnn", context=context)
     [decision] = controller.decide_batch([make_obs()])
     assert decision.reason.startswith("policy (value")
+
+
+def test_another_setting_is_refused_unless_allowed(tmp_path: Path) -> None:
+    path = _checkpoint(tmp_path)
+    trained = TrainingConfig.from_dict(torch.load(path, weights_only=True)["config"])
+    other = {"task": trained.task, "max_epochs": trained.max_epochs + 2,
+             "max_train_samples": trained.max_train_samples, "max_val_samples": trained.max_val_samples}
+    context = ControllerContext(topology="cnn", slots=tuple(trained.slots), setting=other)
+    with pytest.raises(SettingChangeError, match=f"--max-epochs {trained.max_epochs}"):
+        PPOController.from_checkpoint(path, context=context)
+    allowed = ControllerContext(topology="cnn", slots=tuple(trained.slots), setting=other, allow_setting_change=True)
+    assert PPOController.from_checkpoint(path, context=allowed).decide_batch([make_obs()])
