@@ -56,7 +56,9 @@ CASES = (
                                   "--max-train-samples", "192", "--max-val-samples", "96", "--max-test-samples", "256"),
                ("episodes.jsonl", "steps.jsonl")),
     GoldenCase("compare_tiny", ("compare", "--controllers", "static", "heuristic", "random", "--episodes", "1",
-                                "--max-epochs", "14", "--seed", "3", *CAPS), ("episodes.jsonl", "steps.jsonl")),
+                                "--max-epochs", "14", "--seed", "3", "--max-train-samples", "192",
+                                "--max-val-samples", "96", "--max-test-samples", "256"),
+               ("episodes.jsonl", "steps.jsonl")),
 )
 
 

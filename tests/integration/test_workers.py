@@ -25,7 +25,7 @@ PPO = ["train", "ppo", "--preset", "quick", "--device", "cpu", "--set", "n_episo
        "--set", "group_size=2", "--set", "max_epochs=3", "--set", "max_train_samples=128", "--set",
        "max_val_samples=64", "--no-tui", "--no-tensorboard", "--telemetry-level", "minimal"]
 COMPARE = ["compare", "--controllers", "static", "heuristic", "random", "fixed:norm@early", "static:matched",
-           "--task", "fashion_mnist", "--episodes", "3", "--max-epochs", "4", "--max-train-samples", "128",
+           "--task", "fashion_mnist", "--episodes", "2", "--max-epochs", "4", "--max-train-samples", "128",
            "--max-val-samples", "64", "--max-test-samples", "100", "--device", "cpu",
            "--no-tui", "--no-tensorboard", "--telemetry-level", "minimal"]
 TIMING = {"rollout_seconds", "update_seconds", "env_epochs_per_second", "wall_seconds", "batch_loads"}
@@ -81,7 +81,7 @@ def test_compare_with_workers_writes_the_in_process_logs(tmp_path: Path) -> None
         done = _run(COMPARE, run_dir, "--workers", workers, "--data-dir", str(tmp_path / "data"))
         assert done.returncode == 0, done.stderr
     expected, actual = (_logs(runs[w], ("episodes.jsonl", "steps.jsonl")) for w in ("0", "2"))
-    assert len(actual["episodes.jsonl"]) == 3 * 5
+    assert len(actual["episodes.jsonl"]) == 2 * 5
     assert actual == expected
     results = [_clean(json.loads((runs[w] / "results.json").read_text())) for w in ("0", "2")]
     assert results[0] == results[1]
