@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# pytest-xdist processes (one per core of the 2-core CI machine); each test file runs whole in one of them.
+JOBS ?= 2
 
 .PHONY: demo test test-slow lint bench clean
 
@@ -19,7 +21,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/mypy src
-	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q
+	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n $(JOBS) --dist loadfile
 
 test-slow: $(STAMP)
 	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -m slow
