@@ -8,6 +8,8 @@ import json
 import math
 import os
 import sys
+import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,22 +19,29 @@ import torch
 from rich.console import Console
 from rich.text import Text
 
+from esper.cli.rundirs import save_traceback, saved_traceback
 from esper.env.rewards import RewardFamily
-from esper.leyline import CANONICAL_SLOTS, TelemetryEvent, TelemetryEventType, TelemetryLevel, TelemetrySink
+from esper.leyline import (
+    CANONICAL_SLOTS,
+    TelemetryEvent,
+    TelemetryEventType,
+    TelemetryLevel,
+    TelemetrySink,
+    UserInputError,
+)
 from esper.nissa import NissaHub, ProgressBackend, build_hub
 from esper.runtime.actors import WorkerFailed, WorkerOptions
-from esper.runtime.checkpoint import CheckpointFormatError
 from esper.runtime.devices import DeviceError
-from esper.runtime.readers import DatasetFormatError, DatasetNotFoundError, Split
-from esper.runtime.rundir import RunDirectory, RunDirectoryError
+from esper.runtime.readers import DatasetFormatError, Split
+from esper.runtime.rundir import RunDirectory
 from esper.runtime.tasks import TASKS, DataCache, DataOptions, TaskSpec, data_source
 from esper.simic.ppo.config import MAX_EPISODE_LENGTH, MAX_EPISODES, MAX_SAMPLES, MAX_SEED
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-USER_ERRORS = (ValueError, DeviceError, DatasetNotFoundError, DatasetFormatError, RunDirectoryError,
-               CheckpointFormatError, OSError)
+USER_ERRORS = (UserInputError, OSError)
 """Bad input: a clear message and exit 2. OSError covers the file system saying no (a path that is a file, a
-directory without write permission, a full disk), which the user fixes, not the code."""
+directory without write permission, a full disk), which the user fixes, not the code. Anything else is a fault of
+esper's: exit 1, its traceback saved (in the run directory when there is one) and named."""
 
 # Piped output (CI logs, files) gets a wide fixed width so result tables stay on one line per row.
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -83,7 +92,7 @@ def parse_sets(items: Sequence[str]) -> dict[str, Any]:
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep:
-            raise ValueError(f"--set expects KEY=VALUE, got '{item}': pass a config field and its value, e.g. "
+            raise UserInputError(f"--set expects KEY=VALUE, got '{item}': pass a config field and its value, e.g. "
                              f"--set lr=0.001")
         try:
             changes[key] = json.loads(raw)
@@ -179,7 +188,7 @@ def data_options(args: argparse.Namespace) -> DataOptions:
         if not path.exists():
             raise FileNotFoundError(f"--data-path {path} does not exist: pass a text or JSONL file")
         if not path.is_file():
-            raise ValueError(f"--data-path {path} is not a file: pass a text or JSONL file")
+            raise UserInputError(f"--data-path {path} is not a file: pass a text or JSONL file")
         if not os.access(path, os.R_OK):
             raise PermissionError(f"--data-path {path} is not readable: check its permissions")
     return DataOptions(data_dir=args.data_dir, data_path=path, download=args.download)
@@ -270,9 +279,12 @@ def run_guarded(fn: Callable[[argparse.Namespace], int], args: argparse.Namespac
     except Exception as exc:
         if args.debug:
             raise
+        path = saved_traceback(exc) or save_traceback(
+            exc, Path(tempfile.gettempdir()) / f"esper-traceback-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt")
         message = " ".join(str(exc).split())
         err_console.print(Text("unexpected error: ", style="bold red") + Text(
-            f"{type(exc).__name__}: {message} (rerun with --debug for the traceback)"))
+            f"{type(exc).__name__}: {message}. This is a bug in esper, not in your input; the traceback is in "
+            f"{path} (please attach it to a bug report)"))
         return EXIT_ERROR
 
 

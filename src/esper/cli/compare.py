@@ -33,6 +33,7 @@ from esper.evaluation.comparison import (
 )
 from esper.evaluation.controllers import all_controllers
 from esper.leyline import TelemetryEventType
+from esper.leyline.errors import UserInputError
 from esper.runtime.rundir import default_run_dir
 
 
@@ -97,9 +98,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     check_controllers(specs, plan)  # a checkpoint that cannot drive this setup fails before anything is written
     phases = comparison_phases(specs, labels)
     if args.match is not None and len(phases) == 1:
-        raise ValueError("--match widens static:matched, which is not among the controllers: add static:matched")
+        raise UserInputError("--match widens static:matched, which is not among the controllers: add static:matched")
     if args.match is not None and args.match not in phases[0]:  # static:matched cannot be matched to itself
-        raise ValueError(f"--match {args.match}: no such controller to match. Available: {phases[0]}")
+        raise UserInputError(f"--match {args.match}: no such controller to match. Available: {phases[0]}")
     cache = load_data(args, plan)
     config = {"controllers": labels, "specs": [s.label for s in specs], "task": plan.task.name,
               "episodes": args.episodes, "max_epochs": args.max_epochs, "slots": list(args.slots),

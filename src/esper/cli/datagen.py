@@ -32,6 +32,7 @@ from esper.datagen.health import DatasetHealthCheck, save_report
 from esper.datagen.orchestrator import GenerationOrchestrator
 from esper.datagen.plans import GenerationPlan, TwinPlan, create_generation_matrix
 from esper.datagen.reader import check_resumable, read_episodes
+from esper.leyline.errors import UserInputError
 from esper.runtime.devices import resolve_device
 from esper.runtime.tasks import DataOptions, get_task_spec
 
@@ -116,23 +117,23 @@ def _check_matrix_args(args: argparse.Namespace) -> None:
                                  ("behaviour policy", args.policies, POLICY_PRESETS)):
         unknown = [x for x in given or () if x not in presets]
         if unknown:
-            raise ValueError(f"Unknown {kind} preset(s) {', '.join(unknown)}. Available: {', '.join(presets)}")
+            raise UserInputError(f"Unknown {kind} preset(s) {', '.join(unknown)}. Available: {', '.join(presets)}")
     if args.max_retries < 0:
-        raise ValueError(f"--max-retries must be >= 0, got {args.max_retries}")
+        raise UserInputError(f"--max-retries must be >= 0, got {args.max_retries}")
 
 
 def _executor(args: argparse.Namespace) -> EpisodeExecutor:
     if args.executor == "ray":
         if args.devices != ["cpu"]:
-            raise ValueError("--devices places serial and pool workers; Ray places episodes on GPUs itself "
-                             "(--gpus-per-episode)")
+            raise UserInputError("--devices places serial and pool workers; Ray places episodes on GPUs itself "
+                                 "(--gpus-per-episode)")
         try:
             return RayEpisodeExecutor(args.ray_address, args.gpus_per_episode,
                                       num_cpus=None if args.ray_address else args.workers)
         except ImportError as error:
-            raise ValueError(str(error)) from None
+            raise UserInputError(str(error)) from None
     if args.gpus_per_episode:
-        raise ValueError("--gpus-per-episode applies to the Ray executor; pool workers take --devices")
+        raise UserInputError("--gpus-per-episode applies to the Ray executor; pool workers take --devices")
     for device in args.devices:  # a device this machine lacks fails here once, not in every episode
         resolve_device(device)
     if args.executor == "pool":
@@ -157,10 +158,10 @@ def _dry_run(plans: list[GenerationPlan], options: GenerateOptions, output_dir: 
 def cmd_datagen(args: argparse.Namespace) -> int:
     if args.health_check is not None:
         if args.output_dir is not None:
-            raise ValueError("Give either --output-dir (generate) or --health-check DIR (check), not both")
+            raise UserInputError("Give either --output-dir (generate) or --health-check DIR (check), not both")
         return health_check(args.health_check)
     if args.output_dir is None:
-        raise ValueError("Give --output-dir DIR to generate a dataset (or --health-check DIR to check one)")
+        raise UserInputError("Give --output-dir DIR to generate a dataset (or --health-check DIR to check one)")
     _check_matrix_args(args)
     options = GenerateOptions.for_task(args.task, args.param_cost, max_epochs=args.max_epochs,
                                        max_train_samples=args.max_train_samples,

@@ -21,6 +21,7 @@ from esper.cli.common import EXIT_OK, console, float_in, int_in, parse_sets, pha
 from esper.datagen.loader import REWARD_SOURCES, load_transitions
 from esper.evaluation.controllers import all_controllers
 from esper.evaluation.ope import OfflineEvaluation, OPEConfig, TargetPolicy, evaluate_offline
+from esper.leyline.errors import UserInputError
 from esper.nissa import ProgressBackend
 from esper.runtime.rundir import write_json_atomic
 from esper.tamiyo import ControllerContext
@@ -47,8 +48,8 @@ def target_policy(spec: str, topology: str, slots: tuple[str, ...]) -> TargetPol
     controller = all_controllers().build(spec, ControllerContext(topology=topology, slots=slots))
     action_probs = getattr(controller, "action_probs", None)
     if action_probs is None:
-        raise ValueError(f"{spec} decides from live observations only, so it cannot be evaluated from stored "
-                         f"features: pass a learned controller (iql:PATH or ppo:PATH)")
+        raise UserInputError(f"{spec} decides from live observations only, so it cannot be evaluated from stored "
+                             f"features: pass a learned controller (iql:PATH or ppo:PATH)")
     probs: TargetPolicy = action_probs
     return probs
 

@@ -25,6 +25,7 @@ from esper.cli.common import EXIT_OK, console
 from esper.datagen.reader import MANIFEST_FILE
 from esper.env.logs import EpisodeResult, StepRow
 from esper.evaluation.comparison import ComparisonResult
+from esper.leyline.errors import UserInputError
 from esper.runtime.rows import LogFormatError, read_rows
 from esper.simic.iql.history import IQLHistoryRow
 from esper.simic.ppo.history import HistoryRow
@@ -78,8 +79,8 @@ def run_type(run_dir: Path) -> str:
         raise LogFormatError(f"{path} has no \"command\" string: is this an esper run directory?")
     kind = data["command"].removeprefix("train ").strip()
     if kind not in RUN_TYPES:
-        raise ValueError(f"{path}: run type {data['command']!r} has no report: pass the run directory of one of "
-                         f"{', '.join(RUN_TYPES)}")
+        raise UserInputError(f"{path}: run type {data['command']!r} has no report: pass the run directory of one of "
+                             f"{', '.join(RUN_TYPES)}")
     return kind
 
 
@@ -90,13 +91,13 @@ def render_report(run_dir: Path, out: Path | None = None) -> list[Path]:
     """
     run_dir = Path(run_dir)
     if run_dir.exists() and not run_dir.is_dir():
-        raise ValueError(f"{run_dir} is a file, not a run directory: pass the folder that holds config.json")
+        raise UserInputError(f"{run_dir} is a file, not a run directory: pass the folder that holds config.json")
     if not run_dir.is_dir():
         raise FileNotFoundError(f"Run directory {run_dir} does not exist: pass the folder an esper command wrote "
                                 f"(its last lines name it)")
     out = Path(out) if out is not None else run_dir / "report"
     if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file, not a directory: pass a folder for the PNGs")
+        raise UserInputError(f"--out {out} is a file, not a directory: pass a folder for the PNGs")
     if (run_dir / MANIFEST_FILE).is_file():
         from esper.cli.report_datagen import datagen_report
 
@@ -144,7 +145,7 @@ def load_rows(run_dir: Path, cls: type[R]) -> list[R]:
     path = run_dir / cls.FILE
     rows = read_rows(path, cls)
     if not rows:
-        raise ValueError(f"{path} has no complete rows: nothing to plot yet")
+        raise UserInputError(f"{path} has no complete rows: nothing to plot yet")
     return rows
 
 
@@ -167,5 +168,5 @@ def _make_dir(out: Path) -> None:
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ValueError(f"Cannot create the report folder {out} ({exc.strerror or exc}): pass a writable --out"
-                         ) from exc
+        raise UserInputError(f"Cannot create the report folder {out} ({exc.strerror or exc}): pass a writable --out"
+                             ) from exc

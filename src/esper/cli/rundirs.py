@@ -10,12 +10,13 @@ Rules, the same for every command:
   arguments named when they do not;
 * a directory holding another command's finished work is refused.
 A command that fails on bad input before finishing anything removes what it created (`discard_on_error`), so the
-same command can be rerun as is.
+same command can be rerun as is; any other failure is esper's, and leaves its traceback in the run directory.
 """
 
 from __future__ import annotations
 
 import shutil
+import traceback
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,11 +30,30 @@ from esper.runtime.rundir import (
     is_run_directory,
     json_safe,
     recorded_command,
+    write_text_atomic,
 )
 
-__all__ = ["check_same_arguments", "discard_on_error", "prepare_run_dir"]
+__all__ = ["TRACEBACK_FILE", "check_same_arguments", "discard_on_error", "prepare_run_dir", "save_traceback",
+           "saved_traceback"]
 
 Claim = Literal["new", "existing"]
+TRACEBACK_FILE = "traceback.txt"
+_SAVED_AT = "esper traceback saved at "
+
+
+def save_traceback(exc: BaseException, path: Path) -> Path:
+    """Write `exc`'s traceback to `path` and note the path on the exception, so the command line can point to it."""
+    write_text_atomic(path, "".join(traceback.format_exception(exc)))
+    exc.add_note(f"{_SAVED_AT}{path}")
+    return path
+
+
+def saved_traceback(exc: BaseException) -> Path | None:
+    """Where `save_traceback` put `exc`'s traceback, if it did."""
+    for note in getattr(exc, "__notes__", ()):
+        if note.startswith(_SAVED_AT):
+            return Path(note.removeprefix(_SAVED_AT))
+    return None
 
 
 def prepare_run_dir(path: Path, *, command: str, overwrite: bool, resumable: Callable[[Path], bool]) -> Claim:
@@ -79,7 +99,8 @@ def check_same_arguments(path: Path, recorded: Mapping[str, Any], requested: Map
 def discard_on_error(run_dir: RunDirectory, *, fresh: bool, errors: tuple[type[BaseException], ...]
                      ) -> Iterator[RunDirectory]:
     """Remove a freshly started run directory again when one of `errors` (bad input) ends the command before it
-    finished anything; a resumed directory, and one holding finished work, are always kept."""
+    finished anything; a resumed directory, and one holding finished work, are always kept. Any other exception is a
+    fault of esper's: its traceback is saved in the run directory for a bug report."""
     try:
         yield run_dir
     except errors:
@@ -89,4 +110,8 @@ def discard_on_error(run_dir: RunDirectory, *, fresh: bool, errors: tuple[type[B
                 shutil.rmtree(run_dir.created_root, ignore_errors=True)
             else:
                 clear_run_directory(run_dir.path)
+        raise
+    except Exception as exc:
+        if run_dir.path.is_dir():
+            save_traceback(exc, run_dir.path / TRACEBACK_FILE)
         raise

@@ -64,6 +64,7 @@ from esper.evaluation.study import (
     write_study,
 )
 from esper.leyline import TelemetryEventType
+from esper.leyline.errors import UserInputError
 from esper.runtime.devices import resolve_devices
 from esper.runtime.readers import SPLITS
 from esper.runtime.rundir import (
@@ -124,9 +125,9 @@ def _training_config(args: argparse.Namespace, train_dir: Path) -> tuple[Trainin
                                 f"checkpoints/init.pt and final.pt)")
     setting = sorted(k for k in overrides if k not in _PLACEMENT)
     if args.ppo is not None and setting:
-        raise ValueError(f"--ppo evaluates the policy in the setting it trained in, so {', '.join(setting)} cannot "
-                         f"be changed; to test it elsewhere run esper compare --controllers static heuristic "
-                         f"ppo:{args.ppo}/checkpoints/init.pt ppo:{args.ppo} with the settings you want")
+        raise UserInputError(f"--ppo evaluates the policy in the setting it trained in, so {', '.join(setting)} cannot "
+                             f"be changed; to test it elsewhere run esper compare --controllers static heuristic "
+                             f"ppo:{args.ppo}/checkpoints/init.pt ppo:{args.ppo} with the settings you want")
     if not latest.exists() or (args.overwrite and args.ppo is None):
         if args.ppo is not None:
             raise FileNotFoundError(f"{latest} not found: --ppo needs a PPO run directory with checkpoints")

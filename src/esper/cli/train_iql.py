@@ -41,6 +41,7 @@ from esper.datagen.reader import MANIFEST_FILE
 from esper.evaluation.comparison import parse_controllers, run_comparison
 from esper.evaluation.episodes import EpisodePlan
 from esper.leyline import TelemetryEventType
+from esper.leyline.errors import UserInputError
 from esper.runtime.devices import resolve_devices
 from esper.runtime.rundir import RunDirectory, default_run_dir, read_jsonl, recorded_config, rewrite_jsonl
 from esper.runtime.tasks import DataCache, get_task_spec
@@ -86,9 +87,10 @@ def dataset_settings(dirs: list[Path]) -> dict[str, Any]:
         try:
             found.append(json.loads(path.read_text(encoding="utf-8"))["settings"])
         except (OSError, ValueError, KeyError, TypeError):
-            raise ValueError(f"{path} is missing or unreadable: pass directories written by `esper datagen`") from None
+            raise UserInputError(f"{path} is missing or unreadable: pass directories written by "
+                                 f"`esper datagen`") from None
     if any(s != found[0] for s in found):
-        raise ValueError(f"The datasets were generated with different settings ({found}): train on one setting")
+        raise UserInputError(f"The datasets were generated with different settings ({found}): train on one setting")
     settings: dict[str, Any] = found[0]
     return settings
 

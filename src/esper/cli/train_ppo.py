@@ -35,6 +35,7 @@ from esper.cli.rundirs import discard_on_error, prepare_run_dir
 from esper.env.rewards import RewardFamily, resolved_param_cost
 from esper.evaluation.study import EVAL_SEED_OFFSET
 from esper.leyline import TelemetryEventType
+from esper.leyline.errors import UserInputError
 from esper.nissa import ProgressBackend, trim_event_log
 from esper.runtime.devices import env_device_map, resolve_device, resolve_devices
 from esper.runtime.rundir import RunDirectory, checkpoint_file, default_run_dir
@@ -103,7 +104,7 @@ def _resume_target(args: argparse.Namespace) -> Path | None:
     """--resume, or an existing run directory of an interrupted PPO run (rerunning the command resumes it)."""
     if args.resume is not None:
         if args.overwrite:
-            raise ValueError("--overwrite starts a new run and --resume continues one: pass only one of them")
+            raise UserInputError("--overwrite starts a new run and --resume continues one: pass only one of them")
         if not args.resume.exists():
             raise FileNotFoundError(f"--resume {args.resume} not found: pass a PPO run directory or a checkpoint file "
                                     f"(e.g. RUN/checkpoints/latest.pt)")
@@ -112,8 +113,8 @@ def _resume_target(args: argparse.Namespace) -> Path | None:
             raise FileNotFoundError(f"--resume {args.resume}: {target} not found (the run has no checkpoint yet, "
                                     f"so there is nothing to resume); start it again without --resume")
         if args.run_dir is not None and args.run_dir.resolve() != target.parent.parent.resolve():
-            raise ValueError(f"--resume {args.resume} continues in its own run directory {target.parent.parent}; "
-                             f"drop --run-dir {args.run_dir}")
+            raise UserInputError(f"--resume {args.resume} continues in its own run directory {target.parent.parent}; "
+                                 f"drop --run-dir {args.run_dir}")
         return target
     latest = None if args.run_dir is None else args.run_dir / "checkpoints" / "latest.pt"
     if latest is not None and latest.is_file() and not args.overwrite:

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from esper.datagen.configs import SUPPORTED_ARCHITECTURES
 from esper.kasmina.hosts import CNNHost, SegmentLayout
 from esper.leyline import CANONICAL_SLOTS
+from esper.leyline.errors import UserInputError
 
 __all__ = ["RESNET_STAGES", "SUPPORTED_ARCHITECTURES", "BasicBlock", "ResNetHost", "create_model"]
 
@@ -52,7 +53,7 @@ class ResNetHost(nn.Module):
     def __init__(self, depth: int, *, num_classes: int = 10, in_channels: int = 3) -> None:
         super().__init__()
         if depth not in RESNET_STAGES:
-            raise ValueError(f"Unsupported ResNet depth {depth}. Available: {sorted(RESNET_STAGES)}")
+            raise UserInputError(f"Unsupported ResNet depth {depth}. Available: {sorted(RESNET_STAGES)}")
         self.depth = depth
         self.stem = nn.Sequential(
             nn.Conv2d(in_channels, _STAGE_WIDTHS[0], 3, stride=1, padding=1, bias=False),
@@ -120,5 +121,5 @@ def create_model(architecture: str, num_classes: int = 10, in_channels: int = 3)
     """A fresh host (HostProtocol) for `architecture`, initialized from the global torch RNG."""
     builder = _BUILDERS.get(architecture)
     if builder is None:
-        raise ValueError(f"Unknown architecture '{architecture}'. Supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
+        raise UserInputError(f"Unknown architecture '{architecture}'. Supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
     return builder(num_classes, in_channels)

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, ClassVar
 
 from esper.leyline import LifecycleOp
+from esper.leyline.errors import UserInputError
 
 __all__ = [
     "ENVIRONMENT_PRESETS",
@@ -41,15 +42,15 @@ OP_TIE_ORDER: tuple[str, ...] = ("WAIT", "GERMINATE", "FOSSILIZE", "CULL")
 INTERVENTION_COSTS: dict[str, float] = {"WAIT": 0.0, "GERMINATE": -0.02, "CULL": -0.005, "FOSSILIZE": -0.01}
 
 
-def _unknown_preset(kind: str, preset_id: str, presets: Mapping[str, Any]) -> ValueError:
-    return ValueError(f"Unknown {kind} preset '{preset_id}'. Available: {', '.join(presets)}")
+def _unknown_preset(kind: str, preset_id: str, presets: Mapping[str, Any]) -> UserInputError:
+    return UserInputError(f"Unknown {kind} preset '{preset_id}'. Available: {', '.join(presets)}")
 
 
 def _check_fields(cls: type, data: Mapping[str, Any]) -> None:
     known = {f.name for f in fields(cls)}
     unknown = sorted(set(data) - known)
     if unknown:
-        raise ValueError(f"Unknown {cls.__name__} field(s) {unknown}. Known: {sorted(known)}")
+        raise UserInputError(f"Unknown {cls.__name__} field(s) {unknown}. Known: {sorted(known)}")
 
 
 @dataclass(frozen=True)
@@ -71,22 +72,24 @@ class EnvironmentConfig:
 
     def __post_init__(self) -> None:
         if self.architecture not in SUPPORTED_ARCHITECTURES:
-            raise ValueError(
+            raise UserInputError(
                 f"Unknown architecture '{self.architecture}'. Supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
             )
         if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"Unknown optimizer '{self.optimizer}'. Available: {', '.join(OPTIMIZERS)}")
+            raise UserInputError(f"Unknown optimizer '{self.optimizer}'. Available: {', '.join(OPTIMIZERS)}")
         if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
-            raise ValueError(f"learning_rate must be finite and > 0, got {self.learning_rate}")
+            raise UserInputError(f"learning_rate must be finite and > 0, got {self.learning_rate}")
         if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+            raise UserInputError(f"batch_size must be >= 1, got {self.batch_size}")
         if not 0.0 <= self.momentum < 1.0:
-            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
+            raise UserInputError(f"momentum must be in [0, 1), got {self.momentum}")
         if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
-            raise ValueError(f"weight_decay must be finite and >= 0, got {self.weight_decay}")
+            raise UserInputError(f"weight_decay must be finite and >= 0, got {self.weight_decay}")
         # A decision follows every epoch but the last, so an episode needs two epochs to hold one transition.
         if self.max_epochs < 2:
-            raise ValueError(f"max_epochs must be >= 2 (one decision needs a following epoch), got {self.max_epochs}")
+            raise UserInputError(
+                f"max_epochs must be >= 2 (one decision needs a following epoch), got {self.max_epochs}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -152,23 +155,23 @@ class BehaviorPolicyConfig:
 
     def __post_init__(self) -> None:
         if not self.policy_id:
-            raise ValueError("policy_id must be non-empty")
+            raise UserInputError("policy_id must be non-empty")
         if self.strategy not in POLICY_STRATEGIES:
-            raise ValueError(f"Unknown strategy '{self.strategy}'. Available: {', '.join(POLICY_STRATEGIES)}")
+            raise UserInputError(f"Unknown strategy '{self.strategy}'. Available: {', '.join(POLICY_STRATEGIES)}")
         if not 0.0 <= self.epsilon <= 1.0:
-            raise ValueError(f"epsilon must be in [0, 1], got {self.epsilon}")
+            raise UserInputError(f"epsilon must be in [0, 1], got {self.epsilon}")
         if not (math.isfinite(self.temperature) and self.temperature > 0):
-            raise ValueError(f"temperature must be finite and > 0, got {self.temperature}")
+            raise UserInputError(f"temperature must be finite and > 0, got {self.temperature}")
         for name in ("min_epochs_before_germinate", "plateau_epochs_to_germinate",
                      "cull_after_epochs_without_improvement"):
             if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+                raise UserInputError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.germinate_period < 1:
-            raise ValueError(f"germinate_period must be >= 1, got {self.germinate_period}")
+            raise UserInputError(f"germinate_period must be >= 1, got {self.germinate_period}")
         if self.blueprint_preference is not None:
             preference = tuple(self.blueprint_preference)
             if not preference or len(set(preference)) != len(preference):
-                raise ValueError(f"blueprint_preference must be non-empty and unique, got {list(preference)}")
+                raise UserInputError(f"blueprint_preference must be non-empty and unique, got {list(preference)}")
             object.__setattr__(self, "blueprint_preference", preference)
 
     def to_dict(self) -> dict[str, Any]:
@@ -196,7 +199,7 @@ class BehaviorPolicyConfig:
         A preset that explores by definition (random: ε = 1) only takes its own ε, which names the variant.
         """
         if self.epsilon > 0 and epsilon != self.epsilon:
-            raise ValueError(
+            raise UserInputError(
                 f"'{self.policy_id}' explores with ε = {self.epsilon} by definition; ε variants ({epsilon}) derive "
                 "from the greedy presets"
             )

@@ -25,6 +25,7 @@ from typing import Any, Protocol, TypeVar
 
 import torch
 
+from esper.leyline.errors import UserInputError
 from esper.runtime.actors import ensure_ray, import_ray
 
 __all__ = [
@@ -58,7 +59,7 @@ class EpisodeExecutor(Protocol):
 
 def _check_threads(threads: int) -> None:
     if threads < 1:
-        raise ValueError(f"threads_per_episode must be >= 1, got {threads}")
+        raise UserInputError(f"threads_per_episode must be >= 1, got {threads}")
 
 
 def _call(fn: JobFn[J, Opt, R], job: J, options: Opt, device: str, threads: int) -> tuple[bool, Any]:
@@ -133,9 +134,9 @@ class ProcessPoolEpisodeExecutor:
 
     def __init__(self, workers: int, devices: Sequence[str] = ("cpu",), threads_per_episode: int = 1) -> None:
         if workers < 1:
-            raise ValueError(f"workers must be >= 1, got {workers}")
+            raise UserInputError(f"workers must be >= 1, got {workers}")
         if not devices:
-            raise ValueError("devices must name at least one device (e.g. ['cpu'] or ['cuda:0', 'cuda:1'])")
+            raise UserInputError("devices must name at least one device (e.g. ['cpu'] or ['cuda:0', 'cuda:1'])")
         _check_threads(threads_per_episode)
         self.workers = workers
         self.devices = tuple(devices)
@@ -247,9 +248,9 @@ class RayEpisodeExecutor:
     ) -> None:
         _check_threads(threads_per_episode)
         if num_gpus_per_episode < 0:
-            raise ValueError(f"num_gpus_per_episode must be >= 0, got {num_gpus_per_episode}")
+            raise UserInputError(f"num_gpus_per_episode must be >= 0, got {num_gpus_per_episode}")
         if address is not None and num_cpus is not None:
-            raise ValueError("num_cpus sizes a local cluster; an existing cluster at an address has its own")
+            raise UserInputError("num_cpus sizes a local cluster; an existing cluster at an address has its own")
         self._ray = import_ray()
         self.address = address
         self.num_gpus_per_episode = num_gpus_per_episode

@@ -26,6 +26,7 @@ from esper.datagen.configs import OP_NAMES
 from esper.datagen.reader import read_episodes
 from esper.datagen.schema import SCHEMA_VERSION
 from esper.leyline import NUM_JOINT_ACTIONS, OBS_DIM
+from esper.leyline.errors import UserInputError
 
 __all__ = ["EXPORT_FORMATS", "export_minari", "import_minari"]
 
@@ -39,8 +40,8 @@ def import_minari() -> ModuleType:
         import h5py  # noqa: F401  (Minari's default storage format)
         import minari
     except ImportError as error:
-        raise ValueError("Minari export needs the optional [minari] extra: pip install 'esper[minari]' "
-                         f"({error.name} is missing)") from error
+        raise UserInputError("Minari export needs the optional [minari] extra: pip install 'esper[minari]' "
+                             f"({error.name} is missing)") from error
     return minari
 
 
@@ -119,14 +120,14 @@ def export_minari(directory: Path, dataset_id: str, *, root: Path | None = None)
     try:
         parse_dataset_id(dataset_id)
     except ValueError:
-        raise ValueError(f"Minari dataset ids look like NAMESPACE/NAME-vVERSION (e.g. esper/synthetic-v0), got "
-                         f"'{dataset_id}'") from None
+        raise UserInputError(f"Minari dataset ids look like NAMESPACE/NAME-vVERSION (e.g. esper/synthetic-v0), got "
+                             f"'{dataset_id}'") from None
     episodes = read_episodes(directory, (SCHEMA_VERSION,))
     with _datasets_root(root):
         if dataset_id in minari.list_local_datasets():
             where = root if root is not None else "Minari's datasets root"
-            raise ValueError(f"Minari dataset '{dataset_id}' already exists under {where}; choose another --out, "
-                             f"or delete it first (minari delete {dataset_id})")
+            raise UserInputError(f"Minari dataset '{dataset_id}' already exists under {where}; choose another --out, "
+                                 f"or delete it first (minari delete {dataset_id})")
         policies = sorted({str(e["behavior_policy"]["policy_id"]) for e in episodes})
         with warnings.catch_warnings():
             # Minari nags about metadata a generated dataset has no use for (permalink, e-mail, evaluation env).

@@ -30,6 +30,7 @@ from esper.env import EnvSpec, EpochData, MorphoEnv, StoredTwin, run_episodes
 from esper.env.rewards import RewardFn, make_reward_fn
 from esper.leyline import CANONICAL_SLOTS
 from esper.leyline.constants import DEFAULT_GAMMA
+from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import derive_seed
 from esper.runtime.devices import resolve_device
 from esper.runtime.optim import OptimizerSpec
@@ -62,26 +63,26 @@ class GenerateOptions:
 
     def __post_init__(self) -> None:
         if self.task not in DATAGEN_TASKS:
-            raise ValueError(f"Unknown datagen task '{self.task}'. Available: {', '.join(DATAGEN_TASKS)}")
+            raise UserInputError(f"Unknown datagen task '{self.task}'. Available: {', '.join(DATAGEN_TASKS)}")
         if not (math.isfinite(self.param_cost) and self.param_cost >= 0):
-            raise ValueError(f"param_cost must be finite and >= 0, got {self.param_cost}")
+            raise UserInputError(f"param_cost must be finite and >= 0, got {self.param_cost}")
         if self.max_epochs < 2:
-            raise ValueError(f"max_epochs must be >= 2 (decisions follow epochs 1 … T−1), got {self.max_epochs}")
+            raise UserInputError(f"max_epochs must be >= 2 (decisions follow epochs 1 … T−1), got {self.max_epochs}")
         for name in ("max_train_samples", "max_val_samples"):
             value = getattr(self, name)
             if value is not None and value < 2:
-                raise ValueError(f"{name} must be >= 2 when given, got {value}")
+                raise UserInputError(f"{name} must be >= 2 when given, got {value}")
 
     @classmethod
     def for_task(cls, task: str, param_cost: float | None = None, **kwargs: Any) -> GenerateOptions:
         """Options whose λ_p is `param_cost`, or the task's one measured nearest their training-sample cap; a
         task without one needs it given."""
         if task not in DATAGEN_TASKS:
-            raise ValueError(f"Unknown datagen task '{task}'. Available: {', '.join(DATAGEN_TASKS)}")
+            raise UserInputError(f"Unknown datagen task '{task}'. Available: {', '.join(DATAGEN_TASKS)}")
         cost = param_cost if param_cost is not None else measured_param_cost(task, kwargs.get("max_train_samples"))
         if cost is None:
-            raise ValueError(f"Task '{task}' has no measured parameter cost for the gap reward: pass one "
-                             "(--param-cost PP_PER_100PCT)")
+            raise UserInputError(f"Task '{task}' has no measured parameter cost for the gap reward: pass one "
+                                 "(--param-cost PP_PER_100PCT)")
         return cls(task=task, param_cost=cost, **kwargs)
 
     def settings(self) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from rich.table import Table
 
 from esper.datagen.configs import OP_NAMES
 from esper.datagen.schema import read_json, write_json_atomic
+from esper.leyline.errors import UserInputError
 
 __all__ = [
     "DatasetHealthCheck",
@@ -265,13 +266,13 @@ class DatasetHealthCheck:
         single_action_max: float = 0.50,
     ) -> None:
         if not 0 <= action_coverage_min <= action_coverage_warn <= 1:
-            raise ValueError("action coverage thresholds need 0 <= min <= warn <= 1")
+            raise UserInputError("action coverage thresholds need 0 <= min <= warn <= 1")
         if not 0 <= entropy_min <= entropy_warn:
-            raise ValueError("entropy thresholds need 0 <= min <= warn")
+            raise UserInputError("entropy thresholds need 0 <= min <= warn")
         if not 0 <= policy_diversity_min <= policy_diversity_warn:
-            raise ValueError("policy diversity thresholds need 0 <= min <= warn")
+            raise UserInputError("policy diversity thresholds need 0 <= min <= warn")
         if not 0 <= single_action_max <= 1:
-            raise ValueError("single_action_max must be in [0, 1]")
+            raise UserInputError("single_action_max must be in [0, 1]")
         self.action_coverage_min, self.action_coverage_warn = action_coverage_min, action_coverage_warn
         self.entropy_min, self.entropy_warn = entropy_min, entropy_warn
         self.policy_diversity_min, self.policy_diversity_warn = policy_diversity_min, policy_diversity_warn

@@ -23,6 +23,7 @@ from esper.datagen.reader import read_episodes
 from esper.datagen.transitions import TransitionDataset
 from esper.leyline import NUM_JOINT_ACTIONS, OBS_SCHEMA
 from esper.leyline.constants import DEFAULT_GAMMA
+from esper.leyline.errors import UserInputError
 
 __all__ = ["REWARD_SOURCES", "load_transitions"]
 
@@ -40,8 +41,8 @@ def _reward(episode: Mapping[str, Any], decision: Mapping[str, Any], source: str
     action = decision["action"]
     if source == "gap":
         if episode["schema_version"] == "2.0.0":
-            raise ValueError(f"Episode {episode['episode_id']} (schema 2.0.0) stores no gap reward; load it with "
-                             "reward_source='accuracy' or 'contribution', or regenerate the data")
+            raise UserInputError(f"Episode {episode['episode_id']} (schema 2.0.0) stores no gap reward; load it with "
+                                 "reward_source='accuracy' or 'contribution', or regenerate the data")
         return _number(action["reward_components"]["gap"])
     if source == "accuracy":
         stored = action["reward_components"]
@@ -49,14 +50,14 @@ def _reward(episode: Mapping[str, Any], decision: Mapping[str, Any], source: str
         return components.total(gamma, shaping_weight)
     shaped = action.get("shaped_reward")
     if not isinstance(shaped, Mapping) or "total" not in shaped:
-        raise ValueError(f"Episode {episode['episode_id']} stores no contribution-family reward (shaped_reward)")
+        raise UserInputError(f"Episode {episode['episode_id']} stores no contribution-family reward (shaped_reward)")
     return _number(shaped["total"])
 
 
 def _common(episodes: Sequence[Mapping[str, Any]], key: str) -> Any:
     values = {repr(e.get(key)): e.get(key) for e in episodes}
     if len(values) != 1:
-        raise ValueError(f"The episodes mix {key} values {sorted(values)}; load datasets of one {key} together")
+        raise UserInputError(f"The episodes mix {key} values {sorted(values)}; load datasets of one {key} together")
     return next(iter(values.values()))
 
 
@@ -75,7 +76,7 @@ def load_transitions(
     Episodes of another observation schema, topology or slot set than the others are rejected.
     """
     if reward_source not in REWARD_SOURCES:
-        raise ValueError(f"Unknown reward_source '{reward_source}'. Available: {', '.join(REWARD_SOURCES)}")
+        raise UserInputError(f"Unknown reward_source '{reward_source}'. Available: {', '.join(REWARD_SOURCES)}")
     episodes = read_episodes(dirs)
     topology = _common(episodes, "topology")
     slots = tuple(_common(episodes, "enabled_slots"))

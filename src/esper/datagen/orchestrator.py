@@ -39,6 +39,7 @@ from esper.datagen.schema import (
     validate_episode,
     write_json_atomic,
 )
+from esper.leyline.errors import UserInputError
 
 try:
     import fcntl
@@ -65,7 +66,7 @@ EpisodeCallback = Callable[[GenerationPlan, Exception | None], None]
 TwinCallback = Callable[[TwinPlan, Exception | None], None]
 
 
-class MatrixMismatchError(ValueError):
+class MatrixMismatchError(UserInputError):
     """The output directory holds progress of a different matrix or different settings."""
 
 
@@ -97,7 +98,7 @@ class GenerationOrchestrator:
         retry_failed: bool = False,
     ) -> None:
         if max_retries < 0:
-            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+            raise UserInputError(f"max_retries must be >= 0, got {max_retries}")
         self.output_dir = Path(output_dir)
         self.output_dir.mkdir(parents=True, exist_ok=True)
         self._release_lock = self._acquire_lock()
@@ -262,7 +263,7 @@ class GenerationOrchestrator:
 
     def _check_id(self, episode_id: str) -> None:
         if episode_id not in self._plans_by_id:
-            raise ValueError(f"Episode '{episode_id}' is not part of this generation matrix")
+            raise UserInputError(f"Episode '{episode_id}' is not part of this generation matrix")
 
     def failures(self) -> dict[str, str]:
         """Last error of every permanently failed episode."""

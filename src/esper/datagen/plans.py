@@ -16,6 +16,7 @@ from typing import Any
 
 from esper.datagen.configs import ENVIRONMENT_PRESETS, POLICY_PRESETS, BehaviorPolicyConfig, EnvironmentConfig
 from esper.datagen.policies import BehaviorPolicy
+from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import derive_seed
 
 __all__ = [
@@ -37,9 +38,11 @@ SEED_STRIDE = 1000  # seeds of consecutive environment configs are this far apar
 def paired_seed(env_config_id: str, episode_idx: int, base_seed: int = DEFAULT_BASE_SEED) -> int:
     """The seed every behaviour policy uses for episode `episode_idx` of `env_config_id`."""
     if env_config_id not in ENVIRONMENT_PRESETS:
-        raise ValueError(f"Unknown environment preset '{env_config_id}'. Available: {', '.join(ENVIRONMENT_PRESETS)}")
+        raise UserInputError(f"Unknown environment preset '{env_config_id}'. "
+                             f"Available: {', '.join(ENVIRONMENT_PRESETS)}")
     if not 0 <= episode_idx < SEED_STRIDE:
-        raise ValueError(f"episode_idx must be in [0, {SEED_STRIDE}) so paired seeds stay distinct, got {episode_idx}")
+        raise UserInputError(f"episode_idx must be in [0, {SEED_STRIDE}) so paired seeds stay distinct, "
+                             f"got {episode_idx}")
     return base_seed + SEED_STRIDE * list(ENVIRONMENT_PRESETS).index(env_config_id) + episode_idx
 
 
@@ -79,9 +82,10 @@ class GenerationPlan:
         EnvironmentConfig.from_preset(self.env_config_id)
         base = BehaviorPolicyConfig.from_preset(self.policy_config_id)
         if not 0.0 <= self.epsilon <= 1.0:
-            raise ValueError(f"epsilon must be in [0, 1], got {self.epsilon}")
+            raise UserInputError(f"epsilon must be in [0, 1], got {self.epsilon}")
         if base.epsilon > 0 and self.epsilon != base.epsilon:
-            raise ValueError(f"Preset '{self.policy_config_id}' runs with ε = {base.epsilon}, got ε = {self.epsilon}")
+            raise UserInputError(f"Preset '{self.policy_config_id}' runs with ε = {base.epsilon}, "
+                                 f"got ε = {self.epsilon}")
         if self.random_seed is None:
             object.__setattr__(self, "random_seed", paired_seed(self.env_config_id, self.episode_idx))
 
@@ -173,12 +177,12 @@ def create_generation_matrix(
     envs = list(ENVIRONMENT_PRESETS) if env_ids is None else list(env_ids)
     policies = list(POLICY_PRESETS) if policy_ids is None else list(policy_ids)
     if not 1 <= episodes_per_combo <= SEED_STRIDE:
-        raise ValueError(f"episodes_per_combo must be in [1, {SEED_STRIDE}], got {episodes_per_combo}")
+        raise UserInputError(f"episodes_per_combo must be in [1, {SEED_STRIDE}], got {episodes_per_combo}")
     for kind, ids in (("environment", envs), ("policy", policies)):
         if len(set(ids)) != len(ids):
-            raise ValueError(f"Duplicate {kind} ids in {ids}")
+            raise UserInputError(f"Duplicate {kind} ids in {ids}")
     if epsilon_values is not None and len(set(epsilon_values)) != len(epsilon_values):
-        raise ValueError(f"Duplicate epsilon values in {list(epsilon_values)}")
+        raise UserInputError(f"Duplicate epsilon values in {list(epsilon_values)}")
     plans: list[GenerationPlan] = []
     for env_id in envs:
         for policy_id in policies:

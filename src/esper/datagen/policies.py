@@ -31,6 +31,7 @@ from esper.leyline import (
     from_joint_index,
     joint_index,
 )
+from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import derive_seed
 from esper.tamiyo import ControllerContext, TamiyoDecision, register_controller
 
@@ -103,12 +104,12 @@ class BehaviorPolicy:
 
     def __init__(self, config: BehaviorPolicyConfig, seed: int = 0, *, topology: str = "cnn") -> None:
         if topology not in BLUEPRINT_HEAD:
-            raise ValueError(f"Unknown topology '{topology}'. Available: {sorted(BLUEPRINT_HEAD)}")
+            raise UserInputError(f"Unknown topology '{topology}'. Available: {sorted(BLUEPRINT_HEAD)}")
         head = BLUEPRINT_HEAD[topology][1:]
         preference = config.blueprint_preference if config.blueprint_preference is not None else head[:1]
         outside = [b for b in preference if b not in head]
         if outside:
-            raise ValueError(
+            raise UserInputError(
                 f"Behaviour policy '{config.policy_id}' prefers {outside}, which are not {topology} head blueprints "
                 f"{list(head)}; use head blueprints so every action has a joint index"
             )
@@ -305,9 +306,9 @@ def parse_behavior_spec(argument: str) -> tuple[str, float | None]:
     try:
         epsilon = float(tail)
     except ValueError:
-        raise ValueError(f"Cannot read ε from '{argument}': write PRESET-epsE, e.g. baseline-eps0.2") from None
+        raise UserInputError(f"Cannot read ε from '{argument}': write PRESET-epsE, e.g. baseline-eps0.2") from None
     if not 0.0 <= epsilon <= 1.0:
-        raise ValueError(f"ε must be in [0, 1], got {epsilon} in '{argument}'")
+        raise UserInputError(f"ε must be in [0, 1], got {epsilon} in '{argument}'")
     return preset, epsilon
 
 
@@ -318,7 +319,7 @@ def parse_behavior_spec(argument: str) -> tuple[str, float | None]:
 )
 def _behavior(argument: str | None, context: ControllerContext) -> BehaviorPolicy:
     if argument is None:
-        raise ValueError("behavior needs a preset: behavior:PRESET[-epsE]")
+        raise UserInputError("behavior needs a preset: behavior:PRESET[-epsE]")
     preset, epsilon = parse_behavior_spec(argument)
     seed = derive_seed(context.seed, context.episode, context.index)
     return create_policy(preset, epsilon, seed=seed, topology=context.topology)

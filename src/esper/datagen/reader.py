@@ -14,6 +14,7 @@ from typing import Any
 
 from esper.datagen.schema import READABLE_SCHEMA_VERSIONS, SCHEMA_VERSION, validate_episode
 from esper.leyline import OBS_SCHEMA
+from esper.leyline.errors import UserInputError
 
 __all__ = ["MANIFEST_FILE", "NOT_EPISODES", "EpisodeFormatError", "check_resumable", "episode_files",
            "read_episode_file", "read_episodes"]
@@ -22,7 +23,7 @@ MANIFEST_FILE = "manifest.json"
 NOT_EPISODES = frozenset({MANIFEST_FILE, "health_report.json"})
 
 
-class EpisodeFormatError(ValueError):
+class EpisodeFormatError(UserInputError):
     """An episode file that cannot be read as a datagen episode of a readable schema."""
 
 
@@ -63,7 +64,7 @@ def read_episodes(directories: Path | str | Sequence[Path | str],
     an error, and so is an episode id that appears twice (the same data loaded twice would be double-counted)."""
     dirs = [Path(directories)] if isinstance(directories, str | Path) else [Path(d) for d in directories]
     if not dirs:
-        raise ValueError("No datagen directory given")
+        raise UserInputError("No datagen directory given")
     allowed = tuple(versions)
     episodes: list[dict[str, Any]] = []
     seen: dict[str, Path] = {}
@@ -72,14 +73,14 @@ def read_episodes(directories: Path | str | Sequence[Path | str],
             raise FileNotFoundError(f"Datagen directory {directory} does not exist")
         files = episode_files(directory)
         if not files:
-            raise ValueError(f"{directory} holds no episode files; generate some with `esper datagen --output-dir "
-                             f"{directory}`")
+            raise UserInputError(f"{directory} holds no episode files; generate some with `esper datagen --output-dir "
+                                 f"{directory}`")
         for path in files:
             episode = read_episode_file(path, allowed)
             episode_id = str(episode["episode_id"])
             if episode_id in seen:
-                raise ValueError(f"Episode {episode_id} appears in both {seen[episode_id]} and {directory}; load "
-                                 "each dataset once")
+                raise UserInputError(f"Episode {episode_id} appears in both {seen[episode_id]} and {directory}; load "
+                                     "each dataset once")
             seen[episode_id] = directory
             episodes.append(episode)
     return episodes

@@ -19,6 +19,7 @@ from typing import Any
 
 from esper.datagen.configs import OP_NAMES
 from esper.leyline import NUM_JOINT_ACTIONS, OBS_DIM
+from esper.leyline.errors import UserInputError
 
 __all__ = [
     "READABLE_SCHEMA_VERSIONS",
@@ -141,7 +142,7 @@ def validate_episode(episode: Any, schema_version: str = SCHEMA_VERSION) -> list
     reward is the `gap` component. Statistical quality (coverage, entropy, finiteness) is the health checks' job.
     """
     if schema_version not in READABLE_SCHEMA_VERSIONS:
-        raise ValueError(f"Unknown schema version {schema_version!r}; readable: {list(READABLE_SCHEMA_VERSIONS)}")
+        raise UserInputError(f"Unknown schema version {schema_version!r}; readable: {list(READABLE_SCHEMA_VERSIONS)}")
     if not isinstance(episode, Mapping):
         return ["the episode is not a JSON object"]
     problems: list[str] = []

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from esper.leyline import CANONICAL_SLOTS, NUM_JOINT_ACTIONS, OBS_DIM, OBS_SCHEMA, ordered_slots
+from esper.leyline.errors import UserInputError
 
 __all__ = ["EpisodeIndex", "TransitionBatch", "TransitionDataset"]
 
@@ -83,7 +84,7 @@ class TransitionDataset:
     def __post_init__(self) -> None:
         problem = self._problem()
         if problem is not None:
-            raise ValueError(f"Invalid transition dataset: {problem}")
+            raise UserInputError(f"Invalid transition dataset: {problem}")
         object.__setattr__(self, "slots", ordered_slots(self.slots))
 
     # ------------------------------------------------------------------------------------------------ validation
@@ -189,7 +190,7 @@ class TransitionDataset:
     def sample(self, batch_size: int, generator: torch.Generator) -> TransitionBatch:
         """A uniform minibatch drawn with replacement from `generator` (a CPU generator, so resumes are portable)."""
         if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+            raise UserInputError(f"batch_size must be >= 1, got {batch_size}")
         return self.batch(torch.randint(len(self), (batch_size,), generator=generator))
 
     def episode_index(self) -> EpisodeIndex:
@@ -216,11 +217,11 @@ class TransitionDataset:
         """(train, held-out) with whole episodes on each side, so no held-out decision leaks through its episode."""
         ids = torch.unique(self.episode_ids).cpu()
         if not 0.0 < holdout_fraction < 1.0:
-            raise ValueError(f"holdout_fraction must be in (0, 1), got {holdout_fraction}")
+            raise UserInputError(f"holdout_fraction must be in (0, 1), got {holdout_fraction}")
         n_holdout = round(holdout_fraction * len(ids))
         if not 0 < n_holdout < len(ids):
-            raise ValueError(f"Cannot hold out {holdout_fraction:.0%} of {len(ids)} episodes and keep both sides "
-                             f"non-empty; use more episodes or another fraction")
+            raise UserInputError(f"Cannot hold out {holdout_fraction:.0%} of {len(ids)} episodes and keep both sides "
+                                 f"non-empty; use more episodes or another fraction")
         perm = ids[torch.randperm(len(ids), generator=torch.Generator().manual_seed(seed))]
         return self.select_episodes(perm[n_holdout:]), self.select_episodes(perm[:n_holdout])
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 
 from esper.leyline.actions import BlueprintAction, ordered_slots
 from esper.leyline.constants import BASE_FEATURE_DIM, CANONICAL_SLOTS, NUM_BLUEPRINTS, OBS_DIM, SEED_TELEMETRY_DIM
+from esper.leyline.errors import UserInputError
 from esper.leyline.reports import SeedStateReport
 from esper.leyline.signals import EnvObservation, TrainingSignals
 
@@ -134,7 +135,7 @@ def signals_to_features(
     if stray:
         raise ValueError(f"Seed reports for slots that are not enabled: {stray} (enabled: {list(enabled)})")
     if not (math.isfinite(random_guess_loss) and random_guess_loss > 0):
-        raise ValueError(f"random_guess_loss must be finite and > 0, got {random_guess_loss}")
+        raise UserInputError(f"random_guess_loss must be finite and > 0, got {random_guess_loss}")
     big_l = random_guess_loss
     m = signals.metrics
 

@@ -52,6 +52,7 @@ from esper.env.loop import EpochData, MeasuredEpoch, conclude_epoch, measure_epo
 from esper.env.rewards import RewardFamily, RewardFn, make_reward_fn
 from esper.leyline import CANONICAL_SLOTS, EnvObservation, SeedStage, from_joint_index, ordered_slots
 from esper.leyline.constants import DEFAULT_BATCH_SIZE_TRAINING, DEFAULT_GAMMA, NUM_JOINT_ACTIONS, OBS_DIM
+from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import derive_seed
 from esper.runtime.actors import intra_op_threads
 from esper.runtime.devices import resolve_device
@@ -89,22 +90,22 @@ class GymEnvConfig:
         get_task_spec(self.task)  # an unknown task is an error naming the known ones
         object.__setattr__(self, "task", self.task.lower())
         if not self.slots:
-            raise ValueError(f"Enable at least one slot (of {list(CANONICAL_SLOTS)})")
+            raise UserInputError(f"Enable at least one slot (of {list(CANONICAL_SLOTS)})")
         object.__setattr__(self, "slots", ordered_slots(self.slots))
         if self.max_epochs < 2:
-            raise ValueError(f"max_epochs must be >= 2 (a decision needs an epoch after it), got {self.max_epochs}")
+            raise UserInputError(f"max_epochs must be >= 2 (a decision needs an epoch after it), got {self.max_epochs}")
         for name in ("max_seeds", "max_train_samples", "max_val_samples"):
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise ValueError(f"{name} must be >= 1 or None, got {value}")
+                raise UserInputError(f"{name} must be >= 1 or None, got {value}")
         if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+            raise UserInputError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.param_cost is not None and not self.param_cost >= 0:
-            raise ValueError(f"param_cost must be >= 0 or None (the task's value measured at the nearest sample "
-                             f"cap), got {self.param_cost}")
+            raise UserInputError(f"param_cost must be >= 0 or None (the task's value measured at the nearest sample "
+                                 f"cap), got {self.param_cost}")
 
 
-class InvalidActionError(ValueError):
+class InvalidActionError(UserInputError):
     """An action that is not a joint index, or one the current validity rules forbid."""
 
 
@@ -149,7 +150,7 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
         """`MorphoGymEnv(GymEnvConfig(...))`, or the same fields as keywords (what `gymnasium.make` passes):
         `MorphoGymEnv(task="fashion_mnist", max_epochs=25, max_train_samples=192, data_dir="data")`."""
         if config is not None and (settings or data_dir is not None or data_path is not None):
-            raise ValueError("Pass either a GymEnvConfig or its fields as keywords, not both")
+            raise UserInputError("Pass either a GymEnvConfig or its fields as keywords, not both")
         if config is None:
             if "slots" in settings:
                 settings["slots"] = tuple(settings["slots"])
@@ -159,7 +160,8 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
                 config = GymEnvConfig(**settings, data=data)
             except TypeError as error:
                 fields = sorted(f.name for f in dataclasses.fields(GymEnvConfig) if f.name != "data")
-                raise ValueError(f"{error}: MorphoGymEnv takes {', '.join(fields)}, data_dir and data_path") from None
+                raise UserInputError(f"{error}: MorphoGymEnv takes {', '.join(fields)}, data_dir and "
+                                     f"data_path") from None
         self.config = config
         self.task = get_task_spec(self.config.task)
         self.device = resolve_device(self.config.device)
@@ -192,8 +194,8 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
         replays exactly (on CPU); without a seed, one is drawn from the env's generator."""
         super().reset(seed=seed)
         if options:
-            raise ValueError(f"MorphoGymEnv.reset takes no options, got {sorted(options)}: configure the episodes "
-                             f"with GymEnvConfig")
+            raise UserInputError(f"MorphoGymEnv.reset takes no options, got {sorted(options)}: configure the episodes "
+                                 f"with GymEnvConfig")
         self.env_seed = seed if seed is not None else int(self.np_random.integers(SEED_BOUND))
         with intra_op_threads(1):  # esper's float path
             return self._start()

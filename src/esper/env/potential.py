@@ -10,6 +10,7 @@ ending an episode with seeds in flight (a germination at the last decision earns
 from __future__ import annotations
 
 from esper.leyline.actions import ordered_slots
+from esper.leyline.errors import UserInputError
 from esper.leyline.stages import SeedStage
 
 __all__ = [
@@ -64,7 +65,7 @@ def pbrs_shaping(
 ) -> float:
     """w·(γ·Φ(S') − Φ(S)), with Φ(S') = 0 when S' is terminal; both snapshots must cover the same enabled slots."""
     if not 0.0 < gamma <= 1.0:
-        raise ValueError(f"gamma must be in (0, 1], got {gamma}")
+        raise UserInputError(f"gamma must be in (0, 1], got {gamma}")
     prev_slots = {slot for slot, _, _ in prev_snapshot}
     next_slots = {slot for slot, _, _ in next_snapshot}
     if prev_slots != next_slots:

@@ -24,6 +24,7 @@ from esper.env.contribution import ContributionRewardConfig, compute_contributio
 from esper.env.shared_terms import base_components, clamp, rent
 from esper.env.step_record import SUMMED_FIELDS, Measurement, ShapedRewardComponents, StepRecord
 from esper.leyline.actions import LifecycleOp
+from esper.leyline.errors import UserInputError
 from esper.runtime.param_costs import calibration_coverage, measured_param_cost
 from esper.runtime.tasks import TaskSpec
 
@@ -71,7 +72,7 @@ class GapRewardConfig:
 
     def __post_init__(self) -> None:
         if not self.param_cost >= 0:
-            raise ValueError(f"param_cost must be >= 0, got {self.param_cost}")
+            raise UserInputError(f"param_cost must be >= 0, got {self.param_cost}")
 
 
 LOSS_RENT_WEIGHT_BY_TASK_TYPE: Mapping[str, float] = MappingProxyType({"classification": 0.05, "lm": 0.01})
@@ -124,7 +125,7 @@ class SparseRewardConfig:
 
     def __post_init__(self) -> None:
         if self.param_budget <= 0:
-            raise ValueError(f"param_budget must be > 0, got {self.param_budget}")
+            raise UserInputError(f"param_budget must be > 0, got {self.param_budget}")
 
 
 RewardConfig = GapRewardConfig | ContributionRewardConfig | LossRewardConfig | SparseRewardConfig
@@ -205,10 +206,10 @@ def reward_config(family: RewardFamily | str, task: TaskSpec, sparse: SparseRewa
         cost = param_cost if param_cost is not None else measured_param_cost(task.name, max_train_samples)
         if cost is None:
             where = calibration_coverage(task.name, max_train_samples)
-            raise ValueError(f"Task '{task.name}' has no parameter cost for the gap reward at this size ({where}): "
-                             f"measure one with benchmarks/calibrate_param_cost.py and pass it (--set param_cost=C "
-                             f"for train ppo and study, --param-cost C for compare, train heuristic and datagen) or "
-                             f"choose another reward family")
+            raise UserInputError(f"Task '{task.name}' has no parameter cost for the gap reward at this size ({where}): "
+                                 f"measure one with benchmarks/calibrate_param_cost.py and pass it (--set param_cost=C "
+                                 f"for train ppo and study, --param-cost C for compare, train heuristic and datagen) "
+                                 f"or choose another reward family")
         return GapRewardConfig(cost, lm=task.task_type == "lm")
     if family == RewardFamily.LOSS:
         return LossRewardConfig.for_task(task.task_type, task.random_guess_loss, task.target_loss,

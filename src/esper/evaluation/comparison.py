@@ -18,6 +18,7 @@ from esper.evaluation.episodes import EpisodePlan, build_controller, one_test_sa
 from esper.evaluation.results import ComparisonResult
 from esper.evaluation.resume import ResumePoint
 from esper.leyline import TelemetrySink
+from esper.leyline.errors import UserInputError
 from esper.runtime.rundir import RunDirectory
 from esper.runtime.tasks import DataCache, TaskSpec
 from esper.tamiyo import MATCHED, MAX_HOST_WIDTH, ControllerSpec
@@ -31,7 +32,7 @@ def parse_controllers(texts: Sequence[str]) -> list[ControllerSpec]:
     specs = [all_controllers().parse(text) for text in texts]
     labels = [s.label for s in specs]
     if len(set(labels)) != len(labels):
-        raise ValueError(f"Controllers must be distinct, got {labels}")
+        raise UserInputError(f"Controllers must be distinct, got {labels}")
     return specs
 
 
@@ -65,7 +66,7 @@ def check_controllers(specs: Sequence[ControllerSpec], plan: EpisodePlan) -> lis
         if not _is_matched(spec):
             build_controller(spec, plan, episode=0, index=i)
     if any(_is_matched(s) for s in specs) and all(_is_matched(s) or s.name == "static" for s in specs):
-        raise ValueError("static:matched needs a growing controller to match (e.g. heuristic or ppo:PATH)")
+        raise UserInputError("static:matched needs a growing controller to match (e.g. heuristic or ppo:PATH)")
     return [s.label for s in specs]
 
 
@@ -87,7 +88,7 @@ def matched_width(task: TaskSpec, target_params: float) -> float:
         return 1.0
     lo, hi = 100, round(100 * MAX_HOST_WIDTH)
     if host_params(task, hi / 100) < target_params:
-        raise ValueError(f"No static host up to width {MAX_HOST_WIDTH} has {target_params:.0f} parameters")
+        raise UserInputError(f"No static host up to width {MAX_HOST_WIDTH} has {target_params:.0f} parameters")
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if host_params(task, mid / 100) >= target_params:
@@ -119,7 +120,7 @@ def match_target(episodes: Sequence[EpisodeResult], labels: Sequence[str], match
     if match is None:
         return largest_grown(episodes, labels)
     if match not in labels:
-        raise ValueError(f"--match {match}: no such controller in this comparison. Available: {list(labels)}")
+        raise UserInputError(f"--match {match}: no such controller in this comparison. Available: {list(labels)}")
     return match, mean_final_params(episodes, match)
 
 

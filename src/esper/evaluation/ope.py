@@ -30,6 +30,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from esper.datagen.transitions import TransitionDataset
+from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import derive_seed
 from esper.runtime.devices import resolve_device
 from esper.simic.iql.iql import FeatureScaler
@@ -73,7 +74,7 @@ class OPEConfig(BaseModel):
         ]
         for ok, message in checks:
             if not ok:
-                raise ValueError(message)
+                raise UserInputError(message)
         return self
 
     @classmethod
@@ -81,7 +82,7 @@ class OPEConfig(BaseModel):
         try:
             return cls(**d)
         except ValidationError as exc:
-            raise ValueError("Invalid OPE config: " + "; ".join(
+            raise UserInputError("Invalid OPE config: " + "; ".join(
                 f"{'.'.join(map(str, e['loc']))}: {str(e['msg']).removeprefix('Value error, ')}"
                 for e in exc.errors())) from None
 

@@ -22,6 +22,8 @@ from typing import TypedDict
 
 from scipy import stats as scipy_stats
 
+from esper.leyline.errors import UserInputError
+
 __all__ = ["CONFIDENCE", "ROUNDING_PP", "MeanCI", "MeanStd", "PairStats", "compare_pair", "mean_ci", "mean_std",
            "one_sample_pp", "t_interval"]
 
@@ -102,7 +104,7 @@ def compare_pair(a: Sequence[float], b: Sequence[float], *, tie_threshold: float
     floating point and the interval is symmetric about the mean), swaps wins and losses and mirrors the verdict.
     """
     if tie_threshold < 0:
-        raise ValueError(f"tie_threshold must be ≥ 0 (got {tie_threshold})")
+        raise UserInputError(f"tie_threshold must be ≥ 0 (got {tie_threshold})")
     deltas = [x - y for x, y in zip(a, b, strict=True)]
     low, high = t_interval(deltas)
     mean = statistics.fmean(deltas)

@@ -13,6 +13,7 @@ from types import MappingProxyType
 from torch import Tensor, nn
 
 from esper.leyline import BLEND_IDS
+from esper.leyline.errors import UserInputError
 
 _SIGMOID_STEEPNESS = 12.0
 
@@ -51,7 +52,7 @@ def schedule_alpha(blend_id: str, x: float) -> float:
     """α written by `blend_id`'s schedule at progress x = blending_steps_done / blending_steps_total."""
     schedule = BLEND_SCHEDULES.get(blend_id)
     if schedule is None:
-        raise ValueError(f"Unknown blend '{blend_id}'. Available: {list(BLEND_IDS)}")
+        raise UserInputError(f"Unknown blend '{blend_id}'. Available: {list(BLEND_IDS)}")
     return schedule(x)
 
 
@@ -75,7 +76,7 @@ class GatedBlend(nn.Module):
     def __init__(self, channels: int, topology: str) -> None:
         super().__init__()
         if topology not in ("cnn", "transformer"):
-            raise ValueError(f"Unknown topology '{topology}' for GatedBlend. Available: ['cnn', 'transformer']")
+            raise UserInputError(f"Unknown topology '{topology}' for GatedBlend. Available: ['cnn', 'transformer']")
         self.topology = topology
         r = _gate_width(channels)
         self.fc1 = nn.Linear(channels, r)

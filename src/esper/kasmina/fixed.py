@@ -17,6 +17,7 @@ from esper.kasmina.blueprints import BlueprintRegistry, default_registry
 from esper.kasmina.hosts import HostProtocol
 from esper.kasmina.isolation import blend_lerp
 from esper.leyline import CANONICAL_SLOTS
+from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import derive_seed
 
 __all__ = ["FixedModulesHost", "build_fixed_host"]
@@ -96,7 +97,7 @@ def build_fixed_host(host: nn.Module, fixed_modules: Sequence[tuple[str, str]], 
     """
     segments = [segment for segment, _ in fixed_modules]
     if len(set(segments)) != len(segments):
-        raise ValueError(f"A segment holds one fixed module, got {list(fixed_modules)}")
+        raise UserInputError(f"A segment holds one fixed module, got {list(fixed_modules)}")
     channels = _segment_channels(host, segments)
     registry = registry if registry is not None else default_registry()
     modules: dict[str, nn.Module] = {}
@@ -114,5 +115,5 @@ def _segment_channels(host: nn.Module, segments: Iterable[str]) -> Mapping[str, 
     channels = host.segment_channels
     unknown = sorted(set(segments) - set(channels))
     if unknown:
-        raise ValueError(f"Unknown segment(s) {unknown} for fixed modules. Available: {list(channels)}")
+        raise UserInputError(f"Unknown segment(s) {unknown} for fixed modules. Available: {list(channels)}")
     return channels

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from esper.leyline import CANONICAL_SLOTS
+from esper.leyline.errors import UserInputError
 
 
 @runtime_checkable
@@ -37,7 +38,7 @@ class HostProtocol(Protocol):
 def slot_boundaries(n_blocks: int) -> tuple[int, ...]:
     """Block index after which each canonical slot sits: slot k follows block ⌊k·n/3⌋ − 1, spread over depth."""
     if n_blocks < len(CANONICAL_SLOTS):
-        raise ValueError(f"A host needs at least {len(CANONICAL_SLOTS)} blocks for its slots, got {n_blocks}")
+        raise UserInputError(f"A host needs at least {len(CANONICAL_SLOTS)} blocks for its slots, got {n_blocks}")
     n_slots = len(CANONICAL_SLOTS)
     return tuple((k * n_blocks) // n_slots - 1 for k in range(1, n_slots + 1))
 
@@ -85,7 +86,7 @@ class CNNHost(nn.Module):
         channels = tuple(channels)
         pool = (True,) * len(channels) if pool is None else tuple(pool)
         if len(pool) != len(channels):
-            raise ValueError(f"pool has {len(pool)} entries but there are {len(channels)} blocks")
+            raise UserInputError(f"pool has {len(pool)} entries but there are {len(channels)} blocks")
         self.layout = SegmentLayout(len(channels))
         blocks: list[nn.Module] = []
         c_in = in_channels
@@ -191,11 +192,12 @@ class TransformerHost(nn.Module):
     ) -> None:
         super().__init__()
         if n_layer < len(CANONICAL_SLOTS):
-            raise ValueError(f"n_layer must be >= {len(CANONICAL_SLOTS)} to host three distinct slots, got {n_layer}")
+            raise UserInputError(f"n_layer must be >= {len(CANONICAL_SLOTS)} to host three distinct slots, "
+                                 f"got {n_layer}")
         if n_embd % n_head != 0:
-            raise ValueError(f"n_embd ({n_embd}) must be divisible by n_head ({n_head})")
+            raise UserInputError(f"n_embd ({n_embd}) must be divisible by n_head ({n_head})")
         if n_embd % 4 != 0:
-            raise ValueError(f"n_embd ({n_embd}) must be divisible by 4 (the attention blueprint uses 4 heads)")
+            raise UserInputError(f"n_embd ({n_embd}) must be divisible by 4 (the attention blueprint uses 4 heads)")
         self.vocab_size = vocab_size
         self.n_embd = n_embd
         self.block_size = block_size

@@ -14,6 +14,7 @@ from esper.kasmina.hosts import HostProtocol
 from esper.kasmina.slot import EventCallback, SeedSlot, StageChange
 from esper.kasmina.state import LifecycleConfig
 from esper.leyline import GateResult, SeedStage, SeedStateReport, ordered_slots
+from esper.leyline.errors import UserInputError
 
 
 class CounterfactualLogits(NamedTuple):
@@ -57,10 +58,10 @@ class MorphogeneticModel(nn.Module):
         available = list(host.segment_channels)
         for name in slots:
             if name not in available:
-                raise ValueError(f"Unknown slot: {name}. Available: {available}")
+                raise UserInputError(f"Unknown slot: {name}. Available: {available}")
         self.slot_ids: tuple[str, ...] = ordered_slots(slots)
         if not self.slot_ids:
-            raise ValueError(f"At least one slot must be enabled. Available: {available}")
+            raise UserInputError(f"At least one slot must be enabled. Available: {available}")
         self.host = host
         self.topology: str = host.topology
         self.lifecycle = lifecycle
@@ -145,7 +146,7 @@ class MorphogeneticModel(nn.Module):
 
     def _slot(self, slot: str) -> SeedSlot:
         if slot not in self.seed_slots:
-            raise ValueError(f"Unknown slot: {slot}. Available: {list(self.slot_ids)}")
+            raise UserInputError(f"Unknown slot: {slot}. Available: {list(self.slot_ids)}")
         module = self.seed_slots[slot]
         assert isinstance(module, SeedSlot)
         return module
@@ -257,10 +258,10 @@ class MorphogeneticModel(nn.Module):
     def load_state(self, d: dict[str, Any]) -> None:
         """Restore exactly: slots present in `d` are re-instantiated, all other slots become empty."""
         if tuple(d["slots"]) != self.slot_ids:
-            raise ValueError(f"State has slots {d['slots']}, model has {list(self.slot_ids)}")
+            raise UserInputError(f"State has slots {d['slots']}, model has {list(self.slot_ids)}")
         unknown = set(d["seeds"]) - set(self.slot_ids)
         if unknown:
-            raise ValueError(f"State holds seeds for unknown slots: {sorted(unknown)}")
+            raise UserInputError(f"State holds seeds for unknown slots: {sorted(unknown)}")
         self.host.load_state_dict(d["host"], strict=True)
         device, dtype = self._host_device_dtype()
         for s in self.slots():

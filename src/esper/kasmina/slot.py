@@ -25,6 +25,7 @@ from esper.leyline import (
     TelemetryEventType,
     is_active_stage,
 )
+from esper.leyline.errors import UserInputError
 
 EventCallback = Callable[[TelemetryEvent], None]
 
@@ -163,9 +164,9 @@ class SeedSlot(nn.Module):
         if self.state is not None:
             raise RuntimeError(f"Slot '{self.slot_id}' already holds seed '{self.state.seed_id}'")
         if blend_id not in BLEND_IDS:
-            raise ValueError(f"Unknown blend '{blend_id}'. Available: {list(BLEND_IDS)}")
+            raise UserInputError(f"Unknown blend '{blend_id}'. Available: {list(BLEND_IDS)}")
         if blueprint_id not in self.registry.names(self.topology):
-            raise ValueError(
+            raise UserInputError(
                 f"Blueprint '{blueprint_id}' not available for topology '{self.topology}'. "
                 f"Available: {self.registry.names(self.topology)}"
             )
@@ -175,7 +176,7 @@ class SeedSlot(nn.Module):
 
         state = SeedState(seed_id=seed_id, blueprint_id=blueprint_id, slot_id=self.slot_id, blend_id=blend_id)
         if not self.gates.check_gate(state, SeedStage.GERMINATED).passed:
-            raise ValueError(f"Seed '{seed_id}' failed G0 (seed and blueprint ids must be non-empty)")
+            raise UserInputError(f"Seed '{seed_id}' failed G0 (seed and blueprint ids must be non-empty)")
         m = state.metrics
         m.initial_val_accuracy = m.accuracy_at_stage_start = m.current_val_accuracy = float(baseline_accuracy)
         m.best_val_accuracy = float(baseline_accuracy)
@@ -342,7 +343,7 @@ class SeedSlot(nn.Module):
             self.clear()
             return
         if d["topology"] != self.topology or int(d["channels"]) != self.channels:
-            raise ValueError(
+            raise UserInputError(
                 f"Seed for {d['topology']}/{d['channels']} cannot load into slot '{self.slot_id}' "
                 f"({self.topology}/{self.channels})"
             )

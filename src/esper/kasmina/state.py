@@ -32,6 +32,7 @@ from esper.leyline.constants import (
     DEFAULT_MIN_TRAINING_EPOCHS,
     MAX_GRADIENT_RATIO,
 )
+from esper.leyline.errors import UserInputError
 
 STAGE_HISTORY_CAP = 100
 
@@ -51,9 +52,9 @@ class LifecycleConfig:
 
     def __post_init__(self) -> None:
         if self.blending_steps < 1:
-            raise ValueError("blending_steps must be >= 1")
+            raise UserInputError("blending_steps must be >= 1")
         if self.min_training_epochs < 0 or self.min_blending_epochs < 0 or self.max_probation_epochs < 1:
-            raise ValueError("epoch thresholds must be non-negative (max_probation_epochs >= 1)")
+            raise UserInputError("epoch thresholds must be non-negative (max_probation_epochs >= 1)")
 
 
 @dataclass(slots=True)
@@ -150,7 +151,7 @@ class SeedProgress:
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = set(d) - names
         if unknown:
-            raise ValueError(f"Unknown SeedProgress fields: {sorted(unknown)}")
+            raise UserInputError(f"Unknown SeedProgress fields: {sorted(unknown)}")
         return cls(**d)
 
 

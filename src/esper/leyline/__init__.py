@@ -26,6 +26,7 @@ from esper.leyline.constants import (
     OBS_DIM,
     OBS_SCHEMA,
 )
+from esper.leyline.errors import UserInputError
 from esper.leyline.reports import SeedMetrics, SeedStateReport
 from esper.leyline.signals import EnvObservation, TrainingMetrics, TrainingSignals
 from esper.leyline.stages import (
@@ -82,6 +83,7 @@ __all__ = [
     "TelemetrySink",
     "TrainingMetrics",
     "TrainingSignals",
+    "UserInputError",
     "compute_action_validity",
     "from_joint_index",
     "is_active_stage",

@@ -19,6 +19,7 @@ from esper.leyline.constants import (
     NUM_OPS,
     NUM_SLOTS,
 )
+from esper.leyline.errors import UserInputError
 from esper.leyline.stages import SeedStage
 
 __all__ = [
@@ -45,9 +46,9 @@ def ordered_slots(enabled: Iterable[str]) -> tuple[str, ...]:
     names = list(enabled)
     unknown = [n for n in names if n not in CANONICAL_SLOTS]
     if unknown:
-        raise ValueError(f"Unknown slot(s): {unknown}. Available: {list(CANONICAL_SLOTS)}")
+        raise UserInputError(f"Unknown slot(s): {unknown}. Available: {list(CANONICAL_SLOTS)}")
     if len(set(names)) != len(names):
-        raise ValueError(f"Duplicate slot names in {names}")
+        raise UserInputError(f"Duplicate slot names in {names}")
     present = set(names)
     return tuple(s for s in CANONICAL_SLOTS if s in present)
 
@@ -63,7 +64,7 @@ class SlotAction(IntEnum):
     @classmethod
     def from_slot_id(cls, slot_id: str) -> SlotAction:
         if slot_id not in CANONICAL_SLOTS:
-            raise ValueError(f"Unknown slot: {slot_id}. Available: {list(CANONICAL_SLOTS)}")
+            raise UserInputError(f"Unknown slot: {slot_id}. Available: {list(CANONICAL_SLOTS)}")
         return cls(CANONICAL_SLOTS.index(slot_id))
 
 
@@ -75,7 +76,7 @@ BLUEPRINT_HEAD: dict[str, tuple[str, ...]] = {
 
 def _check_topology(topology: str) -> None:
     if topology not in BLUEPRINT_HEAD:
-        raise ValueError(f"Unknown topology '{topology}'. Available: {sorted(BLUEPRINT_HEAD)}")
+        raise UserInputError(f"Unknown topology '{topology}'. Available: {sorted(BLUEPRINT_HEAD)}")
 
 
 class BlueprintAction(IntEnum):
@@ -111,7 +112,7 @@ class BlendAction(IntEnum):
     @classmethod
     def from_algorithm_id(cls, blend_id: str) -> BlendAction:
         if blend_id not in BLEND_IDS:
-            raise ValueError(f"Unknown blend '{blend_id}'. Available: {list(BLEND_IDS)}")
+            raise UserInputError(f"Unknown blend '{blend_id}'. Available: {list(BLEND_IDS)}")
         return cls(BLEND_IDS.index(blend_id))
 
 

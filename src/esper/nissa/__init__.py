@@ -11,6 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
+from esper.leyline.errors import UserInputError
 from esper.leyline.telemetry import TelemetryLevel
 from esper.nissa.console import ConsoleBackend, summarize
 from esper.nissa.hub import Backend, NissaHub
@@ -57,7 +58,7 @@ def build_hub(
     so at most one of them may be requested.
     """
     if console and tui:
-        raise ValueError("console and tui are exclusive: the console backend is the TUI's non-TTY fallback")
+        raise UserInputError("console and tui are exclusive: the console backend is the TUI's non-TTY fallback")
     hub = NissaHub(level)
     run_dir = Path(run_dir)
     hub.add_backend(JsonlBackend(run_dir / "events.jsonl"))

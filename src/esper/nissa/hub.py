@@ -10,6 +10,7 @@ import sys
 from types import TracebackType
 from typing import Protocol, runtime_checkable
 
+from esper.leyline.errors import UserInputError
 from esper.leyline.telemetry import EVENT_MIN_LEVEL, TelemetryEvent, TelemetryEventType, TelemetryLevel
 
 __all__ = ["Backend", "NissaHub", "always_of"]
@@ -93,7 +94,7 @@ class NissaHub:
     def escalate(self, epochs: int, *, reason: str = "") -> None:
         """Effective level DEBUG for the next `epochs` ticks (extends, never shortens, a running escalation)."""
         if epochs < 1:
-            raise ValueError(f"escalate needs epochs >= 1, got {epochs}")
+            raise UserInputError(f"escalate needs epochs >= 1, got {epochs}")
         self._escalation_left = max(self._escalation_left, epochs)
         suffix = f": {reason}" if reason else ""
         self.emit(

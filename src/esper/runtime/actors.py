@@ -31,6 +31,8 @@ from typing import Any, Literal
 
 import torch
 
+from esper.leyline.errors import UserInputError
+
 __all__ = ["Actor", "ActorPool", "WorkerFailed", "WorkerOptions", "ensure_ray", "import_ray", "intra_op_threads"]
 
 Executor = Literal["process", "ray"]
@@ -73,17 +75,17 @@ class WorkerOptions:
 
     def __post_init__(self) -> None:
         if self.workers < 0:
-            raise ValueError(f"workers must be >= 0 (0: in this process), got {self.workers}")
+            raise UserInputError(f"workers must be >= 0 (0: in this process), got {self.workers}")
         if self.executor not in ("process", "ray"):
-            raise ValueError(f"executor must be 'process' or 'ray', got {self.executor!r}")
+            raise UserInputError(f"executor must be 'process' or 'ray', got {self.executor!r}")
         if self.executor == "ray" and self.workers < 1:
-            raise ValueError("The Ray executor needs workers >= 1 (--workers N): the actors it starts")
+            raise UserInputError("The Ray executor needs workers >= 1 (--workers N): the actors it starts")
         if self.ray_address is not None and self.executor != "ray":
-            raise ValueError("--ray-address needs --executor ray")
+            raise UserInputError("--ray-address needs --executor ray")
         if self.threads < 1:
-            raise ValueError(f"threads must be >= 1, got {self.threads}")
+            raise UserInputError(f"threads must be >= 1, got {self.threads}")
         if self.gpus_per_worker < 0:
-            raise ValueError(f"gpus_per_worker must be >= 0, got {self.gpus_per_worker}")
+            raise UserInputError(f"gpus_per_worker must be >= 0, got {self.gpus_per_worker}")
 
     @property
     def in_process(self) -> bool:

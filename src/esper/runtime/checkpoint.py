@@ -16,11 +16,12 @@ import torch
 
 import esper
 from esper.kasmina.model import MorphogeneticModel
+from esper.leyline.errors import UserInputError
 
 MODEL_FORMAT = "esper-model-v1"
 
 
-class CheckpointFormatError(ValueError):
+class CheckpointFormatError(UserInputError):
     """A checkpoint file is unreadable, corrupt or of another format."""
 
 

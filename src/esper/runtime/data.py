@@ -15,6 +15,7 @@ from typing import Generic, TypeVar
 import torch
 from torch import Tensor
 
+from esper.leyline.errors import UserInputError
 from esper.runtime.readers import TokenWindows
 
 Normalization = tuple[Sequence[float], Sequence[float]]
@@ -96,11 +97,11 @@ class DeviceDataset:
         tail: tuple[Tensor, Tensor] | None = None,
     ) -> None:
         if inputs.shape[0] != targets.shape[0]:
-            raise ValueError(f"inputs have {inputs.shape[0]} samples but targets have {targets.shape[0]}")
+            raise UserInputError(f"inputs have {inputs.shape[0]} samples but targets have {targets.shape[0]}")
         if normalization is not None and (inputs.dim() != 4 or len(normalization[0]) != inputs.shape[1]):
-            raise ValueError("normalization needs (N, C, H, W) images and one mean/std per channel")
+            raise UserInputError("normalization needs (N, C, H, W) images and one mean/std per channel")
         if normalization is not None and not (inputs.dtype == torch.uint8 or inputs.is_floating_point()):
-            raise ValueError(f"cannot normalize {inputs.dtype} inputs")
+            raise UserInputError(f"cannot normalize {inputs.dtype} inputs")
         self.device = torch.device(device)
         self.normalization = normalization
         self.inputs = inputs.to(self.device)
@@ -193,18 +194,18 @@ class SharedBatchIterator(Generic[K]):
         augment: Augmentation | None = None,
     ) -> None:
         if not datasets_by_device:
-            raise ValueError("need at least one dataset")
+            raise UserInputError("need at least one dataset")
         if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+            raise UserInputError(f"batch_size must be >= 1, got {batch_size}")
         datasets = list(datasets_by_device.values())
         if len({(d.num_full, d.tail is not None) for d in datasets}) != 1:
             raise ValueError("all datasets of a SharedBatchIterator must hold the same samples")
         if (shuffle or augment is not None) and seed is None:
-            raise ValueError("a seed is required to shuffle or augment")
+            raise UserInputError("a seed is required to shuffle or augment")
         if shuffle and datasets[0].tail is not None:
-            raise ValueError("a tail window is served only by a validation (shuffle=False) iterator")
+            raise UserInputError("a tail window is served only by a validation (shuffle=False) iterator")
         if augment is not None and datasets[0].inputs.dim() != 4:
-            raise ValueError("augmentation applies only to (N, C, H, W) images")
+            raise UserInputError("augmentation applies only to (N, C, H, W) images")
         self.datasets = dict(datasets_by_device)
         self.batch_size = batch_size
         self.shuffle = shuffle

@@ -6,8 +6,10 @@ from collections.abc import Sequence
 
 import torch
 
+from esper.leyline.errors import UserInputError
 
-class DeviceError(ValueError):
+
+class DeviceError(UserInputError):
     """A device string that names no usable device on this machine."""
 
 
@@ -42,5 +44,5 @@ def resolve_devices(device: str, devices: Sequence[str] | None) -> list[torch.de
 def env_device_map(n_envs: int, devices: Sequence[torch.device]) -> list[torch.device]:
     """Env i runs on devices[i mod D]; every device must get at least one env."""
     if n_envs < len(devices):
-        raise ValueError(f"{n_envs} env(s) cannot cover {len(devices)} devices: use n_envs >= number of devices")
+        raise UserInputError(f"{n_envs} env(s) cannot cover {len(devices)} devices: use n_envs >= number of devices")
     return [devices[i % len(devices)] for i in range(n_envs)]

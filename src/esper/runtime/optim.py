@@ -9,6 +9,8 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from esper.leyline.errors import UserInputError
+
 OptimizerName = Literal["sgd", "adam", "adamw"]
 
 
@@ -22,9 +24,9 @@ class OptimizerSpec:
 
     def __post_init__(self) -> None:
         if self.name not in ("sgd", "adam", "adamw"):
-            raise ValueError(f"Unknown optimizer '{self.name}'. Available: ['sgd', 'adam', 'adamw']")
+            raise UserInputError(f"Unknown optimizer '{self.name}'. Available: ['sgd', 'adam', 'adamw']")
         if self.lr <= 0:
-            raise ValueError(f"Learning rate must be > 0, got {self.lr}")
+            raise UserInputError(f"Learning rate must be > 0, got {self.lr}")
 
     def build(self, params: Iterable[nn.Parameter] | list[dict[str, Any]]) -> torch.optim.Optimizer:
         if self.name == "sgd":

@@ -26,6 +26,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from esper.leyline.errors import UserInputError
+
 Split = Literal["train", "val", "test"]
 SPLITS: tuple[Split, ...] = ("train", "val", "test")
 """`val` is carved from the official training data and is all that controllers, rewards and gates ever see; `test`
@@ -53,7 +55,7 @@ IDX_LABELS_MAGIC = 2049
 _STORY_SEPARATOR = "<|endoftext|>"
 
 
-class DatasetNotFoundError(Exception):
+class DatasetNotFoundError(UserInputError):
     """Data for a task is missing; the message names the task, every path searched and how to get the data."""
 
     def __init__(self, task: str, searched: Sequence[Path], remedy: str) -> None:
@@ -64,7 +66,7 @@ class DatasetNotFoundError(Exception):
         super().__init__(f"Dataset for task '{task}' not found. Searched:\n{paths}\nTo get it: {remedy}")
 
 
-class DatasetFormatError(ValueError):
+class DatasetFormatError(UserInputError):
     """A dataset file exists but is malformed; the message names the file."""
 
 

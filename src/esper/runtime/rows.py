@@ -10,10 +10,12 @@ import json
 from pathlib import Path
 from typing import TypeVar
 
+from esper.leyline.errors import UserInputError
+
 __all__ = ["LogFormatError", "read_rows", "row_fields"]
 
 
-class LogFormatError(ValueError):
+class LogFormatError(UserInputError):
     """A line log does not match its schema (written by another esper version, or edited by hand)."""
 
 

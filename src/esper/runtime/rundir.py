@@ -20,9 +20,10 @@ from typing import Any, TextIO
 import torch
 
 import esper
+from esper.leyline.errors import UserInputError
 
 
-class RunDirectoryError(ValueError):
+class RunDirectoryError(UserInputError):
     """The run directory cannot be used as asked (exists without --resume, or is missing for a resume)."""
 
 

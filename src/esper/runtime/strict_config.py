@@ -12,6 +12,8 @@ from typing import Any, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from esper.leyline.errors import UserInputError
+
 __all__ = ["StrictConfig"]
 
 
@@ -26,12 +28,12 @@ class StrictConfig(BaseModel):
         """Build from a dict (on top of `base`); unknown keys and invalid values raise one ValueError."""
         unknown = sorted(set(d) - set(cls.model_fields))
         if unknown:
-            raise ValueError(f"Unknown {cls.KIND} keys: {unknown}. Valid keys: {', '.join(cls.model_fields)}")
+            raise UserInputError(f"Unknown {cls.KIND} keys: {unknown}. Valid keys: {', '.join(cls.model_fields)}")
         merged = {**(base.to_dict() if base is not None else {}), **d}
         try:
             return cls(**merged)
         except ValidationError as exc:
-            raise ValueError(describe_validation_error(exc)) from None
+            raise UserInputError(describe_validation_error(exc)) from None
 
     @classmethod
     def from_json_path(cls, path: str | Path, base: Self | None = None) -> Self:
@@ -39,13 +41,13 @@ class StrictConfig(BaseModel):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            raise ValueError(f"Config file not found: {path}; pass an existing JSON file of {cls.__name__} fields"
-                             ) from None
+            raise UserInputError(f"Config file not found: {path}; pass an existing JSON file of {cls.__name__} fields"
+                                 ) from None
         except json.JSONDecodeError as exc:
-            raise ValueError(f"Config file {path} is not valid JSON ({exc}): check its syntax") from None
+            raise UserInputError(f"Config file {path} is not valid JSON ({exc}): check its syntax") from None
         if not isinstance(data, dict):
-            raise ValueError(f"Config file {path} must hold a JSON object at the top level: use "
-                             f'{{"field": value, ...}}')
+            raise UserInputError(f"Config file {path} must hold a JSON object at the top level: use "
+                                 f'{{"field": value, ...}}')
         return cls.from_dict(data, base)
 
     def with_overrides(self, **changes: Any) -> Self:

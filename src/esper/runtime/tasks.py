@@ -17,6 +17,7 @@ from torch import nn
 from esper.kasmina.hosts import CNNHost, TransformerHost
 from esper.kasmina.state import LifecycleConfig
 from esper.leyline.constants import DEFAULT_BATCH_SIZE_TRAINING, DEFAULT_DROPOUT, DEFAULT_HOST_LR, DEFAULT_SEED_LR
+from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import derive_seed
 from esper.runtime.data import Augmentation, DeviceDataset, Normalization
 from esper.runtime.optim import OptimizerSpec
@@ -197,7 +198,7 @@ def data_source(task: str, options: DataOptions) -> str:
 def get_task_spec(name: str) -> TaskSpec:
     key = name.lower()
     if key not in TASKS:
-        raise ValueError(f"Unknown task '{name}'. Available: {sorted(TASKS)}")
+        raise UserInputError(f"Unknown task '{name}'. Available: {sorted(TASKS)}")
     return TASKS[key]
 
 
@@ -230,7 +231,7 @@ class DataCache:
     def pool(self, task: TaskSpec, split: Split, device: torch.device | str) -> DeviceDataset:
         """The whole split on `device`."""
         if split not in SPLITS:
-            raise ValueError(f"Unknown split '{split}'. Available: {list(SPLITS)}")
+            raise UserInputError(f"Unknown split '{split}'. Available: {list(SPLITS)}")
         key = (task.name, split, str(torch.device(device)))
         if key not in self._pools:
             self._pools[key] = task.dataset(self.options, split, device)
@@ -241,9 +242,9 @@ class DataCache:
         """The split on `device`; capped below its size, the subset that `seed` draws (the same on every device)."""
         pool = self.pool(task, split, device)
         if max_samples is not None and max_samples < 1:
-            raise ValueError(f"A sample cap must be >= 1 or None, got {max_samples}")
+            raise UserInputError(f"A sample cap must be >= 1 or None, got {max_samples}")
         if max_samples is None or max_samples >= pool.num_full:
             return pool
         if seed is None:
-            raise ValueError(f"A capped {split} split is a random subset: a data seed must draw it")
+            raise UserInputError(f"A capped {split} split is a random subset: a data seed must draw it")
         return pool.subset(draw_subset(pool.num_full, max_samples, derive_seed(seed, "subset", split)))

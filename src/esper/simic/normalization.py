@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from esper.leyline.constants import OBS_CLIP, OBS_EPSILON, REWARD_CLIP, REWARD_EPSILON
+from esper.leyline.errors import UserInputError
 
 __all__ = ["CONSTANT_FEATURE_VAR", "RewardNormalizer", "RunningMeanStd"]
 
@@ -34,7 +35,7 @@ class RunningMeanStd:
         device: str | torch.device = "cpu",
     ) -> None:
         if momentum is not None and not 0.0 < momentum <= 1.0:
-            raise ValueError(f"momentum must be in (0, 1] or None, got {momentum}")
+            raise UserInputError(f"momentum must be in (0, 1] or None, got {momentum}")
         self.shape: tuple[int, ...] = (shape,) if isinstance(shape, int) else tuple(shape)
         self.epsilon = epsilon
         self.momentum = momentum
@@ -96,7 +97,8 @@ class RunningMeanStd:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if tuple(state["shape"]) != self.shape:
-            raise ValueError(f"RunningMeanStd shape mismatch: checkpoint {tuple(state['shape'])}, mine {self.shape}")
+            raise UserInputError(f"RunningMeanStd shape mismatch: checkpoint {tuple(state['shape'])}, "
+                                 f"mine {self.shape}")
         device = self.mean.device
         self.mean = state["mean"].to(device=device, dtype=torch.float64).clone()
         self.var = state["var"].to(device=device, dtype=torch.float64).clone()

@@ -5,17 +5,8 @@ Pure Python on Leyline contracts; no torch.
 
 from esper.tamiyo.fixed import FIXED, FixedModules, FixedPolicy, fixed_spec, fixed_variants, host_variant
 from esper.tamiyo.heuristic import DEFAULT_BLUEPRINT_ROTATION, HeuristicPolicyConfig, HeuristicTamiyo
-from esper.tamiyo.policy import (
-    MATCHED,
-    MAX_HOST_WIDTH,
-    BatchTamiyoPolicy,
-    InvalidDecisionError,
-    RandomPolicy,
-    StaticPolicy,
-    TamiyoDecision,
-    TamiyoPolicy,
-    check_decision,
-)
+from esper.tamiyo.policy import MATCHED, MAX_HOST_WIDTH, RandomPolicy, StaticPolicy
+from esper.tamiyo.protocol import BatchTamiyoPolicy, InvalidDecisionError, TamiyoDecision, TamiyoPolicy, check_decision
 from esper.tamiyo.registry import (
     CONTROLLERS,
     ControllerContext,

@@ -17,7 +17,9 @@ from esper.leyline import (
     LifecycleOp,
     ordered_slots,
 )
-from esper.tamiyo.policy import StaticPolicy, TamiyoDecision, TamiyoPolicy
+from esper.leyline.errors import UserInputError
+from esper.tamiyo.policy import StaticPolicy
+from esper.tamiyo.protocol import TamiyoDecision, TamiyoPolicy
 from esper.tamiyo.registry import ControllerContext, register_controller
 
 __all__ = ["FIXED", "FixedModules", "FixedPolicy", "fixed_spec", "fixed_variants", "host_variant",
@@ -34,7 +36,7 @@ _EXAMPLE = f"e.g. {FIXED}:norm@early or {FIXED}:conv_light@mid,attention@late"
 def _blueprints(topology: str) -> tuple[str, ...]:
     """The blueprints a fixed module can be: the policy head's, less noop (which would make it `static`)."""
     if topology not in BLUEPRINT_HEAD:
-        raise ValueError(f"Unknown topology '{topology}'. Available: {sorted(BLUEPRINT_HEAD)}")
+        raise UserInputError(f"Unknown topology '{topology}'. Available: {sorted(BLUEPRINT_HEAD)}")
     return tuple(b for b in BLUEPRINT_HEAD[topology] if b != _NOOP)
 
 
@@ -55,19 +57,19 @@ def parse_fixed_modules(argument: str, topology: str, slots: Sequence[str]) -> F
     for item in argument.split(","):
         blueprint, at, slot = item.strip().partition("@")
         if not at or not blueprint or not slot or "@" in slot:
-            raise ValueError(f"{where}: '{item}' is not BLUEPRINT@SLOT; write one BLUEPRINT@SLOT per module, "
-                             f"separated by commas ({_EXAMPLE})")
+            raise UserInputError(f"{where}: '{item}' is not BLUEPRINT@SLOT; write one BLUEPRINT@SLOT per module, "
+                                 f"separated by commas ({_EXAMPLE})")
         if blueprint not in blueprints:
             hint = " (noop builds nothing: use static)" if blueprint == _NOOP else ""
-            raise ValueError(f"{where}: unknown blueprint '{blueprint}' for topology '{topology}'{hint}; "
-                             f"choose one of {', '.join(blueprints)}")
+            raise UserInputError(f"{where}: unknown blueprint '{blueprint}' for topology '{topology}'{hint}; "
+                                 f"choose one of {', '.join(blueprints)}")
         if slot not in slots:
             problem = (f"slot '{slot}' is not enabled in this run" if slot in CANONICAL_SLOTS
                        else f"unknown slot '{slot}'")
-            raise ValueError(f"{where}: {problem}; choose one of the enabled slots: {', '.join(slots)}")
+            raise UserInputError(f"{where}: {problem}; choose one of the enabled slots: {', '.join(slots)}")
         if slot in pairs:
-            raise ValueError(f"{where}: slot '{slot}' is given twice ({pairs[slot]} and {blueprint}); "
-                             "a slot holds one module, so name each slot once")
+            raise UserInputError(f"{where}: slot '{slot}' is given twice ({pairs[slot]} and {blueprint}); "
+                                 "a slot holds one module, so name each slot once")
         pairs[slot] = blueprint
     return tuple((s, pairs[s]) for s in CANONICAL_SLOTS if s in pairs)
 

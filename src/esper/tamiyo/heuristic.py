@@ -48,7 +48,8 @@ from esper.leyline.constants import (
     DEFAULT_MIN_TRAINING_EPOCHS,
     DEFAULT_PLATEAU_EPOCHS_TO_GERMINATE,
 )
-from esper.tamiyo.policy import TamiyoDecision
+from esper.leyline.errors import UserInputError
+from esper.tamiyo.protocol import TamiyoDecision
 from esper.tamiyo.registry import ControllerContext, register_controller
 
 __all__ = ["DEFAULT_BLUEPRINT_ROTATION", "HeuristicPolicyConfig", "HeuristicTamiyo"]
@@ -92,18 +93,19 @@ class HeuristicPolicyConfig:
 
     def __post_init__(self) -> None:
         if self.blend_id not in BLEND_IDS:
-            raise ValueError(f"Unknown blend '{self.blend_id}'. Available: {list(BLEND_IDS)}")
+            raise UserInputError(f"Unknown blend '{self.blend_id}'. Available: {list(BLEND_IDS)}")
         for topology, rotation in self.blueprint_rotation.items():
             if not rotation or len(set(rotation)) != len(rotation) or "noop" in rotation:
-                raise ValueError(f"Rotation for '{topology}' must be non-empty, unique and without noop: {rotation}")
+                raise UserInputError(f"Rotation for '{topology}' must be non-empty, unique and without noop: "
+                                     f"{rotation}")
         if self.max_concurrent_seeds is not None and self.max_concurrent_seeds < 1:
-            raise ValueError(f"max_concurrent_seeds must be None or >= 1, got {self.max_concurrent_seeds}")
+            raise UserInputError(f"max_concurrent_seeds must be None or >= 1, got {self.max_concurrent_seeds}")
         if not 0.0 < self.blueprint_penalty_decay < 1.0:
-            raise ValueError(f"blueprint_penalty_decay must be in (0, 1), got {self.blueprint_penalty_decay}")
+            raise UserInputError(f"blueprint_penalty_decay must be in (0, 1), got {self.blueprint_penalty_decay}")
         if self.blueprint_penalty_on_cull < 0.0 or self.embargo_epochs_after_cull < 0:
-            raise ValueError("blueprint_penalty_on_cull and embargo_epochs_after_cull must be >= 0")
+            raise UserInputError("blueprint_penalty_on_cull and embargo_epochs_after_cull must be >= 0")
         if self.seed_training_epochs < 1 or self.seed_blending_epochs < 1:
-            raise ValueError("seed_training_epochs and seed_blending_epochs must be >= 1")
+            raise UserInputError("seed_training_epochs and seed_blending_epochs must be >= 1")
 
 
 class HeuristicTamiyo:
@@ -114,9 +116,9 @@ class HeuristicTamiyo:
     def __init__(self, config: HeuristicPolicyConfig | None = None, *, topology: str) -> None:
         self.config = config if config is not None else HeuristicPolicyConfig()
         if topology not in BLUEPRINT_HEAD:
-            raise ValueError(f"Unknown topology '{topology}'. Available: {sorted(BLUEPRINT_HEAD)}")
+            raise UserInputError(f"Unknown topology '{topology}'. Available: {sorted(BLUEPRINT_HEAD)}")
         if topology not in self.config.blueprint_rotation:
-            raise ValueError(f"No blueprint rotation configured for topology '{topology}'")
+            raise UserInputError(f"No blueprint rotation configured for topology '{topology}'")
         self.topology = topology
         self._rotation = self.config.blueprint_rotation[topology]
         self.reset(0)

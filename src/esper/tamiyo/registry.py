@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # policy.py registers its controllers here, so the import would be circular at runtime
-    from esper.tamiyo.policy import TamiyoPolicy
+from esper.leyline.errors import UserInputError
+from esper.tamiyo.protocol import TamiyoPolicy
 
 __all__ = [
     "CONTROLLERS",
@@ -55,7 +55,7 @@ class ControllerContext:
     allow_setting_change: bool = False  # evaluate learned policies outside their training setting on purpose
 
 
-class SettingChangeError(ValueError):
+class SettingChangeError(UserInputError):
     """A learned policy was asked to run in another setting than it was trained in."""
 
 
@@ -77,7 +77,7 @@ def _shown(value: Any) -> str:
     return "the whole split" if value is None else str(value)
 
 
-ControllerFactory = Callable[[str | None, ControllerContext], "TamiyoPolicy"]
+ControllerFactory = Callable[[str | None, ControllerContext], TamiyoPolicy]
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,13 +120,13 @@ class ControllerRegistry:
                  ) -> Callable[[ControllerFactory], ControllerFactory]:
         """Decorator: register `factory(argument, context) -> TamiyoPolicy` under `name`."""
         if not name or ":" in name:
-            raise ValueError(f"Controller names are non-empty and contain no ':', got {name!r}")
+            raise UserInputError(f"Controller names are non-empty and contain no ':', got {name!r}")
         if optional and argument is None:
-            raise ValueError(f"Controller '{name}': an optional argument needs a name")
+            raise UserInputError(f"Controller '{name}': an optional argument needs a name")
 
         def decorate(factory: ControllerFactory) -> ControllerFactory:
             if name in self._entries:
-                raise ValueError(f"Controller '{name}' is already registered")
+                raise UserInputError(f"Controller '{name}' is already registered")
             self._entries[name] = ControllerEntry(name, factory, argument, summary, optional)
             return factory
 
@@ -146,11 +146,11 @@ class ControllerRegistry:
         name, sep, argument = text.partition(":")
         entry = self._entries.get(name)
         if entry is None:
-            raise ValueError(f"Unknown controller '{text}'. Available: {', '.join(self.usages())}")
+            raise UserInputError(f"Unknown controller '{text}'. Available: {', '.join(self.usages())}")
         if entry.argument is None and sep:
-            raise ValueError(f"Controller '{name}' takes no argument, got '{text}'")
+            raise UserInputError(f"Controller '{name}' takes no argument, got '{text}'")
         if entry.argument is not None and not argument and not (entry.optional and not sep):
-            raise ValueError(f"Controller '{name}' needs an argument: {entry.usage}")
+            raise UserInputError(f"Controller '{name}' needs an argument: {entry.usage}")
         return ControllerSpec(name, argument if sep else None)
 
     def build(self, spec: ControllerSpec | str, context: ControllerContext) -> TamiyoPolicy:

@@ -25,6 +25,7 @@ from esper.leyline.constants import (
     DEFAULT_STABILIZATION_EPOCHS,
     DEFAULT_STABILIZATION_THRESHOLD,
 )
+from esper.leyline.errors import UserInputError
 
 __all__ = ["SignalTracker"]
 
@@ -55,9 +56,9 @@ class SignalTracker:
         sink: TelemetrySink | None = None,
     ) -> None:
         if history_window < _RECENT:
-            raise ValueError(f"history_window must be >= {_RECENT}, got {history_window}")
+            raise UserInputError(f"history_window must be >= {_RECENT}, got {history_window}")
         if stabilization_epochs < 1:
-            raise ValueError(f"stabilization_epochs must be >= 1, got {stabilization_epochs}")
+            raise UserInputError(f"stabilization_epochs must be >= 1, got {stabilization_epochs}")
         self.plateau_threshold = plateau_threshold
         self.history_window = history_window
         self.stabilization_threshold = stabilization_threshold

@@ -20,6 +20,7 @@ from esper.leyline.constants import (
     LOBOTOMY_MEAN_FRACTION,
     LOBOTOMY_TOLERANCE,
 )
+from esper.leyline.errors import UserInputError
 from esper.runtime.checkpoint import detached_cpu_copy
 from esper.tolaria.trainer import TrainState
 
@@ -77,7 +78,7 @@ class TolariaGovernor:
         on_event: Callable[[TelemetryEvent], None] | None = None,
     ) -> None:
         if random_guess_loss <= 0:
-            raise ValueError("random_guess_loss must be > 0 (ln(num_classes) or ln(vocab_size))")
+            raise UserInputError("random_guess_loss must be > 0 (ln(num_classes) or ln(vocab_size))")
         self.random_guess_loss = random_guess_loss
         self.sensitivity = sensitivity
         self.multiplier = multiplier

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from esper.leyline.errors import UserInputError
+
 
 @dataclass(frozen=True)
 class BlueprintSpec:
@@ -32,14 +34,14 @@ class BlueprintRegistry:
     def register(self, spec: BlueprintSpec) -> None:
         key = (spec.topology, spec.name)
         if key in self._specs:
-            raise ValueError(f"Blueprint '{spec.name}' is already registered for topology '{spec.topology}'")
+            raise UserInputError(f"Blueprint '{spec.name}' is already registered for topology '{spec.topology}'")
         self._specs[key] = spec
 
     def get(self, topology: str, name: str) -> BlueprintSpec:
         spec = self._specs.get((topology, name))
         if spec is None:
             available = sorted(n for t, n in self._specs if t == topology)
-            raise ValueError(f"Unknown blueprint '{name}' for topology '{topology}'. Available: {available}")
+            raise UserInputError(f"Unknown blueprint '{name}' for topology '{topology}'. Available: {available}")
         return spec
 
     def create(self, topology: str, name: str, channels: int) -> nn.Module:
@@ -52,7 +54,7 @@ class BlueprintRegistry:
         """Specs of a topology, smallest first (by parameter count at 64 channels, then name)."""
         specs = [s for (t, _), s in self._specs.items() if t == topology]
         if not specs:
-            raise ValueError(f"Unknown topology '{topology}'. Available: {list(self.topologies())}")
+            raise UserInputError(f"Unknown topology '{topology}'. Available: {list(self.topologies())}")
         return sorted(specs, key=lambda s: (s.param_count(64), s.name))
 
     def names(self, topology: str) -> tuple[str, ...]:

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field, field_validator, model_validator
 
+from esper.leyline.errors import UserInputError
 from esper.runtime.strict_config import StrictConfig
 
 __all__ = ["RESUMABLE_FIELDS", "IQLConfig"]
@@ -41,21 +42,21 @@ class IQLConfig(StrictConfig):
     @classmethod
     def _positive(cls, v: int) -> int:
         if v < 1:
-            raise ValueError("must be >= 1")
+            raise UserInputError("must be >= 1")
         return v
 
     @field_validator("hidden_sizes")
     @classmethod
     def _hidden(cls, v: list[int]) -> list[int]:
         if not 1 <= len(v) <= 4 or any(not 4 <= h <= 4096 for h in v):
-            raise ValueError("must list 1 to 4 layer widths, each in [4, 4096]")
+            raise UserInputError("must list 1 to 4 layer widths, each in [4, 4096]")
         return v
 
     @field_validator("seed")
     @classmethod
     def _seed(cls, v: int) -> int:
         if not 0 <= v < 2**63:
-            raise ValueError("must be in [0, 2**63)")
+            raise UserInputError("must be in [0, 2**63)")
         return v
 
     @model_validator(mode="after")
@@ -70,7 +71,7 @@ class IQLConfig(StrictConfig):
         ]
         for ok, message in checks:
             if not ok:
-                raise ValueError(message)
+                raise UserInputError(message)
         return self
 
 

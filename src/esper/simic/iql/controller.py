@@ -17,6 +17,7 @@ from torch import nn
 
 from esper.env.features import observation_features
 from esper.leyline import OBS_SCHEMA, EnvObservation, from_joint_index, ordered_slots
+from esper.leyline.errors import UserInputError
 from esper.simic.iql.iql import FeatureScaler, IQLLearner, load_iql_checkpoint, masked_argmax
 from esper.tamiyo import ControllerContext, TamiyoDecision, check_trained_setting, register_controller
 
@@ -45,13 +46,13 @@ class IQLPolicy:
         """Load an `esper-iql-v1` checkpoint (file or run directory), refusing one trained for another setup."""
         data = load_iql_checkpoint(path)
         if data["feature_schema"] != OBS_SCHEMA:
-            raise ValueError(f"{path} was trained on feature schema {data['feature_schema']!r}, this version "
-                             f"observes {OBS_SCHEMA!r}; retrain on data of this version")
+            raise UserInputError(f"{path} was trained on feature schema {data['feature_schema']!r}, this version "
+                                 f"observes {OBS_SCHEMA!r}; retrain on data of this version")
         if topology is not None and data["topology"] != topology:
-            raise ValueError(f"{path} was trained for topology {data['topology']!r}, not {topology!r}")
+            raise UserInputError(f"{path} was trained for topology {data['topology']!r}, not {topology!r}")
         trained = list(ordered_slots(data["slots"]))
         if slots is not None and list(ordered_slots(slots)) != trained:
-            raise ValueError(f"{path} was trained with slots {trained}, not {list(ordered_slots(slots))}")
+            raise UserInputError(f"{path} was trained with slots {trained}, not {list(ordered_slots(slots))}")
         return cls.from_learner(IQLLearner.from_checkpoint(data, device=device))
 
     def reset(self, seed: int) -> None:
@@ -64,8 +65,8 @@ class IQLPolicy:
     def decide_batch(self, observations: Sequence[EnvObservation]) -> list[TamiyoDecision]:
         for obs in observations:
             if obs.topology != self.topology or ordered_slots(obs.enabled_slots) != self.slots:
-                raise ValueError(f"IQL policy trained for {self.topology} with slots {list(self.slots)} cannot "
-                                 f"drive env {obs.env_id} ({obs.topology}, slots {list(obs.enabled_slots)})")
+                raise UserInputError(f"IQL policy trained for {self.topology} with slots {list(self.slots)} cannot "
+                                     f"drive env {obs.env_id} ({obs.topology}, slots {list(obs.enabled_slots)})")
         raw = torch.tensor([observation_features(o) for o in observations], dtype=torch.float32)
         valid = torch.tensor([o.validity.joint_mask() for o in observations], dtype=torch.bool)
         logits = self._logits(raw, valid)

@@ -28,6 +28,7 @@ import esper
 from esper.datagen.transitions import TransitionBatch, TransitionDataset
 from esper.leyline import NUM_JOINT_ACTIONS, OBS_DIM, OBS_SCHEMA, ordered_slots
 from esper.leyline.constants import OBS_CLIP, OBS_EPSILON
+from esper.leyline.errors import UserInputError
 from esper.runtime.checkpoint import CheckpointFormatError, atomic_save, detached_cpu_copy, load_checkpoint
 from esper.runtime.devices import resolve_device
 from esper.simic.iql.config import RESUMABLE_FIELDS, IQLConfig
@@ -134,7 +135,7 @@ class IQLLearner:
     def __init__(self, config: IQLConfig, scaler: FeatureScaler, *, topology: str, slots: Sequence[str],
                  feature_schema: str = OBS_SCHEMA, device: str | torch.device | None = None) -> None:
         if feature_schema != OBS_SCHEMA:
-            raise ValueError(f"IQL reads feature schema {OBS_SCHEMA!r}, got {feature_schema!r}")
+            raise UserInputError(f"IQL reads feature schema {OBS_SCHEMA!r}, got {feature_schema!r}")
         self.config = config
         self.topology = topology
         self.slots = ordered_slots(slots)
@@ -249,7 +250,7 @@ class IQLLearner:
         for key, mine in (("feature_schema", self.feature_schema), ("state_dim", self.state_dim),
                           ("action_dim", self.action_dim), ("topology", self.topology), ("slots", list(self.slots))):
             if state[key] != mine:
-                raise ValueError(f"IQL state has {key} {state[key]!r}, this learner {mine!r}")
+                raise UserInputError(f"IQL state has {key} {state[key]!r}, this learner {mine!r}")
         for name, net in self.networks().items():
             net.load_state_dict(state[name])
         for name, opt in self.optimizers().items():
@@ -274,7 +275,8 @@ class IQLLearner:
         if config is not None:
             conflicts = config.resume_conflicts(saved.to_dict())
             if conflicts:
-                raise ValueError(f"Cannot resume with changed {conflicts}: only {sorted(RESUMABLE_FIELDS)} may change")
+                raise UserInputError(f"Cannot resume with changed {conflicts}: only {sorted(RESUMABLE_FIELDS)} "
+                                     f"may change")
         learner = cls(config or saved, FeatureScaler(data["obs_mean"], data["obs_var"]), topology=data["topology"],
                       slots=data["slots"], feature_schema=data["feature_schema"], device=device)
         learner.load_state_dict(data)
@@ -353,10 +355,10 @@ def train_iql(config: IQLConfig, dataset: TransitionDataset, *, learner: IQLLear
 def _check_resume(learner: IQLLearner, config: IQLConfig, dataset: TransitionDataset) -> None:
     conflicts = config.resume_conflicts(learner.config.to_dict())
     if conflicts:
-        raise ValueError(f"Cannot continue training with changed {conflicts}: only {sorted(RESUMABLE_FIELDS)} "
-                         f"may change")
+        raise UserInputError(f"Cannot continue training with changed {conflicts}: only {sorted(RESUMABLE_FIELDS)} "
+                             f"may change")
     for key in ("feature_schema", "topology", "slots"):
         if getattr(learner, key) != getattr(dataset, key):
-            raise ValueError(f"The learner was trained on {key} {getattr(learner, key)!r}, the dataset has "
-                             f"{getattr(dataset, key)!r}")
+            raise UserInputError(f"The learner was trained on {key} {getattr(learner, key)!r}, the dataset has "
+                                 f"{getattr(dataset, key)!r}")
     learner.config = config

@@ -16,6 +16,7 @@ import torch
 import esper
 from esper.env.features import obs_dim
 from esper.leyline import OBS_SCHEMA
+from esper.leyline.errors import UserInputError
 from esper.runtime.checkpoint import (
     CheckpointFormatError,
     atomic_save,
@@ -151,9 +152,9 @@ def resume_config(saved: TrainingConfig, requested: TrainingConfig) -> TrainingC
     saved_dict, requested_dict = saved.to_dict(), requested.to_dict()
     differing = sorted(k for k, v in requested_dict.items() if k not in RESUMABLE_FIELDS and saved_dict[k] != v)
     if differing:
-        raise ValueError(f"A resumed run may only change {sorted(RESUMABLE_FIELDS)}, but these differ from the "
-                         f"checkpoint: {differing}. Use another --run-dir for a new run, or --overwrite to replace "
-                         f"this one.")
+        raise UserInputError(f"A resumed run may only change {sorted(RESUMABLE_FIELDS)}, but these differ from the "
+                             f"checkpoint: {differing}. Use another --run-dir for a new run, or --overwrite to replace "
+                             f"this one.")
     return saved.with_overrides(**{k: requested_dict[k] for k in RESUMABLE_FIELDS})
 
 

@@ -32,6 +32,7 @@ from esper.leyline.constants import (
     DEFAULT_VALUE_CLIP,
     DEFAULT_VALUE_COEF,
 )
+from esper.leyline.errors import UserInputError
 from esper.runtime.actors import WorkerOptions
 from esper.runtime.strict_config import StrictConfig
 from esper.runtime.tasks import TASKS
@@ -154,14 +155,14 @@ class TrainingConfig(StrictConfig):
     @classmethod
     def _task(cls, v: str) -> str:
         if v.lower() not in TASKS:
-            raise ValueError(f"unknown task '{v}'. Available: {sorted(TASKS)}")
+            raise UserInputError(f"unknown task '{v}'. Available: {sorted(TASKS)}")
         return v.lower()
 
     @field_validator("slots")
     @classmethod
     def _slots(cls, v: list[str]) -> list[str]:
         if not v:
-            raise ValueError("at least one slot must be enabled")
+            raise UserInputError("at least one slot must be enabled")
         return list(ordered_slots(v))
 
     @model_validator(mode="before")
@@ -171,7 +172,7 @@ class TrainingConfig(StrictConfig):
         if isinstance(data, dict):
             for key, value in data.items():
                 if isinstance(value, bool) and key in BOUNDS:
-                    raise ValueError(f"{key}: expected a number, got {json.dumps(value)}")
+                    raise UserInputError(f"{key}: expected a number, got {json.dumps(value)}")
         return data
 
     @field_validator(*BOUNDS)
@@ -182,16 +183,16 @@ class TrainingConfig(StrictConfig):
         lo, hi, low_open = BOUNDS[str(info.field_name)]
         if not math.isfinite(v) or (v <= lo if low_open else v < lo) or v > hi:
             if isinstance(v, int):
-                raise ValueError(f"must be an integer in [{lo:g}, {hi:g}], got {v}")
+                raise UserInputError(f"must be an integer in [{lo:g}, {hi:g}], got {v}")
             low = f"> {lo:g}" if low_open else f">= {lo:g}"
-            raise ValueError(f"must be a finite number {low} and <= {hi:g}, got {v}")
+            raise UserInputError(f"must be a finite number {low} and <= {hi:g}, got {v}")
         return v
 
     @field_validator("hidden_dim")
     @classmethod
     def _hidden(cls, v: int) -> int:
         if v % 2:
-            raise ValueError("must be an even number")
+            raise UserInputError("must be an even number")
         return v
 
     @model_validator(mode="after")
@@ -213,12 +214,13 @@ class TrainingConfig(StrictConfig):
         ]
         for ok, message in checks:
             if not ok:
-                raise ValueError(message)
+                raise UserInputError(message)
         if self.reward_family != RewardFamily.SPARSE:
             changed = [k for k in ("param_budget", "param_penalty_weight", "sparse_reward_scale")
                        if getattr(self, k) != getattr(_SPARSE_DEFAULTS, k)]
             if changed:
-                raise ValueError(f"{changed} only apply to reward_family 'sparse' (got '{self.reward_family.value}')")
+                raise UserInputError(f"{changed} only apply to reward_family 'sparse' "
+                                     f"(got '{self.reward_family.value}')")
         return self
 
     def worker_options(self) -> WorkerOptions:
@@ -232,5 +234,5 @@ class TrainingConfig(StrictConfig):
     @classmethod
     def preset(cls, name: str) -> TrainingConfig:
         if name not in PRESETS:
-            raise ValueError(f"Unknown preset '{name}'. Available: {sorted(PRESETS)}")
+            raise UserInputError(f"Unknown preset '{name}'. Available: {sorted(PRESETS)}")
         return cls(**PRESETS[name])

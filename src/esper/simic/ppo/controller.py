@@ -17,6 +17,7 @@ import torch
 from esper.env.features import obs_dim, observation_features
 from esper.env.masks import compute_batch_masks, masks_from_joint
 from esper.leyline import NUM_JOINT_ACTIONS, EnvObservation, FactoredAction, joint_index, ordered_slots
+from esper.leyline.errors import UserInputError
 from esper.runtime.rundir import checkpoint_file
 from esper.runtime.tasks import get_task_spec
 from esper.simic.normalization import RunningMeanStd
@@ -111,11 +112,11 @@ class PPOController:
         config = TrainingConfig.from_dict(data["config"])
         trained_topology = get_task_spec(config.task).topology
         if topology is not None and trained_topology != topology:
-            raise ValueError(f"{path} was trained for topology '{trained_topology}' (task {config.task}), not "
-                             f"'{topology}': evaluate it with --task {config.task}")
+            raise UserInputError(f"{path} was trained for topology '{trained_topology}' (task {config.task}), not "
+                                 f"'{topology}': evaluate it with --task {config.task}")
         if slots is not None and list(ordered_slots(slots)) != config.slots:
-            raise ValueError(f"{path} was trained with slots {config.slots}, not {list(slots)}: evaluate it with "
-                             f"--slots {' '.join(config.slots)}")
+            raise UserInputError(f"{path} was trained with slots {config.slots}, not {list(slots)}: evaluate it with "
+                                 f"--slots {' '.join(config.slots)}")
         if context is not None:
             check_trained_setting(str(path), trained_setting(config), context)
         dim = obs_dim(config.use_telemetry)

@@ -42,6 +42,7 @@ from esper.env.rewards import (
 )
 from esper.leyline import LifecycleOp, TelemetryEvent, TelemetryEventType, TelemetrySink
 from esper.leyline.constants import ANOMALY_ESCALATION_EPOCHS
+from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import derive_seed
 from esper.runtime.devices import env_device_map, resolve_device, resolve_devices
 from esper.runtime.rundir import RunDirectory, checkpoint_file
@@ -196,8 +197,8 @@ def iql_datasets(source: Path) -> list[str]:
     try:
         datasets = json.loads(record.read_text(encoding="utf-8"))["config"]["datasets"]
     except (OSError, ValueError, KeyError, TypeError):
-        raise ValueError(f"Cannot tell which datasets {source} was trained on ({record} unreadable): set "
-                         f"init_datasets") from None
+        raise UserInputError(f"Cannot tell which datasets {source} was trained on ({record} unreadable): set "
+                             f"init_datasets") from None
     return [str(d) for d in datasets]
 
 
