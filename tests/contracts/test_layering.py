@@ -122,6 +122,56 @@ def test_module_follows_layer_table(path: Path) -> None:
     assert not problems, "\n".join(problems)
 
 
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan): each is an import cycle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in sorted(graph.get(module, ())):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                top = stack.pop()
+                component.append(top)
+                if top == module:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return cycles
+
+
+def module_import_graph() -> dict[str, set[str]]:
+    """Module → the esper modules it imports (type-only imports included; a package's `__init__`, which only
+    re-exports its modules, is left out so that importing a sibling through it is not counted as a cycle)."""
+    paths = {module_name(p): p for p in source_modules() if p.name != "__init__.py"}
+    return {name: {target for _, target in imported_modules(path.read_text(encoding="utf-8"), name, False)
+                   if target in paths and target != name}
+            for name, path in paths.items()}
+
+
+def test_no_import_cycle_between_modules() -> None:
+    assert import_cycles(module_import_graph()) == []
+
+
+def test_the_cycle_check_finds_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert import_cycles(graph) == [["a", "b", "c"]]
+
+
 def test_top_level_init_imports_nothing_from_esper_or_third_party() -> None:
     """`esper/__init__.py` is imported by every layer, so it must stay stdlib-only and import no subpackage."""
     init = PACKAGE_ROOT / "__init__.py"

@@ -17,9 +17,8 @@ import pytest
 import torch
 
 from esper.env.env import EnvSpec, MorphoEnv
-from esper.env.loop import EpochData, run_episodes
+from esper.env.loop import EnvStep, EpochData, run_episodes
 from esper.env.rewards import make_reward_fn
-from esper.env.transitions import EnvStep
 from esper.leyline import EnvObservation, LifecycleCommand, LifecycleOp, SeedStage
 from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 from esper.tamiyo import TamiyoDecision

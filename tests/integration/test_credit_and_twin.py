@@ -18,9 +18,8 @@ import torch
 
 from esper.env.env import EnvSpec, MorphoEnv
 from esper.env.logs import EpisodeResult, StepRow
-from esper.env.loop import EpochData, run_episodes
+from esper.env.loop import EnvStep, EpochData, run_episodes
 from esper.env.rewards import INTERVENTION_COSTS, make_reward_fn
-from esper.env.transitions import EnvStep
 from esper.kasmina.hosts import TransformerHost
 from esper.kasmina.state import LifecycleConfig
 from esper.leyline import EnvObservation, LifecycleCommand, LifecycleOp, SeedStage

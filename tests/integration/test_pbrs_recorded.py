@@ -19,11 +19,10 @@ import torch
 
 from esper.env.env import EnvSpec, MorphoEnv
 from esper.env.features import obs_dim
-from esper.env.loop import EpochData, run_episodes
+from esper.env.loop import EnvStep, EpochData, run_episodes
 from esper.env.potential import LifecycleSnapshot, lifecycle_potential
 from esper.env.rewards import ContributionRewardConfig, LossRewardConfig, RewardFamily, make_reward_fn
 from esper.env.step_record import SUMMED_FIELDS, ShapedRewardComponents, StepRecord
-from esper.env.transitions import EnvStep
 from esper.kasmina.state import LifecycleConfig
 from esper.leyline import LifecycleOp, SeedStage
 from esper.runtime.tasks import DataCache, DataOptions, TaskSpec, get_task_spec

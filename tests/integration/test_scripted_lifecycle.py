@@ -9,9 +9,8 @@ from __future__ import annotations
 import torch
 
 from esper.env.env import EnvSpec, MorphoEnv
-from esper.env.loop import EpochData, run_episodes
+from esper.env.loop import EnvStep, EpochData, run_episodes
 from esper.env.rewards import make_reward_fn
-from esper.env.transitions import EnvStep
 from esper.leyline import EnvObservation, LifecycleCommand, LifecycleOp, SeedStage, TelemetryEvent, TelemetryEventType
 from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 from esper.tamiyo import TamiyoDecision

@@ -44,7 +44,7 @@ embargoes = st.lists(st.sampled_from(CANONICAL_SLOTS), unique=True, max_size=3)
 
 def canonical(action: FactoredAction) -> FactoredAction:
     """Zero the heads the op does not use (the placeholders `from_joint_index` produces)."""
-    if action.is_wait:
+    if action.op == LifecycleOp.WAIT:
         return FactoredAction.from_indices(0, 0, 0, LifecycleOp.WAIT)
     if action.is_germinate:
         return action

@@ -139,7 +139,8 @@ def add_episode_options(p: argparse.ArgumentParser, *, episodes: int, task: str 
                    help="reward computed and logged per decision (gap: against the static twin, the default)")
     p.add_argument("--param-cost", type=float_in(0.0, 1e6),
                    help="gap reward's cost of added parameters, pp per 100 %% "
-                        "(default: the task's value measured at the nearest --max-train-samples)")
+                        "(default: the task's value measured at the nearest --max-train-samples; where none is, "
+                        "the term is not charged, since nothing learns from these commands' reward)")
 
 
 def add_worker_options(p: argparse.ArgumentParser) -> None:

@@ -28,7 +28,8 @@ def episode_plan(args: argparse.Namespace, devices: list[str] | None, *, allow_s
                  ) -> EpisodePlan:
     """The paired-episode plan of the command line; an unusable reward setting fails here, before any work."""
     task = get_task_spec(args.task)
-    reward_config(args.reward_family, task, param_cost=args.param_cost, max_train_samples=args.max_train_samples)
+    reward_config(args.reward_family, task, param_cost=args.param_cost, max_train_samples=args.max_train_samples,
+                  logged_only=True)
     return EpisodePlan(
         task=task, slots=ordered_slots(args.slots), max_epochs=args.max_epochs, max_seeds=args.max_seeds,
         seed=args.seed, devices=resolve_devices(args.device, devices), batch_size=task.default_batch_size,
@@ -49,7 +50,7 @@ def runtime_info(args: argparse.Namespace, plan: EpisodePlan) -> dict[str, Any]:
             "devices": [str(d) for d in plan.devices],
             "telemetry_level": args.telemetry_level,
             "param_cost": resolved_param_cost(plan.reward_family, plan.task, plan.param_cost,
-                                              max_train_samples=plan.max_train_samples)}
+                                              max_train_samples=plan.max_train_samples, logged_only=True)}
 
 
 def has_episodes(path: Path) -> bool:

@@ -42,6 +42,7 @@ from esper.cli.common import (
 )
 from esper.cli.compare import comparison_table
 from esper.cli.episodes import open_episode_run
+from esper.cli.param_cost import resolve_auto_param_cost
 from esper.cli.report import render_report
 from esper.cli.rundirs import check_same_arguments, discard_on_error, prepare_run_dir
 from esper.cli.train_ppo import StopAfterStep, flag_overrides, open_training_dir, train_with_stop
@@ -70,6 +71,7 @@ from esper.runtime.readers import SPLITS
 from esper.runtime.rundir import (
     RunDirectory,
     RunDirectoryError,
+    checkpoints_dir,
     default_run_dir,
     holds_results,
     recorded_config,
@@ -119,7 +121,7 @@ def _training_config(args: argparse.Namespace, train_dir: Path) -> tuple[Trainin
     (ignored under --overwrite, which starts the study over)."""
     overrides = flag_overrides(args)
     requested = TrainingConfig.preset(STUDY_PRESETS[args.preset].training).with_overrides(**overrides)
-    latest = train_dir / "checkpoints" / "latest.pt"
+    latest = checkpoints_dir(train_dir) / "latest.pt"
     if args.ppo is not None and not args.ppo.is_dir():
         raise FileNotFoundError(f"--ppo {args.ppo} is not a directory: pass a PPO run directory (holding "
                                 f"checkpoints/init.pt and final.pt)")
@@ -128,6 +130,7 @@ def _training_config(args: argparse.Namespace, train_dir: Path) -> tuple[Trainin
         raise UserInputError(f"--ppo evaluates the policy in the setting it trained in, so {', '.join(setting)} cannot "
                              f"be changed; to test it elsewhere run esper compare --controllers static heuristic "
                              f"ppo:{args.ppo}/checkpoints/init.pt ppo:{args.ppo} with the settings you want")
+    requested = resolve_auto_param_cost(requested, args)
     if not latest.exists() or (args.overwrite and args.ppo is None):
         if args.ppo is not None:
             raise FileNotFoundError(f"{latest} not found: --ppo needs a PPO run directory with checkpoints")
@@ -142,8 +145,8 @@ def _measured_setting(config: TrainingConfig) -> dict[str, Any]:
     """The training config without where its envs ran (workers change the wall time, not a single number), with
     the λ_p its reward charged in place of the null that means "the task's"."""
     setting = {k: v for k, v in config.to_dict().items() if k not in WORKER_FIELDS.values()}
-    setting["param_cost"] = resolved_param_cost(config.reward_family, get_task_spec(config.task), config.param_cost,
-                                                max_train_samples=config.max_train_samples)
+    setting["param_cost"] = resolved_param_cost(config.reward_family, get_task_spec(config.task),
+                                                config.charged_param_cost(), max_train_samples=config.max_train_samples)
     return setting
 
 

@@ -43,7 +43,14 @@ from esper.evaluation.episodes import EpisodePlan
 from esper.leyline import TelemetryEventType
 from esper.leyline.errors import UserInputError
 from esper.runtime.devices import resolve_devices
-from esper.runtime.rundir import RunDirectory, default_run_dir, read_jsonl, recorded_config, rewrite_jsonl
+from esper.runtime.rundir import (
+    RunDirectory,
+    checkpoints_dir,
+    default_run_dir,
+    read_jsonl,
+    recorded_config,
+    rewrite_jsonl,
+)
 from esper.runtime.tasks import DataCache, get_task_spec
 from esper.simic.iql import IQLConfig, IQLLearner, load_iql_checkpoint, train_iql
 from esper.simic.iql.history import IQLHistoryRow
@@ -118,7 +125,7 @@ def cmd_train_iql(args: argparse.Namespace) -> int:
                                            run_settings(args))
     record = {"config": config.to_dict(), "datasets": [str(d) for d in args.dataset], "reward_source":
               args.reward_source, "dataset_settings": settings, "eval_episodes": args.eval_episodes}
-    latest = path / "checkpoints" / "latest.pt"
+    latest = checkpoints_dir(path) / "latest.pt"
     claim = prepare_run_dir(path, command="train iql", overwrite=args.overwrite, resumable=lambda p: latest.exists())
     learner = None
     if claim == "existing":

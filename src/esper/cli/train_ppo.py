@@ -31,6 +31,7 @@ from esper.cli.common import (
     print_next_steps,
     run_settings,
 )
+from esper.cli.param_cost import resolve_auto_param_cost
 from esper.cli.rundirs import discard_on_error, prepare_run_dir
 from esper.env.rewards import RewardFamily, resolved_param_cost
 from esper.evaluation.study import EVAL_SEED_OFFSET
@@ -38,7 +39,7 @@ from esper.leyline import TelemetryEventType
 from esper.leyline.errors import UserInputError
 from esper.nissa import ProgressBackend, trim_event_log
 from esper.runtime.devices import env_device_map, resolve_device, resolve_devices
-from esper.runtime.rundir import RunDirectory, checkpoint_file, default_run_dir
+from esper.runtime.rundir import RunDirectory, checkpoint_file, checkpoints_dir, default_run_dir
 from esper.runtime.tasks import TASKS, DataCache, data_source, get_task_spec
 from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config
 from esper.simic.ppo.config import PRESETS, TrainingConfig
@@ -93,11 +94,11 @@ def preset_of(args: argparse.Namespace) -> str:
 
 
 def effective_config(args: argparse.Namespace) -> TrainingConfig:
-    """preset → --config-json → flags and --set."""
+    """preset → --config-json → flags and --set (a param_cost of "auto" measured, or reused from the cache)."""
     config = TrainingConfig.preset(preset_of(args))
     if args.config_json is not None:
         config = TrainingConfig.from_json_path(args.config_json, base=config)
-    return config.with_overrides(**flag_overrides(args))
+    return resolve_auto_param_cost(config.with_overrides(**flag_overrides(args)), args)
 
 
 def _resume_target(args: argparse.Namespace) -> Path | None:
@@ -116,16 +117,18 @@ def _resume_target(args: argparse.Namespace) -> Path | None:
             raise UserInputError(f"--resume {args.resume} continues in its own run directory {target.parent.parent}; "
                                  f"drop --run-dir {args.run_dir}")
         return target
-    latest = None if args.run_dir is None else args.run_dir / "checkpoints" / "latest.pt"
+    latest = None if args.run_dir is None else checkpoints_dir(args.run_dir) / "latest.pt"
     if latest is not None and latest.is_file() and not args.overwrite:
         return latest
     return None
 
 
-def _config_for_resume(args: argparse.Namespace, checkpoint: Path) -> TrainingConfig:
-    """The checkpoint's config is authoritative; flags may only change the resumable fields."""
+def _config_for_resume(args: argparse.Namespace, checkpoint: Path, requested: TrainingConfig | None) -> TrainingConfig:
+    """The checkpoint's config is authoritative; flags may only change the resumable fields (`requested`: the
+    command's own config, None under --resume, where the flags apply to the saved one)."""
     saved = TrainingConfig.from_dict(read_policy_checkpoint(checkpoint)["config"])
-    requested = effective_config(args) if args.resume is None else saved.with_overrides(**flag_overrides(args))
+    if requested is None:
+        requested = resolve_auto_param_cost(saved.with_overrides(**flag_overrides(args)), args)
     return resume_config(saved, requested)
 
 
@@ -193,7 +196,7 @@ def open_training_dir(path: Path, config: TrainingConfig, args: argparse.Namespa
         "devices": [str(d) for d in devices],
         "policy_device": str(resolve_device(config.device)), "preset": preset_of(args),
         "telemetry_level": args.telemetry_level,
-        "param_cost": resolved_param_cost(config.reward_family, get_task_spec(config.task), config.param_cost,
+        "param_cost": resolved_param_cost(config.reward_family, get_task_spec(config.task), config.charged_param_cost(),
                                           max_train_samples=config.max_train_samples)})
     return run_dir
 
@@ -243,18 +246,19 @@ def compare_hint(config: TrainingConfig, run: Path) -> str:
              f"--reward-family {config.reward_family.value}", f"--seed {config.seed + EVAL_SEED_OFFSET}"]
     for flag, value in (("--max-train-samples", config.max_train_samples),
                         ("--max-val-samples", config.max_val_samples), ("--max-seeds", config.max_seeds),
-                        ("--param-cost", config.param_cost)):
+                        ("--param-cost", config.charged_param_cost())):
         if value is not None:
             parts.append(f"{flag} {value}")
     return " ".join(parts)
 
 
 def cmd_train_ppo(args: argparse.Namespace) -> int:
-    if args.run_dir is None and args.resume is None:  # the same command finds (and continues) its own directory
-        config = effective_config(args)
-        args.run_dir = default_run_dir(args.runs_root, "ppo", config.task, config.seed, run_settings(args))
+    requested = effective_config(args) if args.resume is None else None
+    if args.run_dir is None and requested is not None:  # the same command finds (and continues) its own directory
+        args.run_dir = default_run_dir(args.runs_root, "ppo", requested.task, requested.seed, run_settings(args))
     checkpoint = _resume_target(args)
-    config = _config_for_resume(args, checkpoint) if checkpoint is not None else effective_config(args)
+    config = _config_for_resume(args, checkpoint, requested) if checkpoint is not None else \
+        requested or effective_config(args)
     episodes_done = int(read_policy_checkpoint(checkpoint)["episodes_completed"]) if checkpoint is not None else 0
     cache = preload_data(args, get_task_spec(config.task), resolve_devices(config.device, config.devices),
                          ("train", "val"))

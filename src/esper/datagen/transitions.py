@@ -213,18 +213,6 @@ class TransitionDataset:
         names = {k: v for k, v in self.episode_names.items() if k in chosen}
         return dataclasses.replace(self, **tensors, behavior_policies=policies, episode_names=names)
 
-    def split_by_episode(self, holdout_fraction: float, seed: int) -> tuple[TransitionDataset, TransitionDataset]:
-        """(train, held-out) with whole episodes on each side, so no held-out decision leaks through its episode."""
-        ids = torch.unique(self.episode_ids).cpu()
-        if not 0.0 < holdout_fraction < 1.0:
-            raise UserInputError(f"holdout_fraction must be in (0, 1), got {holdout_fraction}")
-        n_holdout = round(holdout_fraction * len(ids))
-        if not 0 < n_holdout < len(ids):
-            raise UserInputError(f"Cannot hold out {holdout_fraction:.0%} of {len(ids)} episodes and keep both sides "
-                                 f"non-empty; use more episodes or another fraction")
-        perm = ids[torch.randperm(len(ids), generator=torch.Generator().manual_seed(seed))]
-        return self.select_episodes(perm[n_holdout:]), self.select_episodes(perm[:n_holdout])
-
 
 def _episode_order(episode_ids: torch.Tensor, step_indices: torch.Tensor) -> torch.Tensor:
     """Row order sorted by (episode id, step index)."""

@@ -8,10 +8,9 @@ too, so the heuristic, datagen and every learner run episodes through exactly th
 from esper.env.env import EnvSpec, MorphoEnv, StoredTwin
 from esper.env.features import FEATURE_NAMES, obs_dim, observation_features, signals_to_features
 from esper.env.logs import EpisodeResult
-from esper.env.loop import EpochData, run_episodes, run_epoch
+from esper.env.loop import EnvStep, EpochData, run_episodes, run_epoch
 from esper.env.masks import build_slot_states, compute_action_masks, compute_batch_masks, condition_on_action
 from esper.env.rewards import RewardFamily, ShapedRewardComponents, StepRecord, compute_reward, make_reward_fn
-from esper.env.transitions import EnvStep
 
 __all__ = [
     "FEATURE_NAMES",

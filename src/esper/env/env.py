@@ -22,8 +22,8 @@ import torch
 from esper.env.gradients import GradientStats, SeedGradientCollector
 from esper.env.logs import EpisodeResult, slot_summaries
 from esper.env.masks import build_slot_states
-from esper.env.step_record import Measurement, StepRecord
-from esper.env.transitions import PendingDecision, measure
+from esper.env.step_record import Measurement, SlotRewardInfo, StepRecord
+from esper.env.transitions import PendingDecision
 from esper.kasmina.fixed import build_fixed_host
 from esper.kasmina.model import MorphogeneticModel
 from esper.kasmina.slot import StageChange
@@ -97,6 +97,16 @@ class StoredTwin:
     @property
     def max_epochs(self) -> int:
         return len(self.accuracy_curve)
+
+
+@dataclass(frozen=True)
+class EpochStats:
+    """What one epoch measured of one env: its training pass, its validation pass, whether the governor rolled it
+    back (a rolled-back epoch's validation numbers are those that triggered the rollback)."""
+
+    train: TrainEpochStats
+    val: ValStats
+    rolled_back: bool
 
 
 class MorphoEnv:
@@ -248,11 +258,11 @@ class MorphoEnv:
     # ------------------------------------------------------------------ per-epoch work
 
     def finish_measurements(self, epoch: int, ablate: tuple[str, ...], probe: tuple[str, ...]
-                            ) -> tuple[TrainEpochStats, ValStats, bool]:
+                            ) -> EpochStats:
         """Close the epoch's accumulators, consult the governor, and write the seed measurements."""
         with self._clock():  # the host sync: on an accelerator, where the queued passes' time is paid
             train = finish_train_epoch(self.ts)
-            val = finish_validation(self.ts) if self.ts._val else ValStats(0.0, 0.0, 0, {}, {})
+            val = finish_validation(self.ts) if self.ts.val_sums else ValStats(0.0, 0.0, 0, {}, {})
         grad_stats = {slot: self.collector.materialize(t) for slot, t in self._grad_stats.items()}
         self._grad_stats = {}
         self.accuracy_curve.append(val.val_accuracy)
@@ -265,7 +275,7 @@ class MorphoEnv:
             self.acc_at_germination = dict(restored["acc_at_germination"])
             self.fossil_improvement = dict(restored["fossil_improvement"])
             self.seeds_fossilized, self.seeds_culled = restored["seeds_fossilized"], restored["seeds_culled"]
-            return train, val, True
+            return EpochStats(train, val, rolled_back=True)
         self.model.record_accuracy(val.val_accuracy)
         for slot in ablate:
             contribution = val.contribution[slot]
@@ -283,12 +293,16 @@ class MorphoEnv:
             self._sync_slot(slot, stats, epoch)
         if epoch % GOVERNOR_SNAPSHOT_INTERVAL == 0:
             self.governor.snapshot(self.ts, epoch=epoch, bookkeeping=self._bookkeeping())
-        return train, val, False
+        return EpochStats(train, val, rolled_back=False)
 
     def _sync_slot(self, slot: str, stats: GradientStats, epoch: int) -> None:
         s = self.model.slot(slot)
         if s.state is not None:
             s.sync_telemetry(dict(stats), epoch=epoch, max_epochs=self.spec.max_epochs)
+
+    def start_epoch(self) -> None:
+        """Start the clock of the epoch whose observation reports its duration."""
+        self._epoch_start = time.perf_counter()
 
     def observe(self, epoch: int, train: TrainEpochStats, val: ValStats, batches_per_epoch: int) -> EnvObservation:
         model, spec = self.model, self.spec
@@ -350,7 +364,40 @@ class MorphoEnv:
         return changes
 
     def measurement(self, obs: EnvObservation) -> Measurement:
-        return measure(self, obs)
+        """This env's measurement of the epoch it just observed, with its twin's (which has measured the same epoch)."""
+        model, m = self.model, obs.signals.metrics
+        present = [s for s in model.slots() if s.state is not None]
+        twin = self.twin
+        return Measurement(
+            epoch=obs.epoch, val_acc=m.val_accuracy, val_loss=m.val_loss, acc_delta=m.accuracy_delta,
+            loss_delta=m.loss_delta, slots=self._slot_reward_info(obs), snapshot=model.lifecycle_snapshot(),
+            seed_param_counts=tuple((s.state.metrics.epochs_total, s.seed_param_count)
+                                    for s in present if s.state is not None),
+            host_param_count=model.host_param_count,
+            fossilized_contributing=sum(
+                1 for s in present if s.state is not None and s.state.stage == SeedStage.FOSSILIZED
+                and self.fossil_improvement.get(s.slot_id, 0.0) >= 1.0),
+            best_val_acc=max(self.accuracy_curve, default=0.0),
+            twin_val_acc=None if twin is None else twin.accuracy_curve[obs.epoch - 1],
+            twin_val_loss=None if twin is None else twin.loss_curve[obs.epoch - 1],
+        )
+
+    def _slot_reward_info(self, obs: EnvObservation) -> dict[str, SlotRewardInfo | None]:
+        info: dict[str, SlotRewardInfo | None] = {}
+        states = build_slot_states(obs.slot_reports, obs.enabled_slots,
+                                   self.spec.task.lifecycle.min_fossilize_contribution)
+        for slot, mask_info in states.items():
+            r = obs.slot_reports.get(slot)
+            if r is None or mask_info is None:
+                info[slot] = None
+                continue
+            info[slot] = SlotRewardInfo(
+                stage=int(r.stage), epochs_in_stage=r.metrics.epochs_in_current_stage,
+                seed_age_epochs=r.metrics.epochs_total, total_improvement=r.metrics.total_improvement,
+                counterfactual=r.metrics.counterfactual_contribution,
+                acc_at_germination=self.acc_at_germination.get(slot), fossilize_ready=mask_info.fossilize_ready,
+            )
+        return info
 
     def act(self, decision: TamiyoDecision, obs: EnvObservation, before: Measurement, train: TrainEpochStats,
             val: ValStats) -> list[StageChange]:

@@ -276,7 +276,8 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
         return np.array(observation_features(measured.observations[0]), dtype=np.float32)
 
     def _info(self, measured: MeasuredEpoch) -> dict[str, Any]:
-        obs, measurement, (_, _, rollback) = measured.observations[0], measured.measurements[0], measured.stats[0]
+        obs, measurement = measured.observations[0], measured.measurements[0]
+        rollback = measured.stats[0].rolled_back
         return {
             "epoch": obs.epoch,
             "env_seed": self.env_seed,

@@ -12,23 +12,55 @@ action at a time, runs exactly the same epoch.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
-from esper.env.env import MorphoEnv
-from esper.env.logs import EpisodeResult, slot_summaries
+from esper.env.env import EpochStats, MorphoEnv
+from esper.env.logs import EpisodeResult, SlotSummary, StepRow, slot_summaries
 from esper.env.rewards import RewardFn
-from esper.env.step_record import Measurement
-from esper.env.transitions import EnvStep
+from esper.env.step_record import Measurement, ShapedRewardComponents, StepRecord
 from esper.leyline import EnvObservation, LifecycleOp, TelemetryEventType
 from esper.leyline.seeding import derive_seed
 from esper.runtime.data import SharedBatchIterator
 from esper.runtime.tasks import DataCache, TaskSpec
 from esper.tamiyo import BatchTamiyoPolicy, TamiyoDecision, TamiyoPolicy, check_decision
 from esper.tolaria import TrainEpochStats, ValStats, counterfactual_slots, probe_slots
+
+
+@dataclass
+class EnvStep:
+    """One completed transition of one env: the decision after `epoch` and the reward its outcome earned."""
+
+    env: MorphoEnv
+    epoch: int
+    observation: EnvObservation
+    decision: TamiyoDecision
+    action_success: bool
+    record: StepRecord
+    reward: ShapedRewardComponents
+    train: TrainEpochStats
+    val: ValStats
+    slots: dict[str, SlotSummary | None]
+
+    @property
+    def rollback(self) -> bool:
+        return self.record.rollback
+
+    def row(self) -> StepRow:
+        """This step as a line of steps.jsonl: the decision, what the env looked like when it was made, the reward."""
+        env, cmd = self.env, self.decision.command
+        return StepRow(
+            batch=env.spec.batch, env=env.env_id, episode=env.spec.episode, epoch=self.epoch,
+            controller=env.controller_name, op=cmd.op.name, slot=cmd.slot_id, blueprint=cmd.blueprint_id,
+            blend=cmd.blend_id, success=self.action_success, reason=self.decision.reason,
+            train_loss=self.train.train_loss, train_acc=self.train.train_accuracy, val_loss=self.val.val_loss,
+            val_acc=self.val.val_accuracy, rollback=self.rollback, slots=self.slots,
+            seed_params=self.record.before.seed_param_count_total, reward_components=self.reward.to_dict(),
+            reward=self.reward.total(),
+        )
+
 
 StepCallback = Callable[[list[EnvStep]], None]
 
@@ -93,7 +125,7 @@ class MeasuredEpoch:
     epoch: int
     observations: list[EnvObservation]
     measurements: list[Measurement]
-    stats: list[tuple[TrainEpochStats, ValStats, bool]]  # per env: train, validation, whether it rolled back
+    stats: list[EpochStats]  # per env
     steps: list[EnvStep]  # the transitions this epoch completed (the decisions taken after the previous one)
 
     @property
@@ -106,7 +138,7 @@ def measure_epoch(envs: Sequence[MorphoEnv], data: EpochData, epoch: int, reward
     """Train, validate and observe every env (and its twin) for one epoch, and credit the pending decisions."""
     trained = [*envs, *twins_of(envs)]
     for env in trained:
-        env._epoch_start = time.perf_counter()
+        env.start_epoch()
     data.train.set_seed(derive_seed(data.seed, epoch))
     last = len(data.train) - 1
     for b, batch in enumerate(data.train):
@@ -129,15 +161,15 @@ def measure_epoch(envs: Sequence[MorphoEnv], data: EpochData, epoch: int, reward
     measured = measured[:len(envs)]  # the twins' measurements only feed their envs' rewards
 
     observations, measurements = [], []
-    for env, (train, val, _) in zip(envs, measured, strict=True):
-        obs = env.observe(epoch, train, val, len(data.train))
+    for env, stats in zip(envs, measured, strict=True):
+        obs = env.observe(epoch, stats.train, stats.val, len(data.train))
         observations.append(obs)
         measurements.append(env.measurement(obs))
 
     steps = []
-    for env, measurement, (_, _, rollback) in zip(envs, measurements, measured, strict=True):
+    for env, measurement, stats in zip(envs, measurements, measured, strict=True):
         pending = env.pending
-        record = env.complete(measurement, rollback)
+        record = env.complete(measurement, stats.rolled_back)
         if pending is None or record is None:
             continue
         reward = reward_fn(record)
@@ -162,13 +194,12 @@ def conclude_epoch(measured: MeasuredEpoch, decisions: Sequence[TamiyoDecision] 
             raise ValueError(f"{len(decisions)} decisions for {len(envs)} envs")
         for i, made in enumerate(decisions):
             check_decision(made, measured.observations[i])
-            train, val, _ = measured.stats[i]
-            envs[i].act(made, measured.observations[i], measured.measurements[i], train, val)
+            stats = measured.stats[i]
+            envs[i].act(made, measured.observations[i], measured.measurements[i], stats.train, stats.val)
             _emit_action(envs[i], epoch, made)
             decided[i] = made
-    for env, obs, decision, (_, _, rollback) in zip(envs, measured.observations, decided, measured.stats,
-                                                    strict=True):
-        _emit_epoch(env, obs, decision, rollback)
+    for env, obs, decision, stats in zip(envs, measured.observations, decided, measured.stats, strict=True):
+        _emit_epoch(env, obs, decision, stats.rolled_back)
     for sink in {id(env.spec.sink): env.spec.sink for env in envs if env.spec.sink is not None}.values():
         sink.tick()
 

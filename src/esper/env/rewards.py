@@ -29,7 +29,9 @@ from esper.runtime.param_costs import calibration_coverage, measured_param_cost
 from esper.runtime.tasks import TaskSpec
 
 __all__ = [
+    "AUTO_PARAM_COST",
     "INTERVENTION_COSTS",
+    "NOT_CHARGED",
     "SUMMED_FIELDS",
     "ContributionRewardConfig",
     "GapRewardConfig",
@@ -65,10 +67,13 @@ INTERVENTION_COSTS: Mapping[LifecycleOp, float] = MappingProxyType(
 
 @dataclass(frozen=True, slots=True)
 class GapRewardConfig:
-    """`param_cost` λ_p: pp of accuracy per 100 % of added parameters. `lm`: measure the gap in validation loss."""
+    """`param_cost` λ_p: pp of accuracy per 100 % of added parameters. `lm`: measure the gap in validation loss.
+    `charged` False: no λ_p is known for the run and nothing learns from its reward, so the parameter term is left
+    out (λ_p 0) and the reward says so."""
 
     param_cost: float
     lm: bool = False
+    charged: bool = True
 
     def __post_init__(self) -> None:
         if not self.param_cost >= 0:
@@ -195,22 +200,32 @@ def compute_reward(record: StepRecord, config: RewardConfig, gamma: float) -> Sh
 
 
 RewardFn = Callable[[StepRecord], ShapedRewardComponents]
+AUTO_PARAM_COST = "auto"
+"""The `param_cost` that asks a learning command to measure λ_p for its setting (or reuse that measurement)."""
+NOT_CHARGED = "not charged"
+"""What runs record as λ_p when the parameter term was left out of a reward that nothing learns from."""
 
 
 def reward_config(family: RewardFamily | str, task: TaskSpec, sparse: SparseRewardConfig | None = None,
-                  param_cost: float | None = None, *, max_train_samples: int | None = None) -> RewardConfig:
+                  param_cost: float | None = None, *, max_train_samples: int | None = None,
+                  logged_only: bool = False) -> RewardConfig:
     """A family's config for a task: gap needs a parameter cost (`param_cost`, or the one measured for the task
-    at the training-sample cap nearest `max_train_samples`), loss the task's loss scales."""
+    at the training-sample cap nearest `max_train_samples`), loss the task's loss scales. `logged_only`: nothing
+    learns from the reward (heuristic, compare, a study's evaluation), so a missing λ_p leaves the parameter term
+    uncharged instead of refusing the run."""
     family = RewardFamily(family)
     if family == RewardFamily.GAP:
+        lm = task.task_type == "lm"
         cost = param_cost if param_cost is not None else measured_param_cost(task.name, max_train_samples)
+        if cost is None and logged_only:
+            return GapRewardConfig(0.0, lm=lm, charged=False)
         if cost is None:
             where = calibration_coverage(task.name, max_train_samples)
             raise UserInputError(f"Task '{task.name}' has no parameter cost for the gap reward at this size ({where}): "
                                  f"measure one with benchmarks/calibrate_param_cost.py and pass it (--set param_cost=C "
-                                 f"for train ppo and study, --param-cost C for compare, train heuristic and datagen) "
-                                 f"or choose another reward family")
-        return GapRewardConfig(cost, lm=task.task_type == "lm")
+                                 f"for train ppo and study, --param-cost C for datagen) or choose another reward "
+                                 f"family")
+        return GapRewardConfig(cost, lm=lm)
     if family == RewardFamily.LOSS:
         return LossRewardConfig.for_task(task.task_type, task.random_guess_loss, task.target_loss,
                                          task.typical_loss_delta_std)
@@ -220,18 +235,24 @@ def reward_config(family: RewardFamily | str, task: TaskSpec, sparse: SparseRewa
 
 
 def resolved_param_cost(family: RewardFamily | str, task: TaskSpec, param_cost: float | None = None, *,
-                        max_train_samples: int | None = None) -> float | None:
-    """The λ_p a gap reward charges (the given one, or the task's measured at the nearest sample cap); None for
-    the other families. Runs record this value, not the null that means "the task's"."""
-    config = reward_config(family, task, param_cost=param_cost, max_train_samples=max_train_samples)
-    return config.param_cost if isinstance(config, GapRewardConfig) else None
+                        max_train_samples: int | None = None, logged_only: bool = False) -> float | str | None:
+    """The λ_p a gap reward charges (the given one, or the task's measured at the nearest sample cap), or
+    `NOT_CHARGED`; None for the other families. Runs record this value, not the null that means "the task's"."""
+    config = reward_config(family, task, param_cost=param_cost, max_train_samples=max_train_samples,
+                           logged_only=logged_only)
+    if not isinstance(config, GapRewardConfig):
+        return None
+    return config.param_cost if config.charged else NOT_CHARGED
 
 
 def reward_summary(family: RewardFamily | str, task: TaskSpec, param_cost: float | None = None, *,
-                   max_train_samples: int | None = None) -> str:
+                   max_train_samples: int | None = None, logged_only: bool = False) -> str:
     """The reward a run computes, with the parameter cost it resolved to: runs record it, since a default λ_p
     depends on the task and the sample cap."""
-    config = reward_config(family, task, param_cost=param_cost, max_train_samples=max_train_samples)
+    config = reward_config(family, task, param_cost=param_cost, max_train_samples=max_train_samples,
+                           logged_only=logged_only)
+    if isinstance(config, GapRewardConfig) and not config.charged:
+        return f"gap, λ_p {NOT_CHARGED} (none measured near this sample cap; the reward is only logged)"
     if isinstance(config, GapRewardConfig):
         return f"gap, λ_p {config.param_cost:g}"
     return RewardFamily(family).value

@@ -66,7 +66,8 @@ class EpisodePlan:
 
     def describe_reward(self) -> str:
         """The reward logged per decision, with the parameter cost it resolves to for this task and sample cap."""
-        return reward_summary(self.reward_family, self.task, self.param_cost, max_train_samples=self.max_train_samples)
+        return reward_summary(self.reward_family, self.task, self.param_cost, max_train_samples=self.max_train_samples,
+                              logged_only=True)
 
 
 def episode_seed(plan: EpisodePlan, episode: int) -> int:
@@ -140,7 +141,7 @@ def run_controller_episodes(
     names = list(labels) if labels is not None else [s.label for s in specs]
     setting = EpisodeSetting(task.name, plan.slots, plan.max_epochs, plan.batch_size,
                              reward_config(plan.reward_family, task, param_cost=plan.param_cost,
-                                           max_train_samples=plan.max_train_samples), plan.gamma,
+                                           max_train_samples=plan.max_train_samples, logged_only=True), plan.gamma,
                              max_train_samples=plan.max_train_samples, max_val_samples=plan.max_val_samples,
                              max_test_samples=plan.max_test_samples, amp=plan.amp, score_test=True,
                              keep_models=keep_models)

@@ -20,7 +20,7 @@ from esper.evaluation.episodes import EpisodePlan
 from esper.evaluation.resume import ResumePoint
 from esper.leyline import TelemetrySink
 from esper.runtime.devices import resolve_devices
-from esper.runtime.rundir import RunDirectory, write_text_atomic
+from esper.runtime.rundir import RunDirectory, checkpoints_dir, write_text_atomic
 from esper.runtime.tasks import DataCache, get_task_spec
 from esper.simic.ppo.config import TrainingConfig
 from esper.tamiyo import fixed_variants
@@ -68,7 +68,7 @@ def evaluation_plan(config: TrainingConfig, seeds_base: int = EVAL_SEED_OFFSET, 
         seed=config.seed, devices=resolve_devices(config.device, config.devices), batch_size=config.batch_size,
         max_train_samples=config.max_train_samples, max_val_samples=config.max_val_samples,
         max_test_samples=max_test_samples, amp=config.amp, reward_family=config.reward_family.value,
-        param_cost=config.param_cost, gamma=config.gamma, first_episode=seeds_base,
+        param_cost=config.charged_param_cost(), gamma=config.gamma, first_episode=seeds_base,
         workers=config.worker_options(), allow_setting_change=allow_setting_change,
     )
 
@@ -93,7 +93,7 @@ def study_controllers(baselines: Sequence[str], train_dir: Path, chosen: dict[st
                       extra: Sequence[str] = ()) -> tuple[list[str], list[str]]:
     """(specs, labels): the baselines, the chosen best-fixed and best-rule specs (label → spec), the PPO policy
     before and after training, and any extra specs."""
-    checkpoints = train_dir / "checkpoints"
+    checkpoints = checkpoints_dir(train_dir)
     picked = chosen or {}
     specs = [*baselines, *picked.values(), f"ppo:{checkpoints / 'init.pt'}", f"ppo:{checkpoints / 'final.pt'}",
              *extra]

@@ -239,9 +239,6 @@ class MorphogeneticModel(nn.Module):
     def total_params(self) -> int:
         return self.host_param_count + self.seed_param_count_total
 
-    def count_fossilized_seeds(self) -> int:
-        return sum(1 for s in self.slots() if s.state is not None and s.state.stage == SeedStage.FOSSILIZED)
-
     def seeds_present(self) -> int:
         return sum(1 for s in self.slots() if s.state is not None)
 

@@ -120,28 +120,13 @@ class SeedProgress:
         self._norm_seen = True
 
     def to_leyline(self, *, alpha: float, blending_steps_done: int, blending_steps_total: int) -> SeedMetrics:
-        return SeedMetrics(
-            epochs_total=self.epochs_total,
-            epochs_in_current_stage=self.epochs_in_current_stage,
-            initial_val_accuracy=self.initial_val_accuracy,
-            current_val_accuracy=self.current_val_accuracy,
-            best_val_accuracy=self.best_val_accuracy,
-            accuracy_at_stage_start=self.accuracy_at_stage_start,
-            total_improvement=self.total_improvement,
-            improvement_since_stage_start=self.improvement_since_stage_start,
-            accuracy_at_blending_start=self.accuracy_at_blending_start,
-            blending_delta=self.blending_delta,
-            counterfactual_contribution=self.counterfactual_contribution,
-            contribution_at_fossilization=self.contribution_at_fossilization,
-            probe_contribution=self.probe_contribution,
-            seed_gradient_norm_ratio=self.seed_gradient_norm_ratio,
-            seed_param_count=self.seed_param_count,
-            host_param_count=self.host_param_count,
-            gradient_norm_avg=self.gradient_norm_avg,
-            current_alpha=alpha,
-            blending_steps_done=blending_steps_done,
-            blending_steps_total=blending_steps_total,
-        )
+        """The frozen report: each `SeedMetrics` field read from this object (derived ones included), the blending
+        schedule's from the arguments; a report field this object lacks is an AttributeError, not a silent 0."""
+        schedule = {"current_alpha": alpha, "blending_steps_done": blending_steps_done,
+                    "blending_steps_total": blending_steps_total}
+        values: dict[str, Any] = {f.name: schedule[f.name] if f.name in schedule else getattr(self, f.name)
+                                  for f in dataclasses.fields(SeedMetrics)}
+        return SeedMetrics(**values)
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

@@ -163,20 +163,8 @@ class FactoredAction:
     op: LifecycleOp
 
     @property
-    def is_wait(self) -> bool:
-        return self.op == LifecycleOp.WAIT
-
-    @property
     def is_germinate(self) -> bool:
         return self.op == LifecycleOp.GERMINATE
-
-    @property
-    def is_cull(self) -> bool:
-        return self.op == LifecycleOp.CULL
-
-    @property
-    def is_fossilize(self) -> bool:
-        return self.op == LifecycleOp.FOSSILIZE
 
     @property
     def slot_id(self) -> str:

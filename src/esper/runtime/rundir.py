@@ -40,10 +40,15 @@ def is_run_directory(path: Path) -> bool:
     return "config.json" in names or all(n in ARTIFACTS or n.endswith(".tmp") for n in names)
 
 
+def checkpoints_dir(run: Path) -> Path:
+    """Where a run directory keeps its checkpoints."""
+    return run / "checkpoints"
+
+
 def holds_results(path: Path) -> bool:
     """Whether a run directory holds finished work: a checkpoint other than the untrained init.pt, a completed
     episode or rollout batch, or comparison results (also inside a study's train/ and eval/)."""
-    checkpoints = path / "checkpoints"
+    checkpoints = checkpoints_dir(path)
     if checkpoints.is_dir() and any(p.suffix == ".pt" and p.name != "init.pt" for p in checkpoints.iterdir()):
         return True
     if (path / "results.json").exists() or read_jsonl(path / "episodes.jsonl") or read_jsonl(path / "history.jsonl"):
@@ -147,7 +152,7 @@ def rewrite_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
 
 def checkpoint_file(path: Path, name: str) -> Path:
     """A checkpoint file as given, or a run directory meaning its `checkpoints/<name>`."""
-    return path / "checkpoints" / name if path.is_dir() else path
+    return checkpoints_dir(path) / name if path.is_dir() else path
 
 
 def default_run_dir(runs_root: Path, command: str, task: str, seed: int, settings: dict[str, Any]) -> Path:
@@ -190,7 +195,7 @@ class RunDirectory:
     @property
     def checkpoints(self) -> Path:
         """checkpoints/ (created on first use, so an aborted start leaves the directory reusable)."""
-        path = self.path / "checkpoints"
+        path = checkpoints_dir(self.path)
         path.mkdir(exist_ok=True)
         return path
 

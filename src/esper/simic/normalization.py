@@ -21,7 +21,7 @@ CONSTANT_FEATURE_VAR = 1e-8
 
 
 class RunningMeanStd:
-    """Per-feature mean/variance. Welford's parallel merge (exact, order-independent) or an EMA with `momentum`.
+    """Per-feature mean/variance by Welford's parallel merge (exact and independent of the batches' order).
 
     Statistics are kept in float64 so that hundreds of merged batches do not drift; `normalize` returns the input's
     dtype, and the statistics follow the input's device.
@@ -31,14 +31,10 @@ class RunningMeanStd:
         self,
         shape: tuple[int, ...] | int,
         epsilon: float = OBS_EPSILON,
-        momentum: float | None = None,
         device: str | torch.device = "cpu",
     ) -> None:
-        if momentum is not None and not 0.0 < momentum <= 1.0:
-            raise UserInputError(f"momentum must be in (0, 1] or None, got {momentum}")
         self.shape: tuple[int, ...] = (shape,) if isinstance(shape, int) else tuple(shape)
         self.epsilon = epsilon
-        self.momentum = momentum
         self.mean = torch.zeros(self.shape, dtype=torch.float64, device=device)
         self.var = torch.ones(self.shape, dtype=torch.float64, device=device)
         self.count = epsilon
@@ -62,17 +58,11 @@ class RunningMeanStd:
         batch_mean = x.mean(dim=0)
         batch_var = x.var(dim=0, correction=0)
         delta = batch_mean - self.mean
-        if self.momentum is None:
-            total = self.count + n
-            m2 = self.var * self.count + batch_var * n + delta.square() * (self.count * n / total)
-            self.mean = self.mean + delta * (n / total)
-            self.var = m2 / total
-            self.count = total
-        else:
-            m = self.momentum
-            self.var = (1 - m) * self.var + m * batch_var + m * (1 - m) * delta.square()
-            self.mean = self.mean + m * delta
-            self.count += n
+        total = self.count + n
+        m2 = self.var * self.count + batch_var * n + delta.square() * (self.count * n / total)
+        self.mean = self.mean + delta * (n / total)
+        self.var = m2 / total
+        self.count = total
         self.update_count += 1
 
     @torch.no_grad()
@@ -92,7 +82,6 @@ class RunningMeanStd:
             "count": float(self.count),
             "update_count": int(self.update_count),
             "epsilon": float(self.epsilon),
-            "momentum": self.momentum,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -105,7 +94,6 @@ class RunningMeanStd:
         self.count = float(state["count"])
         self.update_count = int(state["update_count"])
         self.epsilon = float(state["epsilon"])
-        self.momentum = state["momentum"]
 
 
 class RewardNormalizer:

@@ -53,8 +53,8 @@ class TrainState:
     fossil_order: list[str] = field(default_factory=list)
     steps_taken: int = 0  # train steps so far: with the seed id, keys the incubator's private random stream
     scaler: torch.amp.GradScaler | None = field(init=False)
-    _acc: dict[str, Any] = field(default_factory=dict)
-    _val: dict[str, Any] = field(default_factory=dict)
+    train_sums: dict[str, Any] = field(default_factory=dict)  # the epoch's training sums, on the device
+    val_sums: dict[str, Any] = field(default_factory=dict)  # the epoch's validation sums, on the device
 
     def __post_init__(self) -> None:
         self.host_optimizer = self.host_optimizer_spec.build(self.model.host_parameters())
@@ -133,7 +133,7 @@ def _grad_norm(params: Iterable[nn.Parameter]) -> tuple[torch.Tensor | None, int
 
 def reset_train_accumulators(ts: TrainState) -> None:
     zero = torch.zeros((), device=ts.device)
-    ts._acc = {"loss": zero.clone(), "correct": zero.clone(), "n": 0, "host_norm": zero.clone(), "steps": 0,
+    ts.train_sums = {"loss": zero.clone(), "correct": zero.clone(), "n": 0, "host_norm": zero.clone(), "steps": 0,
                "ratio_sum": {}, "ratio_count": {}}
 
 
@@ -208,7 +208,7 @@ def train_step(ts: TrainState, x: torch.Tensor, y: torch.Tensor) -> None:
             ts.scaler.unscale_(opt)
 
     host_norm, host_n = _grad_norm(model.host_parameters())
-    acc = ts._acc
+    acc = ts.train_sums
     if host_norm is not None:
         acc["host_norm"] += host_norm.detach()
         for s in model.slots():
@@ -274,7 +274,7 @@ def recalibrate_batchnorm(ts: TrainState, inputs: Iterable[torch.Tensor]) -> Non
 
 def finish_train_epoch(ts: TrainState) -> TrainEpochStats:
     """Sample-weighted epoch metrics and per-slot mean gradient ratios (one host sync), then reset."""
-    acc = ts._acc
+    acc = ts.train_sums
     slots = list(acc["ratio_sum"])
     values = torch.stack([acc["loss"], acc["correct"].float(), acc["host_norm"],
                           *(acc["ratio_sum"][s].float() for s in slots),

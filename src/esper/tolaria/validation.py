@@ -39,7 +39,7 @@ def validate_batch(ts: TrainState, x: torch.Tensor, y: torch.Tensor, ablate: tup
     """Evaluate one batch with the full model, each slot in `ablate` removed and each slot in `probe` replaced by
     its TRAINING seed (cached prefixes)."""
     model = ts.model
-    val = ts._val
+    val = ts.val_sums
     if not val:
         zero = torch.zeros((), device=ts.device)
         val.update({"was_training": model.training, "loss": zero.clone(), "correct": zero.clone(), "n": 0,
@@ -69,7 +69,7 @@ def _empty_val_stats(ablate: Iterable[str], probe: Iterable[str]) -> ValStats:
 def finish_validation(ts: TrainState) -> ValStats:
     """Sample-weighted validation metrics, counterfactual and probe contributions (pp), with one host sync;
     restores the train/eval mode."""
-    val = ts._val
+    val = ts.val_sums
     if not val:
         return _empty_val_stats((), ())
     ts.model.train(val["was_training"])
@@ -77,7 +77,7 @@ def finish_validation(ts: TrainState) -> ValStats:
     values = torch.stack([val["loss"], val["correct"].float(), *(val["ablated"][s].float() for s in ablated_slots),
                           *(val["probed"][s].float() for s in probed_slots)]).tolist()
     n = val["n"]
-    ts._val = {}
+    ts.val_sums = {}
     if n == 0:
         return _empty_val_stats(ablated_slots, probed_slots)
     acc = 100.0 * values[1] / n
@@ -105,6 +105,6 @@ def validate(ts: TrainState, batches: Iterable[tuple[torch.Tensor, torch.Tensor]
     probe = probe_slots(ts.model) if probe is None else probe
     for x, y in batches:
         validate_batch(ts, x, y, ablate, probe)
-    if not ts._val:  # empty loader: nothing accumulated
+    if not ts.val_sums:  # empty loader: nothing accumulated
         return _empty_val_stats(ablate, probe)
     return finish_validation(ts)

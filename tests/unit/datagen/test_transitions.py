@@ -92,19 +92,6 @@ def test_episode_index_orders_steps(data: TransitionDataset) -> None:
     assert torch.equal(shuffled.episode_ids[index.first_rows], index.episode_ids)
 
 
-def test_split_by_episode_is_disjoint_complete_and_seeded(data: TransitionDataset) -> None:
-    train, held = data.split_by_episode(0.25, seed=7)
-    train_ids, held_ids = set(train.episode_ids.tolist()), set(held.episode_ids.tolist())
-    assert not train_ids & held_ids and train_ids | held_ids == set(range(12)) and len(held_ids) == 3
-    assert len(train) + len(held) == len(data)
-    again, _ = data.split_by_episode(0.25, seed=7)
-    assert torch.equal(again.episode_ids, train.episode_ids)
-    with pytest.raises(ValueError, match="holdout_fraction"):
-        data.split_by_episode(1.0, seed=0)
-    with pytest.raises(ValueError, match="non-empty"):
-        data.split_by_episode(0.01, seed=0)
-
-
 def test_select_episodes_keeps_policy_labels(data: TransitionDataset) -> None:
     labelled = TransitionDataset(**_with(data, behavior_policies={i: "a" if i % 2 else "b" for i in range(12)}))
     part = labelled.select_episodes(torch.tensor([1, 2]))

@@ -33,8 +33,8 @@ from esper.env.gym import (  # noqa: E402
     ValidActionSpace,
     describe_actions,
 )
+from esper.env.loop import EnvStep  # noqa: E402
 from esper.env.masks import build_slot_states, masks_from_validity  # noqa: E402
-from esper.env.transitions import EnvStep  # noqa: E402
 from esper.kasmina.state import LifecycleConfig  # noqa: E402
 from esper.leyline import (  # noqa: E402
     EnvObservation,

@@ -61,18 +61,6 @@ def test_normalize_uses_stats_and_clips() -> None:
     assert z.dtype == torch.float32
 
 
-def test_ema_momentum() -> None:
-    rms = RunningMeanStd(1, momentum=1.0)
-    rms.update(torch.tensor([[4.0], [6.0]]))
-    assert rms.mean.item() == pytest.approx(5.0)
-    assert rms.var.item() == pytest.approx(1.0)
-    half = RunningMeanStd(1, momentum=0.5)
-    half.update(torch.tensor([[2.0], [2.0]]))
-    assert half.mean.item() == pytest.approx(1.0)
-    with pytest.raises(ValueError, match="momentum"):
-        RunningMeanStd(1, momentum=0.0)
-
-
 def test_running_mean_std_state_dict_round_trip_weights_only() -> None:
     rms = RunningMeanStd((2,))
     rms.update(torch.randn(10, 2))

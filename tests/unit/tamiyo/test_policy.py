@@ -148,7 +148,7 @@ def test_static_policy_always_waits() -> None:
     policy.reset(7)
     for obs in (make_obs(), _all_ops_obs(), make_obs(plateau=10, topology="transformer")):
         decision = policy.decide(obs)
-        assert decision.command == WAIT and decision.factored is not None and decision.factored.is_wait
+        assert decision.command == WAIT and decision.factored is not None and decision.factored.op == LifecycleOp.WAIT
         assert policy.name == "static" and decision.reason
         check_decision(decision, obs)
 

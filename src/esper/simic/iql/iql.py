@@ -31,6 +31,7 @@ from esper.leyline.constants import OBS_CLIP, OBS_EPSILON
 from esper.leyline.errors import UserInputError
 from esper.runtime.checkpoint import CheckpointFormatError, atomic_save, detached_cpu_copy, load_checkpoint
 from esper.runtime.devices import resolve_device
+from esper.runtime.rundir import checkpoint_file
 from esper.simic.iql.config import RESUMABLE_FIELDS, IQLConfig
 from esper.simic.normalization import CONSTANT_FEATURE_VAR
 
@@ -287,8 +288,7 @@ class IQLLearner:
 def load_iql_checkpoint(path: str | Path) -> dict[str, Any]:
     """Read an `esper-iql-v1` file (a run directory means its checkpoints/final.pt) and reject broken ones."""
     path = Path(path)
-    if path.is_dir():
-        path = path / "checkpoints" / "final.pt"
+    path = checkpoint_file(path, "final.pt")
     data = load_checkpoint(path, IQL_FORMAT)
     if data.get("state_dim") != OBS_DIM or data.get("action_dim") != NUM_JOINT_ACTIONS:
         raise CheckpointFormatError(f"{path} has state_dim {data.get('state_dim')} and action_dim "

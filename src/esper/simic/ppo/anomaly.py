@@ -79,12 +79,12 @@ class AnomalyDetector:
         ratio_max: float,
         ratio_min: float,
         explained_variance: float,
-        has_nan: bool,
-        has_inf: bool,
+        skipped_update: bool,
         current_episode: int,
         total_episodes: int,
     ) -> AnomalyReport:
-        """Non-finite metrics count as numerical instability (NaN never compares as out of range)."""
+        """Non-finite metrics, and an update the learner skipped for non-finite losses, count as numerical
+        instability (NaN never compares as out of range)."""
         threshold = self.ev_threshold(current_episode, total_episodes)
         report = AnomalyReport()
         if ratio_max > self.max_ratio_threshold:
@@ -106,8 +106,8 @@ class AnomalyDetector:
             )
             if not math.isfinite(value)
         ]
-        if has_nan or has_inf or non_finite:
-            report.add("numerical_instability", f"has_nan={has_nan} has_inf={has_inf} non_finite_metrics={non_finite}")
+        if skipped_update or non_finite:
+            report.add("numerical_instability", f"skipped_update={skipped_update} non_finite_metrics={non_finite}")
         return report
 
 

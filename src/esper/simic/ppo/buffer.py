@@ -31,8 +31,6 @@ class FactoredTransition(NamedTuple):
     blueprint_mask: torch.Tensor
     blend_mask: torch.Tensor
     op_mask: torch.Tensor
-    truncated: bool = False
-    bootstrap_value: float = 0.0
     env_id: int = 0
 
 
@@ -57,14 +55,10 @@ class FactoredRolloutBuffer:
         reward: float,
         done: bool,
         action_masks: Mapping[str, torch.Tensor],
-        truncated: bool = False,
-        bootstrap_value: float = 0.0,
         env_id: int = 0,
     ) -> None:
         """Store one step. `action_masks` may be the four used masks or a full mask dict; both are conditioned on
         the action (idempotent for used masks), so irrelevant heads always carry all-True masks."""
-        if truncated and not done:
-            raise ValueError("truncated=True requires done=True")
         used = condition_on_action(action_masks, action)
         self._by_env.setdefault(int(env_id), []).append(
             FactoredTransition(
@@ -81,8 +75,6 @@ class FactoredRolloutBuffer:
                 blueprint_mask=used["blueprint"].detach(),
                 blend_mask=used["blend"].detach(),
                 op_mask=used["op"].detach(),
-                truncated=bool(truncated),
-                bootstrap_value=float(bootstrap_value),
                 env_id=int(env_id),
             )
         )
@@ -128,7 +120,8 @@ class FactoredRolloutBuffer:
     def compute_returns_and_advantages(
         self, last_value: float, gamma: float, gae_lambda: float, device: str | torch.device = "cpu"
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """GAE per env (env-major order). The chain resets at every `done`; only truncation bootstraps."""
+        """GAE per env (env-major order). The chain resets at every `done` (episodes run their full length, so a
+        `done` is always terminal); an env's unfinished tail bootstraps from `last_value`."""
         returns: list[float] = []
         advantages: list[float] = []
         for env_id in sorted(self._by_env):
@@ -138,7 +131,7 @@ class FactoredRolloutBuffer:
             for i in range(len(env_steps) - 1, -1, -1):
                 step = env_steps[i]
                 if step.done:
-                    next_value = step.bootstrap_value if step.truncated else 0.0
+                    next_value = 0.0
                     next_adv = 0.0
                 delta = step.reward + gamma * next_value - step.value
                 env_adv[i] = delta + gamma * gae_lambda * next_adv

@@ -1,6 +1,6 @@
 """TrainingConfig: the single source of truth for a PPO run.
 
-Every field reaches `train_ppo_vectorized`; unknown keys are rejected, so a typo in a JSON config is an error, not
+Every field reaches `train_ppo`; unknown keys are rejected, so a typo in a JSON config is an error, not
 a silently ignored knob. Precedence: preset → --config-json → CLI flags and --set KEY=VALUE.
 """
 
@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from esper.env.rewards import RewardFamily, SparseRewardConfig
+from esper.env.rewards import AUTO_PARAM_COST, RewardFamily, SparseRewardConfig
 from esper.leyline import CANONICAL_SLOTS, ordered_slots
 from esper.leyline.constants import (
     DEFAULT_BATCH_SIZE_TRAINING,
@@ -138,7 +138,9 @@ class TrainingConfig(StrictConfig):
     hidden_dim: int = DEFAULT_HIDDEN_DIM
     use_telemetry: bool = True
     reward_family: RewardFamily = RewardFamily.GAP
-    param_cost: float | None = None  # gap reward's λ_p; None: the task's value measured at the nearest sample cap
+    # gap reward's λ_p; None: the task's value measured at the nearest sample cap; "auto": measured for this run's
+    # setting by the command line (and cached) before training starts
+    param_cost: float | Literal["auto"] | None = None
     group_size: int = 4  # envs sharing one host seed and one static twin
     advantage: Literal["gae", "group"] = "gae"
     init_from: str | None = None  # "iql:PATH": distill that IQL policy into the actor before the first update
@@ -177,9 +179,11 @@ class TrainingConfig(StrictConfig):
 
     @field_validator(*BOUNDS)
     @classmethod
-    def _in_bounds(cls, v: float | None, info: ValidationInfo) -> float | None:
-        if v is None:
+    def _in_bounds(cls, v: float | str | None, info: ValidationInfo) -> float | str | None:
+        if v is None or v == AUTO_PARAM_COST:
             return v
+        if isinstance(v, str):
+            raise UserInputError(f"expected a number (or '{AUTO_PARAM_COST}' for param_cost), got {v!r}")
         lo, hi, low_open = BOUNDS[str(info.field_name)]
         if not math.isfinite(v) or (v <= lo if low_open else v < lo) or v > hi:
             if isinstance(v, int):
@@ -222,6 +226,15 @@ class TrainingConfig(StrictConfig):
                 raise UserInputError(f"{changed} only apply to reward_family 'sparse' "
                                      f"(got '{self.reward_family.value}')")
         return self
+
+    def charged_param_cost(self) -> float | None:
+        """The λ_p the reward charges (None: the task's measured one). "auto" is measured by the command line
+        (`esper train ppo`, `esper study`) before training, so a config that still says "auto" here is refused."""
+        if isinstance(self.param_cost, str):  # AUTO_PARAM_COST, the one string the field accepts
+            raise UserInputError("param_cost 'auto' is measured by `esper train ppo` and `esper study` before training;"
+                                 " from Python, measure it with esper.evaluation.param_cost.cached_param_cost and pass "
+                                 "the number")
+        return self.param_cost
 
     def worker_options(self) -> WorkerOptions:
         """Where the env groups run. Placement only: any number of workers computes the same run."""

@@ -122,7 +122,7 @@ def _train(config: TrainingConfig, run: PPORun, task: TaskSpec, env_devices: lis
         _checkpoint(learner, run, "init")  # the policy before any update: evaluations compare final with init
     controller = PPOController(learner.agent, learner.obs_normalizer, use_telemetry=config.use_telemetry)
     reward = reward_config(config.reward_family, task, SparseRewardConfig(
-        config.param_budget, config.param_penalty_weight, config.sparse_reward_scale), config.param_cost,
+        config.param_budget, config.param_penalty_weight, config.sparse_reward_scale), config.charged_param_cost(),
         max_train_samples=config.max_train_samples)
     detector = AnomalyDetector()
     _announce(config, task, env_devices, n_batches, run)
@@ -152,7 +152,7 @@ def _train(config: TrainingConfig, run: PPORun, task: TaskSpec, env_devices: lis
             previous_rolling, improved = _record_accuracy(learner, rollout.results)
             report = detector.check_all(metrics.get("ratio_max", 1.0), metrics.get("ratio_min", 1.0),
                                         metrics.get("explained_variance", 1.0), bool(metrics.get("skipped_update")),
-                                        False, learner.episodes_completed, config.n_episodes)
+                                        learner.episodes_completed, config.n_episodes)
             row = _history_row(b, learner, rollout, metrics, report, update_seconds, config.max_epochs)
             history.append(row)
             _log_batch(row, metrics, report, previous_rolling, learner, n_batches, run)
@@ -219,7 +219,7 @@ def _announce(config: TrainingConfig, task: TaskSpec, env_devices: list[torch.de
         "command": "train ppo", "task": config.task, "topology": task.topology, "n_envs": config.n_envs,
         "env_devices": {i: str(device_of[i]) for i in range(config.n_envs)}, "total_batches": n_batches,
         "n_episodes": config.n_episodes, "obs_dim": obs_dim(config.use_telemetry), "config": config.to_dict(),
-        "reward": reward_summary(config.reward_family, task, config.param_cost,
+        "reward": reward_summary(config.reward_family, task, config.charged_param_cost(),
                                  max_train_samples=config.max_train_samples),
         "envs_per_device": {str(d): sum(1 for x in device_of if x == d) for d in env_devices}})
 

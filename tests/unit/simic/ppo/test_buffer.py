@@ -27,10 +27,8 @@ def add(
     value: float,
     done: bool,
     env_id: int = 0,
-    truncated: bool = False,
-    bootstrap_value: float = 0.0,
 ) -> None:
-    buffer.add(torch.randn(6), WAIT, -1.0, value, reward, done, open_masks(), truncated, bootstrap_value, env_id)
+    buffer.add(torch.randn(6), WAIT, -1.0, value, reward, done, open_masks(), env_id)
 
 
 # --- factored-action cases ----------------------------------------------------------------------------------
@@ -97,16 +95,11 @@ def test_gae_matches_hand_computation_with_bootstrap() -> None:
     assert returns.tolist() == pytest.approx([a0 + 0.5, a1 + 0.2, a2 + 0.1])
 
 
-def test_terminal_step_ignores_last_value_and_truncation_bootstraps() -> None:
-    terminal, truncated = FactoredRolloutBuffer(), FactoredRolloutBuffer()
+def test_terminal_step_ignores_last_value() -> None:
+    terminal = FactoredRolloutBuffer()
     add(terminal, reward=1.0, value=0.5, done=True)
-    add(truncated, reward=1.0, value=0.5, done=True, truncated=True, bootstrap_value=2.0)
     _, adv_t = terminal.compute_returns_and_advantages(last_value=100.0, gamma=0.5, gae_lambda=1.0)
-    _, adv_b = truncated.compute_returns_and_advantages(last_value=100.0, gamma=0.5, gae_lambda=1.0)
     assert adv_t.item() == pytest.approx(0.5)
-    assert adv_b.item() == pytest.approx(1.0 + 0.5 * 2.0 - 0.5)
-    with pytest.raises(ValueError, match="truncated"):
-        add(terminal, reward=0.0, value=0.0, done=False, truncated=True)
 
 
 def test_envs_are_isolated_and_steps_are_env_major() -> None:

@@ -1,0 +1,32 @@
+"""`param_cost: "auto"` for the learning commands (`train ppo`, `study`): λ_p measured for the run's task, episode
+length and sample caps before training starts (the static host at three widths, with a progress line), cached under
+the data directory, and reused by every later run of the same setting."""
+
+from __future__ import annotations
+
+import argparse
+
+from esper.cli.common import console, data_options
+from esper.env.rewards import AUTO_PARAM_COST
+from esper.evaluation.param_cost import ParamCostSetting, cached_param_cost
+from esper.runtime.devices import resolve_device
+from esper.runtime.tasks import DataCache, get_task_spec
+from esper.simic.ppo.config import TrainingConfig
+
+
+def _progress(done: int, total: int, elapsed: float) -> None:
+    console.print(f"measuring λ_p: paired episode {done}/{total} of the static host at widths 1.0/1.5/2.0 · elapsed "
+                  f"{elapsed:.0f} s · ETA {elapsed / done * (total - done):.0f} s")
+
+
+def resolve_auto_param_cost(config: TrainingConfig, args: argparse.Namespace) -> TrainingConfig:
+    """`config` with a measured (or cached) λ_p in place of "auto"; any other config unchanged."""
+    if config.param_cost != AUTO_PARAM_COST:
+        return config
+    setting = ParamCostSetting(config.task, config.max_epochs, config.max_train_samples, config.max_val_samples)
+    value, path, measured = cached_param_cost(get_task_spec(config.task), setting, DataCache(data_options(args)),
+                                              args.data_dir, device=resolve_device(config.device), progress=_progress)
+    console.print(f"λ_p {value:.3f} for {config.task} at {config.max_epochs} epochs, caps "
+                  f"{config.max_train_samples or 'all'} / {config.max_val_samples or 'all'}: "
+                  f"{'measured now and cached in' if measured else 'reused from'} {path}")
+    return config.with_overrides(param_cost=value)

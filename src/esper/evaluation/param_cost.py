@@ -1,0 +1,124 @@
+"""Measuring λ_p, the `gap` reward's price of added parameters: what widening the static host buys per parameter.
+
+The static host runs at widths 1.0, 1.5 and 2.0 on paired seeds (the same seeds, data subsets and batch order for
+each width); λ_p is the least-squares slope of mean final validation accuracy against the added-parameter ratio
+p = params(w) / params(1) − 1, in pp per 100 % added parameters (floored at 0), with a paired-bootstrap 95 %
+interval over episodes. It depends on the task, the episode length and the sample caps, so a measurement is cached
+under the data directory keyed by all of them (and by the host's parameter count, which changes when the host
+does) and reused by every run with the same key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from esper.env.driver import EnvPool
+from esper.evaluation.comparison import host_params, parse_controllers
+from esper.evaluation.episodes import EpisodePlan, run_controller_episodes
+from esper.leyline import CANONICAL_SLOTS, UserInputError
+from esper.runtime.rundir import write_json_atomic
+from esper.runtime.tasks import DataCache, TaskSpec
+
+__all__ = ["WIDTHS", "ParamCostMeasurement", "ParamCostSetting", "cached_param_cost", "measure_param_cost"]
+
+WIDTHS = (1.0, 1.5, 2.0)
+CACHE_DIR = "param_costs"
+CACHE_VERSION = 1
+BOOTSTRAP_RESAMPLES = 1000
+
+Progress = Callable[[int, int, float], None]
+"""Called after each paired episode with (episodes done, episodes in all, seconds elapsed)."""
+
+
+@dataclass(frozen=True)
+class ParamCostSetting:
+    """Everything λ_p depends on: a measurement serves exactly the runs with the same setting."""
+
+    task: str
+    max_epochs: int
+    max_train_samples: int | None
+    max_val_samples: int | None
+    episodes: int = 5
+    seed: int = 7  # calibration seeds, apart from the runs' own
+
+    def cache_file(self, data_dir: Path, host_parameters: int) -> Path:
+        caps = f"train{self.max_train_samples or 'all'}_val{self.max_val_samples or 'all'}"
+        name = f"{self.task}_h{host_parameters}_e{self.max_epochs}_{caps}_n{self.episodes}_s{self.seed}.json"
+        return data_dir / CACHE_DIR / name
+
+
+@dataclass(frozen=True)
+class ParamCostMeasurement:
+    setting: ParamCostSetting
+    param_cost: float
+    slope: float
+    ci95: tuple[float, float]
+    added_param_ratios: tuple[float, ...]
+    mean_final_accuracy: tuple[float, ...]
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": CACHE_VERSION, **dataclasses.asdict(self), "widths": list(WIDTHS)}
+
+
+def _slope(xs: list[float], ys: list[float]) -> float:
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+
+
+def measure_param_cost(task: TaskSpec, setting: ParamCostSetting, cache: DataCache, *,
+                       device: torch.device | None = None, progress: Progress | None = None) -> ParamCostMeasurement:
+    """Run the static host at every width of `WIDTHS` for `setting.episodes` paired seeds and fit λ_p."""
+    plan = EpisodePlan(task=task, slots=tuple(CANONICAL_SLOTS), max_epochs=setting.max_epochs, max_seeds=None,
+                       seed=setting.seed, devices=[device or torch.device("cpu")], batch_size=task.default_batch_size,
+                       max_train_samples=setting.max_train_samples, max_val_samples=setting.max_val_samples,
+                       reward_family="contribution")  # static hosts: the reward is irrelevant, and needs no λ_p
+    specs = parse_controllers([f"static:{w}" for w in WIDTHS])
+    started = time.perf_counter()
+
+    def report(episode: int, *_: object) -> None:
+        if progress is not None:
+            progress(episode + 1, setting.episodes, time.perf_counter() - started)
+
+    with EnvPool(plan.workers, cache) as pool:
+        results = run_controller_episodes(specs, plan, setting.episodes, pool, on_episode=report)
+    base = host_params(task, 1.0)
+    ratios = [host_params(task, w) / base - 1.0 for w in WIDTHS]
+    per_width = [[r.final_accuracy for r in results if r.controller == s.label] for s in specs]
+    fitted = _slope(ratios, [statistics.fmean(acc) for acc in per_width])
+    rng = random.Random(setting.seed)
+    n = setting.episodes
+    boot = sorted(_slope(ratios, [statistics.fmean(acc[i] for i in idx) for acc in per_width])
+                  for idx in ([rng.randrange(n) for _ in range(n)] for _ in range(BOOTSTRAP_RESAMPLES)))
+    low, high = boot[int(0.025 * BOOTSTRAP_RESAMPLES)], boot[int(0.975 * BOOTSTRAP_RESAMPLES) - 1]
+    return ParamCostMeasurement(setting, max(fitted, 0.0), fitted, (low, high), tuple(ratios),
+                                tuple(statistics.fmean(acc) for acc in per_width), time.perf_counter() - started)
+
+
+def cached_param_cost(task: TaskSpec, setting: ParamCostSetting, cache: DataCache, data_dir: Path, *,
+                      device: torch.device | None = None, progress: Progress | None = None
+                      ) -> tuple[float, Path, bool]:
+    """(λ_p, its cache file, whether it was measured now): the cached measurement of `setting` when there is one,
+    else a new measurement, written atomically to the cache before it is returned."""
+    path = setting.cache_file(data_dir, host_params(task, 1.0))
+    if path.is_file():
+        try:
+            stored = json.loads(path.read_text(encoding="utf-8"))
+            return float(stored["param_cost"]), path, False
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise UserInputError(f"The cached parameter cost {path} is unreadable ({exc}): delete it and rerun to "
+                                 f"measure it again") from None
+    measured = measure_param_cost(task, setting, cache, device=device, progress=progress)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, measured.to_dict())
+    return measured.param_cost, path, True

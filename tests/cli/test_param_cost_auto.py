@@ -1,0 +1,73 @@
+"""`param_cost: "auto"`: a learning command measures λ_p for its own setting, caches it under the data directory,
+and every later run of that setting reuses it without measuring again."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from esper.cli.main import main
+from esper.evaluation import param_cost as param_cost_module
+from esper.evaluation.comparison import host_params
+from esper.evaluation.param_cost import ParamCostSetting, measure_param_cost
+from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
+
+CAPS = ["--set", "max_train_samples=64", "--set", "max_val_samples=32", "--set", "max_epochs=3"]
+TINY = [*CAPS, "--set", "n_envs=2", "--set", "group_size=2", "--set", "n_episodes=2", "--no-tui", "--no-tensorboard",
+        "--telemetry-level", "minimal", "--device", "cpu"]
+
+
+def _train(tmp_path: Path, name: str) -> int:
+    return main(["train", "ppo", "--preset", "synthetic", "--set", 'param_cost="auto"', *TINY, "--data-dir",
+                 str(tmp_path / "data"), "--run-dir", str(tmp_path / name)])
+
+
+def test_the_first_run_measures_and_caches_and_the_second_reuses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    measurements = []
+    measure = param_cost_module.measure_param_cost
+
+    def counted(*args: object, **kwargs: object) -> param_cost_module.ParamCostMeasurement:
+        result = measure(*args, **kwargs)  # type: ignore[arg-type]
+        measurements.append(result)
+        return result
+
+    monkeypatch.setattr(param_cost_module, "measure_param_cost", counted)
+    assert _train(tmp_path, "first") == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "measuring λ_p: paired episode 5/5" in out and "measured now and cached in" in out
+    [cached] = (tmp_path / "data" / "param_costs").glob("synthetic_*_e3_train64_val32_*.json")
+    value = json.loads(cached.read_text())["param_cost"]
+    assert len(measurements) == 1 and value == measurements[0].param_cost >= 0.0
+    config = json.loads((tmp_path / "first" / "config.json").read_text())
+    assert config["config"]["param_cost"] == value and config["runtime"]["param_cost"] == value
+
+    assert _train(tmp_path, "second") == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "measuring λ_p" not in out and f"reused from {cached}" in out
+    assert len(measurements) == 1
+    assert json.loads((tmp_path / "second" / "config.json").read_text())["config"]["param_cost"] == value
+
+
+def test_the_measurement_is_the_static_hosts_slope_and_is_repeatable(tmp_path: Path) -> None:
+    setting = ParamCostSetting("synthetic", 3, 64, 32, episodes=3)
+    cache = DataCache(DataOptions(data_dir=tmp_path))
+    a = measure_param_cost(get_task_spec("synthetic"), setting, cache)
+    b = measure_param_cost(get_task_spec("synthetic"), setting, cache)
+    assert a.slope == b.slope and a.mean_final_accuracy == b.mean_final_accuracy
+    assert a.param_cost == max(a.slope, 0.0) and a.ci95[0] <= a.ci95[1]
+    ratios = a.added_param_ratios
+    assert ratios[0] == 0.0 < ratios[1] < ratios[2]
+
+
+def test_an_unreadable_cache_file_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    setting = ParamCostSetting("synthetic", 3, 64, 32)
+    path = setting.cache_file(tmp_path / "data", host_params(get_task_spec("synthetic"), 1.0))
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    assert _train(tmp_path, "run") == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert str(path) in err and "delete it" in err
+    assert path.read_text() == "{not json"  # the user's file is left as it was
