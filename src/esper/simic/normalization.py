@@ -14,10 +14,18 @@ import torch
 from esper.leyline.constants import OBS_CLIP, OBS_EPSILON, REWARD_CLIP, REWARD_EPSILON
 from esper.leyline.errors import UserInputError
 
-__all__ = ["CONSTANT_FEATURE_VAR", "RewardNormalizer", "RunningMeanStd"]
+__all__ = ["CONSTANT_FEATURE_VAR", "RewardNormalizer", "RunningMeanStd", "standardize"]
 
 CONSTANT_FEATURE_VAR = 1e-8
 """Below this variance a feature is treated as constant (features are scaled to about unit range)."""
+
+
+def standardize(x: torch.Tensor, mean: torch.Tensor, var: torch.Tensor, epsilon: float, clip: float) -> torch.Tensor:
+    """(x − mean) / sqrt(var + ε), clipped to ±clip, in x's dtype. A feature whose variance is below
+    `CONSTANT_FEATURE_VAR` maps to 0: the policy never saw it change, so a change at deployment is not information it
+    can use, and must not arrive as a ±clip outlier. PPO's running statistics and IQL's fixed ones both scale here."""
+    z = (x - mean) / torch.sqrt(var + epsilon)
+    return torch.where(var < CONSTANT_FEATURE_VAR, torch.zeros_like(z), z).clamp(-clip, clip)
 
 
 class RunningMeanStd:
@@ -67,12 +75,9 @@ class RunningMeanStd:
 
     @torch.no_grad()
     def normalize(self, x: torch.Tensor, clip: float = OBS_CLIP) -> torch.Tensor:
-        """Standardize and clip. A feature that never varied in the statistics maps to 0: the policy never saw it
-        change, so a change at evaluation is not information it can use, and must not arrive as a ±clip outlier."""
+        """Standardize and clip (in float64, returned in x's dtype); see `standardize`."""
         self._follow(x.device)
-        z = (x.to(torch.float64) - self.mean) / torch.sqrt(self.var + self.epsilon)
-        z = torch.where(self.var < CONSTANT_FEATURE_VAR, torch.zeros_like(z), z)
-        return z.clamp(-clip, clip).to(x.dtype)
+        return standardize(x.to(torch.float64), self.mean, self.var, self.epsilon, clip).to(x.dtype)
 
     def state_dict(self) -> dict[str, Any]:
         return {

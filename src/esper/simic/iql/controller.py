@@ -19,6 +19,7 @@ from esper.env.features import observation_features
 from esper.leyline import OBS_SCHEMA, EnvObservation, from_joint_index, ordered_slots
 from esper.leyline.errors import UserInputError
 from esper.simic.iql.iql import FeatureScaler, IQLLearner, load_iql_checkpoint, masked_argmax
+from esper.simic.masking import masked_logits
 from esper.tamiyo import ControllerContext, TamiyoDecision, check_trained_setting, register_controller
 
 __all__ = ["IQLPolicy"]
@@ -73,7 +74,7 @@ class IQLPolicy:
         if not bool(torch.isfinite(logits.masked_fill(~valid, 0.0)).all()):
             raise FloatingPointError("IQL policy produced non-finite logits; the checkpoint is unusable")
         choice = masked_argmax(logits, valid)
-        probs = logits.masked_fill(~valid, float("-inf")).softmax(-1).gather(1, choice.unsqueeze(1)).squeeze(1)
+        probs = masked_logits(logits, valid).softmax(-1).gather(1, choice.unsqueeze(1)).squeeze(1)
         decisions = []
         for obs, j, p in zip(observations, choice.tolist(), probs.tolist(), strict=True):
             factored = from_joint_index(j)

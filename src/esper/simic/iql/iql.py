@@ -33,7 +33,8 @@ from esper.runtime.checkpoint import CheckpointFormatError, atomic_save, detache
 from esper.runtime.devices import resolve_device
 from esper.runtime.rundir import checkpoint_file
 from esper.simic.iql.config import RESUMABLE_FIELDS, IQLConfig
-from esper.simic.normalization import CONSTANT_FEATURE_VAR
+from esper.simic.masking import masked_logits
+from esper.simic.normalization import standardize
 
 __all__ = [
     "EPOCH_METRICS",
@@ -88,8 +89,7 @@ class FeatureScaler:
     def __call__(self, states: torch.Tensor) -> torch.Tensor:
         """Standardized and clipped; a feature constant in the dataset maps to 0, as in PPO's normalizer: the policy
         never saw it change, so a change at deployment must not arrive as a ±OBS_CLIP outlier."""
-        z = (states - self.mean) / torch.sqrt(self.var + OBS_EPSILON)
-        return torch.where(self.var < CONSTANT_FEATURE_VAR, torch.zeros_like(z), z).clamp(-OBS_CLIP, OBS_CLIP)
+        return standardize(states, self.mean, self.var, OBS_EPSILON, OBS_CLIP)
 
 
 # ------------------------------------------------------------------------------------------- losses and targets
@@ -114,12 +114,12 @@ def awr_weights(advantages: torch.Tensor, beta: float, clip: float) -> tuple[tor
 
 
 def masked_log_softmax(logits: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """log π over the valid actions only: invalid ones get log-probability −inf and receive no gradient."""
-    return logits.masked_fill(~valid, float("-inf")).log_softmax(dim=-1)
+    """log π over the valid actions only: invalid ones get probability 0 and receive no gradient."""
+    return masked_logits(logits, valid).log_softmax(dim=-1)
 
 
 def masked_argmax(scores: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    return scores.masked_fill(~valid, float("-inf")).argmax(dim=-1)
+    return masked_logits(scores, valid).argmax(dim=-1)
 
 
 @torch.no_grad()

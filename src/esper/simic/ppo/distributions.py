@@ -1,6 +1,6 @@
 """Categorical distribution over valid actions only.
 
-Masked logits use max(finfo(dtype).min, MASK_VALUE) rather than -inf so fp16/bf16 stay finite. Entropy is computed
+Masked logits use `esper.simic.masking` (a finite fill, so fp16/bf16 stay finite). Entropy is computed
 over valid actions and normalized by log(n_valid), so entropy coefficients mean the same thing whatever the number of
 valid actions; with one valid action it is exactly 0.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from esper.leyline.constants import MASK_VALUE
+from esper.simic.masking import masked_logits
 
 __all__ = ["InvalidStateMachineError", "MaskedCategorical"]
 
@@ -31,8 +31,7 @@ class MaskedCategorical:
             bad = (~valid_rows).nonzero().flatten().tolist()
             raise InvalidStateMachineError(f"No valid actions available in mask row(s) {bad}")
         self.mask = mask
-        fill = max(torch.finfo(logits.dtype).min, MASK_VALUE)
-        self.masked_logits = logits.masked_fill(~mask, fill)
+        self.masked_logits = masked_logits(logits, mask)
         self.log_probs_all = F.log_softmax(self.masked_logits, dim=-1)
         self.n_valid = mask.sum(dim=-1)
 
