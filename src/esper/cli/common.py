@@ -23,11 +23,11 @@ from esper.cli.rundirs import save_traceback, saved_traceback
 from esper.env.rewards import RewardFamily
 from esper.leyline import (
     CANONICAL_SLOTS,
-    TelemetryEvent,
     TelemetryEventType,
     TelemetryLevel,
     TelemetrySink,
     UserInputError,
+    emit_if_wanted,
 )
 from esper.nissa import NissaHub, ProgressBackend, build_hub
 from esper.runtime.actors import WorkerFailed, WorkerOptions
@@ -236,8 +236,7 @@ def phase_progress(progress: ProgressBackend) -> Callable[[str, int, int], None]
 
 
 def emit(hub: TelemetrySink, event_type: TelemetryEventType, message: str, data: dict[str, Any]) -> None:
-    if hub.wants(event_type):
-        hub.emit(TelemetryEvent(event_type, message=message, data=data))
+    emit_if_wanted(hub, event_type, message, data)
 
 
 @contextmanager

@@ -39,7 +39,7 @@ from esper.leyline import (
 )
 from esper.leyline.constants import GOVERNOR_SNAPSHOT_INTERVAL
 from esper.leyline.seeding import derive_seed
-from esper.leyline.telemetry import Severity
+from esper.leyline.telemetry import Severity, emit_if_wanted
 from esper.runtime.tasks import TaskSpec
 from esper.tamiyo import SignalTracker, TamiyoDecision
 from esper.tolaria import (
@@ -177,10 +177,8 @@ class MorphoEnv:
 
     def emit(self, event_type: TelemetryEventType, epoch: int, message: str, data: dict[str, Any],
              slot_id: str | None = None, severity: Severity = "info") -> None:
-        sink = self.spec.sink
-        if sink is not None and sink.wants(event_type):
-            sink.emit(TelemetryEvent(event_type=event_type, env_id=self.env_id, epoch=epoch, slot_id=slot_id,
-                                     message=message, data=data, severity=severity))
+        emit_if_wanted(self.spec.sink, event_type, message, data, severity=severity, env_id=self.env_id,
+                       slot_id=slot_id, epoch=epoch)
 
     @contextlib.contextmanager
     def _own_rng(self) -> Iterator[None]:

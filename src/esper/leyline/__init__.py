@@ -47,6 +47,7 @@ from esper.leyline.telemetry import (
     TelemetryEventType,
     TelemetryLevel,
     TelemetrySink,
+    emit_if_wanted,
 )
 
 __all__ = [
@@ -85,6 +86,7 @@ __all__ = [
     "TrainingSignals",
     "UserInputError",
     "compute_action_validity",
+    "emit_if_wanted",
     "from_joint_index",
     "is_active_stage",
     "is_failure_stage",

@@ -163,3 +163,13 @@ class SeedTelemetry:
             _clamp(self.alpha, 0.0, 1.0),
             _clamp(self.epoch / max(self.max_epochs, 1), 0.0, 1.0),
         ]
+
+
+def emit_if_wanted(sink: TelemetrySink | None, event_type: TelemetryEventType, message: str, data: dict[str, Any], *,
+                   severity: Severity = "info", env_id: int | None = None, slot_id: str | None = None,
+                   epoch: int | None = None) -> None:
+    """Build and send an event only when there is a sink and it wants the type: building one costs an id and a
+    timestamp, which most events at the default telemetry level never need."""
+    if sink is not None and sink.wants(event_type):
+        sink.emit(TelemetryEvent(event_type, env_id=env_id, slot_id=slot_id, epoch=epoch, message=message, data=data,
+                                 severity=severity))

@@ -12,11 +12,11 @@ from collections.abc import Iterable, Mapping
 
 from esper.leyline import (
     SeedStateReport,
-    TelemetryEvent,
     TelemetryEventType,
     TelemetrySink,
     TrainingMetrics,
     TrainingSignals,
+    emit_if_wanted,
     ordered_slots,
 )
 from esper.leyline.constants import (
@@ -180,13 +180,7 @@ class SignalTracker:
         if self._stable_count < self.stabilization_epochs:
             return
         self._stabilized = True
-        if self.sink is not None and self.sink.wants(TelemetryEventType.HOST_STABILIZED):
-            self.sink.emit(
-                TelemetryEvent(
-                    event_type=TelemetryEventType.HOST_STABILIZED,
-                    env_id=self.env_id,
-                    epoch=epoch,
-                    message=f"Host stabilized after {self._stable_count} stable epochs",
-                    data={"epoch": epoch, "stable_count": self._stable_count, "val_loss": val_loss},
-                )
-            )
+        emit_if_wanted(self.sink, TelemetryEventType.HOST_STABILIZED,
+                       f"Host stabilized after {self._stable_count} stable epochs",
+                       {"epoch": epoch, "stable_count": self._stable_count, "val_loss": val_loss},
+                       env_id=self.env_id, epoch=epoch)

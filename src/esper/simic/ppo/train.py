@@ -40,10 +40,11 @@ from esper.env.rewards import (
     reward_config,
     reward_summary,
 )
-from esper.leyline import LifecycleOp, TelemetryEvent, TelemetryEventType, TelemetrySink
+from esper.leyline import LifecycleOp, TelemetryEventType, TelemetrySink, emit_if_wanted
 from esper.leyline.constants import ANOMALY_ESCALATION_EPOCHS
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import derive_seed
+from esper.leyline.telemetry import Severity
 from esper.runtime.devices import env_device_map, resolve_device, resolve_devices
 from esper.runtime.rundir import RunDirectory, checkpoint_file
 from esper.runtime.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
@@ -85,11 +86,9 @@ class PPORun:
     def stopped(self) -> bool:
         return self.should_stop is not None and self.should_stop()
 
-    def emit(self, event_type: TelemetryEventType, message: str, data: dict[str, Any], severity: str = "info"
+    def emit(self, event_type: TelemetryEventType, message: str, data: dict[str, Any], severity: Severity = "info"
              ) -> None:
-        if self.sink is not None and self.sink.wants(event_type):
-            self.sink.emit(TelemetryEvent(event_type, message=message, data=data,
-                                          severity=severity))  # type: ignore[arg-type]
+        emit_if_wanted(self.sink, event_type, message, data, severity=severity)
 
 
 @dataclass
