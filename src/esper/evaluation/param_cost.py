@@ -59,6 +59,9 @@ class ParamCostSetting:
 
 @dataclass(frozen=True)
 class ParamCostMeasurement:
+    """λ_p (the slope floored at 0), the fitted slope with its bootstrap interval, and the points it was fitted to
+    (one per width)."""
+
     setting: ParamCostSetting
     param_cost: float
     slope: float
