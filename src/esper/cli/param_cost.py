@@ -8,14 +8,15 @@ import argparse
 
 from esper.cli.common import console, data_options
 from esper.env.rewards import AUTO_PARAM_COST
-from esper.evaluation.param_cost import ParamCostSetting, cached_param_cost
+from esper.evaluation.param_cost import WIDTHS, ParamCostSetting, cached_param_cost
 from esper.runtime.devices import resolve_device
 from esper.runtime.tasks import DataCache, get_task_spec
 from esper.simic.ppo.config import TrainingConfig
 
 
 def _progress(done: int, total: int, elapsed: float) -> None:
-    console.print(f"measuring λ_p: paired episode {done}/{total} of the static host at widths 1.0/1.5/2.0 · elapsed "
+    widths = "/".join(f"{w:.1f}" for w in WIDTHS)
+    console.print(f"measuring λ_p: paired episode {done}/{total} of the static host at widths {widths} · elapsed "
                   f"{elapsed:.0f} s · ETA {elapsed / done * (total - done):.0f} s")
 
 
