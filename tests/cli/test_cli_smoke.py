@@ -12,6 +12,7 @@ import torch
 
 from esper.cli.main import main
 from esper.kasmina.model import MorphogeneticModel
+from esper.leyline.seeding import SeedStream, episode_seeds
 from esper.runtime.checkpoint import load_model_checkpoint
 from esper.runtime.rundir import read_jsonl
 from esper.runtime.tasks import get_task_spec
@@ -84,7 +85,7 @@ def test_compare_runs_controllers_on_identical_seeds(tmp_path: Path) -> None:
     assert len(episodes) == 6
     for i in range(2):
         seeds = {e["env_seed"] for e in episodes if e["episode"] == i}
-        assert seeds == {42 + 1000 * i}
+        assert seeds == {episode_seeds(42, SeedStream.EVALUATION, i)[0]}
     # identical host init and data: within an episode static and heuristic agree until the heuristic first acts
     # (a seed that has not blended changes nothing); across episodes, other seeds train other hosts
     steps = read_jsonl(run / "steps.jsonl")

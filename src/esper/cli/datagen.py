@@ -54,8 +54,8 @@ def add_datagen_parser(sub: Any) -> None:
     g.add_argument("--episodes-per-combo", type=int_in(1, 1000), default=10)
     g.add_argument("--epsilon", type=float, nargs="+", metavar="EPS",
                    help="ε-greedy variants of every greedy policy (default: ε = 0 only)")
-    g.add_argument("--base-seed", type=int_in(0, 2**31 - 1_000_000), default=42,
-                   help="paired seeds are base + 1000·env index + episode")
+    g.add_argument("--base-seed", type=int_in(0, 2**31 - 1), default=42,
+                   help="base of the paired seeds (one per environment config and episode, shared by all policies)")
     g = p.add_argument_group("episodes")
     g.add_argument("--task", choices=DATAGEN_TASKS, default="cifar10", type=str.lower)
     g.add_argument("--max-epochs", type=int_in(2, 1000), default=25)

@@ -54,7 +54,6 @@ from esper.evaluation.study import (
     BEST_FIXED,
     BEST_RULE,
     FINAL,
-    SELECTION_SEED_OFFSET,
     STUDY_PRESETS,
     choose_best,
     evaluation_plan,
@@ -66,6 +65,7 @@ from esper.evaluation.study import (
 )
 from esper.leyline import TelemetryEventType
 from esper.leyline.errors import UserInputError
+from esper.leyline.seeding import SeedStream
 from esper.runtime.devices import resolve_devices
 from esper.runtime.readers import SPLITS
 from esper.runtime.rundir import (
@@ -183,11 +183,11 @@ def _train(args: argparse.Namespace, config: TrainingConfig, checkpoint: Path | 
     return not stop.requested and result.episodes_completed >= config.n_episodes
 
 
-def _evaluation_config(path: Path, labels: list[str], specs: list[str], seeds: int, first_episode: int,
+def _evaluation_config(path: Path, labels: list[str], specs: list[str], seeds: int, stream: SeedStream,
                        config: TrainingConfig, settings: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     """A phase's arguments, and whether a stored phase was of something else (then it starts over: its results
     describe a policy, a choice or a setting that no longer exists)."""
-    eval_config = {"controllers": labels, "specs": specs, "episodes": seeds, "first_episode": first_episode,
+    eval_config = {"controllers": labels, "specs": specs, "episodes": seeds, "seed_stream": stream.value,
                    "training": _measured_setting(config),
                    **{k: v for k, v in settings.items() if k not in ("seeds", "selection_seeds")}}
     if not (path / "config.json").exists():
@@ -218,7 +218,7 @@ def _run_phase(args: argparse.Namespace, phase: _Phase, config: TrainingConfig, 
     """Run (or continue) one phase with its own telemetry and progress."""
     phases = comparison_phases(parse_controllers(phase.specs), phase.labels)
     phase_config, stale = _evaluation_config(phase.path, phase.labels, phase.specs, phase.seeds,
-                                             phase.plan.first_episode, config, settings)
+                                             phase.plan.stream, config, settings)
     run_dir, resume = open_episode_run(phase.path, "compare", overwrite=stale, argv=args.argv, config=phase_config,
                                        runtime={"data_dir": str(args.data_dir),
                                                 "param_cost": phase_config["training"]["param_cost"]}, phases=phases)
@@ -240,7 +240,7 @@ def _select(args: argparse.Namespace, path: Path, config: TrainingConfig, settin
     """best-fixed and best-rule, chosen on the selection seeds; the table is saved as selection/summary.md."""
     if seeds == 0:
         return {}
-    plan = evaluation_plan(config, SELECTION_SEED_OFFSET, args.max_test_samples)
+    plan = evaluation_plan(config, SeedStream.SELECTION, args.max_test_samples)
     fixed, rules = selection_candidates(plan.task.topology, plan.slots)
     candidates = [*fixed, *rules]
     result = _run_phase(args, _Phase("selection", path, plan, candidates, candidates, seeds), config, settings,

@@ -34,7 +34,6 @@ from esper.cli.common import (
 from esper.cli.param_cost import resolve_auto_param_cost
 from esper.cli.rundirs import discard_on_error, prepare_run_dir
 from esper.env.rewards import RewardFamily, resolved_param_cost
-from esper.evaluation.study import EVAL_SEED_OFFSET
 from esper.leyline import TelemetryEventType
 from esper.leyline.errors import UserInputError
 from esper.nissa import ProgressBackend, trim_event_log
@@ -240,10 +239,10 @@ def train_with_stop(config: TrainingConfig, run: PPORun, stop: StopAfterStep, pr
 
 def compare_hint(config: TrainingConfig, run: Path) -> str:
     """An `esper compare` of the trained policy in exactly the setting it learned in (every setting that changes the
-    result), on paired seeds far from the ones it trained on."""
+    result), on the held-out evaluation seeds of its base seed (a seed stream its training never draws from)."""
     parts = ["esper compare --controllers static heuristic", f"ppo:{run}", f"--task {config.task}",
              f"--max-epochs {config.max_epochs}", f"--slots {' '.join(config.slots)}",
-             f"--reward-family {config.reward_family.value}", f"--seed {config.seed + EVAL_SEED_OFFSET}"]
+             f"--reward-family {config.reward_family.value}", f"--seed {config.seed}"]
     for flag, value in (("--max-train-samples", config.max_train_samples),
                         ("--max-val-samples", config.max_val_samples), ("--max-seeds", config.max_seeds),
                         ("--param-cost", config.charged_param_cost())):

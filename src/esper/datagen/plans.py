@@ -1,9 +1,9 @@
 """The generation matrix: which episodes a dataset holds, their ids and their paired seeds.
 
 Seeds are paired: every behaviour policy runs episode i of an environment config on the same seed
-(base_seed + 1000·env_index + i, env_index being the config's position among all presets, so a subset of the
-matrix reproduces the full matrix's seeds). Policies are therefore compared on identical host initializations and
-data orders, and the static twin of (config, seed) is trained once and shared by all of them.
+(`derive_seed(base_seed, "datagen", config id, i)`, so a subset of the matrix reproduces the full matrix's
+seeds). Policies are therefore compared on identical host initializations and data orders, and the static twin
+of (config, seed) is trained once and shared by all of them.
 """
 
 from __future__ import annotations
@@ -17,11 +17,10 @@ from typing import Any
 from esper.datagen.configs import ENVIRONMENT_PRESETS, POLICY_PRESETS, BehaviorPolicyConfig, EnvironmentConfig
 from esper.datagen.policies import BehaviorPolicy
 from esper.leyline.errors import UserInputError
-from esper.leyline.seeding import derive_seed
+from esper.leyline.seeding import SeedStream, derive_seed
 
 __all__ = [
     "DEFAULT_BASE_SEED",
-    "SEED_STRIDE",
     "EpisodeTask",
     "GenerationPlan",
     "StaticTwin",
@@ -32,18 +31,16 @@ __all__ = [
 ]
 
 DEFAULT_BASE_SEED = 42
-SEED_STRIDE = 1000  # seeds of consecutive environment configs are this far apart
 
 
 def paired_seed(env_config_id: str, episode_idx: int, base_seed: int = DEFAULT_BASE_SEED) -> int:
-    """The seed every behaviour policy uses for episode `episode_idx` of `env_config_id`."""
+    """The seed every behaviour policy uses for episode `episode_idx` of `env_config_id` (the datagen seed stream)."""
     if env_config_id not in ENVIRONMENT_PRESETS:
         raise UserInputError(f"Unknown environment preset '{env_config_id}'. "
                              f"Available: {', '.join(ENVIRONMENT_PRESETS)}")
-    if not 0 <= episode_idx < SEED_STRIDE:
-        raise UserInputError(f"episode_idx must be in [0, {SEED_STRIDE}) so paired seeds stay distinct, "
-                             f"got {episode_idx}")
-    return base_seed + SEED_STRIDE * list(ENVIRONMENT_PRESETS).index(env_config_id) + episode_idx
+    if episode_idx < 0:
+        raise UserInputError(f"episode_idx must be >= 0, got {episode_idx}")
+    return derive_seed(base_seed, SeedStream.DATAGEN, env_config_id, episode_idx)
 
 
 def twin_id_for(env_config_id: str, random_seed: int) -> str:
@@ -176,8 +173,8 @@ def create_generation_matrix(
     """
     envs = list(ENVIRONMENT_PRESETS) if env_ids is None else list(env_ids)
     policies = list(POLICY_PRESETS) if policy_ids is None else list(policy_ids)
-    if not 1 <= episodes_per_combo <= SEED_STRIDE:
-        raise UserInputError(f"episodes_per_combo must be in [1, {SEED_STRIDE}], got {episodes_per_combo}")
+    if episodes_per_combo < 1:
+        raise UserInputError(f"episodes_per_combo must be >= 1, got {episodes_per_combo}")
     for kind, ids in (("environment", envs), ("policy", policies)):
         if len(set(ids)) != len(ids):
             raise UserInputError(f"Duplicate {kind} ids in {ids}")

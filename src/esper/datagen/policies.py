@@ -321,5 +321,5 @@ def _behavior(argument: str | None, context: ControllerContext) -> BehaviorPolic
     if argument is None:
         raise UserInputError("behavior needs a preset: behavior:PRESET[-epsE]")
     preset, epsilon = parse_behavior_spec(argument)
-    seed = derive_seed(context.seed, context.episode, context.index)
+    seed = derive_seed(context.seed, "controller", context.index)
     return create_policy(preset, epsilon, seed=seed, topology=context.topology)

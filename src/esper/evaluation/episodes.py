@@ -1,9 +1,10 @@
 """Paired episodes: every controller of a comparison on the same host seed and data order, advancing together.
 
-For episode i every controller gets an env with the seed `seed + 1000·i` (identical host initialization) and all of
-them advance together, batch-first, on the same shared batches (the same capped subsets), so differences come from
-the decisions alone. When the reward needs a static twin, the plain `static` controller's env serves as the twin if
-there is one (it is the twin, bit for bit); otherwise a twin env is added.
+For episode i every controller gets an env with the episode's host and data seeds from the plan's seed stream
+(identical host initialization, the same sample subset and data order) and all of them advance together,
+batch-first, on the same shared batches, so differences come from the decisions alone. When the reward needs a
+static twin, the plain `static` controller's env serves as the twin if there is one (it is the twin, bit for
+bit); otherwise a twin env is added.
 
 After the last epoch each final model is scored once on the test split, which nothing before that point reads: the
 decisions, rewards and validation numbers of an episode cannot depend on it.
@@ -25,7 +26,7 @@ from esper.evaluation.controllers import all_controllers
 from esper.evaluation.stats import one_sample_pp
 from esper.leyline import TelemetryEvent, TelemetryEventType, TelemetrySink
 from esper.leyline.constants import DEFAULT_GAMMA
-from esper.leyline.seeding import derive_seed
+from esper.leyline.seeding import SeedStream, episode_seeds
 from esper.runtime.actors import WorkerOptions
 from esper.runtime.devices import env_device_map
 from esper.runtime.rundir import RunDirectory
@@ -35,8 +36,8 @@ from esper.tamiyo import ControllerContext, ControllerSpec, StaticPolicy, Tamiyo
 __all__ = [
     "EpisodePlan",
     "build_controller",
-    "episode_seed",
     "one_test_sample",
+    "paired_seeds",
     "run_controller_episodes",
     "test_sample_count",
 ]
@@ -60,7 +61,7 @@ class EpisodePlan:
     reward_family: str = RewardFamily.GAP.value
     param_cost: float | None = None  # gap reward's λ_p; None: the task's value measured at the nearest sample cap
     gamma: float = DEFAULT_GAMMA
-    first_episode: int = 0  # held-out evaluations start their paired seeds elsewhere than training did
+    stream: SeedStream = SeedStream.EVALUATION  # selection episodes draw other seeds than evaluation (and training)
     workers: WorkerOptions = field(default_factory=WorkerOptions)  # where the episodes run (never what they compute)
     allow_setting_change: bool = False  # learned policies may run outside the setting they were trained in
 
@@ -70,16 +71,16 @@ class EpisodePlan:
                               logged_only=True)
 
 
-def episode_seed(plan: EpisodePlan, episode: int) -> int:
-    """The host seed every controller shares in episode `episode`."""
-    return plan.seed + 1000 * (plan.first_episode + episode)
+def paired_seeds(plan: EpisodePlan, episode: int) -> tuple[int, int]:
+    """(host seed, data seed) every controller shares in episode `episode`, from the plan's seed stream."""
+    return episode_seeds(plan.seed, plan.stream, episode)
 
 
 def build_controller(spec: ControllerSpec, plan: EpisodePlan, *, episode: int, index: int) -> TamiyoPolicy:
     """A controller ready for episode `episode`, seeded from (plan seed, episode, its position among the specs)."""
     lifecycle = plan.task.lifecycle
     context = ControllerContext(topology=plan.task.topology, slots=plan.slots, max_epochs=plan.max_epochs,
-                                seed=plan.seed, episode=plan.first_episode + episode, index=index,
+                                seed=paired_seeds(plan, episode)[0], index=index,
                                 seed_training_epochs=lifecycle.min_training_epochs,
                                 seed_blending_epochs=max(lifecycle.blending_steps, lifecycle.min_blending_epochs),
                                 setting={"task": plan.task.name, "max_epochs": plan.max_epochs,
@@ -120,8 +121,8 @@ def _paired_group(specs: Sequence[ControllerSpec], names: Sequence[str], plan: E
         static = [i for i, c in enumerate(controllers) if isinstance(c, StaticPolicy) and c.host_width == 1.0]
         twin = static[0] if static else TwinPlan(len(specs), str(device_of[len(specs)]), episode=episode,
                                                  telemetry=True)
-    group = GroupPlan(seed=episode_seed(plan, episode), data_seed=derive_seed(plan.seed, plan.first_episode + episode),
-                      members=tuple(members), twin=twin)
+    host_seed, data_seed = paired_seeds(plan, episode)
+    group = GroupPlan(seed=host_seed, data_seed=data_seed, members=tuple(members), twin=twin)
     return group, controllers
 
 

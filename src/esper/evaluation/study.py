@@ -19,21 +19,16 @@ from esper.evaluation.comparison import ComparisonResult, check_controllers, par
 from esper.evaluation.episodes import EpisodePlan
 from esper.evaluation.resume import ResumePoint
 from esper.leyline import TelemetrySink
+from esper.leyline.seeding import SeedStream
 from esper.runtime.devices import resolve_devices
 from esper.runtime.rundir import RunDirectory, checkpoints_dir, write_text_atomic
 from esper.runtime.tasks import DataCache, get_task_spec
 from esper.simic.ppo.config import TrainingConfig
 from esper.tamiyo import fixed_variants
 
-__all__ = ["BEST_FIXED", "BEST_RULE", "EVAL_SEED_OFFSET", "SELECTION_SEED_OFFSET", "STUDY_PRESETS", "StudyPreset",
+__all__ = ["BEST_FIXED", "BEST_RULE", "STUDY_PRESETS", "StudyPreset",
            "choose_best", "evaluation_plan", "rule_candidates", "selection_candidates", "selection_markdown",
            "study_controllers", "summary_markdown", "write_study"]
-
-EVAL_SEED_OFFSET = 1_000_000
-"""Held-out evaluation seeds start here (training seeds are seed + 10000·batch + 1000·group, far below)."""
-SELECTION_SEED_OFFSET = 2_000_000
-"""Selection seeds (where best-fixed and best-rule are chosen) start here: disjoint from training and evaluation, so
-the variant that is reported was not chosen on the episodes it is reported on."""
 
 INIT, FINAL = "ppo (init)", "ppo (final)"
 BEST_FIXED, BEST_RULE = "best-fixed", "best-rule"
@@ -58,17 +53,19 @@ STUDY_PRESETS: dict[str, StudyPreset] = {
 }
 
 
-def evaluation_plan(config: TrainingConfig, seeds_base: int = EVAL_SEED_OFFSET, max_test_samples: int | None = None,
-                    *, allow_setting_change: bool = False) -> EpisodePlan:
-    """Paired episodes in the training setting (task, slots, episode length, caps and reward) on the seeds that
-    start at `seeds_base`."""
+def evaluation_plan(config: TrainingConfig, stream: SeedStream = SeedStream.EVALUATION,
+                    max_test_samples: int | None = None, *, allow_setting_change: bool = False) -> EpisodePlan:
+    """Paired episodes in the training setting (task, slots, episode length, caps and reward) on the seeds of
+    `stream`: the held-out evaluation stream, or the selection stream where best-fixed and best-rule are chosen (so
+    the variant that is reported was not chosen on the episodes it is reported on). Neither shares a seed with
+    training."""
     task = get_task_spec(config.task)
     return EpisodePlan(
         task=task, slots=tuple(config.slots), max_epochs=config.max_epochs, max_seeds=config.max_seeds,
         seed=config.seed, devices=resolve_devices(config.device, config.devices), batch_size=config.batch_size,
         max_train_samples=config.max_train_samples, max_val_samples=config.max_val_samples,
         max_test_samples=max_test_samples, amp=config.amp, reward_family=config.reward_family.value,
-        param_cost=config.charged_param_cost(), gamma=config.gamma, first_episode=seeds_base,
+        param_cost=config.charged_param_cost(), gamma=config.gamma, stream=stream,
         workers=config.worker_options(), allow_setting_change=allow_setting_change,
     )
 

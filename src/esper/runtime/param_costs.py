@@ -52,7 +52,7 @@ _COMMAND = "python benchmarks/calibrate_param_cost.py --task {task} --episodes 1
            "--max-train-samples {train} --max-val-samples {val}"
 
 PARAM_COSTS: MappingProxyType[str, TaskParamCosts] = MappingProxyType({
-    # 25-epoch episodes, seeds 7 + 1000·i, CPU (torch 2.13), 2026-11-26.
+    # 25-epoch episodes, seeds 7 + 1000·i (the seed rule of that time), CPU (torch 2.13), 2026-11-26.
     "synthetic": TaskParamCosts(SYNTHETIC_SPLIT_SIZES["train"], (
         # width 1.0: 81.64 %, 1.5: 82.15 %, 2.0: 82.56 %; 95 % bootstrap CI of the slope [0.108, 0.543].
         ParamCostCalibration(

@@ -103,4 +103,4 @@ class RandomPolicy:
 
 @register_controller("random", summary="uniform over the valid actions (its own seeded stream per episode)")
 def _random(argument: str | None, context: ControllerContext) -> RandomPolicy:
-    return RandomPolicy(derive_seed(context.seed, context.episode, context.index))
+    return RandomPolicy(derive_seed(context.seed, "controller", context.index))

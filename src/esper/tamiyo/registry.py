@@ -34,15 +34,14 @@ SETTING_FLAGS = {"task": "--task", "max_epochs": "--max-epochs", "max_train_samp
 class ControllerContext:
     """Where a controller will run: what it must be compatible with, and the seeds of its own randomness.
 
-    `seed` is the run's base seed, `episode` the paired episode index and `index` the controller's position among
-    those run side by side, so stochastic controllers get independent, reproducible streams.
+    `seed` is the paired episode's host seed (distinct per seed stream and episode) and `index` the controller's
+    position among those run side by side, so stochastic controllers get independent, reproducible streams.
     """
 
     topology: str
     slots: tuple[str, ...]
     max_epochs: int | None = None  # episode length, so learned policies can refuse another horizon
     seed: int = 0
-    episode: int = 0
     index: int = 0
     device: str = "cpu"
     # The task's least epochs a seed spends in TRAINING and in BLENDING, for rules that plan lifecycles around the

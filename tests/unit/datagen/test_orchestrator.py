@@ -16,11 +16,13 @@ from esper.datagen.orchestrator import (
     GenerationOrchestrator,
     MatrixMismatchError,
 )
-from esper.datagen.plans import EpisodeTask, GenerationPlan, TwinPlan
+from esper.datagen.plans import EpisodeTask, GenerationPlan, TwinPlan, paired_seed
 from esper.datagen.schema import read_json, validate_episode, write_json_atomic
 from unit.datagen.support import FakeOptions, episode_ids, fake_episode_fn, fake_twin_fn, logged_runs, make_episode
 
 SETTINGS = {"task": "synthetic", "max_epochs": 5}
+
+WIDE_TWIN = f"wide_seed{paired_seed('wide', 1)}"  # the static twin of episode 1 of the `wide` preset
 
 
 def orchestrator(out: Path, **kwargs: Any) -> GenerationOrchestrator:
@@ -86,7 +88,7 @@ def test_run_generates_every_episode_and_each_twin_once(tmp_path: Path) -> None:
     assert sorted(i for i, _ in seen) == sorted(ids) and all(e is None for _, e in seen)
     assert episode_ids(out) == sorted(ids)
     twins = sorted(p.stem for p in (out / "twins").iterdir())
-    assert twins == ["baseline_seed42", "baseline_seed43", "wide_seed3042", "wide_seed3043"]
+    assert twins == sorted(f"{env}_seed{paired_seed(env, i)}" for env in ("baseline", "wide") for i in (0, 1))
     # 4 twins for 8 episodes: each (config, seed) twin computed once and shared by both policies.
     assert logged(log) == sorted(ids + twins)
     for plan in orch.plans:
@@ -175,12 +177,12 @@ def test_failures_are_retried_then_permanent_and_generation_ends(tmp_path: Path)
 def test_a_failed_twin_fails_its_episodes_only(tmp_path: Path) -> None:
     out, log = tmp_path / "out", tmp_path / "log"
     with orchestrator(out, max_retries=1) as orch:
-        summary = run_all(orch, log, fail_ids=frozenset({"wide_seed3043"}))
+        summary = run_all(orch, log, fail_ids=frozenset({WIDE_TWIN}))
         assert summary["completed"] == 6 and summary["failed"] == 2
         assert set(orch.failures()) == {"wide_baseline_0001", "wide_random-eps1.0_0001"}
-        assert all("static twin wide_seed3043 failed" in e for e in orch.failures().values())
-    assert logged(log).count("wide_seed3043") == 2
-    assert read_json(out / PROGRESS_FILE)["failed_twins"]["wide_seed3043"]["attempts"] == 2
+        assert all(f"static twin {WIDE_TWIN} failed" in e for e in orch.failures().values())
+    assert logged(log).count(WIDE_TWIN) == 2
+    assert read_json(out / PROGRESS_FILE)["failed_twins"][WIDE_TWIN]["attempts"] == 2
 
 
 def bad_episode_fn(task: EpisodeTask, options: FakeOptions, device: str) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from esper.datagen.configs import ENVIRONMENT_PRESETS, POLICY_PRESETS
+from esper.datagen.configs import POLICY_PRESETS
 from esper.datagen.plans import (
     EpisodeTask,
     GenerationPlan,
@@ -16,6 +16,7 @@ from esper.datagen.plans import (
     matrix_hash,
     paired_seed,
 )
+from esper.leyline.seeding import SeedStream, derive_seed
 
 
 def test_matrix_sizes() -> None:
@@ -47,8 +48,8 @@ def test_paired_seeds() -> None:
         by_pair.setdefault((p.env_config_id, p.episode_idx), set()).add(p.seed)
     assert all(len(seeds) == 1 for seeds in by_pair.values())  # shared across policies and ε variants
     assert len({next(iter(s)) for s in by_pair.values()}) == len(by_pair)  # distinct across pairs
-    env_index = list(ENVIRONMENT_PRESETS).index("resnet18")
-    assert paired_seed("resnet18", 2, 7) == 7 + 1000 * env_index + 2
+    assert paired_seed("resnet18", 2, 7) == derive_seed(7, SeedStream.DATAGEN, "resnet18", 2)
+    assert paired_seed("resnet18", 2, 7) != paired_seed("resnet18", 2, 8)
     # A subset of the matrix keeps the full matrix's seeds.
     subset = create_generation_matrix(["resnet18"], ["aggressive"], 3, base_seed=7)
     assert [p.seed for p in subset] == [paired_seed("resnet18", i, 7) for i in range(3)]
@@ -82,7 +83,7 @@ def test_plan_policies_are_seeded_per_episode() -> None:
         ({"policy_config_id": "nope"}, "Unknown behaviour policy preset 'nope'"),
         ({"epsilon": 1.5}, r"epsilon must be in \[0, 1\]"),
         ({"policy_config_id": "random", "epsilon": 0.1}, "runs with ε = 1.0"),
-        ({"episode_idx": 1000}, "episode_idx must be in"),
+        ({"episode_idx": -1}, "episode_idx must be >= 0"),
     ],
 )
 def test_plan_validation(kwargs: dict[str, object], match: str) -> None:

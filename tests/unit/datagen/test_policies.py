@@ -225,7 +225,7 @@ def test_parse_behavior_spec_errors(argument: str, match: str) -> None:
 
 @pytest.mark.parametrize("preset", list(POLICY_PRESETS))
 def test_every_preset_is_a_registered_controller(preset: str) -> None:
-    context = ControllerContext(topology="cnn", slots=("early", "mid", "late"), seed=7, episode=2, index=1)
+    context = ControllerContext(topology="cnn", slots=("early", "mid", "late"), seed=7, index=1)
     policy = CONTROLLERS.build(f"behavior:{preset}", context)
     assert isinstance(policy, BehaviorPolicy) and policy.config == POLICY_PRESETS[preset]
     check_decision(policy.decide(all_ops_valid_obs()), all_ops_valid_obs())
@@ -233,7 +233,7 @@ def test_every_preset_is_a_registered_controller(preset: str) -> None:
 
 def test_registry_specs_are_seeded_per_context() -> None:
     obs = all_ops_valid_obs()
-    context = ControllerContext(topology="cnn", slots=("early", "mid", "late"), seed=7, episode=2, index=1)
+    context = ControllerContext(topology="cnn", slots=("early", "mid", "late"), seed=7, index=1)
 
     def run(spec: str, ctx: ControllerContext) -> list[str]:
         policy = CONTROLLERS.build(spec, ctx)

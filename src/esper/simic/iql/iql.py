@@ -29,6 +29,7 @@ from esper.datagen.transitions import TransitionBatch, TransitionDataset
 from esper.leyline import NUM_JOINT_ACTIONS, OBS_DIM, OBS_SCHEMA, ordered_slots
 from esper.leyline.constants import OBS_CLIP, OBS_EPSILON
 from esper.leyline.errors import UserInputError
+from esper.leyline.seeding import derive_seed
 from esper.runtime.checkpoint import CheckpointFormatError, atomic_save, detached_cpu_copy, load_checkpoint
 from esper.runtime.devices import resolve_device
 from esper.runtime.rundir import checkpoint_file
@@ -316,7 +317,8 @@ EpochCallback = Callable[[IQLLearner, dict[str, float]], None]
 
 def agreement_rows(n: int, samples: int, seed: int) -> torch.Tensor:
     """A fixed subset of rows for the per-epoch metrics, drawn from the seed (not from the training stream)."""
-    return torch.randperm(n, generator=torch.Generator().manual_seed(seed + 1))[: min(n, samples)]
+    generator = torch.Generator().manual_seed(derive_seed(seed, "agreement-rows"))
+    return torch.randperm(n, generator=generator)[: min(n, samples)]
 
 
 def train_iql(config: IQLConfig, dataset: TransitionDataset, *, learner: IQLLearner | None = None,

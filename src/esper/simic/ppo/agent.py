@@ -16,6 +16,7 @@ from torch import nn
 
 from esper.leyline.actions import BLUEPRINT_HEAD
 from esper.leyline.constants import ANOMALY_RATIO_COLLAPSE, ANOMALY_RATIO_EXPLOSION
+from esper.leyline.seeding import derive_seed
 from esper.runtime.checkpoint import detached_cpu_copy
 from esper.simic.ppo.anomaly import RatioExplosionDiagnostic
 from esper.simic.ppo.buffer import FactoredRolloutBuffer
@@ -46,9 +47,9 @@ class PPOAgent:
         self.train_steps = 0
         # Dedicated streams: action sampling never perturbs minibatch order (and vice versa), and both resume exactly.
         self.action_generator = torch.Generator(device=self.device)
-        self.action_generator.manual_seed(config.seed)
+        self.action_generator.manual_seed(derive_seed(config.seed, "actions"))
         self.minibatch_generator = torch.Generator()
-        self.minibatch_generator.manual_seed(config.seed + 1)
+        self.minibatch_generator.manual_seed(derive_seed(config.seed, "minibatches"))
 
     def act(self, states: torch.Tensor, masks: Mapping[str, torch.Tensor], deterministic: bool = False
             ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
@@ -158,7 +159,7 @@ class PPOAgent:
         self.optimizer.load_state_dict(state["optimizer"])
         self.train_steps = int(state["train_steps"])
         _restore_generator(self.action_generator, state["action_generator"],
-                           self.config.seed + int(state["train_steps"]))
+                           derive_seed(self.config.seed, "actions", int(state["train_steps"])))
         self.minibatch_generator.set_state(state["minibatch_generator"].cpu())
 
 

@@ -43,7 +43,7 @@ from esper.env.rewards import (
 from esper.leyline import LifecycleOp, TelemetryEventType, TelemetrySink, emit_if_wanted
 from esper.leyline.constants import ANOMALY_ESCALATION_EPOCHS
 from esper.leyline.errors import UserInputError
-from esper.leyline.seeding import derive_seed
+from esper.leyline.seeding import SeedStream, derive_seed
 from esper.leyline.telemetry import Severity
 from esper.runtime.devices import env_device_map, resolve_device, resolve_devices
 from esper.runtime.rundir import RunDirectory, checkpoint_file
@@ -64,7 +64,7 @@ from esper.simic.ppo.history import HistoryRow
 from esper.simic.ppo.metrics import merge_updates
 from esper.tamiyo import TamiyoDecision
 
-__all__ = ["PPORun", "PPOTrainingResult", "train_ppo"]
+__all__ = ["PPORun", "PPOTrainingResult", "batch_seeds", "train_ppo"]
 
 ROLLING_WINDOW = 10
 
@@ -239,7 +239,7 @@ def _collect_rollout(config: TrainingConfig, env_devices: list[torch.device], le
     """Run one batch of episodes and fill the agent's buffer; None if a stop request cut it short (then nothing of
     the batch is written)."""
     b = learner.batches_completed
-    seed_everything(derive_seed(config.seed, b))
+    seed_everything(derive_seed(config.seed, SeedStream.TRAINING, b, "learner"))
     n_b = min(config.n_envs, config.n_episodes - learner.episodes_completed)
     setting = EpisodeSetting(config.task, tuple(config.slots), config.max_epochs, config.batch_size, reward,
                              config.gamma, max_train_samples=config.max_train_samples,
@@ -272,16 +272,23 @@ def _collect_rollout(config: TrainingConfig, env_devices: list[torch.device], le
     return _Rollout(finished.results, raw, components, finished.batch_loads)
 
 
+def batch_seeds(seed: int, batch: int, groups: int) -> tuple[list[int], int]:
+    """The host seed of each env group of PPO batch `batch` and the batch's data seed, from the training seed stream
+    (which selection and evaluation episodes never draw from)."""
+    return ([derive_seed(seed, SeedStream.TRAINING, batch, g) for g in range(groups)],
+            derive_seed(seed, SeedStream.TRAINING, batch, "data"))
+
+
 def _groups(config: TrainingConfig, device_of: list[torch.device], n_b: int, learner: LearnerState
             ) -> list[GroupPlan]:
     """`n_b` envs in groups of `group_size`: a group shares one host seed (and one static twin when the reward
     compares with it), so its members differ only in the actions their policy sampled. Every group of a batch trains
     on the batch's data subset and order."""
     b, k = learner.batches_completed, config.group_size
-    data_seed = derive_seed(config.seed, b)
+    host_seeds, data_seed = batch_seeds(config.seed, b, n_b // k)
     twin = needs_twin(config.reward_family)
     return [GroupPlan(
-        seed=config.seed + 10000 * b + 1000 * g, data_seed=data_seed, batch=b,
+        seed=host_seeds[g], data_seed=data_seed, batch=b,
         members=tuple(MemberPlan(i, "ppo", str(device_of[i]), episode=learner.episodes_completed + i,
                                  max_seeds=config.max_seeds) for i in range(g * k, (g + 1) * k)),
         twin=TwinPlan(n_b + g, str(device_of[g * k])) if twin else None)

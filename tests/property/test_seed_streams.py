@@ -1,0 +1,53 @@
+"""One seed rule: PPO's training episodes, a study's selection episodes and its held-out evaluation episodes never
+share a host or a data seed, for every allowed `n_envs` and group size."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from esper.cli.study import MAX_STUDY_SEEDS
+from esper.evaluation.episodes import paired_seeds
+from esper.evaluation.study import evaluation_plan
+from esper.leyline.seeding import SeedStream, derive_seed
+from esper.simic.ppo.config import MAX_ENVS, MAX_SEED, TrainingConfig
+from esper.simic.ppo.train import batch_seeds
+
+EPISODES = 1024  # a long run: 1,024 batches at n_envs = 1, enough to reach any fixed seed offset of the past
+
+
+def _held_out(seed: int, stream: SeedStream) -> tuple[set[int], set[int]]:
+    plan = evaluation_plan(TrainingConfig.from_dict({"seed": seed}, base=TrainingConfig.preset("synthetic")), stream)
+    pairs = [paired_seeds(plan, i) for i in range(MAX_STUDY_SEEDS)]
+    hosts, data = {h for h, _ in pairs}, {d for _, d in pairs}
+    assert len(hosts) == len(data) == MAX_STUDY_SEEDS  # every paired episode of a phase on its own seeds
+    return hosts, data
+
+
+@pytest.mark.parametrize("seed", [0, 42, MAX_SEED])
+def test_training_selection_and_evaluation_seeds_never_overlap(seed: int) -> None:
+    eval_hosts, eval_data = _held_out(seed, SeedStream.EVALUATION)
+    sel_hosts, sel_data = _held_out(seed, SeedStream.SELECTION)
+    held_out = eval_hosts | eval_data | sel_hosts | sel_data
+    assert len(held_out) == 4 * MAX_STUDY_SEEDS
+    memo: dict[tuple[int, int], tuple[list[int], int]] = {}
+    for n_envs in range(1, MAX_ENVS + 1):
+        for group_size in (k for k in range(1, n_envs + 1) if n_envs % k == 0):
+            groups, hosts, data = n_envs // group_size, [], []
+            for b in range(math.ceil(EPISODES / n_envs)):
+                if (b, groups) not in memo:
+                    memo[b, groups] = batch_seeds(seed, b, groups)
+                batch_hosts, batch_data = memo[b, groups]
+                hosts += batch_hosts
+                data.append(batch_data)
+            assert len(set(hosts)) == len(hosts), f"a host seed repeats at n_envs={n_envs}, group_size={group_size}"
+            assert len(set(data)) == len(data)
+            assert not (set(hosts) | set(data)) & held_out, f"n_envs={n_envs}, group_size={group_size}"
+
+
+def test_streams_and_indices_name_distinct_seeds() -> None:
+    assert derive_seed(7, SeedStream.TRAINING, 1, 0) == derive_seed(7, "training", 1, 0)  # a stream is its name
+    assert len({derive_seed(7, s, 0) for s in SeedStream}) == len(SeedStream)
+    assert derive_seed(7, SeedStream.TRAINING, 1, 0) != derive_seed(7, SeedStream.TRAINING, 0, 1)
+    assert batch_seeds(7, 3, 2)[0][:1] == batch_seeds(7, 3, 1)[0]  # a group's seed does not depend on the group count
