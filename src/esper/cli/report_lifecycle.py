@@ -19,11 +19,10 @@ from esper.env.logs import SlotSummary, StepRow
 STAGE_COLORS = {
     "GERMINATED": "#17becf", "TRAINING": "#f2c200", "BLENDING": "#d62ad6", "PROBATIONARY": "#3b6fd8",
     "FOSSILIZED": "#2ca02c", "DORMANT": "#dddddd", "UNKNOWN": "#dddddd", "CULLED": "#bbbbbb",
-    "EMBARGOED": "#bbbbbb", "RESETTING": "#bbbbbb",
 }
 STAGE_ORDER = ("GERMINATED", "TRAINING", "BLENDING", "PROBATIONARY", "FOSSILIZED")
 EMPTY_STAGES = frozenset({"DORMANT", "UNKNOWN"})  # a slot without a seed
-GONE_STAGES = frozenset({"CULLED", "EMBARGOED", "RESETTING"}) | EMPTY_STAGES
+GONE_STAGES = frozenset({"CULLED"}) | EMPTY_STAGES
 NO_SEEDS = "no seeds were germinated"
 
 # (label, rows sorted by epoch) for one env-episode; a panel is (title, tracks).

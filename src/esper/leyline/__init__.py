@@ -35,9 +35,7 @@ from esper.leyline.stages import (
     GateResult,
     SeedStage,
     is_active_stage,
-    is_failure_stage,
     is_live_stage,
-    is_terminal_stage,
     is_valid_transition,
 )
 from esper.leyline.telemetry import (
@@ -89,9 +87,7 @@ __all__ = [
     "emit_if_wanted",
     "from_joint_index",
     "is_active_stage",
-    "is_failure_stage",
     "is_live_stage",
-    "is_terminal_stage",
     "is_valid_transition",
     "joint_index",
     "ordered_slots",

@@ -17,8 +17,6 @@ class SeedStage(IntEnum):
     PROBATIONARY = 6
     FOSSILIZED = 7
     CULLED = 8
-    EMBARGOED = 9
-    RESETTING = 10
 
 
 VALID_TRANSITIONS: dict[SeedStage, tuple[SeedStage, ...]] = {
@@ -29,13 +27,10 @@ VALID_TRANSITIONS: dict[SeedStage, tuple[SeedStage, ...]] = {
     SeedStage.BLENDING: (SeedStage.PROBATIONARY, SeedStage.CULLED),
     SeedStage.PROBATIONARY: (SeedStage.FOSSILIZED, SeedStage.CULLED),
     SeedStage.FOSSILIZED: (),
-    SeedStage.CULLED: (SeedStage.EMBARGOED,),
-    SeedStage.EMBARGOED: (SeedStage.RESETTING,),
-    SeedStage.RESETTING: (SeedStage.DORMANT,),
+    SeedStage.CULLED: (),  # culling empties the slot in the same call: the next seed there is a new one
 }
 
 _ACTIVE = frozenset({SeedStage.TRAINING, SeedStage.BLENDING, SeedStage.PROBATIONARY, SeedStage.FOSSILIZED})
-_FAILURE = frozenset({SeedStage.CULLED, SeedStage.EMBARGOED, SeedStage.RESETTING})
 _LIVE = frozenset({SeedStage.GERMINATED, SeedStage.TRAINING, SeedStage.BLENDING, SeedStage.PROBATIONARY})
 
 
@@ -43,17 +38,9 @@ def is_valid_transition(from_stage: SeedStage, to_stage: SeedStage) -> bool:
     return to_stage in VALID_TRANSITIONS.get(SeedStage(from_stage), ())
 
 
-def is_terminal_stage(stage: SeedStage) -> bool:
-    return stage == SeedStage.FOSSILIZED
-
-
 def is_active_stage(stage: SeedStage) -> bool:
     """Stages whose seed participates in the forward pass."""
     return stage in _ACTIVE
-
-
-def is_failure_stage(stage: SeedStage) -> bool:
-    return stage in _FAILURE
 
 
 def is_live_stage(stage: SeedStage) -> bool:

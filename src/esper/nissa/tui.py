@@ -323,7 +323,7 @@ class TuiBackend:
 
     def _slot_cell(self, env: EnvView, slot: str, wide: bool) -> Text:
         info = env.slots.get(slot)
-        if slot in env.flash and (info is None or info.stage in ("CULLED", "EMBARGOED", "RESETTING")):
+        if slot in env.flash and (info is None or info.stage == "CULLED"):
             return Text(f"Cull:{env.flash[slot][0]}" if wide else f"Cull\n{env.flash[slot][0]}", style="bold red")
         if info is None:
             return Text(DASH, style="dim")

@@ -23,8 +23,6 @@ STAGES: dict[str, tuple[str, str]] = {  # name → (abbreviation, style)
     "PROBATIONARY": ("Prob", "bright_blue"),
     "FOSSILIZED": ("Foss", "bright_green"),
     "CULLED": ("Cull", "bold red"),
-    "EMBARGOED": ("Emb", "red"),
-    "RESETTING": ("Reset", "dim red"),
 }
 # (label, metric key, format, CRIT threshold, WARN threshold, bad direction); ratio limits are the anomaly detector's.
 PPO_ROWS: tuple[tuple[str, str, str, float | None, float | None, str], ...] = (

@@ -13,9 +13,7 @@ from esper.leyline import (
     GateResult,
     SeedStage,
     is_active_stage,
-    is_failure_stage,
     is_live_stage,
-    is_terminal_stage,
     is_valid_transition,
 )
 
@@ -30,8 +28,6 @@ EXPECTED_VALUES = {
     "PROBATIONARY": 6,
     "FOSSILIZED": 7,
     "CULLED": 8,
-    "EMBARGOED": 9,
-    "RESETTING": 10,
 }
 
 EXPECTED_TRANSITIONS: dict[SeedStage, tuple[SeedStage, ...]] = {
@@ -42,13 +38,10 @@ EXPECTED_TRANSITIONS: dict[SeedStage, tuple[SeedStage, ...]] = {
     S.BLENDING: (S.PROBATIONARY, S.CULLED),
     S.PROBATIONARY: (S.FOSSILIZED, S.CULLED),
     S.FOSSILIZED: (),
-    S.CULLED: (S.EMBARGOED,),
-    S.EMBARGOED: (S.RESETTING,),
-    S.RESETTING: (S.DORMANT,),
+    S.CULLED: (),
 }
 
 ACTIVE = {S.TRAINING, S.BLENDING, S.PROBATIONARY, S.FOSSILIZED}
-FAILURE = {S.CULLED, S.EMBARGOED, S.RESETTING}
 LIVE = {S.GERMINATED, S.TRAINING, S.BLENDING, S.PROBATIONARY}
 
 
@@ -82,25 +75,22 @@ def test_is_valid_transition_accepts_plain_ints() -> None:
     assert not is_valid_transition(S.FOSSILIZED, S.CULLED)
 
 
-def test_fossilized_is_terminal_and_cannot_be_culled() -> None:
-    assert VALID_TRANSITIONS[S.FOSSILIZED] == ()
+def test_fossilized_and_culled_are_terminal() -> None:
+    assert VALID_TRANSITIONS[S.FOSSILIZED] == VALID_TRANSITIONS[S.CULLED] == ()
     assert not any(is_valid_transition(S.FOSSILIZED, t) for t in SeedStage)
 
 
 @pytest.mark.parametrize("stage", list(SeedStage), ids=lambda s: s.name)
 def test_predicates_for_every_stage(stage: SeedStage) -> None:
-    assert is_terminal_stage(stage) is (stage == S.FOSSILIZED)
     assert is_active_stage(stage) is (stage in ACTIVE)
-    assert is_failure_stage(stage) is (stage in FAILURE)
     assert is_live_stage(stage) is (stage in LIVE)
 
 
 def test_predicate_partitions() -> None:
-    """Live and failure stages are disjoint; live ∪ {FOSSILIZED} = active ∪ {GERMINATED}."""
+    """CULLED is neither live nor active; live ∪ {FOSSILIZED} = active ∪ {GERMINATED}."""
     live = {s for s in SeedStage if is_live_stage(s)}
-    failure = {s for s in SeedStage if is_failure_stage(s)}
     active = {s for s in SeedStage if is_active_stage(s)}
-    assert not live & failure
+    assert S.CULLED not in live | active
     assert live | {S.FOSSILIZED} == active | {S.GERMINATED}
 
 
