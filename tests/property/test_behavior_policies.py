@@ -27,6 +27,7 @@ from esper.leyline import (
     joint_index,
 )
 from esper.tamiyo import check_decision
+from unit.datagen.support import joint_probabilities
 from unit.tamiyo.helpers import make_obs, make_report
 
 STAGES = [SeedStage.GERMINATED, SeedStage.TRAINING, SeedStage.BLENDING, SeedStage.PROBATIONARY,
@@ -83,7 +84,7 @@ def expected_exploration(obs: EnvObservation, op: LifecycleOp, slot: SlotAction,
 @given(policies(), observations())
 def test_logged_probabilities_match_the_executed_action(policy: BehaviorPolicy, obs: EnvObservation) -> None:
     analysis = policy.analyse(obs)
-    joint = policy.joint_probabilities(obs)
+    joint = joint_probabilities(policy, obs)
     decision = policy.decide(obs)
     check_decision(decision, obs)
     action = decision.factored
@@ -113,7 +114,7 @@ def test_logged_probabilities_match_the_executed_action(policy: BehaviorPolicy, 
 
 @given(policies(), observations())
 def test_joint_probabilities_form_a_distribution(policy: BehaviorPolicy, obs: EnvObservation) -> None:
-    joint = policy.joint_probabilities(obs)
+    joint = joint_probabilities(policy, obs)
     mask = obs.validity.joint_mask()
     assert len(joint) == NUM_JOINT_ACTIONS
     assert math.isclose(sum(joint), 1.0, abs_tol=1e-9)

@@ -9,6 +9,7 @@ So cloning the behaviour chooses the lure, and the best action's value (1.0) bea
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import torch
@@ -99,3 +100,14 @@ def toy_dataset(n_episodes: int, seed: int = 0, reward_noise: float = 0.0) -> Tr
         next_valid=torch.stack(rows["m2"]), behavior_logp=torch.stack(rows["lp"]).float(),
         episode_ids=torch.stack(rows["e"]).long(), step_indices=torch.stack(rows["t"]).long(),
     )
+
+
+def episodes_subset(data: TransitionDataset, episode_ids: torch.Tensor) -> TransitionDataset:
+    """The sub-dataset of whole episodes whose ids are in `episode_ids`."""
+    keep = torch.isin(data.episode_ids, episode_ids)
+    tensors = {f.name: getattr(data, f.name)[keep] for f in dataclasses.fields(data)
+               if isinstance(getattr(data, f.name), torch.Tensor)}
+    chosen = set(episode_ids.tolist())
+    return dataclasses.replace(data, **tensors,
+                               behavior_policies={k: v for k, v in data.behavior_policies.items() if k in chosen},
+                               episode_names={k: v for k, v in data.episode_names.items() if k in chosen})

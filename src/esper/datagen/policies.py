@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from esper.datagen.configs import OP_TIE_ORDER, ActionProbabilities, BehaviorPolicyConfig
 from esper.leyline import (
     BLUEPRINT_HEAD,
-    NUM_JOINT_ACTIONS,
     BlendAction,
     BlueprintAction,
     EnvObservation,
@@ -28,7 +27,6 @@ from esper.leyline import (
     LifecycleOp,
     SeedStateReport,
     SlotAction,
-    from_joint_index,
     joint_index,
 )
 from esper.leyline.errors import UserInputError
@@ -159,11 +157,6 @@ class BehaviorPolicy:
             blends=blends,
             epsilon=self.config.epsilon,
         )
-
-    def joint_probabilities(self, obs: EnvObservation) -> list[float]:
-        """Behaviour probability of each of the 43 joint actions under `obs` (sums to 1)."""
-        analysis = self.analyse(obs)
-        return [analysis.joint_prob(from_joint_index(i)) for i in range(NUM_JOINT_ACTIONS)]
 
     def _score_ops(
         self,

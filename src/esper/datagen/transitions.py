@@ -203,15 +203,6 @@ class TransitionDataset:
         rows[torch.repeat_interleave(torch.arange(len(ids)), lengths), position] = order
         return EpisodeIndex(ids, rows, lengths)
 
-    def select_episodes(self, episode_ids: torch.Tensor) -> TransitionDataset:
-        """The sub-dataset of whole episodes whose ids are in `episode_ids`."""
-        keep = torch.isin(self.episode_ids, episode_ids.to(self.device))
-        tensors = {f.name: getattr(self, f.name)[keep] for f in dataclasses.fields(self)
-                   if isinstance(getattr(self, f.name), torch.Tensor)}
-        chosen = set(episode_ids.tolist())
-        policies = {k: v for k, v in self.behavior_policies.items() if k in chosen}
-        names = {k: v for k, v in self.episode_names.items() if k in chosen}
-        return dataclasses.replace(self, **tensors, behavior_policies=policies, episode_names=names)
 
 
 def _episode_order(episode_ids: torch.Tensor, step_indices: torch.Tensor) -> torch.Tensor:

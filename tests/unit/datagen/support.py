@@ -24,8 +24,9 @@ from esper.datagen.configs import ActionProbabilities, RewardComponents, StepMet
 from esper.datagen.executors import ProcessPoolEpisodeExecutor, SerialExecutor
 from esper.datagen.orchestrator import GenerationOrchestrator
 from esper.datagen.plans import EpisodeTask, TwinPlan
+from esper.datagen.policies import BehaviorPolicy
 from esper.datagen.schema import SCHEMA_VERSION
-from esper.leyline import NUM_JOINT_ACTIONS, OBS_DIM
+from esper.leyline import NUM_JOINT_ACTIONS, OBS_DIM, EnvObservation, from_joint_index
 
 JOINT_OF_OP = {"WAIT": 0, "GERMINATE": 2, "CULL": 37, "FOSSILIZE": 40}
 TIMESTAMP_KEYS = ("started_at", "ended_at", "timestamp")
@@ -177,3 +178,9 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1:])
+
+
+def joint_probabilities(policy: BehaviorPolicy, obs: EnvObservation) -> list[float]:
+    """Behaviour probability of each joint action under `obs`, from the policy's own analysis (sums to 1)."""
+    analysis = policy.analyse(obs)
+    return [analysis.joint_prob(from_joint_index(i)) for i in range(NUM_JOINT_ACTIONS)]

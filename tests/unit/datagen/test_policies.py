@@ -13,6 +13,7 @@ from esper.datagen.configs import POLICY_PRESETS, BehaviorPolicyConfig
 from esper.datagen.policies import BehaviorPolicy, create_policy, parse_behavior_spec
 from esper.leyline import EnvObservation, LifecycleOp, SeedStage, from_joint_index, joint_index
 from esper.tamiyo import CONTROLLERS, ControllerContext, TamiyoPolicy, check_decision
+from unit.datagen.support import joint_probabilities
 from unit.tamiyo.helpers import make_obs, make_report
 
 
@@ -173,7 +174,7 @@ def test_decision_info_and_confidence() -> None:
 def test_sampling_frequencies_match_the_logged_joint_probabilities() -> None:
     obs = all_ops_valid_obs()
     policy = create_policy("aggressive", 0.3, seed=11)
-    expected = policy.joint_probabilities(obs)
+    expected = joint_probabilities(policy, obs)
     n = 6000
     counts = Counter(joint_index(policy.decide(obs).factored) for _ in range(n))  # type: ignore[arg-type]
     for index, p in enumerate(expected):

@@ -92,12 +92,6 @@ def test_episode_index_orders_steps(data: TransitionDataset) -> None:
     assert torch.equal(shuffled.episode_ids[index.first_rows], index.episode_ids)
 
 
-def test_select_episodes_keeps_policy_labels(data: TransitionDataset) -> None:
-    labelled = TransitionDataset(**_with(data, behavior_policies={i: "a" if i % 2 else "b" for i in range(12)}))
-    part = labelled.select_episodes(torch.tensor([1, 2]))
-    assert part.behavior_policies == {1: "a", 2: "b"} and len(part) == 4
-
-
 @given(lengths=st.lists(st.integers(1, 5), min_size=1, max_size=6), seed=st.integers(0, 1000))
 def test_any_shuffled_episode_layout_round_trips(lengths: list[int], seed: int) -> None:
     """Rows in any order: validation accepts them and the episode index recovers every episode in step order."""

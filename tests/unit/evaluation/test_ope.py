@@ -23,7 +23,7 @@ from esper.evaluation.ope import (
 )
 from esper.leyline import NUM_JOINT_ACTIONS, OBS_DIM
 from esper.simic.iql import IQLConfig, IQLPolicy, train_iql
-from unit.offline_toy import VALUE, behavior_probs, fixed_policy, toy_dataset
+from unit.offline_toy import VALUE, behavior_probs, episodes_subset, fixed_policy, toy_dataset
 
 CONFIG = OPEConfig(gamma=1.0, n_bootstrap=300, fqe_bootstrap=10, fqe_iterations=3, fqe_steps_per_iteration=150,
                    fqe_batch_size=128, fqe_lr=3e-3, fqe_hidden_sizes=(32, 32), device="cpu")
@@ -165,7 +165,7 @@ def test_unusable_target_policies_raise_clear_errors(noisy: TransitionDataset) -
         pdwis(noisy, lambda s, v: torch.ones(len(s), 3), CONFIG)
     with pytest.raises(ValueError, match="sum to 1"):
         pdwis(noisy, lambda s, v: v.float(), CONFIG)
-    lure_only = noisy.select_episodes(torch.tensor(
+    lure_only = episodes_subset(noisy, torch.tensor(
         [e for e, a, lure in zip(noisy.episode_ids.tolist(), noisy.actions.tolist(), _lures(noisy), strict=True)
          if a == lure]))
     unsupported = pdwis(lure_only, fixed_policy("best"), CONFIG)  # no logged episode ever took the best action
