@@ -19,7 +19,7 @@ from esper.env.step_record import SUMMED_FIELDS
 from esper.evaluation.comparison import ComparisonResult
 from esper.runtime.rows import LogFormatError
 from esper.runtime.rundir import json_safe
-from esper.simic.ppo.history import UPDATE_METRICS, HistoryRow
+from esper.simic.ppo.history import UPDATE_METRICS, PPOHistoryRow
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 EPOCHS = 5
@@ -80,8 +80,8 @@ def episode_row(controller: str, episode: int, env: int, batch: int, *, active: 
         final_test_loss=None if test_acc is None else 1.0)
 
 
-def history_row(batch: int, **update: float) -> HistoryRow:
-    return HistoryRow(
+def history_row(batch: int, **update: float) -> PPOHistoryRow:
+    return PPOHistoryRow(
         batch=batch, episodes_completed=2 * batch + 2, n_envs=2, avg_accuracy=75.5 - 5 * batch,  # best batch 0
         rolling_accuracy=70.5 + 2.5 * batch, best_rolling_accuracy=73.0, env_accuracies=[75.0, 76.0],
         avg_reward=4.2, action_shares={"WAIT": 0.2, "GERMINATE": 0.4, "FOSSILIZE": 0.2, "CULL": 0.2},
