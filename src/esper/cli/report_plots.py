@@ -30,7 +30,7 @@ OP_COLORS = {"WAIT": "#c7c7c7", "GERMINATE": "#1f77b4", "FOSSILIZE": "#2ca02c", 
 # The reward's summed fields in a fixed order, so each keeps a colour of its own across plots.
 REWARD_FIELDS = SUMMED_FIELDS
 REWARD_DIAGNOSTICS = frozenset({"family", "attribution_discount", "ratio_penalty", "growth_ratio", "phi_prev",
-                                "phi_next", "val_acc", "action_name", "action_success", "total"})
+                                "phi_next", "val_accuracy", "action_name", "action_success", "total"})
 _TAB20 = matplotlib.colormaps["tab20"]
 THOUSANDS = FuncFormatter(lambda v, _pos: f"{v:,.0f}")
 MANY_BARS = 40  # above this many x positions, stacked bars become stacked areas / lines
