@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from esper.cli.main import main
-from esper.simic.ppo.checkpoint import LearnerState
+from esper.simic.ppo.checkpoint import PPOLearnerState
 from esper.simic.ppo.config import TrainingConfig
 
 pytestmark = pytest.mark.smoke
@@ -47,7 +47,7 @@ def _policy_config(**changes: Any) -> TrainingConfig:
 
 def _save_policy(path: Path, config: TrainingConfig, edit: Callable[[dict[str, Any]], None] | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    LearnerState.new(config, torch.device("cpu")).save(path)
+    PPOLearnerState.new(config, torch.device("cpu")).save(path)
     if edit is not None:
         data = torch.load(path, weights_only=True)
         edit(data)

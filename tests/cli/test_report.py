@@ -19,7 +19,7 @@ from esper.env.step_record import SUMMED_FIELDS
 from esper.evaluation.comparison import ComparisonResult
 from esper.runtime.rows import LogFormatError
 from esper.runtime.rundir import json_safe
-from esper.simic.ppo.history import UPDATE_METRICS, HistoryRow
+from esper.simic.ppo.history import UPDATE_METRICS, PPOHistoryRow
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 EPOCHS = 5
@@ -51,15 +51,15 @@ def step_rows(controller: str, episode: int, env: int, batch: int, *, active: bo
             "family": "contribution", "attribution": 0.2 * epoch, "proxy": 0.0,
             "blending_warning": -0.1 if epoch == 3 else 0.0, "probation_warning": 0.0, "pbrs": 0.3, "rent": -0.15,
             "action_shaping": -0.02 if op != "WAIT" else 0.0, "terminal": 3.0 if epoch == EPOCHS else 0.0,
-            "governor_penalty": 0.0, "loss_primary": 0.0, "sparse_terminal": 0.0, "val_acc": base_acc + 3 * epoch,
+            "governor_penalty": 0.0, "loss_primary": 0.0, "sparse_terminal": 0.0, "val_accuracy": base_acc + 3 * epoch,
             "action_name": op, "action_success": True}
-        total = sum(v for k, v in comps.items() if k not in ("family", "val_acc", "action_name", "action_success"))
+        total = sum(v for k, v in comps.items() if k not in ("family", "val_accuracy", "action_name", "action_success"))
         rows.append(StepRow(
             batch=batch, env=env, episode=episode, epoch=epoch, controller=controller, op=op, slot=slot,
             blueprint="conv_light" if op == "GERMINATE" else None, blend=None, success=True, reason="test",
             # a diverged first epoch: the run directory writes NaN as the string "NaN"
-            train_loss=math.nan if epoch == 1 else 1.0 / epoch, train_acc=base_acc + 2 * epoch,
-            val_loss=1.1 / epoch, val_acc=base_acc + 3 * epoch, rollback=False,
+            train_loss=math.nan if epoch == 1 else 1.0 / epoch, train_accuracy=base_acc + 2 * epoch,
+            val_loss=1.1 / epoch, val_accuracy=base_acc + 3 * epoch, rollback=False,
             slots={"early": early, "mid": mid, "late": None},
             seed_params=(12_000 if early else 0) + (30_000 if mid else 0),
             reward_components={**comps, "total": total}, reward=total))
@@ -80,8 +80,8 @@ def episode_row(controller: str, episode: int, env: int, batch: int, *, active: 
         final_test_loss=None if test_acc is None else 1.0)
 
 
-def history_row(batch: int, **update: float) -> HistoryRow:
-    return HistoryRow(
+def history_row(batch: int, **update: float) -> PPOHistoryRow:
+    return PPOHistoryRow(
         batch=batch, episodes_completed=2 * batch + 2, n_envs=2, avg_accuracy=75.5 - 5 * batch,  # best batch 0
         rolling_accuracy=70.5 + 2.5 * batch, best_rolling_accuracy=73.0, env_accuracies=[75.0, 76.0],
         avg_reward=4.2, action_shares={"WAIT": 0.2, "GERMINATE": 0.4, "FOSSILIZE": 0.2, "CULL": 0.2},

@@ -237,7 +237,7 @@ ALLOWED_CASES = [
         "import torch\nfrom esper.tolaria import a\nfrom esper.tamiyo import b\nimport esper.runtime\n",
     ),
     ("esper.cli.fake", "from esper.datagen import generate\nfrom esper.nissa import NissaHub\n"),
-    ("esper.evaluation.fake", "from esper.simic.ppo import PPOController\nfrom esper.env import MorphoEnv\n"),
+    ("esper.evaluation.fake", "from esper.simic.ppo import PPOPolicy\nfrom esper.env import MorphoEnv\n"),
     ("esper.datagen.fake", "from esper.env.loop import run_episodes\nfrom esper.tamiyo import CONTROLLERS\n"),
 ]
 

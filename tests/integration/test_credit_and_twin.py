@@ -212,7 +212,7 @@ def test_step_rows_log_the_lifecycle_of_the_measured_epoch(run: Run) -> None:
     assert rows[2].slots["mid"].counterfactual is not None  # type: ignore[union-attr]
     env = _env(run, "blended")
     for e, (row, step) in enumerate(zip(rows, run.steps["blended"], strict=True), start=1):
-        assert (row.epoch, row.op, row.val_acc, row.reward) == (
+        assert (row.epoch, row.op, row.val_accuracy, row.reward) == (
             e, step.decision.command.op.name, env.accuracy_curve[e - 1], step.reward.total())
         assert row.seed_params == step.record.before.seed_param_count_total
     last = [_slot_row(s.row(), "early") for s in run.steps["germinated_last"]]

@@ -1,7 +1,7 @@
 """Potential-based shaping is policy-invariant on recorded episodes, in every reward family.
 
 Real synthetic episodes (tiny data) run through the real epoch loop under RandomPolicy and a randomly initialized
-PPOController, with a lowered lifecycle so seeds germinate, blend, reach probation and get culled within 8 epochs.
+PPOPolicy, with a lowered lifecycle so seeds germinate, blend, reach probation and get culled within 8 epochs.
 The loop scores them with the gap family (so every env trains beside its static twin); because rewards are pure
 functions of records, every family can then re-score the same records. The potential, the shaping term and the
 telescoping identity are recomputed from the records' snapshots alone.
@@ -29,7 +29,7 @@ from esper.runtime.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
 from esper.simic.normalization import RunningMeanStd
 from esper.simic.ppo.agent import PPOAgent
 from esper.simic.ppo.config import TrainingConfig
-from esper.simic.ppo.controller import PPOController
+from esper.simic.ppo.controller import PPOPolicy
 from esper.tamiyo import RandomPolicy, TamiyoPolicy
 
 GAMMA = 0.9  # far from the default 0.995, so a shaping term that ignores the configured gamma is caught
@@ -55,10 +55,10 @@ def _task() -> TaskSpec:
     return dataclasses.replace(get_task_spec("synthetic"), lifecycle=FAST_LIFECYCLE)
 
 
-def _ppo_controller(seed: int) -> PPOController:
+def _ppo_policy(seed: int) -> PPOPolicy:
     torch.manual_seed(seed)
     agent = PPOAgent(TrainingConfig(hidden_dim=32, seed=seed), state_dim=obs_dim(True), topology="cnn")
-    return PPOController(agent, RunningMeanStd(obs_dim(True)), use_telemetry=True)
+    return PPOPolicy(agent, RunningMeanStd(obs_dim(True)), use_telemetry=True)
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,7 @@ def episodes() -> list[Recorded]:
     task, device = _task(), torch.device("cpu")
     data = EpochData.build(task, DataCache(DataOptions()), [device], batch_size=128, seed=7,
                            max_train_samples=256, max_val_samples=128)
-    groups: list[tuple[int, list[TamiyoPolicy]]] = [(11, [RandomPolicy(), RandomPolicy()]), (44, [_ppo_controller(5)])]
+    groups: list[tuple[int, list[TamiyoPolicy]]] = [(11, [RandomPolicy(), RandomPolicy()]), (44, [_ppo_policy(5)])]
     envs, controllers = [], []
     for env_seed, members in groups:
         twin = MorphoEnv(EnvSpec(task, SLOTS, MAX_EPOCHS, env_seed=env_seed, device=device, env_id=100 + env_seed),

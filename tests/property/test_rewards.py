@@ -75,7 +75,7 @@ def measurements(draw: st.DrawFn, epoch: int, slots: dict[str, SlotRewardInfo | 
         slots = {s: draw(st.none() | slot_infos()) for s in CANONICAL_SLOTS}
     return Measurement(
         epoch=epoch,
-        val_acc=draw(acc),
+        val_accuracy=draw(acc),
         val_loss=draw(st.floats(0.0, 20.0) | st.just(math.nan) | st.just(math.inf)),
         acc_delta=draw(st.floats(-10.0, 10.0)),
         loss_delta=draw(st.floats(-10.0, 10.0) | st.just(math.nan) | st.just(-math.inf)),
@@ -84,8 +84,8 @@ def measurements(draw: st.DrawFn, epoch: int, slots: dict[str, SlotRewardInfo | 
         seed_param_counts=tuple(draw(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 10**6)), max_size=3))),
         host_param_count=draw(st.integers(10**5, 10**7)),
         fossilized_contributing=draw(st.integers(0, 3)),
-        best_val_acc=draw(acc),
-        twin_val_acc=draw(acc) if twin else None,
+        best_val_accuracy=draw(acc),
+        twin_val_accuracy=draw(acc) if twin else None,
         twin_val_loss=draw(st.floats(0.0, 20.0)) if twin else None,
     )
 
@@ -119,7 +119,7 @@ def _reward(rec: StepRecord, family: RewardFamily, gamma: float = GAMMA) -> Any:
 
 
 REWARD_DIAGNOSTICS = frozenset({"family", "attribution_discount", "ratio_penalty", "growth_ratio", "phi_prev",
-                                "phi_next", "val_acc", "action_name", "action_success"})
+                                "phi_next", "val_accuracy", "action_name", "action_success"})
 """Logged beside the reward, never part of it."""
 
 
@@ -204,7 +204,8 @@ def test_what_the_decision_saw_enters_only_through_its_slots_and_lifecycle(
     and waiting seeds) and for the potential: every measured number of the reward comes from the outcome."""
     other = data.draw(measurements(rec.epoch, dict(rec.before.slots)))
     if family == RewardFamily.GAP:  # the gap's reference point is the previous measurement
-        other = dataclasses.replace(other, val_acc=rec.before.val_acc, twin_val_acc=rec.before.twin_val_acc,
+        other = dataclasses.replace(other, val_accuracy=rec.before.val_accuracy,
+                                    twin_val_accuracy=rec.before.twin_val_accuracy,
                                     seed_param_counts=rec.before.seed_param_counts,
                                     host_param_count=rec.before.host_param_count)
     assert _reward(dataclasses.replace(rec, before=other), family).to_dict() == _reward(rec, family).to_dict()
@@ -242,14 +243,14 @@ def test_ransomware_is_not_profitable(
     followed = {"early": None, "mid": outcome, "late": None}
     epoch = MAX_EPOCHS - 1 if terminal else 12
     common: dict[str, Any] = {"val_loss": 1.0, "loss_delta": 0.0, "host_param_count": 10**5,
-                              "fossilized_contributing": 0, "best_val_acc": 60.0, "twin_val_acc": None,
+                              "fossilized_contributing": 0, "best_val_accuracy": 60.0, "twin_val_accuracy": None,
                               "twin_val_loss": None}
     rec = StepRecord(
         epoch=epoch, max_epochs=MAX_EPOCHS,
         command=WAIT if op == LifecycleOp.WAIT else LifecycleCommand(op, "mid"), action_success=True,
-        before=Measurement(epoch=epoch, val_acc=acc0 + ti, acc_delta=0.0, slots=seen, snapshot=_snapshot(seen),
+        before=Measurement(epoch=epoch, val_accuracy=acc0 + ti, acc_delta=0.0, slots=seen, snapshot=_snapshot(seen),
                            seed_param_counts=((n + 8, seed_params),), **common),
-        after=Measurement(epoch=epoch + 1, val_acc=acc0 + ti, acc_delta=acc_delta, slots=followed,
+        after=Measurement(epoch=epoch + 1, val_accuracy=acc0 + ti, acc_delta=acc_delta, slots=followed,
                           snapshot=_snapshot(followed),
                           seed_param_counts=((n + 9, seed_params),) if outcome is not None else (), **common),
         rollback=False,
@@ -267,9 +268,9 @@ def test_early_fossilize_earns_less_than_the_undiscounted_maximum(n: int, c: flo
     cfg = ContributionRewardConfig()
     info = SlotRewardInfo(int(SeedStage.PROBATIONARY), n, n + 8, ti, c, 40.0, True)
     seen = {"early": None, "mid": info, "late": None}
-    m = Measurement(epoch=12, val_acc=50.0, val_loss=1.0, acc_delta=0.0, loss_delta=0.0, slots=seen,
+    m = Measurement(epoch=12, val_accuracy=50.0, val_loss=1.0, acc_delta=0.0, loss_delta=0.0, slots=seen,
                     snapshot=_snapshot(seen), seed_param_counts=(), host_param_count=10**4, fossilized_contributing=0,
-                    best_val_acc=50.0)
+                    best_val_accuracy=50.0)
     rec = StepRecord(epoch=12, max_epochs=MAX_EPOCHS, command=LifecycleCommand(LifecycleOp.FOSSILIZE, "mid"),
                      action_success=True, before=m, after=dataclasses.replace(m, epoch=13), rollback=False)
     shaping = compute_reward(rec, cfg, GAMMA).action_shaping
@@ -321,7 +322,7 @@ def gap_episodes(draw: st.DrawFn, start_at_zero: bool) -> tuple[list[Measurement
         slots = _PROBATIONARY_MID if op in (LifecycleOp.CULL, LifecycleOp.FOSSILIZE) else _EMPTY
         m = draw(measurements(e, slots))
         if e == 1 and start_at_zero:  # nothing grown yet: the env is its twin
-            m = dataclasses.replace(m, twin_val_acc=m.val_acc, twin_val_loss=m.val_loss if math.isfinite(
+            m = dataclasses.replace(m, twin_val_accuracy=m.val_accuracy, twin_val_loss=m.val_loss if math.isfinite(
                 m.val_loss) else 1.0, val_loss=m.val_loss if math.isfinite(m.val_loss) else 1.0, seed_param_counts=())
         episode.append(m)
     rollbacks = draw(st.lists(st.booleans(), min_size=horizon - 1, max_size=horizon - 1))
@@ -333,8 +334,8 @@ def _finite_losses(episode: list[Measurement]) -> list[Measurement]:
 
 
 def _gap(m: Measurement, lm: bool) -> float:
-    assert m.twin_val_acc is not None and m.twin_val_loss is not None
-    return 100.0 * (m.twin_val_loss - m.val_loss) if lm else m.val_acc - m.twin_val_acc
+    assert m.twin_val_accuracy is not None and m.twin_val_loss is not None
+    return 100.0 * (m.twin_val_loss - m.val_loss) if lm else m.val_accuracy - m.twin_val_accuracy
 
 
 def _gap_return(episode: list[Measurement], ops: list[LifecycleOp], rollbacks: list[bool],
@@ -405,7 +406,7 @@ def test_discounted_shaping_of_an_episode_is_minus_the_first_potential(
 
 
 def _germinated(after: Measurement, slot: str, age: int, params: int) -> Measurement:
-    fresh = SlotRewardInfo(int(SeedStage.TRAINING), age, age, 0.0, None, after.val_acc, False)
+    fresh = SlotRewardInfo(int(SeedStage.TRAINING), age, age, 0.0, None, after.val_accuracy, False)
     slots = {**after.slots, slot: fresh}
     return dataclasses.replace(after, slots=slots, snapshot=_snapshot(slots),
                                seed_param_counts=(*after.seed_param_counts, (age, params)))

@@ -28,15 +28,15 @@ from esper.evaluation.comparison import ComparisonResult
 from esper.leyline.errors import UserInputError
 from esper.runtime.rows import LogFormatError, read_rows
 from esper.simic.iql.history import IQLHistoryRow
-from esper.simic.ppo.history import HistoryRow
+from esper.simic.ppo.history import PPOHistoryRow
 
 RUN_TYPES = ("heuristic", "compare", "ppo", "iql", "study")
 NEEDED = {"heuristic": (StepRow.FILE, EpisodeResult.FILE), "compare": (ComparisonResult.FILE, StepRow.FILE),
-          "ppo": (HistoryRow.FILE, StepRow.FILE, EpisodeResult.FILE), "iql": (IQLHistoryRow.FILE,),
+          "ppo": (PPOHistoryRow.FILE, StepRow.FILE, EpisodeResult.FILE), "iql": (IQLHistoryRow.FILE,),
           "study": ()}
 STUDY_PHASES = ("train", "selection", "eval")
 WHAT = {StepRow.FILE: "one line per env step", EpisodeResult.FILE: "one line per finished episode",
-        HistoryRow.FILE: "one line per PPO rollout batch or IQL epoch", ComparisonResult.FILE: "comparison results",
+        PPOHistoryRow.FILE: "one line per PPO rollout batch or IQL epoch", ComparisonResult.FILE: "comparison results",
         "config.json": "run configuration"}
 
 
@@ -127,7 +127,7 @@ def render_report(run_dir: Path, out: Path | None = None) -> list[Path]:
     elif kind == "compare":
         draw = partial(compare_report, load_results(run_dir), steps)
     else:
-        draw = partial(ppo_report, load_rows(run_dir, HistoryRow), steps, load_rows(run_dir, EpisodeResult))
+        draw = partial(ppo_report, load_rows(run_dir, PPOHistoryRow), steps, load_rows(run_dir, EpisodeResult))
     _make_dir(out)
     return draw(out)
 

@@ -60,7 +60,7 @@ def _accuracy(eps: list[EpisodeResult], steps: Sequence[StepRow], path: Path) ->
         ax.plot(range(1, len(curve) + 1), curve, color=color, linewidth=1.6, label=label if show else None)
     size = 70 if len(eps) <= 4 else 35
     for op, (marker, label) in MARKED_OPS.items():  # successful lifecycle ops as markers on the curves
-        pts = [(r.epoch, rp.as_float(r.val_acc)) for r in steps if r.op == op and r.success]
+        pts = [(r.epoch, rp.as_float(r.val_accuracy)) for r in steps if r.op == op and r.success]
         if pts:
             ax.scatter(*zip(*pts), marker=marker, s=size, color=rp.OP_COLORS[op], edgecolor="black", linewidth=0.6,
                        zorder=5, label=label)

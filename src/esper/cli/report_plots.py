@@ -1,6 +1,6 @@
 """Plot primitives for `esper report`: matplotlib Figures on the Agg canvas, no pyplot state.
 
-Each helper draws one kind of panel from typed rows (`StepRow`, `HistoryRow`) or from plain number series, so the
+Each helper draws one kind of panel from typed rows (`StepRow`, `PPOHistoryRow`) or from plain number series, so the
 heuristic, compare and PPO reports share the action-mix, reward, loss, interval and health renderers.
 """
 
@@ -22,7 +22,7 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from esper.env.logs import StepRow
 from esper.env.step_record import SUMMED_FIELDS
-from esper.simic.ppo.history import HistoryRow
+from esper.simic.ppo.history import PPOHistoryRow
 
 DPI = 110
 OPS = ("WAIT", "GERMINATE", "FOSSILIZE", "CULL")
@@ -30,7 +30,7 @@ OP_COLORS = {"WAIT": "#c7c7c7", "GERMINATE": "#1f77b4", "FOSSILIZE": "#2ca02c", 
 # The reward's summed fields in a fixed order, so each keeps a colour of its own across plots.
 REWARD_FIELDS = SUMMED_FIELDS
 REWARD_DIAGNOSTICS = frozenset({"family", "attribution_discount", "ratio_penalty", "growth_ratio", "phi_prev",
-                                "phi_next", "val_acc", "action_name", "action_success", "total"})
+                                "phi_next", "val_accuracy", "action_name", "action_success", "total"})
 _TAB20 = matplotlib.colormaps["tab20"]
 THOUSANDS = FuncFormatter(lambda v, _pos: f"{v:,.0f}")
 MANY_BARS = 40  # above this many x positions, stacked bars become stacked areas / lines
@@ -301,8 +301,8 @@ HEALTH_PANELS = (
 )
 
 
-def ppo_health_figure(hist: Sequence[HistoryRow], x: Sequence[float], path: Path) -> Path:
-    """Small multiples of the PPO update metrics (HistoryRow fields) per rollout batch; one never recorded says so."""
+def ppo_health_figure(hist: Sequence[PPOHistoryRow], x: Sequence[float], path: Path) -> Path:
+    """Small multiples of the PPO update metrics (`PPOHistoryRow` fields) per rollout batch; unrecorded ones say so."""
     # Fixed margins instead of constrained layout: eight panels make the layout solver the slowest part of the report.
     fig, axes = new_figure(15, 7.5, 2, 4, layout=None, sharex=True)
     fig.subplots_adjust(left=0.05, right=0.99, bottom=0.08, top=0.9, wspace=0.32, hspace=0.25)

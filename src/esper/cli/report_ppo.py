@@ -8,12 +8,12 @@ from pathlib import Path
 from esper.cli import report_plots as rp
 from esper.cli.report_lifecycle import Track, lifecycle_figure
 from esper.env.logs import EpisodeResult, StepRow
-from esper.simic.ppo.history import HistoryRow
+from esper.simic.ppo.history import PPOHistoryRow
 
 LIFECYCLE_ENVS = 4  # envs shown per lifecycle panel; more rows would be unreadable
 
 
-def ppo_report(history: list[HistoryRow], steps: list[StepRow], episodes: list[EpisodeResult],
+def ppo_report(history: list[PPOHistoryRow], steps: list[StepRow], episodes: list[EpisodeResult],
                out: Path) -> list[Path]:
     hist = sorted(history, key=lambda h: h.batch)
     x = [h.batch for h in hist]
@@ -46,7 +46,7 @@ def ppo_report(history: list[HistoryRow], steps: list[StepRow], episodes: list[E
     return written
 
 
-def _accuracy(hist: list[HistoryRow], episodes: list[EpisodeResult], path: Path) -> Path:
+def _accuracy(hist: list[PPOHistoryRow], episodes: list[EpisodeResult], path: Path) -> Path:
     fig, axes = rp.new_figure(10, 5.2)
     ax = axes[0, 0]
     x = [h.batch for h in hist]
@@ -61,7 +61,7 @@ def _accuracy(hist: list[HistoryRow], episodes: list[EpisodeResult], path: Path)
     return rp.save(fig, path)
 
 
-def _lifecycle_panels(hist: list[HistoryRow], steps: list[StepRow], episodes: list[EpisodeResult]
+def _lifecycle_panels(hist: list[PPOHistoryRow], steps: list[StepRow], episodes: list[EpisodeResult]
                       ) -> list[tuple[str, list[Track]]]:
     """The last batch and the best one (highest batch-mean accuracy), one track per env (the first few)."""
     by_batch = rp.group_tracks(steps, lambda r: (r.batch, r.env))

@@ -18,7 +18,7 @@ from esper.datagen.generate import GenerateOptions, generate_episode, generate_t
 from esper.datagen.health import DatasetHealthCheck, HealthCheckResult
 from esper.datagen.loader import REWARD_SOURCES, load_transitions
 from esper.datagen.orchestrator import GenerationOrchestrator, MatrixMismatchError
-from esper.datagen.plans import EpisodeTask, GenerationPlan, StaticTwin, TwinPlan, create_generation_matrix
+from esper.datagen.plans import EpisodeTask, GenerationPlan, TwinPlan, create_generation_matrix
 from esper.datagen.policies import BehaviorPolicy, create_policy
 from esper.datagen.reader import EpisodeFormatError, read_episodes
 from esper.datagen.schema import SCHEMA_VERSION
@@ -48,7 +48,6 @@ __all__ = [
     "ResNetHost",
     "RewardComponents",
     "SerialExecutor",
-    "StaticTwin",
     "StepMetadata",
     "TransitionBatch",
     "TransitionDataset",

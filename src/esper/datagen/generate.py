@@ -26,7 +26,7 @@ from esper.datagen.configs import EnvironmentConfig
 from esper.datagen.plans import EpisodeTask, TwinPlan
 from esper.datagen.records import EpisodeRecorder, feature_schema, now_iso
 from esper.datagen.schema import SCHEMA_VERSION
-from esper.env import EnvSpec, EpochData, MorphoEnv, StoredTwin, run_episodes
+from esper.env import EnvSpec, EpochData, MorphoEnv, run_episodes
 from esper.env.rewards import RewardFn, make_reward_fn
 from esper.leyline import CANONICAL_SLOTS
 from esper.leyline.constants import DEFAULT_GAMMA
@@ -156,12 +156,11 @@ def generate_twin(twin: TwinPlan, options: GenerateOptions, device: str) -> dict
 
 def generate_episode(job: EpisodeTask, options: GenerateOptions, device: str) -> dict[str, Any]:
     """One episode of the plan's behaviour policy, measured against the plan's stored twin (schema 2.1.0)."""
-    plan, stored = job.plan, job.twin
+    plan = job.plan
     started = now_iso()
     setup = episode_setup(plan.env_config_id, plan.seed, options, device, episode=plan.episode_idx)
     policy = plan.create_policy(setup.task.topology)
-    twin = StoredTwin(plan.seed, stored.val_accuracy_curve, stored.val_loss_curve)
-    env = MorphoEnv(setup.spec, policy.name, twin=twin)
+    env = MorphoEnv(setup.spec, policy.name, twin=job.twin)
     recorder = EpisodeRecorder(env)
     run_episodes([env], [policy], setup.data, setup.reward_fn, on_step=recorder.record)
     return {
@@ -177,7 +176,7 @@ def generate_episode(job: EpisodeTask, options: GenerateOptions, device: str) ->
         "behavior_policy": plan.get_policy_config().to_dict(),
         "environment": setup.config.to_dict(),
         "initial_lr": setup.config.learning_rate,
-        "twin": stored.to_dict(),
+        "twin": plan.twin.twin_block(job.twin),
         **recorder.summary(),
         "started_at": started,
         "ended_at": now_iso(),

@@ -27,7 +27,6 @@ from esper.datagen.plans import (
     DEFAULT_BASE_SEED,
     EpisodeTask,
     GenerationPlan,
-    StaticTwin,
     TwinPlan,
     create_generation_matrix,
     matrix_hash,
@@ -39,6 +38,7 @@ from esper.datagen.schema import (
     validate_episode,
     write_json_atomic,
 )
+from esper.env import StoredTwin
 from esper.leyline.errors import UserInputError
 
 try:
@@ -290,7 +290,7 @@ class GenerationOrchestrator:
         write_json_atomic(self.episode_path(plan.episode_id), record)
         self.mark_complete(plan.episode_id)
 
-    def load_twin(self, twin: TwinPlan) -> StaticTwin | None:
+    def load_twin(self, twin: TwinPlan) -> StoredTwin | None:
         """The stored twin, or None when it is missing or was computed for other settings."""
         data = read_json(self.twin_path(twin.twin_id))
         if not isinstance(data, dict) or data.get("twin_id") != twin.twin_id:
@@ -298,11 +298,11 @@ class GenerationOrchestrator:
         if data.get("settings") != self.settings:
             return None
         try:
-            return StaticTwin.from_dict(data)
+            return twin.curves(data)
         except (KeyError, TypeError, ValueError):
             return None
 
-    def store_twin(self, twin: TwinPlan, result: Mapping[str, Any]) -> StaticTwin:
+    def store_twin(self, twin: TwinPlan, result: Mapping[str, Any]) -> StoredTwin:
         """Validate a twin result (equal-length, non-empty curves) and write `twins/<twin_id>.json` atomically."""
         acc, loss = result.get("val_accuracy_curve"), result.get("val_loss_curve")
         if not isinstance(acc, list | tuple) or not isinstance(loss, list | tuple) or not acc or len(acc) != len(loss):
@@ -311,7 +311,7 @@ class GenerationOrchestrator:
         record = {**result, **twin.to_dict(), "settings": self.settings}
         write_json_atomic(self.twin_path(twin.twin_id), record)
         self._failed_twins.pop(twin.twin_id, None)
-        return StaticTwin.from_dict(record)
+        return twin.curves(record)
 
     # -- driving -----------------------------------------------------------------------------------------------
 
@@ -364,9 +364,9 @@ class GenerationOrchestrator:
     def _prepare_twins(
         self, executor: EpisodeExecutor, twin_fn: JobFn[TwinPlan, Opt, Mapping[str, Any]], options: Opt,
         pending: Sequence[GenerationPlan], on_twin: TwinCallback | None,
-    ) -> dict[str, StaticTwin]:
+    ) -> dict[str, StoredTwin]:
         """Stored twins of the pending episodes, computing the missing ones (each once) through the executor."""
-        twins: dict[str, StaticTwin] = {}
+        twins: dict[str, StoredTwin] = {}
         missing: list[TwinPlan] = []
         for twin in dict.fromkeys(p.twin for p in pending):
             stored = self.load_twin(twin)

@@ -16,6 +16,7 @@ from typing import Any
 
 from esper.datagen.configs import ENVIRONMENT_PRESETS, POLICY_PRESETS, BehaviorPolicyConfig, EnvironmentConfig
 from esper.datagen.policies import BehaviorPolicy
+from esper.env import StoredTwin
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import SeedStream, derive_seed
 
@@ -23,7 +24,6 @@ __all__ = [
     "DEFAULT_BASE_SEED",
     "EpisodeTask",
     "GenerationPlan",
-    "StaticTwin",
     "TwinPlan",
     "create_generation_matrix",
     "matrix_hash",
@@ -63,6 +63,18 @@ class TwinPlan:
 
     def to_dict(self) -> dict[str, Any]:
         return {"twin_id": self.twin_id, "env_config_id": self.env_config_id, "random_seed": self.random_seed}
+
+    def curves(self, record: Mapping[str, Any]) -> StoredTwin:
+        """This twin's curves from its stored record (JSON stores non-finite values as null: they come back NaN)."""
+        def curve(key: str) -> tuple[float, ...]:
+            return tuple(float("nan") if v is None else float(v) for v in record[key])
+
+        return StoredTwin(self.random_seed, curve("val_accuracy_curve"), curve("val_loss_curve"))
+
+    def twin_block(self, twin: StoredTwin) -> dict[str, Any]:
+        """An episode's top-level `twin` block: this twin's id and curves."""
+        return {"twin_id": self.twin_id, "val_accuracy_curve": list(twin.accuracy_curve),
+                "val_loss_curve": list(twin.loss_curve)}
 
 
 @dataclass(frozen=True)
@@ -127,36 +139,11 @@ class GenerationPlan:
 
 
 @dataclass(frozen=True)
-class StaticTwin:
-    """A stored twin's per-epoch validation curves (index e−1 holds epoch e): what an episode's `gap` needs."""
-
-    twin_id: str
-    val_accuracy_curve: tuple[float, ...]
-    val_loss_curve: tuple[float, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        """The episode's top-level `twin` block."""
-        return {
-            "twin_id": self.twin_id,
-            "val_accuracy_curve": list(self.val_accuracy_curve),
-            "val_loss_curve": list(self.val_loss_curve),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> StaticTwin:
-        # JSON stores non-finite values as null; the twin's curves carry them back as NaN.
-        def curve(key: str) -> tuple[float, ...]:
-            return tuple(float("nan") if v is None else float(v) for v in data[key])
-
-        return cls(str(data["twin_id"]), curve("val_accuracy_curve"), curve("val_loss_curve"))
-
-
-@dataclass(frozen=True)
 class EpisodeTask:
-    """What a worker needs to generate one episode: its plan and its precomputed static twin."""
+    """What a worker needs to generate one episode: its plan and its precomputed static twin (`plan.twin`'s)."""
 
     plan: GenerationPlan
-    twin: StaticTwin
+    twin: StoredTwin
 
 
 def create_generation_matrix(

@@ -106,7 +106,7 @@ class EpisodeRecorder:
         op = decision.command.op.name
         m_before, m_after = obs.signals.metrics, after_obs.signals.metrics
         components = RewardComponents(
-            accuracy_delta=after.val_acc - before.val_acc,
+            accuracy_delta=after.val_accuracy - before.val_accuracy,
             loss_delta=before.val_loss - after.val_loss,
             potential_prev=stagnation_potential(m_before.best_val_accuracy, m_before.plateau_epochs),
             potential_next=stagnation_potential(m_after.best_val_accuracy, m_after.plateau_epochs),
@@ -141,7 +141,7 @@ class EpisodeRecorder:
             },
             "valid_joint_actions": list(obs.validity.joint_mask()),
             "outcome": {
-                "accuracy_after": after.val_acc, "accuracy_change": after.val_acc - before.val_acc,
+                "accuracy_after": after.val_accuracy, "accuracy_change": after.val_accuracy - before.val_accuracy,
                 "loss_after": after.val_loss, "loss_change": after.val_loss - before.val_loss,
                 "seed_stages_after": _stages(after_obs), "action_success": step.action_success,
                 "rollback": record.rollback, "reward": gap.total(),

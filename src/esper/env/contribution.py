@@ -64,7 +64,7 @@ class ContributionRewardConfig:
     fossilize_terminal_scale: float = DEFAULT_FOSSILIZE_TERMINAL_SCALE
 
 
-def _slot_attribution(info: SlotRewardInfo, c: float, val_acc: float, weight: float) -> tuple[float, float, float]:
+def _slot_attribution(info: SlotRewardInfo, c: float, val_accuracy: float, weight: float) -> tuple[float, float, float]:
     """(term, discount, ratio_penalty) of one slot before action overrides."""
     ti = info.total_improvement
     discount = 1.0 if ti >= 0 else _neg_sigmoid(ATTRIBUTION_SIGMOID_SLOPE * ti)
@@ -77,7 +77,7 @@ def _slot_attribution(info: SlotRewardInfo, c: float, val_acc: float, weight: fl
             ratio_penalty = -0.3 * min(1.0, c / 10.0)
     if c < 0:
         return weight * c + ratio_penalty, discount, ratio_penalty
-    progress = 0.0 if info.acc_at_germination is None else val_acc - info.acc_at_germination
+    progress = 0.0 if info.acc_at_germination is None else val_accuracy - info.acc_at_germination
     if progress <= 0:
         bounded = 0.0
     elif c >= progress:
@@ -98,7 +98,7 @@ def _attribution(record: StepRecord, config: ContributionRewardConfig) -> tuple[
         if info is None or info.stage == SeedStage.FOSSILIZED or info.counterfactual is None:
             continue
         term, discount, ratio_penalty = _slot_attribution(
-            info, info.counterfactual, after.val_acc, config.contribution_weight
+            info, info.counterfactual, after.val_accuracy, config.contribution_weight
         )
         total += term
         min_discount = min(min_discount, discount)
@@ -184,7 +184,7 @@ def compute_contribution_reward(
     comp.action_shaping = _action_shaping(record, config)
     if record.is_terminal:
         comp.terminal = (
-            config.terminal_acc_weight * after.val_acc
+            config.terminal_acc_weight * after.val_accuracy
             + config.fossilize_terminal_scale * after.fossilized_contributing
         )
     return comp

@@ -367,7 +367,7 @@ class MorphoEnv:
         present = [s for s in model.slots() if s.state is not None]
         twin = self.twin
         return Measurement(
-            epoch=obs.epoch, val_acc=m.val_accuracy, val_loss=m.val_loss, acc_delta=m.accuracy_delta,
+            epoch=obs.epoch, val_accuracy=m.val_accuracy, val_loss=m.val_loss, acc_delta=m.accuracy_delta,
             loss_delta=m.loss_delta, slots=self._slot_reward_info(obs), snapshot=model.lifecycle_snapshot(),
             seed_param_counts=tuple((s.state.metrics.epochs_total, s.seed_param_count)
                                     for s in present if s.state is not None),
@@ -375,8 +375,8 @@ class MorphoEnv:
             fossilized_contributing=sum(
                 1 for s in present if s.state is not None and s.state.stage == SeedStage.FOSSILIZED
                 and self.fossil_improvement.get(s.slot_id, 0.0) >= 1.0),
-            best_val_acc=max(self.accuracy_curve, default=0.0),
-            twin_val_acc=None if twin is None else twin.accuracy_curve[obs.epoch - 1],
+            best_val_accuracy=max(self.accuracy_curve, default=0.0),
+            twin_val_accuracy=None if twin is None else twin.accuracy_curve[obs.epoch - 1],
             twin_val_loss=None if twin is None else twin.loss_curve[obs.epoch - 1],
         )
 

@@ -37,7 +37,7 @@ _GLOBAL_NAMES: tuple[str, ...] = (
     "best_val_accuracy",
     "best_val_loss",
     *(f"val_loss_hist_{i}" for i in range(HISTORY_LEN)),
-    *(f"val_acc_hist_{i}" for i in range(HISTORY_LEN)),
+    *(f"val_accuracy_hist_{i}" for i in range(HISTORY_LEN)),
     "param_growth",
     "slot_occupancy",
 )

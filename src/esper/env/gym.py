@@ -281,8 +281,8 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
         return {
             "epoch": obs.epoch,
             "env_seed": self.env_seed,
-            "val_accuracy": measurement.val_acc,
-            "twin_val_accuracy": measurement.twin_val_acc,
+            "val_accuracy": measurement.val_accuracy,
+            "twin_val_accuracy": measurement.twin_val_accuracy,
             "stages": {slot: None if slot not in obs.slot_reports else SeedStage(obs.slot_reports[slot].stage).name
                        for slot in obs.enabled_slots},
             "host_params": obs.host_param_count,

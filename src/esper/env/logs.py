@@ -53,9 +53,9 @@ class StepRow:
     success: bool
     reason: str
     train_loss: float
-    train_acc: float
+    train_accuracy: float
     val_loss: float
-    val_acc: float
+    val_accuracy: float
     rollback: bool
     slots: dict[str, SlotSummary | None]
     seed_params: int

@@ -55,8 +55,8 @@ class EnvStep:
             batch=env.spec.batch, env=env.env_id, episode=env.spec.episode, epoch=self.epoch,
             controller=env.controller_name, op=cmd.op.name, slot=cmd.slot_id, blueprint=cmd.blueprint_id,
             blend=cmd.blend_id, success=self.action_success, reason=self.decision.reason,
-            train_loss=self.train.train_loss, train_acc=self.train.train_accuracy, val_loss=self.val.val_loss,
-            val_acc=self.val.val_accuracy, rollback=self.rollback, slots=self.slots,
+            train_loss=self.train.train_loss, train_accuracy=self.train.train_accuracy, val_loss=self.val.val_loss,
+            val_accuracy=self.val.val_accuracy, rollback=self.rollback, slots=self.slots,
             seed_params=self.record.before.seed_param_count_total, reward_components=self.reward.to_dict(),
             reward=self.reward.total(),
         )

@@ -143,12 +143,12 @@ def gap_to_twin(m: Measurement, lm: bool) -> float:
     finite, the governor penalty charges the divergence, and the return still telescopes because every g is a
     function of its own measurement.
     """
-    if m.twin_val_acc is None or m.twin_val_loss is None:
+    if m.twin_val_accuracy is None or m.twin_val_loss is None:
         raise ValueError("The gap reward needs a static twin's measurement (build the env with its twin)")
     if lm:
         gap = 100.0 * (m.twin_val_loss - m.val_loss)
         return gap if math.isfinite(gap) else 0.0
-    return m.val_acc - m.twin_val_acc
+    return m.val_accuracy - m.twin_val_accuracy
 
 
 def compute_gap_reward(record: StepRecord, config: GapRewardConfig) -> ShapedRewardComponents:
@@ -184,7 +184,7 @@ def compute_sparse_reward(record: StepRecord, config: SparseRewardConfig) -> Sha
     after = record.after
     if record.is_terminal:
         charge = config.param_penalty_weight * after.seed_param_count_total / config.param_budget
-        comp.sparse_terminal = clamp(config.sparse_reward_scale * (after.best_val_acc / 100.0 - charge), -1.0, 1.0)
+        comp.sparse_terminal = clamp(config.sparse_reward_scale * (after.best_val_accuracy / 100.0 - charge), -1.0, 1.0)
     return comp
 
 

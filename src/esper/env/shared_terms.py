@@ -31,7 +31,7 @@ def base_components(record: StepRecord, family: str, gamma: float, pbrs_weight: 
         growth_ratio=after.param_ratio,
         phi_prev=lifecycle_potential(before.snapshot),
         phi_next=0.0 if record.is_terminal else lifecycle_potential(after.snapshot),
-        val_acc=after.val_acc,
+        val_accuracy=after.val_accuracy,
         action_name=record.command.op.name,
         action_success=record.action_success,
     )

@@ -55,12 +55,12 @@ class Measurement:
 
     `slots`: every enabled slot (None = empty) as it was during the epoch. `seed_param_counts`: one
     (seed_age_epochs, param_count) pair per seed present (module + gate; fossilized seeds included).
-    `twin_val_acc`/`twin_val_loss`: the static twin's measurement of the same epoch (None without a twin).
+    `twin_val_accuracy`/`twin_val_loss`: the static twin's measurement of the same epoch (None without a twin).
     `val_loss` and `loss_delta` may be non-finite after a divergence.
     """
 
     epoch: int
-    val_acc: float
+    val_accuracy: float
     val_loss: float
     acc_delta: float
     loss_delta: float
@@ -69,8 +69,8 @@ class Measurement:
     seed_param_counts: tuple[tuple[int, int], ...]
     host_param_count: int
     fossilized_contributing: int
-    best_val_acc: float
-    twin_val_acc: float | None = None
+    best_val_accuracy: float
+    twin_val_accuracy: float | None = None
     twin_val_loss: float | None = None
 
     def __post_init__(self) -> None:
@@ -83,7 +83,8 @@ class Measurement:
             raise ValueError(f"Negative seed age or parameter count in {self.seed_param_counts}")
         if self.fossilized_contributing < 0:
             raise ValueError(f"fossilized_contributing must be >= 0, got {self.fossilized_contributing}")
-        _require_finite("Measurement", val_acc=self.val_acc, acc_delta=self.acc_delta, best_val_acc=self.best_val_acc)
+        _require_finite("Measurement", val_accuracy=self.val_accuracy, acc_delta=self.acc_delta,
+                        best_val_accuracy=self.best_val_accuracy)
 
     @property
     def seed_param_count_total(self) -> int:
@@ -176,7 +177,7 @@ class ShapedRewardComponents:
     growth_ratio: float = 0.0
     phi_prev: float = 0.0
     phi_next: float = 0.0
-    val_acc: float = 0.0
+    val_accuracy: float = 0.0
     action_name: str = "WAIT"
     action_success: bool = True
 

@@ -7,7 +7,7 @@ from esper.kasmina.hosts import CNNHost, HostProtocol, TransformerHost, slot_bou
 from esper.kasmina.isolation import blend_lerp
 from esper.kasmina.model import CounterfactualLogits, MorphogeneticModel
 from esper.kasmina.slot import SeedSlot, StageChange
-from esper.kasmina.state import LifecycleConfig, QualityGates, SeedProgress, SeedState
+from esper.kasmina.state import LifecycleConfig, QualityGates, SeedState
 
 __all__ = [
     "BLEND_IDS",
@@ -22,7 +22,6 @@ __all__ = [
     "LifecycleConfig",
     "MorphogeneticModel",
     "QualityGates",
-    "SeedProgress",
     "SeedSlot",
     "SeedState",
     "StageChange",

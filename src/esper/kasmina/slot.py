@@ -177,17 +177,16 @@ class SeedSlot(nn.Module):
         state = SeedState(seed_id=seed_id, blueprint_id=blueprint_id, slot_id=self.slot_id, blend_id=blend_id)
         if not self.gates.check_gate(state, SeedStage.GERMINATED).passed:
             raise UserInputError(f"Seed '{seed_id}' failed G0 (seed and blueprint ids must be non-empty)")
-        m = state.metrics
-        m.initial_val_accuracy = m.accuracy_at_stage_start = m.current_val_accuracy = float(baseline_accuracy)
-        m.best_val_accuracy = float(baseline_accuracy)
-        m.host_param_count = host_param_count
-        m.seed_param_count = _count_params(seed) + _count_params(gate)
+        baseline, params = float(baseline_accuracy), _count_params(seed) + _count_params(gate)
+        state.update_metrics(initial_val_accuracy=baseline, accuracy_at_stage_start=baseline,
+                             current_val_accuracy=baseline, best_val_accuracy=baseline,
+                             host_param_count=host_param_count, seed_param_count=params)
 
         self.seed, self.gate, self.state = seed, gate, state
         self._gate(SeedStage.GERMINATED, epoch)  # observable like every other gate (passes: checked above)
         self._transition(SeedStage.GERMINATED, epoch, "g0")
         self._emit(TelemetryEventType.SEED_GERMINATED, epoch, f"germinated {blueprint_id} in {self.slot_id}", {
-            "blueprint_id": blueprint_id, "blend_id": blend_id, "seed_id": seed_id, "params": m.seed_param_count,
+            "blueprint_id": blueprint_id, "blend_id": blend_id, "seed_id": seed_id, "params": params,
         })
         return state
 
@@ -218,7 +217,7 @@ class SeedSlot(nn.Module):
         elif state.stage == SeedStage.TRAINING:
             if self._gate(SeedStage.BLENDING, epoch).passed:
                 change = self._transition(SeedStage.BLENDING, epoch, "g2")
-                state.metrics.accuracy_at_blending_start = state.metrics.current_val_accuracy
+                state.update_metrics(accuracy_at_blending_start=state.metrics.current_val_accuracy)
                 state.blending_steps_total = self.lifecycle.blending_steps
                 state.blending_steps_done = 1
                 state.alpha = schedule_alpha(state.blend_id, 1 / state.blending_steps_total)
@@ -249,8 +248,8 @@ class SeedSlot(nn.Module):
             return result
         self._transition(SeedStage.FOSSILIZED, epoch, "g5")
         state.alpha = 1.0
+        state.update_metrics(contribution_at_fossilization=state.metrics.counterfactual_contribution)
         m = state.metrics
-        m.contribution_at_fossilization = m.counterfactual_contribution
         self._emit(TelemetryEventType.SEED_FOSSILIZED, epoch, f"fossilized {state.blueprint_id} in {self.slot_id}", {
             "blueprint_id": state.blueprint_id, "improvement": m.total_improvement,
             "blending_delta": m.blending_delta, "counterfactual": m.counterfactual_contribution,
@@ -285,19 +284,19 @@ class SeedSlot(nn.Module):
 
     def record_accuracy(self, acc: float) -> None:
         if self.state is not None:
-            self.state.metrics.record_accuracy(acc)
+            self.state.record_accuracy(acc)
 
     def set_counterfactual(self, contribution: float | None) -> None:
         if self.state is not None:
-            self.state.metrics.counterfactual_contribution = contribution
+            self.state.update_metrics(counterfactual_contribution=contribution)
 
     def set_probe_contribution(self, contribution: float | None) -> None:
         if self.state is not None:
-            self.state.metrics.probe_contribution = contribution
+            self.state.update_metrics(probe_contribution=contribution)
 
     def update_gradient_ratio(self, ratio: float) -> None:
         if self.state is not None:
-            self.state.metrics.update_gradient_ratio(ratio)
+            self.state.update_gradient_ratio(ratio)
 
     def sync_telemetry(self, grad_stats: dict[str, Any], *, epoch: int, max_epochs: int) -> None:
         """Refresh the seed's telemetry and health from one epoch's gradient statistics."""
@@ -306,7 +305,7 @@ class SeedSlot(nn.Module):
             return
         params = self.seed_parameters()
         finite_params = bool(torch.stack([p.detach().isfinite().all() for p in params]).all()) if params else True
-        state.metrics.update_gradient_norm(float(grad_stats["gradient_norm"]))
+        state.update_gradient_norm(float(grad_stats["gradient_norm"]))
         state.sync_telemetry(
             gradient_norm=float(grad_stats["gradient_norm"]),
             gradient_health=float(grad_stats["gradient_health"]),

@@ -57,92 +57,30 @@ class LifecycleConfig:
             raise UserInputError("epoch thresholds must be non-negative (max_probation_epochs >= 1)")
 
 
-@dataclass(slots=True)
-class SeedProgress:
-    """Mutable metric mechanics behind `SeedState.metrics`; `record_accuracy` is the only epoch clock."""
+# The `SeedMetrics` fields a seed does not measure: the derived ones follow from the measured ones on every update;
+# the blending schedule's are `SeedState`'s own fields (`alpha`, `blending_steps_*`), copied in by `to_report`.
+_DERIVED = frozenset({"total_improvement", "improvement_since_stage_start", "blending_delta"})
+_SCHEDULE = frozenset({"current_alpha", "blending_steps_done", "blending_steps_total"})
+_MEASURED = tuple(f.name for f in dataclasses.fields(SeedMetrics) if f.name not in _DERIVED | _SCHEDULE)
 
-    epochs_total: int = 0
-    epochs_in_current_stage: int = 0
-    initial_val_accuracy: float = 0.0
-    current_val_accuracy: float = 0.0
-    best_val_accuracy: float = 0.0
-    accuracy_at_stage_start: float = 0.0
-    accuracy_at_blending_start: float | None = None
-    counterfactual_contribution: float | None = None
-    contribution_at_fossilization: float | None = None
-    probe_contribution: float | None = None
-    seed_gradient_norm_ratio: float = 0.0
-    seed_param_count: int = 0
-    host_param_count: int = 0
-    gradient_norm_avg: float = 0.0
-    _ratio_seen: bool = False
-    _norm_seen: bool = False
 
-    @property
-    def total_improvement(self) -> float:
-        return self.current_val_accuracy - self.initial_val_accuracy
-
-    @property
-    def improvement_since_stage_start(self) -> float:
-        return self.current_val_accuracy - self.accuracy_at_stage_start
-
-    @property
-    def blending_delta(self) -> float:
-        if self.accuracy_at_blending_start is None:
-            return 0.0
-        return self.current_val_accuracy - self.accuracy_at_blending_start
-
-    def record_accuracy(self, acc: Any) -> None:
-        """Record one epoch's validation accuracy (float or 0-dim tensor) and advance the epoch counters."""
-        value = float(acc)
-        self.current_val_accuracy = value
-        self.best_val_accuracy = max(self.best_val_accuracy, value)
-        self.epochs_total += 1
-        self.epochs_in_current_stage += 1
-
-    def reset_stage_baseline(self) -> None:
-        self.accuracy_at_stage_start = self.current_val_accuracy
-        self.epochs_in_current_stage = 0
-
-    def update_gradient_ratio(self, ratio: float) -> None:
-        value = ratio if not self._ratio_seen else (
-            DEFAULT_GRADIENT_EMA_DECAY * self.seed_gradient_norm_ratio + (1 - DEFAULT_GRADIENT_EMA_DECAY) * ratio
-        )
-        self.seed_gradient_norm_ratio = min(max(value, 0.0), MAX_GRADIENT_RATIO)
-        self._ratio_seen = True
-
-    def update_gradient_norm(self, norm: float) -> None:
-        if not self._norm_seen:
-            self.gradient_norm_avg = norm
-        else:
-            decay = DEFAULT_GRADIENT_EMA_DECAY
-            self.gradient_norm_avg = decay * self.gradient_norm_avg + (1 - decay) * norm
-        self._norm_seen = True
-
-    def to_leyline(self, *, alpha: float, blending_steps_done: int, blending_steps_total: int) -> SeedMetrics:
-        """The frozen report: each `SeedMetrics` field read from this object (derived ones included), the blending
-        schedule's from the arguments; a report field this object lacks is an AttributeError, not a silent 0."""
-        schedule = {"current_alpha": alpha, "blending_steps_done": blending_steps_done,
-                    "blending_steps_total": blending_steps_total}
-        values: dict[str, Any] = {f.name: schedule[f.name] if f.name in schedule else getattr(self, f.name)
-                                  for f in dataclasses.fields(SeedMetrics)}
-        return SeedMetrics(**values)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> SeedProgress:
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(d) - names
-        if unknown:
-            raise UserInputError(f"Unknown SeedProgress fields: {sorted(unknown)}")
-        return cls(**d)
+def _with_derived(m: SeedMetrics) -> SeedMetrics:
+    acc, blend_start = m.current_val_accuracy, m.accuracy_at_blending_start
+    return dataclasses.replace(
+        m,
+        total_improvement=acc - m.initial_val_accuracy,
+        improvement_since_stage_start=acc - m.accuracy_at_stage_start,
+        blending_delta=0.0 if blend_start is None else acc - blend_start,
+    )
 
 
 @dataclass(kw_only=True, slots=True)
 class SeedState:
-    """One seed's lifecycle. Transitions only through `transition`, which records history and resets baselines."""
+    """One seed's lifecycle. Transitions only through `transition`, which records history and resets baselines.
+
+    `metrics` is the report's frozen value, replaced by `update_metrics` and the measuring methods below (which keep
+    its derived fields current); its blending-schedule fields stay at their defaults until `to_report`.
+    """
 
     seed_id: str
     blueprint_id: str
@@ -153,11 +91,13 @@ class SeedState:
     previous_epochs_in_stage: int = 0
     stage_entered_epoch: int = 0
     alpha: float = 0.0
-    metrics: SeedProgress = field(default_factory=SeedProgress)
+    metrics: SeedMetrics = field(default_factory=SeedMetrics)
     blending_steps_done: int = 0
     blending_steps_total: int = 0
     is_healthy: bool = True
     stage_history: list[tuple[SeedStage, int]] = field(default_factory=list)
+    gradient_ratio_seen: bool = False
+    gradient_norm_seen: bool = False
     telemetry: SeedTelemetry = field(init=False)
 
     def __post_init__(self) -> None:
@@ -175,8 +115,36 @@ class SeedState:
         self.stage_entered_epoch = epoch
         self.stage_history.append((stage, epoch))
         del self.stage_history[:-STAGE_HISTORY_CAP]
-        self.metrics.reset_stage_baseline()
+        self.update_metrics(accuracy_at_stage_start=self.metrics.current_val_accuracy, epochs_in_current_stage=0)
         return True
+
+    def update_metrics(self, **measured: Any) -> None:
+        """Replace measured fields of `metrics`; the derived ones follow. Derived or schedule fields are refused."""
+        refused = set(measured) - set(_MEASURED)
+        if refused:
+            raise ValueError(f"Not measured by a seed: {sorted(refused)}")
+        self.metrics = _with_derived(dataclasses.replace(self.metrics, **measured))
+
+    def record_accuracy(self, acc: Any) -> None:
+        """Record one epoch's validation accuracy (float or 0-dim tensor); the only clock of the epoch counters."""
+        value, m = float(acc), self.metrics
+        self.update_metrics(current_val_accuracy=value, best_val_accuracy=max(m.best_val_accuracy, value),
+                            epochs_total=m.epochs_total + 1, epochs_in_current_stage=m.epochs_in_current_stage + 1)
+
+    def update_gradient_ratio(self, ratio: float) -> None:
+        """Fold a seed/host gradient-norm ratio into its EMA (the first one is taken as is), clamped."""
+        old = self.metrics.seed_gradient_norm_ratio
+        value = ratio if not self.gradient_ratio_seen else (
+            DEFAULT_GRADIENT_EMA_DECAY * old + (1 - DEFAULT_GRADIENT_EMA_DECAY) * ratio
+        )
+        self.update_metrics(seed_gradient_norm_ratio=min(max(value, 0.0), MAX_GRADIENT_RATIO))
+        self.gradient_ratio_seen = True
+
+    def update_gradient_norm(self, norm: float) -> None:
+        """Fold a gradient norm into its EMA (the first one is taken as is)."""
+        decay, old = DEFAULT_GRADIENT_EMA_DECAY, self.metrics.gradient_norm_avg
+        self.update_metrics(gradient_norm_avg=decay * old + (1 - decay) * norm if self.gradient_norm_seen else norm)
+        self.gradient_norm_seen = True
 
     def sync_telemetry(
         self,
@@ -212,8 +180,9 @@ class SeedState:
             previous_stage=self.previous_stage,
             previous_epochs_in_stage=self.previous_epochs_in_stage,
             stage_entered_epoch=self.stage_entered_epoch,
-            metrics=self.metrics.to_leyline(
-                alpha=self.alpha,
+            metrics=dataclasses.replace(
+                self.metrics,
+                current_alpha=self.alpha,
                 blending_steps_done=self.blending_steps_done,
                 blending_steps_total=self.blending_steps_total,
             ),
@@ -234,7 +203,8 @@ class SeedState:
             "previous_epochs_in_stage": self.previous_epochs_in_stage,
             "stage_entered_epoch": self.stage_entered_epoch,
             "alpha": self.alpha,
-            "metrics": self.metrics.to_dict(),
+            "metrics": {**{name: getattr(self.metrics, name) for name in _MEASURED},
+                        "_ratio_seen": self.gradient_ratio_seen, "_norm_seen": self.gradient_norm_seen},
             "blending_steps_done": self.blending_steps_done,
             "blending_steps_total": self.blending_steps_total,
             "is_healthy": self.is_healthy,
@@ -255,7 +225,9 @@ class SeedState:
             previous_epochs_in_stage=int(d["previous_epochs_in_stage"]),
             stage_entered_epoch=int(d["stage_entered_epoch"]),
             alpha=float(d["alpha"]),
-            metrics=SeedProgress.from_dict(dict(d["metrics"])),
+            metrics=_metrics_from_dict(dict(d["metrics"])),
+            gradient_ratio_seen=bool(d["metrics"].get("_ratio_seen", False)),
+            gradient_norm_seen=bool(d["metrics"].get("_norm_seen", False)),
             blending_steps_done=int(d["blending_steps_done"]),
             blending_steps_total=int(d["blending_steps_total"]),
             is_healthy=bool(d["is_healthy"]),
@@ -265,6 +237,15 @@ class SeedState:
         telemetry["captured_at"] = datetime.fromisoformat(telemetry["captured_at"])
         state.telemetry = SeedTelemetry(**telemetry)
         return state
+
+
+def _metrics_from_dict(d: dict[str, Any]) -> SeedMetrics:
+    """The measured metrics of a checkpoint's seed (`SeedState.to_dict` stores them beside the gradient EMAs'
+    first-value flags `_ratio_seen`, `_norm_seen`), derived fields recomputed."""
+    unknown = set(d) - {*_MEASURED, "_ratio_seen", "_norm_seen"}
+    if unknown:
+        raise UserInputError(f"Unknown seed metrics fields: {sorted(unknown)}")
+    return _with_derived(SeedMetrics(**{name: d[name] for name in _MEASURED if name in d}))
 
 
 class QualityGates:

@@ -201,16 +201,16 @@ class TuiBackend:
         episode = d.get("episode", env.episode)
         if episode != env.episode or epoch <= env.epoch:  # a new episode: per-episode state restarts
             env.curve.clear()
-            env.best, env.since_best, env.drop, env.reward, env.val_acc = float("-inf"), 0, 0.0, None, None
+            env.best, env.since_best, env.drop, env.reward, env.val_accuracy = float("-inf"), 0, 0.0, None, None
         env.episode, env.epoch = episode, epoch
         env.max_epochs = d.get("max_epochs", env.max_epochs)
         env.device = str(d.get("device", env.device))
         env.controller = str(d["controller"]) if d.get("controller") is not None else env.controller
         if (acc := num(d.get("val_accuracy"))) is not None:
-            env.drop = env.val_acc - acc if env.val_acc is not None else 0.0
+            env.drop = env.val_accuracy - acc if env.val_accuracy is not None else 0.0
             env.since_best = 0 if acc > env.best else env.since_best + 1
             env.best = max(env.best, acc)
-            env.val_acc = acc
+            env.val_accuracy = acc
             env.curve.append(acc)
         if (reward := num(d.get("reward"))) is not None:
             env.reward = (env.reward or 0.0) + reward
@@ -353,7 +353,7 @@ class TuiBackend:
         for key in sorted(self._envs, key=lambda k: (k[0] if isinstance(k[0], int) else -1, k[1])):
             env = self._envs[key]
             epoch = f"{env.epoch}/{env.max_epochs or '?'}" if env.epoch else DASH
-            acc = fmt(env.val_acc, ".1f") + ("%" if env.val_acc is not None and wide else "")
+            acc = fmt(env.val_accuracy, ".1f") + ("%" if env.val_accuracy is not None and wide else "")
             episode = DASH if key[0] is None else str(key[0])
             row: list[RenderableType] = [env.controller or f"env {env.env_id}", episode] if named else [str(env.env_id)]
             row += [*((env.device,) if wide else ()), epoch, acc]

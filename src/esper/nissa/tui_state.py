@@ -70,7 +70,7 @@ class EnvView:
     episode: Any = None
     epoch: int = 0
     max_epochs: int | None = None
-    val_acc: float | None = None
+    val_accuracy: float | None = None
     curve: deque[float] = field(default_factory=lambda: deque(maxlen=8))
     best: float = float("-inf")
     since_best: int = 0

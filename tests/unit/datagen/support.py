@@ -144,12 +144,12 @@ def fake_episode_fn(task: EpisodeTask, options: FakeOptions, device: str) -> dic
     rng = random.Random(plan.episode_id)
     ops = [rng.choice(list(JOINT_OF_OP)) for _ in range(options.max_epochs - 1)]
     episode = make_episode(plan.episode_id, ops, policy_id=plan.get_policy_config().policy_id,
-                           env_id=plan.env_config_id, seed=plan.seed, twin_id=task.twin.twin_id)
+                           env_id=plan.env_config_id, seed=plan.seed, twin_id=plan.twin.twin_id)
     for t, decision in enumerate(episode["decisions"]):
-        gap = task.twin.val_accuracy_curve[t + 1] - task.twin.val_accuracy_curve[t]
+        gap = task.twin.accuracy_curve[t + 1] - task.twin.accuracy_curve[t]
         decision["action"]["reward_components"]["gap"] = gap
         decision["outcome"]["reward"] = gap
-    episode["twin"] = task.twin.to_dict()
+    episode["twin"] = plan.twin.twin_block(task.twin)
     episode["max_epochs"] = options.max_epochs
     episode["worker"] = {"device": device, "threads": torch.get_num_threads()}
     return episode

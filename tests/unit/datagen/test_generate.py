@@ -13,10 +13,10 @@ import torch
 from esper.datagen.configs import INTERVENTION_COSTS
 from esper.datagen.generate import GenerateOptions, datagen_task, episode_setup, generate_episode, generate_twin
 from esper.datagen.loader import load_transitions
-from esper.datagen.plans import EpisodeTask, GenerationPlan, StaticTwin
+from esper.datagen.plans import EpisodeTask, GenerationPlan
 from esper.datagen.records import EpisodeRecorder
 from esper.datagen.schema import SCHEMA_VERSION, validate_episode, write_json_atomic
-from esper.env import MorphoEnv, run_episodes
+from esper.env import MorphoEnv, StoredTwin, run_episodes
 from esper.leyline import NUM_JOINT_ACTIONS, OBS_DIM
 from esper.leyline.constants import DEFAULT_GOVERNOR_DEATH_PENALTY
 from esper.runtime.param_costs import measured_param_cost
@@ -27,8 +27,8 @@ OPTIONS = GenerateOptions.for_task("synthetic", max_epochs=5, max_train_samples=
 PLAN = GenerationPlan("baseline", "random", 1.0, 0)
 
 
-def _twin(result: dict[str, Any]) -> StaticTwin:
-    return StaticTwin.from_dict({"twin_id": PLAN.twin.twin_id, **result})
+def _twin(result: dict[str, Any]) -> StoredTwin:
+    return PLAN.twin.curves(result)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ from esper.datagen.configs import POLICY_PRESETS
 from esper.datagen.plans import (
     EpisodeTask,
     GenerationPlan,
-    StaticTwin,
     TwinPlan,
     create_generation_matrix,
     matrix_hash,
@@ -112,9 +111,10 @@ def test_matrix_hash_covers_plans_and_settings() -> None:
                             {"task": "cifar10", "max_epochs": 25})
 
 
-def test_static_twin_round_trip_and_task() -> None:
-    twin = StaticTwin.from_dict({"twin_id": "t", "val_accuracy_curve": [1, None], "val_loss_curve": [2.0, 1.5]})
-    assert twin.val_accuracy_curve[0] == 1.0 and math.isnan(twin.val_accuracy_curve[1])
-    assert twin.to_dict()["val_loss_curve"] == [2.0, 1.5]
+def test_twin_curves_round_trip_and_task() -> None:
+    plan = TwinPlan("baseline", 42)
+    twin = plan.curves({"twin_id": plan.twin_id, "val_accuracy_curve": [1, None], "val_loss_curve": [2.0, 1.5]})
+    assert twin.env_seed == 42 and twin.accuracy_curve[0] == 1.0 and math.isnan(twin.accuracy_curve[1])
+    assert plan.twin_block(twin)["val_loss_curve"] == [2.0, 1.5] and plan.twin_block(twin)["twin_id"] == plan.twin_id
     task = EpisodeTask(GenerationPlan("baseline", "baseline", 0.0, 0), twin)
     assert task.twin is twin

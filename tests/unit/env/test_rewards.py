@@ -72,8 +72,8 @@ def measurement(epoch: int, slots: Slots | None = None, **fields: Any) -> Measur
     """A measurement whose lifecycle snapshot agrees with its slots (override `snapshot` to break that)."""
     slots = EMPTY if slots is None else slots
     values: dict[str, Any] = {
-        "val_acc": 50.0, "val_loss": 1.0, "acc_delta": 0.0, "loss_delta": 0.0, "seed_param_counts": (),
-        "host_param_count": 1000, "fossilized_contributing": 0, "best_val_acc": 50.0, "twin_val_acc": 50.0,
+        "val_accuracy": 50.0, "val_loss": 1.0, "acc_delta": 0.0, "loss_delta": 0.0, "seed_param_counts": (),
+        "host_param_count": 1000, "fossilized_contributing": 0, "best_val_accuracy": 50.0, "twin_val_accuracy": 50.0,
         "twin_val_loss": 1.0,
         "snapshot": tuple((s, 0, 0) if i is None else (s, int(i.stage), i.epochs_in_stage) for s, i in slots.items()),
     }
@@ -246,7 +246,7 @@ def test_wait_reward_ignores_the_slot_head() -> None:
     ],
 )
 def test_ratio_penalty_branches(c: float, ti: float, penalty: float) -> None:
-    comp = contribution(record(one(seed(B, 2, ti=ti, c=c, acc0=0.0)), val_acc=100.0))
+    comp = contribution(record(one(seed(B, 2, ti=ti, c=c, acc0=0.0)), val_accuracy=100.0))
     assert comp.ratio_penalty == pytest.approx(penalty)
     discount = 1.0 if ti >= 0 else 1 / (1 + math.exp(-10 * ti))
     assert comp.attribution_discount == pytest.approx(discount)
@@ -258,7 +258,7 @@ def test_ratio_penalty_branches(c: float, ti: float, penalty: float) -> None:
     [(2.0, 10.0, 2.0), (4.0, 1.0, 2.0), (4.0, 0.0, 0.0), (4.0, -3.0, 0.0), (-2.0, -3.0, -2.0)],
 )
 def test_bounded_contribution(c: float, progress: float, bounded: float) -> None:
-    comp = contribution(record(one(seed(B, 2, ti=1.0, c=c, acc0=40.0)), val_acc=40.0 + progress))
+    comp = contribution(record(one(seed(B, 2, ti=1.0, c=c, acc0=40.0)), val_accuracy=40.0 + progress))
     assert comp.ratio_penalty == 0.0
     assert comp.attribution == pytest.approx(bounded)
 
@@ -269,34 +269,34 @@ def test_negative_contribution_is_paid_undiscounted_and_unknown_baseline_earns_n
 
 
 def test_discounted_attribution() -> None:
-    comp = contribution(record(one(seed(B, 2, ti=-0.1, c=0.5, acc0=40.0)), val_acc=45.0))
+    comp = contribution(record(one(seed(B, 2, ti=-0.1, c=0.5, acc0=40.0)), val_accuracy=45.0))
     assert comp.attribution == pytest.approx(0.5 / (1 + math.e))
 
 
 def test_attribution_pays_the_measured_outcome_not_what_the_decision_saw() -> None:
     comp = contribution(record(one(seed(B, 2, ti=1.0, c=5.0)), after_slots=one(seed(B, 3, ti=1.0, c=-1.0)),
-                               val_acc=60.0, before={"val_acc": 90.0}))
+                               val_accuracy=60.0, before={"val_accuracy": 90.0}))
     assert comp.attribution == pytest.approx(-1.0)
     # progress is measured at the outcome's accuracy: 45 - 40 = 5 ≥ c
-    assert contribution(record(one(seed(B, 2, ti=1.0, c=3.0)), val_acc=45.0, before={"val_acc": 40.0})
+    assert contribution(record(one(seed(B, 2, ti=1.0, c=3.0)), val_accuracy=45.0, before={"val_accuracy": 40.0})
                         ).attribution == pytest.approx(3.0)
 
 
 def test_a_culled_or_fossilized_seed_has_no_attribution_and_other_seeds_keep_theirs() -> None:
     mid = seed(P, 3, ti=1.0, c=0.5, ready=True)
     early = seed(B, 1, ti=1.0, c=2.0)
-    base = contribution(record({"early": early, "mid": mid, "late": None}, val_acc=60.0))
+    base = contribution(record({"early": early, "mid": mid, "late": None}, val_accuracy=60.0))
     assert base.attribution == pytest.approx(2.5)
     culled = contribution(record({"early": early, "mid": mid, "late": None}, cmd(LifecycleOp.CULL),
-                                 after_slots={"early": early, "mid": None, "late": None}, val_acc=60.0))
+                                 after_slots={"early": early, "mid": None, "late": None}, val_accuracy=60.0))
     fossilized = contribution(record({"early": early, "mid": mid, "late": None}, cmd(LifecycleOp.FOSSILIZE),
                                      after_slots={"early": early, "mid": seed(F, 1, ti=1.0, c=0.5), "late": None},
-                                     val_acc=60.0))
+                                     val_accuracy=60.0))
     assert culled.attribution == fossilized.attribution == pytest.approx(2.0)
 
 
 def test_fossilized_seeds_get_no_attribution() -> None:
-    assert contribution(record(one(seed(F, 3, ti=5.0, c=5.0)), val_acc=90.0)).attribution == 0.0
+    assert contribution(record(one(seed(F, 3, ti=5.0, c=5.0)), val_accuracy=90.0)).attribution == 0.0
 
 
 def test_proxy_is_off_by_default_and_reads_the_outcome_when_enabled() -> None:
@@ -335,9 +335,9 @@ def test_rent(seed_params: int, expected: float) -> None:
 
 
 def test_terminal_and_governor() -> None:
-    assert contribution(record(val_acc=80.0, fossilized_contributing=2)).terminal == 0.0
-    final = contribution(record(epoch=LAST, val_acc=80.0, fossilized_contributing=2,
-                                before={"val_acc": 10.0, "fossilized_contributing": 0}))
+    assert contribution(record(val_accuracy=80.0, fossilized_contributing=2)).terminal == 0.0
+    final = contribution(record(epoch=LAST, val_accuracy=80.0, fossilized_contributing=2,
+                                before={"val_accuracy": 10.0, "fossilized_contributing": 0}))
     assert final.terminal == pytest.approx(0.05 * 80 + 3.0 * 2)
     assert contribution(record(rollback=True)).governor_penalty == -10.0
     assert contribution(record()).governor_penalty == 0.0
@@ -371,8 +371,8 @@ def test_a_germination_at_the_last_decision_earns_no_shaping() -> None:
 def test_gap_formula() -> None:
     """r = (g' − g) − λ·(p' − p) − c with g = acc − twin acc (pp) and p = seed params / host params."""
     rec = record(EMPTY, GERMINATE_MID, after_slots=one(seed(T, 1)),
-                 before={"val_acc": 50.0, "twin_val_acc": 48.0, "seed_param_counts": ((7, 100),)},
-                 val_acc=53.0, twin_val_acc=49.0, seed_param_counts=((8, 100), (1, 200)))
+                 before={"val_accuracy": 50.0, "twin_val_accuracy": 48.0, "seed_param_counts": ((7, 100),)},
+                 val_accuracy=53.0, twin_val_accuracy=49.0, seed_param_counts=((8, 100), (1, 200)))
     comp = compute_gap_reward(rec, GAP_CFG)
     assert comp.family == "gap"
     assert comp.gap == pytest.approx(4.0 - 2.0)
@@ -383,21 +383,21 @@ def test_gap_formula() -> None:
 
 
 def test_gap_ignores_the_level_and_loss_for_classification() -> None:
-    rec = record(before={"val_acc": 90.0, "twin_val_acc": 90.0, "val_loss": 0.1},
-                 val_acc=20.0, twin_val_acc=20.0, val_loss=math.nan, twin_val_loss=5.0)
+    rec = record(before={"val_accuracy": 90.0, "twin_val_accuracy": 90.0, "val_loss": 0.1},
+                 val_accuracy=20.0, twin_val_accuracy=20.0, val_loss=math.nan, twin_val_loss=5.0)
     assert compute_gap_reward(rec, GAP_CFG).total() == 0.0
 
 
 def test_gap_for_language_models_uses_the_validation_loss() -> None:
-    rec = record(before={"val_loss": 2.0, "twin_val_loss": 2.1, "val_acc": 10.0},
-                 val_loss=1.5, twin_val_loss=1.8, val_acc=1.0, twin_val_acc=90.0)
+    rec = record(before={"val_loss": 2.0, "twin_val_loss": 2.1, "val_accuracy": 10.0},
+                 val_loss=1.5, twin_val_loss=1.8, val_accuracy=1.0, twin_val_accuracy=90.0)
     comp = compute_gap_reward(rec, GapRewardConfig(param_cost=2.0, lm=True))
     assert comp.gap == pytest.approx(100 * 0.3 - 100 * 0.1)
     assert comp.total() == pytest.approx(20.0)
 
 
 @pytest.mark.parametrize("where", ["before", "after"])
-@pytest.mark.parametrize("field", ["twin_val_acc", "twin_val_loss"])
+@pytest.mark.parametrize("field", ["twin_val_accuracy", "twin_val_loss"])
 @pytest.mark.parametrize("lm", [False, True])
 def test_gap_without_a_twin_is_a_clear_error(where: str, field: str, lm: bool) -> None:
     rec = record(before={field: None}) if where == "before" else record(**{field: None})
@@ -427,14 +427,14 @@ def test_gap_intervention_costs(op: LifecycleOp, cost: float) -> None:
 
 
 def test_gap_governor_penalty() -> None:
-    comp = compute_gap_reward(record(rollback=True, val_acc=12.0, twin_val_acc=10.0), GAP_CFG)
+    comp = compute_gap_reward(record(rollback=True, val_accuracy=12.0, twin_val_accuracy=10.0), GAP_CFG)
     assert comp.governor_penalty == -10.0
     assert comp.total() == pytest.approx(-10.0 + 2.0)
     assert compute_gap_reward(record(), GAP_CFG).governor_penalty == 0.0
 
 
 def test_gap_has_no_extra_terminal_term() -> None:
-    kwargs: dict[str, Any] = {"val_acc": 70.0, "twin_val_acc": 60.0, "fossilized_contributing": 2}
+    kwargs: dict[str, Any] = {"val_accuracy": 70.0, "twin_val_accuracy": 60.0, "fossilized_contributing": 2}
     assert compute_gap_reward(record(epoch=LAST, **kwargs), GAP_CFG).total() == (
         compute_gap_reward(record(**kwargs), GAP_CFG).total())
 
@@ -494,8 +494,8 @@ def test_loss_config_for_task_and_validation() -> None:
 
 
 def test_sparse_spot_value() -> None:
-    final = record(epoch=LAST, best_val_acc=80.0, seed_param_counts=((6, 60_000), (2, 40_000)),
-                   before={"best_val_acc": 10.0})
+    final = record(epoch=LAST, best_val_accuracy=80.0, seed_param_counts=((6, 60_000), (2, 40_000)),
+                   before={"best_val_accuracy": 10.0})
     comp = compute_sparse_reward(final, SparseRewardConfig())
     assert comp.sparse_terminal == pytest.approx(0.78)
     assert comp.total() == pytest.approx(0.78)
@@ -504,11 +504,11 @@ def test_sparse_spot_value() -> None:
 
 def test_sparse_is_zero_before_the_end_and_clamped() -> None:
     cfg = SparseRewardConfig()
-    assert compute_sparse_reward(record(best_val_acc=80.0), cfg).total() == 0.0
+    assert compute_sparse_reward(record(best_val_accuracy=80.0), cfg).total() == 0.0
     assert compute_sparse_reward(record(rollback=True), cfg).total() == -10.0
     huge = record(epoch=LAST, seed_param_counts=((6, 10**8),))
     assert compute_sparse_reward(huge, cfg).sparse_terminal == -1.0
-    scaled = record(epoch=LAST, best_val_acc=100.0)
+    scaled = record(epoch=LAST, best_val_accuracy=100.0)
     assert compute_sparse_reward(scaled, SparseRewardConfig(sparse_reward_scale=3.0)).sparse_terminal == 1.0
 
 
@@ -574,7 +574,8 @@ def test_only_the_gap_family_needs_a_twin() -> None:
 @pytest.mark.parametrize("family", list(RewardFamily))
 def test_make_reward_fn_dispatches_on_the_config(family: RewardFamily) -> None:
     task = get_task_spec("synthetic")
-    rec = record(one(seed(B, 2, ti=1.0, c=1.0)), epoch=LAST, best_val_acc=80.0, val_acc=55.0, twin_val_acc=51.0)
+    rec = record(one(seed(B, 2, ti=1.0, c=1.0)), epoch=LAST, best_val_accuracy=80.0, val_accuracy=55.0,
+                 twin_val_accuracy=51.0)
     comp = make_reward_fn(family, task, 0.9, param_cost=1.0)(rec)
     assert comp.family == family.value
     assert comp.to_dict() == compute_reward(rec, reward_config(family, task, param_cost=1.0), 0.9).to_dict()
@@ -635,9 +636,9 @@ def test_measurement_validation() -> None:
     with pytest.raises(ValueError, match="snapshot"):
         measurement(2, snapshot=(("early", 0, 0), ("mid", 0, 0), ("mid", 0, 0)))
     with pytest.raises(ValueError, match="non-finite"):
-        measurement(2, val_acc=math.nan)
+        measurement(2, val_accuracy=math.nan)
     with pytest.raises(ValueError, match="non-finite"):
-        measurement(2, best_val_acc=math.inf)
+        measurement(2, best_val_accuracy=math.inf)
     with pytest.raises(ValueError, match="host_param_count"):
         measurement(2, host_param_count=0)
     with pytest.raises(ValueError, match="Negative"):

@@ -67,7 +67,7 @@ def test_a_stored_twin_gives_the_rewards_of_the_live_twin_it_stores() -> None:
     assert len(steps_live) == MAX_EPOCHS - 1
     assert [s.record for s in steps_live] == [s.record for s in steps_stored]
     assert [s.reward.to_dict() for s in steps_live] == [s.reward.to_dict() for s in steps_stored]
-    assert steps_live[-1].record.after.twin_val_acc == live.accuracy_curve[-1]
+    assert steps_live[-1].record.after.twin_val_accuracy == live.accuracy_curve[-1]
     # every field but the wall-clock time, which no two runs share
     assert dataclasses.replace(env_live.result(), wall_seconds=0.0) == dataclasses.replace(env_stored.result(),
                                                                                           wall_seconds=0.0)

@@ -1,11 +1,11 @@
-"""SeedProgress / SeedState mechanics and the quality gates G0..G5."""
+"""SeedState metric mechanics, the stage machine and the quality gates G0..G5."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from esper.kasmina.state import LifecycleConfig, QualityGates, SeedProgress, SeedState
+from esper.kasmina.state import LifecycleConfig, QualityGates, SeedState
 from esper.leyline import GateLevel, GateResult, SeedStage
 
 
@@ -31,8 +31,7 @@ def test_telemetry_initialized_with_seed_info() -> None:
 
 def test_sync_telemetry_updates_from_metrics() -> None:
     s = _state(SeedStage.TRAINING, alpha=0.3)
-    s.metrics.current_val_accuracy = 75.0
-    s.metrics.epochs_in_current_stage = 5
+    s.update_metrics(current_val_accuracy=75.0, epochs_in_current_stage=5)
     s.sync_telemetry(gradient_norm=2.5, gradient_health=0.9, has_vanishing=False, has_exploding=True,
                      epoch=10, max_epochs=25)
     t = s.telemetry
@@ -41,24 +40,35 @@ def test_sync_telemetry_updates_from_metrics() -> None:
 
 
 def test_record_accuracy_is_the_only_epoch_clock_and_accepts_tensors() -> None:
-    p = SeedProgress(initial_val_accuracy=50.0, current_val_accuracy=50.0, accuracy_at_stage_start=50.0)
-    p.record_accuracy(torch.tensor(53.0))
-    p.record_accuracy(52.0)
+    s = _state()
+    s.update_metrics(initial_val_accuracy=50.0, current_val_accuracy=50.0, accuracy_at_stage_start=50.0)
+    s.record_accuracy(torch.tensor(53.0))
+    s.record_accuracy(52.0)
+    p = s.metrics
     assert (p.epochs_total, p.epochs_in_current_stage) == (2, 2)
     assert p.best_val_accuracy == 53.0
-    assert p.total_improvement == pytest.approx(2.0)
-    p.reset_stage_baseline()
-    assert p.epochs_in_current_stage == 0 and p.improvement_since_stage_start == 0.0
+    assert p.total_improvement == pytest.approx(2.0) and p.improvement_since_stage_start == pytest.approx(2.0)
+    assert s.transition(SeedStage.GERMINATED, 2)
+    assert s.metrics.epochs_in_current_stage == 0 and s.metrics.improvement_since_stage_start == 0.0
+
+
+def test_derived_metrics_follow_every_update_and_only_measured_fields_update() -> None:
+    s = _state()
+    s.update_metrics(current_val_accuracy=60.0, accuracy_at_blending_start=55.0)
+    assert (s.metrics.total_improvement, s.metrics.blending_delta) == (60.0, 5.0)
+    for name in ("total_improvement", "current_alpha", "blending_steps_done"):
+        with pytest.raises(ValueError, match=name):
+            s.update_metrics(**{name: 1.0})
 
 
 def test_gradient_ratio_ema_and_clamp() -> None:
-    p = SeedProgress()
+    p = _state()
     p.update_gradient_ratio(0.5)
-    assert p.seed_gradient_norm_ratio == 0.5
+    assert p.metrics.seed_gradient_norm_ratio == 0.5
     p.update_gradient_ratio(1.5)
-    assert p.seed_gradient_norm_ratio == pytest.approx(0.9 * 0.5 + 0.1 * 1.5)
+    assert p.metrics.seed_gradient_norm_ratio == pytest.approx(0.9 * 0.5 + 0.1 * 1.5)
     p.update_gradient_ratio(1e6)
-    assert p.seed_gradient_norm_ratio == 10.0
+    assert p.metrics.seed_gradient_norm_ratio == 10.0
 
 
 def test_transition_records_history_and_rejects_invalid() -> None:
@@ -66,7 +76,7 @@ def test_transition_records_history_and_rejects_invalid() -> None:
     assert s.transition(SeedStage.GERMINATED, 3)
     assert not s.transition(SeedStage.BLENDING, 4)
     assert s.stage == SeedStage.GERMINATED
-    s.metrics.epochs_in_current_stage = 2
+    s.update_metrics(epochs_in_current_stage=2)
     assert s.transition(SeedStage.TRAINING, 5)
     assert (s.previous_stage, s.previous_epochs_in_stage, s.stage_entered_epoch) == (SeedStage.GERMINATED, 2, 5)
     assert s.stage_history == [(SeedStage.GERMINATED, 3), (SeedStage.TRAINING, 5)]
@@ -74,11 +84,22 @@ def test_transition_records_history_and_rejects_invalid() -> None:
 
 def test_to_dict_round_trip() -> None:
     s = _state(SeedStage.BLENDING, alpha=0.4, blending_steps_done=2, blending_steps_total=5)
-    s.metrics.counterfactual_contribution = 1.5
+    s.update_metrics(counterfactual_contribution=1.5)
+    s.update_gradient_norm(2.0)
     s.stage_history.append((SeedStage.BLENDING, 7))
     back = SeedState.from_dict(s.to_dict())
     assert back.to_dict() == s.to_dict()
     assert back.to_report().metrics == s.to_report().metrics
+    assert back.gradient_norm_seen and not back.gradient_ratio_seen
+
+
+def test_checkpoint_metrics_keys_are_the_measured_fields_and_the_ema_flags() -> None:
+    """Checkpoints written before the metrics became the frozen report value still load: same keys."""
+    assert list(_state().to_dict()["metrics"]) == [
+        "epochs_total", "epochs_in_current_stage", "initial_val_accuracy", "current_val_accuracy",
+        "best_val_accuracy", "accuracy_at_stage_start", "accuracy_at_blending_start", "counterfactual_contribution",
+        "contribution_at_fossilization", "probe_contribution", "seed_gradient_norm_ratio", "seed_param_count",
+        "host_param_count", "gradient_norm_avg", "_ratio_seen", "_norm_seen"]
 
 
 gates = QualityGates(LifecycleConfig())
@@ -87,32 +108,29 @@ gates = QualityGates(LifecycleConfig())
 @pytest.mark.parametrize(("c", "passes"), [(1.0, True), (2.0, True), (0.99, False), (0.0, False), (-1.0, False)])
 def test_g5_contribution_boundaries(c: float, passes: bool) -> None:
     s = _state(SeedStage.PROBATIONARY)
-    s.metrics.counterfactual_contribution = c
+    s.update_metrics(counterfactual_contribution=c)
     result = gates.check_gate(s, SeedStage.FOSSILIZED)
     assert result.gate == GateLevel.G5 and result.passed is passes
 
 
 def test_g5_never_falls_back_to_total_improvement() -> None:
     s = _state(SeedStage.PROBATIONARY)
-    s.metrics.current_val_accuracy = 90.0  # huge total improvement, no counterfactual
+    s.update_metrics(current_val_accuracy=90.0)  # huge total improvement, no counterfactual
     result = gates.check_gate(s, SeedStage.FOSSILIZED)
     assert not result.passed and "counterfactual_not_available" in result.checks_failed
 
 
 def test_g5_requires_health() -> None:
     s = _state(SeedStage.PROBATIONARY, is_healthy=False)
-    s.metrics.counterfactual_contribution = 5.0
+    s.update_metrics(counterfactual_contribution=5.0)
     result = gates.check_gate(s, SeedStage.FOSSILIZED)
     assert not result.passed and "unhealthy" in result.checks_failed
 
 
 def _training(eis: int, probe: float | None, ratio: float, improvement: float = 0.0) -> SeedState:
     s = _state(SeedStage.TRAINING)
-    s.metrics.accuracy_at_stage_start = 50.0
-    s.metrics.current_val_accuracy = 50.0 + improvement
-    s.metrics.epochs_in_current_stage = eis
-    s.metrics.seed_gradient_norm_ratio = ratio
-    s.metrics.probe_contribution = probe
+    s.update_metrics(accuracy_at_stage_start=50.0, current_val_accuracy=50.0 + improvement,
+                     epochs_in_current_stage=eis, seed_gradient_norm_ratio=ratio, probe_contribution=probe)
     return s
 
 
@@ -174,13 +192,14 @@ def test_probe_contribution_reported_and_round_trips() -> None:
 
 def test_g3_requires_complete_ramp_high_alpha_and_dwell() -> None:
     s = _state(SeedStage.BLENDING, alpha=1.0, blending_steps_done=5, blending_steps_total=5)
-    s.metrics.epochs_in_current_stage = 3
+    s.update_metrics(epochs_in_current_stage=3)
     assert gates.check_gate(s, SeedStage.PROBATIONARY).passed
     s.blending_steps_done = 4
     assert "blending_incomplete_1" in gates.check_gate(s, SeedStage.PROBATIONARY).checks_failed
     s.blending_steps_done, s.alpha = 5, 0.9
     assert "alpha_low_0.90" in gates.check_gate(s, SeedStage.PROBATIONARY).checks_failed
-    s.alpha, s.metrics.epochs_in_current_stage = 1.0, 2
+    s.alpha = 1.0
+    s.update_metrics(epochs_in_current_stage=2)
     assert not gates.check_gate(s, SeedStage.PROBATIONARY).passed
 
 
@@ -195,9 +214,8 @@ def test_g0_g1_and_unguarded_targets() -> None:
 
 def test_report_fields_populate() -> None:
     s = _state(SeedStage.BLENDING, alpha=0.6, blending_steps_done=3, blending_steps_total=5)
-    s.metrics.counterfactual_contribution = 2.0
-    s.metrics.seed_gradient_norm_ratio = 0.2
-    s.metrics.seed_param_count, s.metrics.host_param_count = 100, 6418
+    s.update_metrics(counterfactual_contribution=2.0, seed_gradient_norm_ratio=0.2, seed_param_count=100,
+                     host_param_count=6418)
     r = s.to_report()
     assert r.metrics.counterfactual_contribution == 2.0 and r.metrics.seed_gradient_norm_ratio == 0.2
     assert (r.metrics.seed_param_count, r.metrics.host_param_count) == (100, 6418)

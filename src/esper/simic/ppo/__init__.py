@@ -2,7 +2,7 @@
 
 from esper.simic.ppo.agent import PPOAgent
 from esper.simic.ppo.config import PRESETS, TrainingConfig
-from esper.simic.ppo.controller import PPOController
+from esper.simic.ppo.controller import PPOPolicy
 from esper.simic.ppo.train import PPORun, PPOTrainingResult, train_ppo
 
-__all__ = ["PRESETS", "PPOAgent", "PPOController", "PPORun", "PPOTrainingResult", "TrainingConfig", "train_ppo"]
+__all__ = ["PRESETS", "PPOAgent", "PPOPolicy", "PPORun", "PPOTrainingResult", "TrainingConfig", "train_ppo"]

@@ -33,7 +33,7 @@ from esper.simic.normalization import RewardNormalizer, RunningMeanStd
 from esper.simic.ppo.agent import PPOAgent
 from esper.simic.ppo.config import TrainingConfig
 
-__all__ = ["PPO_FORMAT", "RESUMABLE_FIELDS", "LearnerState", "load_policy_state", "read_policy_checkpoint",
+__all__ = ["PPO_FORMAT", "RESUMABLE_FIELDS", "PPOLearnerState", "load_policy_state", "read_policy_checkpoint",
            "resume_config", "seed_everything", "trim_logs"]
 
 PPO_FORMAT = "esper-ppo-v2"
@@ -48,7 +48,7 @@ def seed_everything(seed: int) -> None:
 
 
 @dataclass
-class LearnerState:
+class PPOLearnerState:
     """The agent plus the normalizers and counters that make a run resumable."""
 
     agent: PPOAgent
@@ -60,7 +60,7 @@ class LearnerState:
     best_rolling_accuracy: float = float("-inf")
 
     @classmethod
-    def new(cls, config: TrainingConfig, device: torch.device) -> LearnerState:
+    def new(cls, config: TrainingConfig, device: torch.device) -> PPOLearnerState:
         """A fresh learner; the policy's initial weights depend only on `config.seed`."""
         seed_everything(config.seed)
         dim = obs_dim(config.use_telemetry)

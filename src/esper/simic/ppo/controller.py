@@ -1,4 +1,4 @@
-"""PPOController: the learned Tamiyo policy as a controller (training rollouts and deterministic evaluation).
+"""PPOPolicy: the learned Tamiyo policy as a controller (training rollouts and deterministic evaluation).
 
 One batched network forward decides for all envs that share the controller. Observations are normalized with frozen
 running statistics; the raw features travel in the decision's `info` so the trainer can update the normalizer once
@@ -31,7 +31,7 @@ class NonFinitePolicyError(RuntimeError):
     """The policy produced NaN or infinite outputs: acting on them would silently pick the first action forever."""
 
 
-class PPOController:
+class PPOPolicy:
     """Decides with a PPOAgent's policy; `deterministic` takes the mode of every head (evaluation)."""
 
     name = "ppo"
@@ -101,7 +101,7 @@ class PPOController:
     @classmethod
     def from_checkpoint(cls, path: Path, *, device: str | torch.device = "cpu", deterministic: bool = True,
                         topology: str | None = None, slots: Sequence[str] | None = None,
-                        context: ControllerContext | None = None) -> PPOController:
+                        context: ControllerContext | None = None) -> PPOPolicy:
         """Load a trained policy, rejecting one trained for another topology, slots or schema, and (through
         `context`) for another task, episode length or sample caps unless the context allows the change.
 
@@ -132,11 +132,11 @@ def _bad_rows(values: torch.Tensor) -> list[int]:
 
 
 @register_controller("ppo", argument="PATH", summary="a PPO policy: checkpoint file or run directory (final.pt)")
-def _ppo(argument: str | None, context: ControllerContext) -> PPOController:
+def _ppo(argument: str | None, context: ControllerContext) -> PPOPolicy:
     assert argument is not None
     path = checkpoint_file(Path(argument), "final.pt")
-    return PPOController.from_checkpoint(path, device=context.device, topology=context.topology, slots=context.slots,
-                                         context=context)
+    return PPOPolicy.from_checkpoint(path, device=context.device, topology=context.topology, slots=context.slots,
+                                     context=context)
 
 
 def trained_setting(config: TrainingConfig) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from esper.datagen.transitions import TransitionDataset
 from esper.env.masks import HEAD_KEYS, condition_on_action, masks_from_joint
 from esper.leyline import from_joint_index
 from esper.simic.iql.controller import IQLPolicy
-from esper.simic.ppo.checkpoint import LearnerState
+from esper.simic.ppo.checkpoint import PPOLearnerState
 from esper.simic.ppo.distributions import MaskedCategorical
 from esper.simic.ppo.network import head_relevance
 
@@ -54,7 +54,7 @@ def _targets(teacher: IQLPolicy, dataset: TransitionDataset) -> dict[str, torch.
             "blend": torch.tensor([int(a.blend) for a in actions]), "joint": joint}
 
 
-def _greedy_agreement(learner: LearnerState, states: torch.Tensor, masks: dict[str, torch.Tensor],
+def _greedy_agreement(learner: PPOLearnerState, states: torch.Tensor, masks: dict[str, torch.Tensor],
                       targets: dict[str, torch.Tensor]) -> float:
     chosen, _, _, _ = learner.agent.act(states, masks, deterministic=True)
     relevant = head_relevance(targets["op"].to(states.device))
@@ -64,7 +64,7 @@ def _greedy_agreement(learner: LearnerState, states: torch.Tensor, masks: dict[s
     return float(same.float().mean())
 
 
-def distill(learner: LearnerState, teacher: IQLPolicy, dataset: TransitionDataset, config: DistillConfig,
+def distill(learner: PPOLearnerState, teacher: IQLPolicy, dataset: TransitionDataset, config: DistillConfig,
             progress: Callable[[str, int, int], None] | None = None) -> DistillResult:
     """Fit the learner's normalizer to the dataset and clone the teacher's greedy actions into its actor;
     `progress(phase, done, total)` hears of every `PROGRESS_EVERY` steps."""

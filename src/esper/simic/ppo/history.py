@@ -6,11 +6,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-__all__ = ["UPDATE_METRICS", "HistoryRow"]
+__all__ = ["UPDATE_METRICS", "PPOHistoryRow"]
 
 
 @dataclass(frozen=True, slots=True)
-class HistoryRow:
+class PPOHistoryRow:
     """Outcome of one rollout batch. The PPO metrics are None when the update was skipped (then `skipped_update`)."""
 
     FILE: ClassVar[str] = "history.jsonl"
@@ -62,6 +62,6 @@ class HistoryRow:
 
 
 UPDATE_METRICS: frozenset[str] = frozenset(
-    f.name for f in dataclasses.fields(HistoryRow) if f.default is None
+    f.name for f in dataclasses.fields(PPOHistoryRow) if f.default is None
 )
 """Fields that come from the PPO update's metrics dict (all optional)."""

@@ -51,16 +51,16 @@ from esper.runtime.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
 from esper.simic.iql.controller import IQLPolicy
 from esper.simic.ppo.anomaly import AnomalyDetector, AnomalyReport, collect_per_layer_gradients
 from esper.simic.ppo.checkpoint import (
-    LearnerState,
+    PPOLearnerState,
     read_policy_checkpoint,
     resume_config,
     seed_everything,
     trim_logs,
 )
 from esper.simic.ppo.config import TrainingConfig
-from esper.simic.ppo.controller import PPOController
+from esper.simic.ppo.controller import PPOPolicy
 from esper.simic.ppo.distill import DistillConfig, distill
-from esper.simic.ppo.history import HistoryRow
+from esper.simic.ppo.history import PPOHistoryRow
 from esper.simic.ppo.metrics import merge_updates
 from esper.tamiyo import TamiyoDecision
 
@@ -96,7 +96,7 @@ class PPOTrainingResult:
     batches_completed: int
     episodes_completed: int
     best_rolling_accuracy: float
-    history: list[HistoryRow]
+    history: list[PPOHistoryRow]
 
 
 def train_ppo(config: TrainingConfig, run: PPORun) -> PPOTrainingResult:
@@ -112,14 +112,14 @@ def train_ppo(config: TrainingConfig, run: PPORun) -> PPOTrainingResult:
 def _train(config: TrainingConfig, run: PPORun, task: TaskSpec, env_devices: list[torch.device], pool: EnvPool
            ) -> PPOTrainingResult:
     n_batches = math.ceil(config.n_episodes / config.n_envs)
-    learner = LearnerState.new(config, resolve_device(config.device))
+    learner = PPOLearnerState.new(config, resolve_device(config.device))
     if run.resume_from is not None:
         _resume(learner, config, run)
     else:
         if config.init_from is not None:
             _start_from_iql(learner, config, task, run)
         _checkpoint(learner, run, "init")  # the policy before any update: evaluations compare final with init
-    controller = PPOController(learner.agent, learner.obs_normalizer, use_telemetry=config.use_telemetry)
+    controller = PPOPolicy(learner.agent, learner.obs_normalizer, use_telemetry=config.use_telemetry)
     reward = reward_config(config.reward_family, task, SparseRewardConfig(
         config.param_budget, config.param_penalty_weight, config.sparse_reward_scale), config.charged_param_cost(),
         max_train_samples=config.max_train_samples)
@@ -128,7 +128,7 @@ def _train(config: TrainingConfig, run: PPORun, task: TaskSpec, env_devices: lis
     if run.progress is not None:  # (re)start the training phase's clock: a distillation before it is no training
         run.progress("training", learner.episodes_completed * config.max_epochs, config.n_episodes * config.max_epochs)
 
-    history: list[HistoryRow] = []
+    history: list[PPOHistoryRow] = []
     saved_batches = learner.batches_completed
     report = AnomalyReport()
     try:
@@ -174,7 +174,7 @@ def _train(config: TrainingConfig, run: PPORun, task: TaskSpec, env_devices: lis
 # ----------------------------------------------------------------------------------------------------- the steps
 
 
-def _start_from_iql(learner: LearnerState, config: TrainingConfig, task: TaskSpec, run: PPORun) -> None:
+def _start_from_iql(learner: PPOLearnerState, config: TrainingConfig, task: TaskSpec, run: PPORun) -> None:
     """Distill the IQL policy of `config.init_from` into the actor, on its datasets' states."""
     assert config.init_from is not None
     source = Path(config.init_from.removeprefix("iql:"))
@@ -201,7 +201,7 @@ def iql_datasets(source: Path) -> list[str]:
     return [str(d) for d in datasets]
 
 
-def _resume(learner: LearnerState, config: TrainingConfig, run: PPORun) -> None:
+def _resume(learner: PPOLearnerState, config: TrainingConfig, run: PPORun) -> None:
     assert run.resume_from is not None
     data = read_policy_checkpoint(run.resume_from)
     resume_config(TrainingConfig.from_dict(data["config"]), config)  # raises on a non-resumable difference
@@ -234,8 +234,8 @@ class _Rollout:
     seconds: float = 0.0
 
 
-def _collect_rollout(config: TrainingConfig, env_devices: list[torch.device], learner: LearnerState,
-                     controller: PPOController, pool: EnvPool, reward: RewardConfig, run: PPORun) -> _Rollout | None:
+def _collect_rollout(config: TrainingConfig, env_devices: list[torch.device], learner: PPOLearnerState,
+                     controller: PPOPolicy, pool: EnvPool, reward: RewardConfig, run: PPORun) -> _Rollout | None:
     """Run one batch of episodes and fill the agent's buffer; None if a stop request cut it short (then nothing of
     the batch is written)."""
     b = learner.batches_completed
@@ -279,7 +279,7 @@ def batch_seeds(seed: int, batch: int, groups: int) -> tuple[list[int], int]:
             derive_seed(seed, SeedStream.TRAINING, batch, "data"))
 
 
-def _groups(config: TrainingConfig, device_of: list[torch.device], n_b: int, learner: LearnerState
+def _groups(config: TrainingConfig, device_of: list[torch.device], n_b: int, learner: PPOLearnerState
             ) -> list[GroupPlan]:
     """`n_b` envs in groups of `group_size`: a group shares one host seed (and one static twin when the reward
     compares with it), so its members differ only in the actions their policy sampled. Every group of a batch trains
@@ -295,7 +295,7 @@ def _groups(config: TrainingConfig, device_of: list[torch.device], n_b: int, lea
         for g in range(n_b // k)]
 
 
-def _update_policy(learner: LearnerState, updates: int, run: PPORun, *, gradient_stats: bool) -> dict[str, Any]:
+def _update_policy(learner: PPOLearnerState, updates: int, run: PPORun, *, gradient_stats: bool) -> dict[str, Any]:
     """`updates` PPO update calls on one rollout batch (stopping after an early stop), merged into one metrics dict.
 
     An update that leaves non-finite policy parameters is reverted from an in-memory copy. `gradient_stats` (after
@@ -327,7 +327,7 @@ def _update_policy(learner: LearnerState, updates: int, run: PPORun, *, gradient
     return merge_updates(runs)
 
 
-def _record_accuracy(learner: LearnerState, results: list[EpisodeResult]) -> tuple[float, bool]:
+def _record_accuracy(learner: PPOLearnerState, results: list[EpisodeResult]) -> tuple[float, bool]:
     """Add the batch's mean final accuracy to the rolling window; returns (previous rolling accuracy, improved)."""
     previous = learner.rolling_accuracy
     batch_accuracy = sum(r.final_accuracy for r in results) / len(results)
@@ -338,13 +338,13 @@ def _record_accuracy(learner: LearnerState, results: list[EpisodeResult]) -> tup
     return previous, improved
 
 
-def _history_row(batch: int, learner: LearnerState, rollout: _Rollout, metrics: dict[str, Any],
-                 report: AnomalyReport, update_seconds: float, max_epochs: int) -> HistoryRow:
+def _history_row(batch: int, learner: PPOLearnerState, rollout: _Rollout, metrics: dict[str, Any],
+                 report: AnomalyReport, update_seconds: float, max_epochs: int) -> PPOHistoryRow:
     results = rollout.results
     n_b = len(results)
     action_totals = {op.name: sum(r.action_counts[op.name] for r in results) for op in LifecycleOp}
     n_actions = max(1, sum(action_totals.values()))
-    return HistoryRow(
+    return PPOHistoryRow(
         batch=batch, episodes_completed=learner.episodes_completed, n_envs=n_b,
         avg_accuracy=learner.rolling_window[-1], rolling_accuracy=learner.rolling_accuracy,
         best_rolling_accuracy=learner.best_rolling_accuracy, env_accuracies=[r.final_accuracy for r in results],
@@ -360,8 +360,8 @@ def _history_row(batch: int, learner: LearnerState, rollout: _Rollout, metrics: 
     )
 
 
-def _log_batch(row: HistoryRow, metrics: dict[str, Any], report: AnomalyReport, previous_rolling: float,
-               learner: LearnerState, n_batches: int, run: PPORun) -> None:
+def _log_batch(row: PPOHistoryRow, metrics: dict[str, Any], report: AnomalyReport, previous_rolling: float,
+               learner: PPOLearnerState, n_batches: int, run: PPORun) -> None:
     b = row.batch
     for anomaly in report.anomaly_types:
         run.emit(TelemetryEventType[f"{anomaly.upper()}_DETECTED"], report.details[anomaly],
@@ -369,7 +369,7 @@ def _log_batch(row: HistoryRow, metrics: dict[str, Any], report: AnomalyReport, 
                   "diagnostic": metrics.get("ratio_diagnostic")}, severity="warning")
     if report.has_anomaly and run.sink is not None:
         run.sink.escalate(ANOMALY_ESCALATION_EPOCHS)
-    run.run_dir.append(HistoryRow.FILE, row.to_dict())
+    run.run_dir.append(PPOHistoryRow.FILE, row.to_dict())
     run.emit(TelemetryEventType.PPO_UPDATE_COMPLETED, f"batch {b}: PPO update",
              {**metrics, "batch": b, "episodes_completed": learner.episodes_completed})
     seconds = row.rollout_seconds + row.update_seconds
@@ -390,7 +390,7 @@ def _log_batch(row: HistoryRow, metrics: dict[str, Any], report: AnomalyReport, 
         run.emit(TelemetryEventType.PLATEAU_DETECTED, f"rolling accuracy flat ({delta:+.2f} pp)", data)
 
 
-def _checkpoint(learner: LearnerState, run: PPORun, kind: str) -> None:
+def _checkpoint(learner: PPOLearnerState, run: PPORun, kind: str) -> None:
     path = run.run_dir.checkpoints / f"{kind}.pt"
     learner.save(path)
     run.emit(TelemetryEventType.CHECKPOINT_SAVED, f"saved {kind} checkpoint {path}",

@@ -1,4 +1,4 @@
-"""PPOController: a NaN policy is an error (never a silent WAIT), and broken checkpoints are refused at load."""
+"""PPOPolicy: a NaN policy is an error (never a silent WAIT), and broken checkpoints are refused at load."""
 
 from __future__ import annotations
 
@@ -12,19 +12,19 @@ from esper.env.features import obs_dim
 from esper.runtime.checkpoint import CheckpointFormatError
 from esper.simic.normalization import RunningMeanStd
 from esper.simic.ppo.agent import PPOAgent
-from esper.simic.ppo.checkpoint import LearnerState
+from esper.simic.ppo.checkpoint import PPOLearnerState
 from esper.simic.ppo.config import TrainingConfig
-from esper.simic.ppo.controller import NonFinitePolicyError, PPOController
+from esper.simic.ppo.controller import NonFinitePolicyError, PPOPolicy
 from esper.tamiyo import ControllerContext, SettingChangeError
 from unit.tamiyo.helpers import make_obs
 
 CONFIG = TrainingConfig(task="synthetic", max_epochs=3, n_envs=2, group_size=1, device="cpu")
 
 
-def _controller(*, deterministic: bool) -> PPOController:
+def _controller(*, deterministic: bool) -> PPOPolicy:
     dim = obs_dim(CONFIG.use_telemetry)
     agent = PPOAgent(CONFIG, state_dim=dim, topology="cnn")
-    return PPOController(agent, RunningMeanStd(dim), use_telemetry=CONFIG.use_telemetry, deterministic=deterministic)
+    return PPOPolicy(agent, RunningMeanStd(dim), use_telemetry=CONFIG.use_telemetry, deterministic=deterministic)
 
 
 @pytest.mark.parametrize("deterministic", [True, False])
@@ -47,7 +47,7 @@ def test_nan_observation_statistics_raise() -> None:
 
 def _checkpoint(tmp_path: Path, edit: Any = None) -> Path:
     path = tmp_path / "p.pt"
-    LearnerState.new(CONFIG, torch.device("cpu")).save(path)
+    PPOLearnerState.new(CONFIG, torch.device("cpu")).save(path)
     if edit is not None:
         data = torch.load(path, weights_only=True)
         edit(data)
@@ -71,7 +71,7 @@ def _checkpoint(tmp_path: Path, edit: Any = None) -> Path:
 def test_broken_checkpoints_are_refused_at_load(tmp_path: Path, edit: Any, message: str) -> None:
     path = _checkpoint(tmp_path, edit)
     with pytest.raises(CheckpointFormatError, match=message) as info:
-        PPOController.from_checkpoint(path)
+        PPOPolicy.from_checkpoint(path)
     assert str(path) in str(info.value)
 
 
@@ -81,7 +81,7 @@ def test_good_checkpoint_loads_and_decides(tmp_path: Path) -> None:
     setting = {"task": trained.task, "max_epochs": trained.max_epochs,
                "max_train_samples": trained.max_train_samples, "max_val_samples": trained.max_val_samples}
     context = ControllerContext(topology="cnn", slots=tuple(trained.slots), setting=setting)
-    controller = PPOController.from_checkpoint(path, topology="cnn", context=context)
+    controller = PPOPolicy.from_checkpoint(path, topology="cnn", context=context)
     [decision] = controller.decide_batch([make_obs()])
     assert decision.reason.startswith("policy (value")
 
@@ -93,6 +93,6 @@ def test_another_setting_is_refused_unless_allowed(tmp_path: Path) -> None:
              "max_train_samples": trained.max_train_samples, "max_val_samples": trained.max_val_samples}
     context = ControllerContext(topology="cnn", slots=tuple(trained.slots), setting=other)
     with pytest.raises(SettingChangeError, match=f"--max-epochs {trained.max_epochs}"):
-        PPOController.from_checkpoint(path, context=context)
+        PPOPolicy.from_checkpoint(path, context=context)
     allowed = ControllerContext(topology="cnn", slots=tuple(trained.slots), setting=other, allow_setting_change=True)
-    assert PPOController.from_checkpoint(path, context=allowed).decide_batch([make_obs()])
+    assert PPOPolicy.from_checkpoint(path, context=allowed).decide_batch([make_obs()])

@@ -7,7 +7,7 @@ import torch
 from esper.env.masks import masks_from_joint
 from esper.leyline import FactoredAction, joint_index
 from esper.simic.iql import IQLConfig, IQLPolicy, train_iql
-from esper.simic.ppo.checkpoint import LearnerState
+from esper.simic.ppo.checkpoint import PPOLearnerState
 from esper.simic.ppo.config import TrainingConfig
 from esper.simic.ppo.distill import DistillConfig, distill
 from unit.offline_toy import START, encode, mask, toy_dataset
@@ -19,8 +19,8 @@ TOY = IQLConfig(epochs=2, steps_per_epoch=75, batch_size=64, hidden_sizes=[32, 3
 def test_distilled_actor_agrees_with_iql_and_picks_the_best_start_actions() -> None:
     data = toy_dataset(300)
     teacher = IQLPolicy.from_learner(train_iql(TOY, data))
-    learner = LearnerState.new(TrainingConfig(hidden_dim=64, n_envs=1, group_size=1, n_episodes=1, seed=0),
-                               torch.device("cpu"))
+    learner = PPOLearnerState.new(TrainingConfig(hidden_dim=64, n_envs=1, group_size=1, n_episodes=1, seed=0),
+                                  torch.device("cpu"))
     before = learner.agent.network.state_dict()["heads.op.2.weight"].clone()
     result = distill(learner, teacher, data, DistillConfig(steps=300, batch_size=128, lr=3e-3))
     assert result.states == len(data) and result.agreement >= 0.9
