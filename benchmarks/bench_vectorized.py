@@ -41,7 +41,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from esper.env.loop import EpochData
+from esper.env import EpochData
 from esper.runtime.devices import resolve_device
 from esper.runtime.rundir import RunDirectory
 from esper.runtime.tasks import DataCache, DataOptions, get_task_spec

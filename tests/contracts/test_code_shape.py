@@ -1,4 +1,5 @@
-"""Shape rules the code base keeps: small signatures (configuration travels as objects) and no spec citations."""
+"""Shape rules the code base keeps: small signatures (configuration travels as objects), no spec citations, and one
+owner of the epoch's order."""
 
 from __future__ import annotations
 
@@ -6,9 +7,14 @@ import ast
 from pathlib import Path
 
 import esper
+from esper.env.env import MorphoEnv
 
 PACKAGE_ROOT = Path(esper.__file__).resolve().parent
 MAX_PARAMETERS = 12
+# MorphoEnv's steps of an epoch, valid in one order only: `esper.env.lockstep` calls them, and nothing else does.
+EPOCH_STEPS = frozenset({"train_batch", "finish_train_pass", "validate_batch", "wait_for_passes", "finish_measurements",
+                         "observe", "execute", "step_lifecycle"})
+EPOCH_PROTOCOL = frozenset({Path("env/env.py"), Path("env/lockstep.py")})
 
 
 def _functions() -> list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
@@ -46,3 +52,13 @@ def test_code_never_cites_the_design_document() -> None:
               for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
               if "DESIGN" in line or "§" in line]
     assert not citing, citing
+
+
+def test_only_the_lockstep_calls_an_envs_epoch_steps() -> None:
+    """A runner that stepped an env itself could call the steps out of order; it goes through a `Lockstep` instead."""
+    assert all(callable(getattr(MorphoEnv, name, None)) for name in EPOCH_STEPS)  # the list names real steps
+    calls = [f"{path.relative_to(PACKAGE_ROOT)}:{node.lineno} calls .{node.func.attr}()"
+             for path in sorted(PACKAGE_ROOT.rglob("*.py")) if path.relative_to(PACKAGE_ROOT) not in EPOCH_PROTOCOL
+             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in EPOCH_STEPS]
+    assert not calls, "drive envs through esper.env.lockstep.Lockstep:\n" + "\n".join(calls)

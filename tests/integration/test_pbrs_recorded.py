@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
+from esper.env import EnvStep, EpochData, Lockstep, run_epoch
 from esper.env.env import EnvSpec, MorphoEnv
 from esper.env.features import obs_dim
-from esper.env.loop import EnvStep, EpochData, run_episodes
 from esper.env.potential import LifecycleSnapshot, lifecycle_potential
 from esper.env.rewards import ContributionRewardConfig, LossRewardConfig, RewardFamily, make_reward_fn
 from esper.env.step_record import SUMMED_FIELDS, ShapedRewardComponents, StepRecord
@@ -78,18 +78,16 @@ def episodes() -> list[Recorded]:
                                           env_id=len(envs)), c.name, twin=twin))
             controllers.append(c)
     recorded = {id(e): Recorded(e) for e in envs}
-
-    def on_step(steps: list[EnvStep]) -> None:
-        for step in steps:
-            pending = step.env.pending
+    lockstep = Lockstep(envs, data, make_reward_fn("gap", task, GAMMA, param_cost=PARAM_COST))
+    for _ in range(MAX_EPOCHS):
+        for step in run_epoch(lockstep, controllers):
+            pending = lockstep.pending[envs.index(step.env)]
             # the decision taken after the measured epoch saw exactly the measurement this record ends with
             assert (pending is None) == step.record.is_terminal
             if pending is not None:
                 assert pending.before is step.record.after
             recorded[id(step.env)].steps.append(step)
-
-    reward_fn = make_reward_fn("gap", task, GAMMA, param_cost=PARAM_COST)
-    results = run_episodes(envs, controllers, data, reward_fn, on_step=on_step)
+    results = [env.result() for env in envs]
     for r, env in zip(results, envs, strict=True):
         # the episode reward accumulates exactly the per-step totals
         assert math.isclose(r.total_reward, sum(s.reward.total() for s in recorded[id(env)].steps),

@@ -12,7 +12,8 @@ from typing import Any
 import torch
 
 from esper.env.env import EnvSpec, MorphoEnv
-from esper.env.loop import EpochData, run_epoch
+from esper.env.lockstep import EpochData, Lockstep
+from esper.env.loop import run_epoch
 from esper.env.rewards import make_reward_fn
 from esper.kasmina.hosts import CNNHost
 from esper.kasmina.model import MorphogeneticModel
@@ -214,23 +215,24 @@ def test_rollback_in_a_real_env_continues_the_episode() -> None:
     penalized, and the episode goes on."""
     env, data = _synthetic_env()
     controllers = [StaticPolicy()]
-    reward_fn = make_reward_fn("contribution", env.spec.task, 0.99)
-    assert run_epoch([env], controllers, data, 1, reward_fn) == []  # nothing was decided before epoch 1
-    assert env.pending is not None and math.isfinite(env.pending.val.val_loss)
+    lockstep = Lockstep([env], data, make_reward_fn("contribution", env.spec.task, 0.99))
+    assert run_epoch(lockstep, controllers) == []  # nothing was decided before epoch 1
+    [pending] = lockstep.pending
+    assert pending is not None and math.isfinite(pending.val.val_loss)
     _poison(env)
-    [step] = run_epoch([env], controllers, data, 2, reward_fn)  # the decision after epoch 1, credited with epoch 2
+    [step] = run_epoch(lockstep, controllers)  # the decision after epoch 1, credited with epoch 2
     assert step.epoch == 1 and step.rollback is True and step.record.rollback is True
     assert math.isfinite(step.val.val_loss) and math.isnan(step.record.after.val_loss)
     assert env.rollbacks == 1
     assert step.reward.governor_penalty == -10.0 and step.reward.total() <= -9.0
     assert all(torch.isfinite(p).all() for p in env.model.parameters())
     for epoch in (3, 4):
-        [later] = run_epoch([env], controllers, data, epoch, reward_fn)
+        [later] = run_epoch(lockstep, controllers)
         assert later.epoch == epoch - 1 and later.record.is_terminal == (epoch == 4)
         assert not later.rollback and not later.record.rollback and later.reward.governor_penalty == 0.0
         assert math.isfinite(later.record.after.val_loss) and later.val.n_samples == 128
         assert math.isfinite(later.reward.total())
-    assert env.pending is None  # no decision after the last epoch
+    assert lockstep.pending == (None,)  # no decision after the last epoch
     assert env.rollbacks == 1 and len(env.accuracy_curve) == 4
     assert env.result().rollbacks == 1
 
@@ -238,13 +240,13 @@ def test_rollback_in_a_real_env_continues_the_episode() -> None:
 def test_step_after_rollback_has_a_finite_loss_delta() -> None:
     env, data = _synthetic_env()
     controllers = [StaticPolicy()]
-    reward_fn = make_reward_fn("loss", env.spec.task, 0.99)
-    run_epoch([env], controllers, data, 1, reward_fn)
+    lockstep = Lockstep([env], data, make_reward_fn("loss", env.spec.task, 0.99))
+    run_epoch(lockstep, controllers)
     _poison(env)
-    [diverged] = run_epoch([env], controllers, data, 2, reward_fn)
+    [diverged] = run_epoch(lockstep, controllers)
     assert diverged.rollback and not math.isfinite(diverged.record.after.loss_delta)
     assert diverged.reward.loss_primary == -12.5  # a non-finite improvement counts as the worst regression
-    [after] = run_epoch([env], controllers, data, 3, reward_fn)
+    [after] = run_epoch(lockstep, controllers)
     assert not after.rollback and math.isfinite(after.record.after.val_loss)
     assert math.isfinite(after.record.after.loss_delta)
     assert after.reward.loss_primary > -12.5

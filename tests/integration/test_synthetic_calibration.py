@@ -7,7 +7,7 @@ import statistics
 import pytest
 import torch
 
-from esper.env.loop import EpochData
+from esper.env import EpochData
 from esper.kasmina.hosts import CNNHost
 from esper.kasmina.model import MorphogeneticModel
 from esper.leyline.seeding import derive_seed

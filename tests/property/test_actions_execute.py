@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from esper.env.env import EnvSpec, MorphoEnv
+from esper.env.env import EnvSpec, EpochStats, MorphoEnv
 from esper.env.masks import build_slot_states, compute_batch_masks
 from esper.kasmina.hosts import CNNHost
 from esper.kasmina.state import LifecycleConfig
@@ -249,7 +249,8 @@ def _build_env(state: State, index: int) -> MorphoEnv:
 
 def _execute_and_check(env: MorphoEnv, state: State, action: FactoredAction) -> None:
     stats = TrainEpochStats(2.0, 30.0, 64, {}, 1.0)
-    obs = env.observe(1, stats, ValStats(2.0, 30.0, 64, {}, {}), batches_per_epoch=1)
+    obs = env.observe(1, EpochStats(stats, ValStats(2.0, 30.0, 64, {}, {}), rolled_back=False), batches_per_epoch=1,
+                      epoch_seconds=1.0)
     assert build_slot_states(obs.slot_reports, obs.enabled_slots, MIN_C) == state.mask_infos()
     # the env's own validity equals the state's (max_seeds None means one seed per enabled slot: same rules)
     assert obs.validity == state.validity(), state

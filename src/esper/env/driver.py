@@ -80,7 +80,7 @@ class EnvPool:
         decided: list[TamiyoDecision] = []
         for epoch in range(1, setting.max_epochs + 1):
             wanted = wanted_events(sink)
-            answers = self._call(parts, "measure", [(epoch, wanted)] * len(parts))
+            answers = self._call(parts, "measure", [(wanted,)] * len(parts))
             observations = [o for obs, _, _ in answers for o in obs]
             steps = [dataclasses.replace(s, position=offsets[i] + s.position)
                      for i, (_, outcomes, _) in enumerate(answers) for s in outcomes]

@@ -1,10 +1,12 @@
 """MorphoEnv: one morphogenetic training episode as an environment.
 
-An env owns a fresh host built from its seed, the seeds it grows, its trainer, tracker and governor. The epoch loop
-(`esper.env.loop`) drives many envs together; an env measures each epoch, is observed, and from epoch 1 to T − 1
-executes one lifecycle decision whose reward comes from the next epoch's measurements. An env may shadow a static
-twin: the same host, seed, optimizer and data, trained without growth, so its accuracy gap to the twin is growth's.
-The twin is either a live env trained in the same loop or a `StoredTwin`, the curves of one trained earlier.
+An env owns a fresh host built from its seed, the seeds it grows, its trainer, tracker and governor, and the steps
+an epoch is made of: train and validate batch by batch, close the epoch's measurements, observe, and from epoch 1 to
+T − 1 execute one lifecycle decision. Those steps are valid in one order only, across many envs sharing their batches,
+so one object calls them: `esper.env.lockstep.Lockstep`, which also holds each decision until the next epoch's
+measurements credit it. An env may shadow a static twin: the same host, seed, optimizer and data, trained without
+growth, so its accuracy gap to the twin is growth's. The twin is either a live env trained in the same `Lockstep` or
+a `StoredTwin`, the curves of one trained earlier.
 """
 
 from __future__ import annotations
@@ -20,13 +22,10 @@ from typing import Any
 import torch
 
 from esper.env.gradients import GradientStats, SeedGradientCollector
-from esper.env.logs import EpisodeResult, slot_summaries
+from esper.env.logs import EpisodeResult
 from esper.env.masks import build_slot_states
-from esper.env.step_record import Measurement, SlotRewardInfo, StepRecord
-from esper.env.transitions import PendingDecision
 from esper.kasmina.fixed import build_fixed_host
 from esper.kasmina.model import MorphogeneticModel
-from esper.kasmina.slot import StageChange
 from esper.leyline import (
     EnvObservation,
     LifecycleCommand,
@@ -41,7 +40,7 @@ from esper.leyline.constants import GOVERNOR_SNAPSHOT_INTERVAL
 from esper.leyline.seeding import derive_seed
 from esper.leyline.telemetry import Severity, emit_if_wanted
 from esper.runtime.tasks import TaskSpec
-from esper.tamiyo import SignalTracker, TamiyoDecision
+from esper.tamiyo import SignalTracker
 from esper.tolaria import (
     BN_RECALIBRATION_BATCHES,
     TolariaGovernor,
@@ -149,12 +148,10 @@ class MorphoEnv:
         self.action_counts = {op.name: 0 for op in LifecycleOp}
         self.accuracy_curve: list[float] = []
         self.loss_curve: list[float] = []
-        self.episode_reward = 0.0
-        self.pending: PendingDecision | None = None
+        self.episode_reward = 0.0  # summed by the `Lockstep` as it credits the env's decisions
         self.last_observation = None
         self._grad_stats: dict[str, torch.Tensor] = {}
         self._recent_inputs: deque[torch.Tensor] = deque(maxlen=BN_RECALIBRATION_BATCHES)
-        self._epoch_start = 0.0
         self.flops = FlopMeter()  # the env's own passes only: a live twin counts its own
         self.wall_seconds = 0.0  # time spent in the env's own passes (envs of a batch interleave, so not wall time)
         self.governor.snapshot(self.ts, epoch=0, bookkeeping=self._bookkeeping())
@@ -225,7 +222,7 @@ class MorphoEnv:
         finally:
             self.wall_seconds += time.perf_counter() - start
 
-    # ------------------------------------------------------------------ per-batch work
+    # ----------------------------------- the epoch's steps: only `esper.env.lockstep.Lockstep` calls them, in order
 
     def train_batch(self, x: torch.Tensor, y: torch.Tensor, *, collect_gradients: bool) -> None:
         _claim_for_stream(self.ts.stream, x, y)
@@ -253,7 +250,10 @@ class MorphoEnv:
                 self.flops.count(validation_pass(self.model, x, ablate, probe)):
             validate_batch(self.ts, x, y, ablate, probe)
 
-    # ------------------------------------------------------------------ per-epoch work
+    def wait_for_passes(self) -> None:
+        """Wait for the passes queued on the env's own stream (a no-op without one)."""
+        if self.ts.stream is not None:
+            self.ts.stream.synchronize()
 
     def finish_measurements(self, epoch: int, ablate: tuple[str, ...], probe: tuple[str, ...]
                             ) -> EpochStats:
@@ -298,14 +298,10 @@ class MorphoEnv:
         if s.state is not None:
             s.sync_telemetry(dict(stats), epoch=epoch, max_epochs=self.spec.max_epochs)
 
-    def start_epoch(self) -> None:
-        """Start the clock of the epoch whose observation reports its duration."""
-        self._epoch_start = time.perf_counter()
-
-    def observe(self, epoch: int, train: TrainEpochStats, val: ValStats, batches_per_epoch: int) -> EnvObservation:
-        model, spec = self.model, self.spec
+    def observe(self, epoch: int, stats: EpochStats, batches_per_epoch: int, epoch_seconds: float) -> EnvObservation:
+        """The epoch as the controllers see it (the tracker's signals advance by one epoch)."""
+        model, spec, train, val = self.model, self.spec, stats.train, stats.val
         reports = model.get_slot_reports()
-        epoch_seconds = time.perf_counter() - self._epoch_start
         signals = self.tracker.update(
             epoch, epoch * batches_per_epoch, train.train_loss, train.train_accuracy, val.val_loss, val.val_accuracy,
             reports, [s for s in model.slot_ids if s not in reports], grad_norm_host=train.grad_norm_host,
@@ -352,68 +348,13 @@ class MorphoEnv:
         self.ts.sync_optimizers()
         return success
 
-    def step_lifecycle(self, epoch: int) -> list[StageChange]:
-        changes = self.model.step_epoch(epoch)
-        for change in changes:
+    def step_lifecycle(self, epoch: int) -> None:
+        """The lifecycle's own step after the decision: alpha ramps, stage transitions, automatic culls."""
+        for change in self.model.step_epoch(epoch):
             if change.new_stage == SeedStage.CULLED:
                 self.seeds_culled += 1
                 self.acc_at_germination.pop(change.slot, None)
         self.ts.sync_optimizers()
-        return changes
-
-    def measurement(self, obs: EnvObservation) -> Measurement:
-        """This env's measurement of the epoch it just observed, with its twin's (which has measured the same epoch)."""
-        model, m = self.model, obs.signals.metrics
-        present = [s for s in model.slots() if s.state is not None]
-        twin = self.twin
-        return Measurement(
-            epoch=obs.epoch, val_accuracy=m.val_accuracy, val_loss=m.val_loss, acc_delta=m.accuracy_delta,
-            loss_delta=m.loss_delta, slots=self._slot_reward_info(obs), snapshot=model.lifecycle_snapshot(),
-            seed_param_counts=tuple((s.state.metrics.epochs_total, s.seed_param_count)
-                                    for s in present if s.state is not None),
-            host_param_count=model.host_param_count,
-            fossilized_contributing=sum(
-                1 for s in present if s.state is not None and s.state.stage == SeedStage.FOSSILIZED
-                and self.fossil_improvement.get(s.slot_id, 0.0) >= 1.0),
-            best_val_accuracy=max(self.accuracy_curve, default=0.0),
-            twin_val_accuracy=None if twin is None else twin.accuracy_curve[obs.epoch - 1],
-            twin_val_loss=None if twin is None else twin.loss_curve[obs.epoch - 1],
-        )
-
-    def _slot_reward_info(self, obs: EnvObservation) -> dict[str, SlotRewardInfo | None]:
-        info: dict[str, SlotRewardInfo | None] = {}
-        states = build_slot_states(obs.slot_reports, obs.enabled_slots,
-                                   self.spec.task.lifecycle.min_fossilize_contribution)
-        for slot, mask_info in states.items():
-            r = obs.slot_reports.get(slot)
-            if r is None or mask_info is None:
-                info[slot] = None
-                continue
-            info[slot] = SlotRewardInfo(
-                stage=int(r.stage), epochs_in_stage=r.metrics.epochs_in_current_stage,
-                seed_age_epochs=r.metrics.epochs_total, total_improvement=r.metrics.total_improvement,
-                counterfactual=r.metrics.counterfactual_contribution,
-                acc_at_germination=self.acc_at_germination.get(slot), fossilize_ready=mask_info.fossilize_ready,
-            )
-        return info
-
-    def act(self, decision: TamiyoDecision, obs: EnvObservation, before: Measurement, train: TrainEpochStats,
-            val: ValStats) -> list[StageChange]:
-        """Execute a decision taken after epoch `obs.epoch`, then the lifecycle step; its reward waits one epoch."""
-        slots = slot_summaries(self.model)  # as they were during the measured epoch
-        success = self.execute(decision.command, obs)
-        changes = self.step_lifecycle(obs.epoch)
-        self.pending = PendingDecision(obs, decision, success, before, slots, train, val)
-        return changes
-
-    def complete(self, after: Measurement, rollback: bool) -> StepRecord | None:
-        """The record of the pending decision, now that the epoch after it is measured (None if none is pending)."""
-        pending, self.pending = self.pending, None
-        if pending is None:
-            return None
-        return StepRecord(epoch=pending.observation.epoch, max_epochs=self.spec.max_epochs,
-                          command=pending.decision.command, action_success=pending.action_success,
-                          before=pending.before, after=after, rollback=rollback)
 
     def result(self) -> EpisodeResult:
         spec = self.spec

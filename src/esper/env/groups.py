@@ -3,8 +3,9 @@
 A group is the unit that cannot be split: envs that share one host seed, one data subset and (for the `gap` reward)
 one static twin. A caller describes its groups with `GroupPlan`s (picklable: no models, no callables), hands them to
 `EnvHost`s (in this process, in worker processes or in Ray actors; see `esper.runtime.actors`), and then advances
-every host one epoch at a time: `measure` trains, validates and observes, and returns the observations and the
-transitions the epoch completed; the caller decides; `conclude` executes the decisions. Envs never leave their host,
+every host one epoch at a time through the `Lockstep`s of its envs: `measure` trains, validates and observes, and
+returns the observations and the transitions the epoch completed; the caller decides; `conclude` executes the
+decisions. Envs never leave their host,
 so only observations, decisions, step rows, rewards, telemetry and results cross a process boundary.
 """
 
@@ -18,8 +19,8 @@ from typing import Any
 import torch
 
 from esper.env.env import EnvSpec, MorphoEnv
+from esper.env.lockstep import EpochData, Lockstep
 from esper.env.logs import EpisodeResult
-from esper.env.loop import EpochData, MeasuredEpoch, conclude_epoch, measure_epoch
 from esper.env.rewards import RewardConfig, compute_reward
 from esper.env.step_record import ShapedRewardComponents
 from esper.leyline import EnvObservation, TelemetryEvent, TelemetryEventType
@@ -146,8 +147,7 @@ class EnvHost:
         self.device_override = device_override  # a Ray GPU actor sees its GPU as cuda:0, whatever the caller named
         self.relay = _Relay()
         self.setting: EpisodeSetting | None = None
-        self.runs: list[tuple[list[MorphoEnv], EpochData]] = []  # envs sharing a data seed, with their data
-        self.measured: list[MeasuredEpoch] = []
+        self.runs: list[Lockstep] = []  # one per run of consecutive groups sharing a data seed
 
     def _device(self, name: str) -> torch.device:
         return torch.device(self.device_override or name)
@@ -155,8 +155,9 @@ class EnvHost:
     def start(self, setting: EpisodeSetting, groups: Sequence[GroupPlan]) -> None:
         """Build fresh envs for `groups`, kept in group order (consecutive groups of one data seed train on one
         shared batch stream)."""
-        self.setting, self.runs, self.measured = setting, [], []
+        self.setting, self.runs = setting, []
         task = get_task_spec(setting.task)
+        config, gamma = setting.reward, setting.gamma
         runs: list[tuple[int, list[MorphoEnv]]] = []  # consecutive groups of one data seed share a batch stream
         for group in groups:
             envs = self._build_group(setting, group)
@@ -169,7 +170,7 @@ class EnvHost:
             data = EpochData.build(task, self.cache, devices, batch_size=setting.batch_size, seed=data_seed,
                                    max_train_samples=setting.max_train_samples,
                                    max_val_samples=setting.max_val_samples)
-            self.runs.append((envs, data))
+            self.runs.append(Lockstep(envs, data, lambda record: compute_reward(record, config, gamma)))
 
     def _build_group(self, setting: EpisodeSetting, group: GroupPlan) -> list[MorphoEnv]:
         task = get_task_spec(setting.task)
@@ -195,32 +196,31 @@ class EnvHost:
         return [twin if twin is not None and i == group.twin else MorphoEnv(member_spec(m), m.controller, twin=twin)
                 for i, m in enumerate(group.members)]
 
-    def measure(self, epoch: int, wanted: frozenset[TelemetryEventType]
+    def measure(self, wanted: frozenset[TelemetryEventType]
                 ) -> tuple[list[EnvObservation], list[StepOutcome], list[TelemetryEvent]]:
-        """Train, validate and observe every env for epoch `epoch`: the observations (in env order), the
+        """Train, validate and observe every env for the next epoch: the observations (in env order), the
         transitions this epoch completed, and the telemetry it produced."""
         assert self.setting is not None, "start() before measure()"
-        config, gamma = self.setting.reward, self.setting.gamma
         self.relay.wanted = wanted
-        self.measured = [measure_epoch(envs, data, epoch, lambda record: compute_reward(record, config, gamma))
-                         for envs, data in self.runs]
-        observations = [o for m in self.measured for o in m.observations]
-        position = {id(env): i for i, env in enumerate(env for m in self.measured for env in m.envs)}
+        measured = [run.measure() for run in self.runs]
+        observations = [o for m in measured for o in m.observations]
+        position = {id(env): i for i, env in enumerate(env for run in self.runs for env in run.envs)}
         steps = [StepOutcome(s.env.env_id, position[id(s.env)], s.row().to_dict(), s.reward, s.record.is_terminal)
-                 for m in self.measured for s in m.steps]
+                 for m in measured for s in m.steps]
         return observations, steps, self.relay.drain()
 
     def conclude(self, decisions: Sequence[TamiyoDecision] | None, wanted: frozenset[TelemetryEventType]
                  ) -> list[TelemetryEvent]:
         """Execute one decision per env (in env order; None after the last epoch) and report the epoch."""
+        n_envs = sum(len(run.envs) for run in self.runs)
+        if decisions is not None and len(decisions) != n_envs:
+            raise ValueError(f"{len(decisions)} decisions for {n_envs} envs")
         self.relay.wanted = wanted
         offset = 0
-        for measured in self.measured:
-            n = len(measured.envs)
-            conclude_epoch(measured, None if decisions is None else decisions[offset:offset + n])
+        for run in self.runs:
+            n = len(run.envs)
+            run.apply(None if decisions is None else decisions[offset:offset + n])
             offset += n
-        if decisions is not None and offset != len(decisions):
-            raise ValueError(f"{len(decisions)} decisions for {offset} envs")
         return self.relay.drain()
 
     def finish(self) -> tuple[list[EpisodeResult], list[dict[str, Any] | None], int]:
@@ -230,14 +230,15 @@ class EnvHost:
         results: list[EpisodeResult] = []
         models: list[dict[str, Any] | None] = []
         loads = 0
-        for envs, data in self.runs:
+        for run in self.runs:
+            data = run.data
             loads += sum(data.train.materializations.values()) + sum(data.val.materializations.values())
-            finished = [env.result() for env in envs]
-            results += _score_test(envs, finished, self.setting, self.cache, data.seed) if self.setting.score_test \
-                else finished
+            finished = [env.result() for env in run.envs]
+            results += _score_test(run.envs, finished, self.setting, self.cache, data.seed) \
+                if self.setting.score_test else finished
             models += [model_checkpoint(env.model, task=self.setting.task) if self.setting.keep_models else None
-                       for env in envs]
-        self.runs, self.measured = [], []
+                       for env in run.envs]
+        self.runs = []
         return results, models, loads
 
 

@@ -7,11 +7,12 @@
     envs = gymnasium.make_vec("esper.env.gym:esper/Morpho-v0", num_envs=4, vectorization_mode="async",
                               vector_kwargs={"context": "spawn"}, task="synthetic")
 
-A thin adapter over `MorphoEnv` and the epoch loop's two halves (`measure_epoch`, `conclude_epoch`), so an episode
-here is exactly the episode esper's own controllers run: `reset` trains epoch 1 and returns its 80 features; each
-`step(a)` executes the decision `a` (a joint action index), trains the next epoch and returns its features and the
-decision's `gap` reward (the change in the accuracy gap to the static twin that trains beside the env, minus the
-parameter and intervention costs). An episode of T epochs has T − 1 steps; the last one is `terminated`.
+A thin adapter over a `Lockstep` of one `MorphoEnv` and its twin, which takes the agent's action between the two
+halves of every epoch (`measure`, `apply`), so an episode here is exactly the episode esper's own controllers run:
+`reset` trains epoch 1 and returns its 80 features; each `step(a)` executes the decision `a` (a joint action index),
+trains the next epoch and returns its features and the decision's `gap` reward (the change in the accuracy gap to the
+static twin that trains beside the env, minus the parameter and intervention costs). An episode of T epochs has T − 1
+steps; the last one is `terminated`.
 
 Invalid actions raise `InvalidActionError`, naming the action and the valid ones: silently replacing them (with a
 WAIT, say) would hide a masking bug in the agent. Because of that, the action space samples among the actions valid
@@ -48,7 +49,7 @@ except ImportError as error:  # pragma: no cover - exercised by a subprocess tes
 
 from esper.env.env import EnvSpec, MorphoEnv
 from esper.env.features import FEATURE_RANGE, observation_features
-from esper.env.loop import EpochData, MeasuredEpoch, conclude_epoch, measure_epoch
+from esper.env.lockstep import EpochData, Lockstep, MeasuredEpoch
 from esper.env.rewards import RewardFamily, RewardFn, make_reward_fn
 from esper.leyline import CANONICAL_SLOTS, EnvObservation, SeedStage, from_joint_index, ordered_slots
 from esper.leyline.constants import DEFAULT_BATCH_SIZE_TRAINING, DEFAULT_GAMMA, NUM_JOINT_ACTIONS, OBS_DIM
@@ -171,9 +172,8 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
             RewardFamily.GAP, self.task, DEFAULT_GAMMA, param_cost=self.config.param_cost,
             max_train_samples=self.config.max_train_samples)
         self._cache = DataCache(self.config.data)
-        self._env: MorphoEnv | None = None
-        self._data: EpochData | None = None
-        self._measured: MeasuredEpoch | None = None
+        self._episode: Lockstep | None = None
+        self._measured: MeasuredEpoch | None = None  # the episode's latest epoch
         self._mask = np.zeros(NUM_JOINT_ACTIONS, dtype=bool)  # validity of the joint actions after this epoch
         self.env_seed: int | None = None
 
@@ -205,35 +205,34 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
         cfg = self.config
         spec = EnvSpec(self.task, cfg.slots, cfg.max_epochs, self.env_seed, self.device, max_seeds=cfg.max_seeds)
         twin = MorphoEnv(dataclasses.replace(spec, env_id=1, max_seeds=None), "twin")
-        self._env = MorphoEnv(spec, "gym", twin=twin)
-        self._data = EpochData.build(self.task, self._cache, [self.device], batch_size=cfg.batch_size,
-                                     seed=derive_seed(self.env_seed, "data"),
-                                     max_train_samples=cfg.max_train_samples, max_val_samples=cfg.max_val_samples)
-        self._measured = measure_epoch([self._env], self._data, 1, self._reward_fn)
+        data = EpochData.build(self.task, self._cache, [self.device], batch_size=cfg.batch_size,
+                               seed=derive_seed(self.env_seed, "data"),
+                               max_train_samples=cfg.max_train_samples, max_val_samples=cfg.max_val_samples)
+        self._episode = Lockstep([MorphoEnv(spec, "gym", twin=twin)], data, self._reward_fn)
+        self._measured = self._episode.measure()
         return self._observe(self._measured), self._info(self._measured)
 
     def step(self, action: Any) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
         """Execute decision `action` after the current epoch, train the next one, and return its observation and
         the decision's reward; `terminated` once the final epoch is measured (there is no decision after it)."""
-        measured, env, data = self._measured, self._env, self._data
-        if measured is None or env is None or data is None:
+        measured, episode = self._measured, self._episode
+        if measured is None or episode is None:
             raise RuntimeError("Call reset() before step(): there is no episode yet")
         if measured.last:
             raise RuntimeError(f"The episode ended after epoch {measured.epoch}: call reset() to start another")
         index = self._check_action(action, measured.observations[0])
         with intra_op_threads(1):  # esper's float path
-            return self._step(index, measured, env, data)
+            return self._step(index, episode)
 
-    def _step(self, index: int, measured: MeasuredEpoch, env: MorphoEnv, data: EpochData
-              ) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
+    def _step(self, index: int, episode: Lockstep) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
         factored = from_joint_index(index)
         decision = TamiyoDecision(factored.to_command(self.task.topology), factored, reason="gym action",
                                   confidence=1.0)
-        conclude_epoch(measured, [decision])
-        following = measure_epoch([env], data, measured.epoch + 1, self._reward_fn)
+        episode.apply([decision])
+        following = episode.measure()
         [step] = following.steps
         if following.last:
-            conclude_epoch(following, None)  # reports the final epoch and the episode
+            episode.apply(None)  # reports the final epoch and the episode
         self._measured = following
         info = self._info(following)
         info["action"] = {"index": index, "op": decision.command.op.name, "slot": decision.command.slot_id,

@@ -1,7 +1,7 @@
 """A decision waiting for its outcome.
 
 A decision made after epoch e is credited with epoch e + 1's measurements, so it waits as a `PendingDecision` for
-one epoch; the epoch loop then completes it into an `EnvStep` (its `StepRecord` and reward).
+one epoch, held by the `Lockstep`, which then completes it into an `EnvStep` (its `StepRecord` and reward).
 """
 
 from __future__ import annotations

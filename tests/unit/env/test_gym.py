@@ -24,7 +24,14 @@ gymnasium = pytest.importorskip("gymnasium")
 from gymnasium.utils.env_checker import check_env  # noqa: E402
 
 import esper.env.gym  # noqa: E402
-from esper.env import EnvSpec, EpochData, MorphoEnv, make_reward_fn, run_episodes  # noqa: E402
+from esper.env import (  # noqa: E402
+    EnvSpec,
+    EnvStep,
+    EpochData,
+    MorphoEnv,
+    make_reward_fn,
+    run_episodes,
+)
 from esper.env.gym import (  # noqa: E402
     ENV_ID,
     GymEnvConfig,
@@ -33,7 +40,6 @@ from esper.env.gym import (  # noqa: E402
     ValidActionSpace,
     describe_actions,
 )
-from esper.env.loop import EnvStep  # noqa: E402
 from esper.env.masks import build_slot_states, masks_from_validity  # noqa: E402
 from esper.kasmina.state import LifecycleConfig  # noqa: E402
 from esper.leyline import (  # noqa: E402
@@ -160,9 +166,9 @@ def test_action_masks_equal_the_envs_validity_and_masked_actions_raise(fast_task
         while not terminated:
             mask = env.action_masks()
             assert mask.dtype == np.bool_ and mask.shape == (NUM_JOINT_ACTIONS,)
-            assert env._env is not None and env._measured is not None
+            assert env._episode is not None and env._measured is not None
             obs = env._measured.observations[0]
-            assert np.array_equal(mask, _independent_joint_mask(obs, env._env))
+            assert np.array_equal(mask, _independent_joint_mask(obs, env._episode.envs[0]))
             valid_ops |= {from_joint_index(int(i)).op for i in np.flatnonzero(mask)}
             epoch = obs.epoch
             for invalid in rng.permutation(np.flatnonzero(~mask))[:3]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from esper.env import EnvSpec, EpochData, MorphoEnv, make_reward_fn, run_epoch
+from esper.env import EnvSpec, EpochData, Lockstep, MorphoEnv, make_reward_fn, run_epoch
 from esper.runtime.data import AugmentDraw, DeviceDataset
 from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 from esper.tamiyo.policy import StaticPolicy
@@ -30,12 +30,12 @@ def test_each_shared_batch_is_gathered_once_per_device_per_epoch(monkeypatch: py
                            max_train_samples=48, max_val_samples=24)
     envs = [MorphoEnv(EnvSpec(task=task, slots=("mid",), max_epochs=2, env_seed=i, device=device), "static")
             for i in range(3)]
-    reward_fn = make_reward_fn("contribution", task, 0.99)
+    lockstep = Lockstep(envs, data, make_reward_fn("contribution", task, 0.99))
     train_set, val_set = data.train.datasets["cpu"], data.val.datasets["cpu"]
-    for epoch in (1, 2):
+    for _ in range(2):
         gathers.clear()
         counted = data.train.materializations["cpu"] + data.val.materializations["cpu"]
-        run_epoch(envs, [StaticPolicy()] * 3, data, epoch, reward_fn)
+        run_epoch(lockstep, [StaticPolicy()] * 3)
         train = [idx for ds, idx in gathers if ds == id(train_set)]
         val = [idx for ds, idx in gathers if ds == id(val_set)]
         assert len(gathers) == len(train) + len(val)  # nothing else was gathered

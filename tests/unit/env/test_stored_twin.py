@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from esper.env import EnvSpec, EnvStep, EpochData, MorphoEnv, StoredTwin, run_episodes
-from esper.env.loop import twins_of
+from esper.env.lockstep import twins_of
 from esper.env.rewards import make_reward_fn
 from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 from esper.tamiyo import RandomPolicy
