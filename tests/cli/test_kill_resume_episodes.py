@@ -19,6 +19,7 @@ import pytest
 
 from esper.cli.main import main
 from esper.cli.report import render_report
+from esper.leyline.seeding import SeedStream, episode_seeds
 from esper.runtime.rundir import read_jsonl
 
 pytestmark = pytest.mark.smoke
@@ -127,7 +128,8 @@ def test_rerun_with_other_arguments_is_refused_and_overwrite_starts_over(tmp_pat
     assert [e["episode"] for e in read_jsonl(run / "episodes.jsonl")] == [0, 1]
     capsys.readouterr()
     assert main([*argv, "--run-dir", str(run), "--seed", "7", "--overwrite"]) == 0
-    assert [e["env_seed"] for e in read_jsonl(run / "episodes.jsonl")] == [7]
+    seeds = [e["env_seed"] for e in read_jsonl(run / "episodes.jsonl")]
+    assert seeds == [episode_seeds(7, SeedStream.EVALUATION, 0)[0]]
     assert "resumes" not in json.loads((run / "config.json").read_text())
 
 

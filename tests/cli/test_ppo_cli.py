@@ -10,6 +10,7 @@ import contextlib
 import io
 import json
 import math
+import shutil
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -267,6 +268,19 @@ def test_resume_refuses_a_changed_field(mini_run: Path) -> None:
     assert result.code == 2
     assert "lr" in result.err and "Traceback" not in result.err
     assert (mini_run / "history.jsonl").read_text() == before
+
+
+def test_resume_refuses_a_checkpoint_saved_under_another_seed_rule(mini_run: Path, tmp_path: Path) -> None:
+    run = tmp_path / "old"
+    shutil.copytree(mini_run, run)
+    latest = run / "checkpoints" / "latest.pt"
+    data = torch.load(latest, weights_only=True)
+    data["seed_rule"] = "seed+10000*batch+1000*group"
+    torch.save(data, latest)
+    before = (run / "history.jsonl").read_text()
+    result = run_cli(["train", "ppo", "--resume", str(run), "--episodes", "4", *OUTPUT])
+    assert result.code == 2 and "another seed rule" in result.err and "Traceback" not in result.err
+    assert (run / "history.jsonl").read_text() == before
 
 
 def test_rerunning_a_finished_run_says_there_is_nothing_to_train(mini_run: Path) -> None:

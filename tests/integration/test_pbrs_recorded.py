@@ -81,7 +81,7 @@ def episodes() -> list[Recorded]:
     lockstep = Lockstep(envs, data, make_reward_fn("gap", task, GAMMA, param_cost=PARAM_COST))
     for _ in range(MAX_EPOCHS):
         for step in run_epoch(lockstep, controllers):
-            pending = lockstep.pending[envs.index(step.env)]
+            pending = tuple(lockstep._pending)[envs.index(step.env)]
             # the decision taken after the measured epoch saw exactly the measurement this record ends with
             assert (pending is None) == step.record.is_terminal
             if pending is not None:

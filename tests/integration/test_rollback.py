@@ -217,7 +217,7 @@ def test_rollback_in_a_real_env_continues_the_episode() -> None:
     controllers = [StaticPolicy()]
     lockstep = Lockstep([env], data, make_reward_fn("contribution", env.spec.task, 0.99))
     assert run_epoch(lockstep, controllers) == []  # nothing was decided before epoch 1
-    [pending] = lockstep.pending
+    [pending] = lockstep._pending
     assert pending is not None and math.isfinite(pending.val.val_loss)
     _poison(env)
     [step] = run_epoch(lockstep, controllers)  # the decision after epoch 1, credited with epoch 2
@@ -232,7 +232,7 @@ def test_rollback_in_a_real_env_continues_the_episode() -> None:
         assert not later.rollback and not later.record.rollback and later.reward.governor_penalty == 0.0
         assert math.isfinite(later.record.after.val_loss) and later.val.n_samples == 128
         assert math.isfinite(later.reward.total())
-    assert lockstep.pending == (None,)  # no decision after the last epoch
+    assert tuple(lockstep._pending) == (None,)  # no decision after the last epoch
     assert env.rollbacks == 1 and len(env.accuracy_curve) == 4
     assert env.result().rollbacks == 1
 

@@ -110,7 +110,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
               "reward_family": args.reward_family, "param_cost": args.param_cost, "match": args.match}
     path = args.run_dir or default_run_dir(args.runs_root, "compare", plan.task.name, args.seed, run_settings(args))
     run_dir, resume = open_episode_run(path, "compare", overwrite=args.overwrite, argv=args.argv, config=config,
-                                       runtime=runtime_info(args, plan), phases=phases)
+                                       runtime=runtime_info(args, plan), phases=phases, plan=plan)
     with discard_on_error(run_dir, fresh=resume is None, errors=USER_ERRORS):
         hub, progress = make_hub(args, run_dir, config)
         with closing_hub(hub, run_dir):

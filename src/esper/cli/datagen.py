@@ -22,7 +22,7 @@ from typing import Any
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from esper.cli.common import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, SAMPLES, console, float_in, int_in
+from esper.cli.common import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, SAMPLES, SEED, console, float_in, int_in
 from esper.cli.datagen_summary import print_summary
 from esper.datagen.configs import ENVIRONMENT_PRESETS, POLICY_PRESETS
 from esper.datagen.executors import EpisodeExecutor, ProcessPoolEpisodeExecutor, RayEpisodeExecutor, SerialExecutor
@@ -54,7 +54,7 @@ def add_datagen_parser(sub: Any) -> None:
     g.add_argument("--episodes-per-combo", type=int_in(1, 1000), default=10)
     g.add_argument("--epsilon", type=float, nargs="+", metavar="EPS",
                    help="ε-greedy variants of every greedy policy (default: ε = 0 only)")
-    g.add_argument("--base-seed", type=int_in(0, 2**31 - 1), default=42,
+    g.add_argument("--base-seed", type=SEED, default=42,
                    help="base of the paired seeds (one per environment config and episode, shared by all policies)")
     g = p.add_argument_group("episodes")
     g.add_argument("--task", choices=DATAGEN_TASKS, default="cifar10", type=str.lower)

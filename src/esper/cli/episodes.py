@@ -11,7 +11,7 @@ from typing import Any
 from esper.cli.common import console, data_options, preload_data, worker_options
 from esper.cli.rundirs import check_same_arguments, prepare_run_dir
 from esper.env.rewards import resolved_param_cost, reward_config
-from esper.evaluation.episodes import EpisodePlan
+from esper.evaluation.episodes import EpisodePlan, paired_seeds
 from esper.evaluation.resume import ResumePoint, resume_point
 from esper.leyline import ordered_slots
 from esper.nissa import trim_event_log
@@ -58,7 +58,7 @@ def has_episodes(path: Path) -> bool:
 
 
 def open_episode_run(path: Path, command: str, *, overwrite: bool, argv: list[str], config: dict[str, Any],
-                     runtime: dict[str, Any], phases: Sequence[Sequence[str]]
+                     runtime: dict[str, Any], phases: Sequence[Sequence[str]], plan: EpisodePlan
                      ) -> tuple[RunDirectory, ResumePoint | None]:
     """A new run directory (config.json written), or the same command's interrupted run continued: the finished
     paired episodes are kept, the logs (events included) cut back to them, and the resume recorded."""
@@ -69,7 +69,7 @@ def open_episode_run(path: Path, command: str, *, overwrite: bool, argv: list[st
     check_same_arguments(path, recorded_config(path), config, may_differ=(EPISODE_COUNT_KEY,))
     run_dir = RunDirectory(path, resume=True)
     episodes = int(config[EPISODE_COUNT_KEY])
-    point = resume_point(run_dir, phases, episodes)
+    point = resume_point(run_dir, phases, episodes, lambda episode: paired_seeds(plan, episode)[0])
     finished = max(point.completed)
     if episodes < finished:
         raise RunDirectoryError(f"{path} already holds {finished} paired episodes: pass --episodes {finished} or "

@@ -17,7 +17,7 @@ from typing import Any
 
 from rich.table import Table
 
-from esper.cli.common import EXIT_OK, console, float_in, int_in, parse_sets, phase_progress
+from esper.cli.common import EXIT_OK, SEED, console, float_in, int_in, parse_sets, phase_progress
 from esper.datagen.loader import REWARD_SOURCES, load_transitions
 from esper.evaluation.controllers import all_controllers
 from esper.evaluation.ope import OfflineEvaluation, OPEConfig, TargetPolicy, evaluate_offline
@@ -37,7 +37,7 @@ def add_evaluate_offline_parser(sub: Any) -> None:
     p.add_argument("--bootstrap", type=int_in(10, 100_000), default=1000, help="bootstrap resamples of episodes")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override an OPE setting (e.g. fqe_iterations=80); VALUE is parsed as JSON")
-    p.add_argument("--seed", type=int_in(0, 2**31 - 1), default=0)
+    p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--out", type=Path, help="also write the estimates as JSON here")
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     p.set_defaults(func=cmd_evaluate_offline)

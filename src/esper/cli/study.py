@@ -221,7 +221,8 @@ def _run_phase(args: argparse.Namespace, phase: _Phase, config: TrainingConfig, 
                                              phase.plan.stream, config, settings)
     run_dir, resume = open_episode_run(phase.path, "compare", overwrite=stale, argv=args.argv, config=phase_config,
                                        runtime={"data_dir": str(args.data_dir),
-                                                "param_cost": phase_config["training"]["param_cost"]}, phases=phases)
+                                                "param_cost": phase_config["training"]["param_cost"]}, phases=phases,
+                                       plan=phase.plan)
     tie = args.tie_threshold if args.tie_threshold is not None else one_test_sample(phase.plan, cache)
     hub, progress = make_hub(args, run_dir, phase_config)
     with closing_hub(hub, run_dir):

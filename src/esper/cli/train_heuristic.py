@@ -61,7 +61,7 @@ def cmd_train_heuristic(args: argparse.Namespace) -> int:
               "reward_family": args.reward_family, "param_cost": args.param_cost}
     path = args.run_dir or default_run_dir(args.runs_root, "heuristic", plan.task.name, args.seed, run_settings(args))
     run_dir, resume = open_episode_run(path, "heuristic", overwrite=args.overwrite, argv=args.argv, config=config,
-                                       runtime=runtime_info(args, plan), phases=[["heuristic"]])
+                                       runtime=runtime_info(args, plan), phases=[["heuristic"]], plan=plan)
     done = resume.done(0) if resume is not None else []
     with discard_on_error(run_dir, fresh=resume is None, errors=USER_ERRORS):
         hub, progress = make_hub(args, run_dir, config)

@@ -4,16 +4,18 @@ Every runner (`run_episodes`, the env hosts behind `EnvPool`, the Gymnasium adap
 `Lockstep`, and nothing else calls an env's epoch steps. For epoch e of T:
 
 1. train pass: each shared batch (materialized once per device for every env on it) through every env and every
-   live static twin the envs shadow, then normalization statistics re-estimated at the final weights;
-2. validation pass, with the counterfactual and probe measurements;
-3. governor and seed bookkeeping, the observation, and the measurement rewards are computed from;
-4. credit: the decisions taken after epoch e − 1 are paired with e's measurements into step records and rewards;
-5. for e < T one decision per env, checked against the validity rules, executed with its lifecycle step, and kept
+   live static twin the envs shadow;
+2. normalization statistics re-estimated at the epoch's final weights;
+3. validation pass, with the counterfactual and probe measurements;
+4. governor and seed bookkeeping;
+5. the observation, and the measurement rewards are computed from;
+6. credit: the decisions taken after epoch e − 1 are paired with e's measurements into step records and rewards;
+7. for e < T one decision per env, checked against the validity rules, executed with its lifecycle step, and kept
    until epoch e + 1 credits it; then the epoch is reported.
 
-Steps 1–4 are `measure()` and step 5 is `apply(decisions)`. The decisions are made between the two, outside: by the
-runner's controllers, in the learner's process when the envs live in worker processes, or one action per `step` by
-a Gymnasium agent. Calls out of that order raise `EpochOrderError`.
+Steps 1–6 are `measure()` and step 7 is `apply(decisions)` (the numbering of docs/architecture.md). The decisions
+are made between the two, outside: by the runner's controllers, in the learner's process when the envs live in
+worker processes, or one action per `step` by a Gymnasium agent. Calls out of that order raise `EpochOrderError`.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from esper.runtime.tasks import DataCache, TaskSpec
 from esper.tamiyo import TamiyoDecision, check_decision
 from esper.tolaria import TrainEpochStats, ValStats, counterfactual_slots, probe_slots
 
-__all__ = ["EnvStep", "EpochData", "EpochOrderError", "Lockstep", "MeasuredEpoch", "twins_of"]
+__all__ = ["EnvStep", "EpochData", "EpochOrderError", "Lockstep", "MeasuredEpoch"]
 
 
 class EpochOrderError(RuntimeError):
@@ -136,11 +138,6 @@ class Lockstep:
         self._epoch = 0  # the last epoch measured
         self._measured: MeasuredEpoch | None = None  # measured, its decisions not yet applied
         self._pending: list[PendingDecision | None] = [None] * len(self.envs)
-
-    @property
-    def pending(self) -> tuple[PendingDecision | None, ...]:
-        """Per env, the decision that waits for the next epoch's credit (None before the first and after the last)."""
-        return tuple(self._pending)
 
     def measure(self) -> MeasuredEpoch:
         """Train, validate and observe the next epoch, and credit the decisions taken after the previous one."""

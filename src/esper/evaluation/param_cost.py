@@ -26,6 +26,7 @@ from esper.env.driver import EnvPool
 from esper.evaluation.comparison import host_params, parse_controllers
 from esper.evaluation.episodes import EpisodePlan, run_controller_episodes
 from esper.leyline import CANONICAL_SLOTS, UserInputError
+from esper.leyline.seeding import SeedStream
 from esper.runtime.rundir import write_json_atomic
 from esper.runtime.tasks import DataCache, TaskSpec
 
@@ -33,7 +34,7 @@ __all__ = ["WIDTHS", "ParamCostMeasurement", "ParamCostSetting", "cached_param_c
 
 WIDTHS = (1.0, 1.5, 2.0)
 CACHE_DIR = "param_costs"
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: episodes on the calibration seed stream; a file of another version is measured again
 BOOTSTRAP_RESAMPLES = 1000
 
 Progress = Callable[[int, int, float], None]
@@ -49,11 +50,12 @@ class ParamCostSetting:
     max_train_samples: int | None
     max_val_samples: int | None
     episodes: int = 5
-    seed: int = 7  # calibration seeds, apart from the runs' own
+    seed: int = 7  # base of the calibration seed stream, which no run's episodes draw from
 
     def cache_file(self, data_dir: Path, host_parameters: int) -> Path:
         caps = f"train{self.max_train_samples or 'all'}_val{self.max_val_samples or 'all'}"
-        name = f"{self.task}_h{host_parameters}_e{self.max_epochs}_{caps}_n{self.episodes}_s{self.seed}.json"
+        name = (f"{self.task}_h{host_parameters}_e{self.max_epochs}_{caps}_n{self.episodes}_s{self.seed}"
+                f"_v{CACHE_VERSION}.json")
         return data_dir / CACHE_DIR / name
 
 
@@ -85,7 +87,8 @@ def measure_param_cost(task: TaskSpec, setting: ParamCostSetting, cache: DataCac
     plan = EpisodePlan(task=task, slots=tuple(CANONICAL_SLOTS), max_epochs=setting.max_epochs, max_seeds=None,
                        seed=setting.seed, devices=[device or torch.device("cpu")], batch_size=task.default_batch_size,
                        max_train_samples=setting.max_train_samples, max_val_samples=setting.max_val_samples,
-                       reward_family="contribution")  # static hosts: the reward is irrelevant, and needs no λ_p
+                       reward_family="contribution",  # static hosts: the reward is irrelevant, and needs no λ_p
+                       stream=SeedStream.CALIBRATION)
     specs = parse_controllers([f"static:{w}" for w in WIDTHS])
     started = time.perf_counter()
 

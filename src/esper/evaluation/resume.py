@@ -1,20 +1,20 @@
 """Continuing an interrupted episode run (`esper train heuristic`, `esper compare`, a study's evaluation).
 
 Paired episodes are independent given their index (every env, controller and data order is seeded from the run's
-seed and the episode index), so a rerun can keep the episodes every controller finished and run the rest: the result
-equals an uninterrupted run's. A comparison runs in phases (the controllers side by side, then `static:matched`,
-whose width depends on the first phase's results); a later phase's episodes only count once every earlier phase is
-complete, because its setting would otherwise change.
+seed, its seed stream and the episode index), so a rerun can keep the episodes every controller finished and run the
+rest: the result equals an uninterrupted run's. A comparison runs in phases (the controllers side by side, then
+`static:matched`, whose width depends on the first phase's results); a later phase's episodes only count once every
+earlier phase is complete, because its setting would otherwise change.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from esper.env import EpisodeResult
 from esper.runtime.rows import read_rows
-from esper.runtime.rundir import RunDirectory, read_jsonl, rewrite_jsonl
+from esper.runtime.rundir import RunDirectory, RunDirectoryError, read_jsonl, rewrite_jsonl
 
 __all__ = ["ResumePoint", "resume_point"]
 
@@ -52,11 +52,19 @@ def _complete_prefix(results: Sequence[EpisodeResult], labels: Sequence[str]) ->
     return k
 
 
-def resume_point(run_dir: RunDirectory, phases: Sequence[Sequence[str]], episodes: int) -> ResumePoint:
+def resume_point(run_dir: RunDirectory, phases: Sequence[Sequence[str]], episodes: int,
+                 host_seed: Callable[[int], int]) -> ResumePoint:
     """What `run_dir` already holds of a run of `episodes` paired episodes in `phases`; steps.jsonl and
     episodes.jsonl are cut back to it, so the rerun appends where the finished work ends. A phase may hold more
-    than `episodes` (the run was asked for fewer this time): callers refuse that."""
+    than `episodes` (the run was asked for fewer this time): callers refuse that. Episodes that ran on another host
+    seed than `host_seed(episode)` (another esper's seed rule) are refused before anything is cut."""
     stored = read_rows(run_dir.path / EpisodeResult.FILE, EpisodeResult)
+    foreign = next((r for r in stored if r.env_seed != host_seed(r.episode)), None)
+    if foreign is not None:
+        raise RunDirectoryError(
+            f"{run_dir.path} holds episode {foreign.episode} on host seed {foreign.env_seed}, not the seed this run "
+            f"draws ({host_seed(foreign.episode)}): it was made by an esper with another seed rule. Pass --overwrite "
+            f"to start over, or use another --run-dir")
     completed: list[int] = []
     for labels in phases:
         earlier_complete = all(k >= episodes for k in completed)

@@ -85,9 +85,9 @@ def test_measure_and_apply_alternate_and_a_refused_call_changes_nothing() -> Non
         with pytest.raises(InvalidDecisionError):  # env 0's decision is valid, env 1's is not: neither executes
             lockstep.apply([waits[0], _invalid(measured.observations[1])])
         assert all(sum(env.action_counts.values()) == epoch - 1 for env in lockstep.envs)
-        assert lockstep.pending == (None, None)  # measuring credited the previous decisions
+        assert tuple(lockstep._pending) == (None, None)  # measuring credited the previous decisions
         lockstep.apply(waits)
-        assert [p.decision if p is not None else None for p in lockstep.pending] == waits
+        assert [p.decision if p is not None else None for p in tuple(lockstep._pending)] == waits
         with pytest.raises(EpochOrderError, match=rf"Epoch {epoch + 1} is not measured yet"):
             lockstep.apply(waits)
     final = lockstep.measure()
@@ -96,7 +96,7 @@ def test_measure_and_apply_alternate_and_a_refused_call_changes_nothing() -> Non
     with pytest.raises(ValueError, match="every epoch but the last"):
         lockstep.apply([_wait(o) for o in final.observations])
     lockstep.apply(None)
-    assert lockstep.pending == (None, None)
+    assert tuple(lockstep._pending) == (None, None)
     with pytest.raises(EpochOrderError, match=f"ended with epoch {MAX_EPOCHS}: there is no epoch to measure"):
         lockstep.measure()
     with pytest.raises(EpochOrderError, match=f"ended with epoch {MAX_EPOCHS}: there is nothing to apply"):

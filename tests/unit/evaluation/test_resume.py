@@ -11,7 +11,7 @@ import pytest
 from esper.env import EpisodeResult
 from esper.evaluation.comparison import comparison_phases, controller_labels, parse_controllers
 from esper.evaluation.resume import resume_point
-from esper.runtime.rundir import RunDirectory, read_jsonl
+from esper.runtime.rundir import RunDirectory, RunDirectoryError, read_jsonl
 
 
 def _row(controller: str, episode: int) -> EpisodeResult:
@@ -21,6 +21,10 @@ def _row(controller: str, episode: int) -> EpisodeResult:
                          seeds_fossilized=0, seeds_culled=0, params_added=0,
                          action_counts={"WAIT": 1, "GERMINATE": 0, "FOSSILIZE": 0, "CULL": 0},
                          accuracy_curve=[50.0], total_reward=0.0, rollbacks=0)
+
+
+def _seed(episode: int) -> int:
+    return episode  # `_row` records the episode index as its host seed
 
 
 def _run(tmp_path: Path, rows: list[tuple[str, int]], torn: bool = False) -> RunDirectory:
@@ -36,7 +40,7 @@ def _run(tmp_path: Path, rows: list[tuple[str, int]], torn: bool = False) -> Run
 
 def test_keeps_the_complete_prefix_and_cuts_the_logs(tmp_path: Path) -> None:
     run = _run(tmp_path, [("a", 0), ("b", 0), ("a", 1), ("b", 1), ("a", 2)], torn=True)  # episode 2 half done
-    point = resume_point(run, [["a", "b"]], episodes=4)
+    point = resume_point(run, [["a", "b"]], episodes=4, host_seed=_seed)
     assert point.completed == (2,) and point.episodes_done == 4
     assert [(r.controller, r.episode) for r in point.results] == [("a", 0), ("b", 0), ("a", 1), ("b", 1)]
     assert [(r["controller"], r["episode"]) for r in read_jsonl(run.path / "episodes.jsonl")] == \
@@ -45,12 +49,20 @@ def test_keeps_the_complete_prefix_and_cuts_the_logs(tmp_path: Path) -> None:
     assert point.keeps("a", 1) and not point.keeps("a", 2) and point.keeps("twin", 0)
 
 
+def test_episodes_on_other_seeds_are_refused_and_left_as_they_were(tmp_path: Path) -> None:
+    run = _run(tmp_path, [("a", 0), ("a", 1)])
+    before = (run.path / "episodes.jsonl").read_text(), (run.path / "steps.jsonl").read_text()
+    with pytest.raises(RunDirectoryError, match=r"episode 0 on host seed 0, not the seed this run draws \(1000\)"):
+        resume_point(run, [["a"]], episodes=2, host_seed=lambda episode: 1000 + episode)
+    assert ((run.path / "episodes.jsonl").read_text(), (run.path / "steps.jsonl").read_text()) == before
+
+
 def test_a_later_phase_counts_only_after_the_earlier_one_is_complete(tmp_path: Path) -> None:
     rows = [("a", 0), ("a", 1), ("static:matched", 0)]
-    point = resume_point(_run(tmp_path, rows), [["a"], ["static:matched"]], episodes=2)
+    point = resume_point(_run(tmp_path, rows), [["a"], ["static:matched"]], episodes=2, host_seed=_seed)
     assert point.completed == (2, 1) and point.done(1)[0].controller == "static:matched"
     # asked for more episodes now: the first phase is incomplete again, so the matched width may change
-    extended = resume_point(_run(tmp_path / "x", rows), [["a"], ["static:matched"]], episodes=3)
+    extended = resume_point(_run(tmp_path / "x", rows), [["a"], ["static:matched"]], episodes=3, host_seed=_seed)
     assert extended.completed == (2, 0) and extended.done(1) == []
 
 

@@ -17,6 +17,7 @@ import esper
 from esper.env.features import obs_dim
 from esper.leyline import OBS_SCHEMA
 from esper.leyline.errors import UserInputError
+from esper.leyline.seeding import SEED_RULE
 from esper.runtime.checkpoint import (
     CheckpointFormatError,
     atomic_save,
@@ -81,6 +82,7 @@ class PPOLearnerState:
             "format": PPO_FORMAT,
             "esper_version": esper.__version__,
             "obs_schema": OBS_SCHEMA,
+            "seed_rule": SEED_RULE,
             "config": self.agent.config.to_dict(),
             "agent": agent_state,
             "batches_completed": self.batches_completed,
@@ -95,6 +97,11 @@ class PPOLearnerState:
     def restore(self, data: dict[str, Any], path: Path | str = "the checkpoint") -> None:
         """Every piece of learner state from a checkpoint read with `read_policy_checkpoint` (`path` names it in
         errors)."""
+        if data.get("seed_rule") != SEED_RULE:
+            raise CheckpointFormatError(f"Checkpoint {path} was saved under another seed rule "
+                                        f"({data.get('seed_rule')!r}, this esper uses {SEED_RULE!r}): resumed, its "
+                                        f"later batches would run on other seeds than the run began with. Start a new "
+                                        f"run (the policy itself still evaluates as ppo:PATH)")
         load_policy_state(self.agent, self.obs_normalizer, data, path)
         try:
             self.reward_normalizer.load_state_dict(data["reward_normalizer"])

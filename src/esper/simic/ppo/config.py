@@ -59,8 +59,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 MAX_SEED = 2**31 - 1
-"""Seeds are offset per batch, group and episode; this bound keeps every derived seed within what torch, NumPy and
-Python accept."""
+"""The largest base seed: some paths hand it to torch, NumPy and Python as is (every other seed is hashed from it)."""
 MAX_ENVS = 256
 MAX_EPISODE_LENGTH = 1000
 MAX_EPISODES = 1_000_000
