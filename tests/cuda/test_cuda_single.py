@@ -38,9 +38,6 @@ class ScriptedGerminator:
 
     name = "scripted"
 
-    def reset(self, seed: int) -> None:
-        pass
-
     def decide(self, obs: EnvObservation) -> TamiyoDecision:
         cmd = LifecycleCommand(LifecycleOp.WAIT)
         planned = GERMINATE_AT.get(obs.epoch)

@@ -53,9 +53,6 @@ class Script:
         self.name = name
         self.commands = dict(commands)
 
-    def reset(self, seed: int) -> None:
-        pass
-
     def decide(self, obs: EnvObservation) -> TamiyoDecision:
         command = self.commands.get(obs.epoch, LifecycleCommand(LifecycleOp.WAIT))
         return TamiyoDecision.from_command(command, topology=obs.topology, reason="script", confidence=1.0)

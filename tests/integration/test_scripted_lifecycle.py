@@ -21,9 +21,6 @@ class ScriptedPolicy:
 
     name = "scripted"
 
-    def reset(self, seed: int) -> None:
-        pass
-
     def decide(self, obs: EnvObservation) -> TamiyoDecision:
         cmd = LifecycleCommand(LifecycleOp.WAIT)
         if obs.epoch == 2:

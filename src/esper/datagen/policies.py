@@ -121,11 +121,6 @@ class BehaviorPolicy:
     def name(self) -> str:
         return f"behavior:{self.config.policy_id}"
 
-    def reset(self, seed: int) -> None:
-        """Start an episode: reseed the stream and restart the blueprint rotation."""
-        self._rng.seed(seed)
-        self._rotation = 0
-
     # -- distribution ------------------------------------------------------------------------------------------
 
     def analyse(self, obs: EnvObservation) -> DecisionAnalysis:

@@ -93,9 +93,6 @@ class FixedPolicy:
         self.fixed_modules: FixedModules = parse_fixed_modules(argument, topology, slots)
         self.label = fixed_spec(self.fixed_modules)
 
-    def reset(self, seed: int) -> None:
-        """Nothing to reset; present for the protocol."""
-
     def decide(self, obs: EnvObservation) -> TamiyoDecision:
         if obs.topology != self.topology:
             raise ValueError(f"{self.label} was built for '{self.topology}', got a '{obs.topology}' observation")

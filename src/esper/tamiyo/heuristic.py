@@ -121,10 +121,7 @@ class HeuristicTamiyo:
             raise UserInputError(f"No blueprint rotation configured for topology '{topology}'")
         self.topology = topology
         self._rotation = self.config.blueprint_rotation[topology]
-        self.reset(0)
-
-    def reset(self, seed: int) -> None:
-        """Start an episode: rotation index, penalties, embargoes and counters. (Deterministic; `seed` is unused.)"""
+        # Per-episode state (a heuristic is built for one episode): rotation, penalties, embargoes and counters.
         self._rotation_index = 0
         self._penalties: dict[str, float] = {}
         self._cull_epoch: dict[str, int] = {}  # slot -> epoch of its latest cull

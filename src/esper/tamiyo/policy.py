@@ -40,9 +40,6 @@ class StaticPolicy:
             raise UserInputError(f"A static host width must be in (0, {MAX_HOST_WIDTH}], got {host_width}")
         self.host_width = host_width
 
-    def reset(self, seed: int) -> None:
-        """Nothing to reset; present for the protocol."""
-
     def decide(self, obs: EnvObservation) -> TamiyoDecision:
         return TamiyoDecision.from_command(
             _WAIT, topology=obs.topology, reason="Static policy: host only", confidence=1.0
@@ -74,9 +71,6 @@ class RandomPolicy:
 
     def __init__(self, seed: int = 0) -> None:
         self._rng = random.Random(seed)
-
-    def reset(self, seed: int) -> None:
-        self._rng.seed(seed)
 
     def decide(self, obs: EnvObservation) -> TamiyoDecision:
         validity = obs.validity

@@ -47,12 +47,11 @@ class TamiyoDecision:
 
 @runtime_checkable
 class TamiyoPolicy(Protocol):
-    """A controller: reset at the start of each episode, then one decision per epoch."""
+    """A controller: built for one episode (its randomness seeded from the episode's seed), then one decision per
+    epoch."""
 
     @property
     def name(self) -> str: ...
-
-    def reset(self, seed: int) -> None: ...
 
     def decide(self, obs: EnvObservation) -> TamiyoDecision: ...
 

@@ -24,9 +24,6 @@ class GerminateOnce:
     def __init__(self, grow: bool) -> None:
         self.grow = grow
 
-    def reset(self, seed: int) -> None:
-        """Stateless."""
-
     def decide(self, obs: EnvObservation) -> TamiyoDecision:
         cmd = LifecycleCommand(LifecycleOp.WAIT)
         if self.grow and obs.epoch == 1:

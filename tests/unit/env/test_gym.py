@@ -247,9 +247,6 @@ class _Script:
     def __init__(self, actions: dict[int, int]) -> None:
         self.actions = actions
 
-    def reset(self, seed: int) -> None:
-        pass
-
     def decide(self, obs: EnvObservation) -> TamiyoDecision:
         factored = from_joint_index(self.actions[obs.epoch])
         return TamiyoDecision(factored.to_command(obs.topology), factored, reason="script", confidence=1.0)

@@ -62,7 +62,6 @@ def test_the_registry_needs_modules_and_the_topology_must_exist() -> None:
 
 def test_fixed_always_waits_validly_and_refuses_another_topology() -> None:
     policy = _build("fixed:norm@early")
-    policy.reset(3)
     obs = make_obs([make_report("mid", SeedStage.TRAINING, epochs_in_stage=2)])
     decision = policy.decide(obs)
     assert decision.command.op == LifecycleOp.WAIT and "fixed:norm@early" in decision.reason

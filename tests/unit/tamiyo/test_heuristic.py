@@ -434,11 +434,12 @@ def test_when_every_blueprint_is_penalized_the_least_penalized_is_used() -> None
     assert policy.penalties == {"norm": 10.0, "conv_light": 5.0}
 
 
-def test_reset_restores_rotation_penalties_embargoes_and_counters() -> None:
+def test_a_new_instance_starts_without_rotation_penalties_embargoes_or_counters() -> None:
     policy = HeuristicTamiyo(topology="cnn")
     _decide(policy, _ready([_stalled("early")], epoch=10))
     _decide(policy, _ready(epoch=11))  # germinates conv_light into mid
     _decide(policy, make_obs([make_report("mid", TRAINING)], epoch=12))
-    policy.reset(1)
-    assert policy.penalties == {} and policy.embargoed_slots(12) == ()
-    assert _describe(policy, _ready(epoch=12)) == "GERMINATE early conv_light/sigmoid"
+    assert policy.penalties != {} or policy.embargoed_slots(12) != ()
+    fresh = HeuristicTamiyo(topology="cnn")  # one instance per episode
+    assert fresh.penalties == {} and fresh.embargoed_slots(12) == ()
+    assert _describe(fresh, _ready(epoch=12)) == "GERMINATE early conv_light/sigmoid"

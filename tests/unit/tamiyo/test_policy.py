@@ -126,9 +126,6 @@ def test_check_decision_rejects_inconsistent_factored_actions() -> None:
 class _Batched:
     name = "batched"
 
-    def reset(self, seed: int) -> None:
-        """Stateless."""
-
     def decide(self, obs: EnvObservation) -> TamiyoDecision:
         return _decision(WAIT)
 
@@ -145,7 +142,6 @@ def test_protocols_distinguish_batch_capable_policies() -> None:
 
 def test_static_policy_always_waits() -> None:
     policy = StaticPolicy()
-    policy.reset(7)
     for obs in (make_obs(), _all_ops_obs(), make_obs(plateau=10, topology="transformer")):
         decision = policy.decide(obs)
         assert decision.command == WAIT and decision.factored is not None and decision.factored.op == LifecycleOp.WAIT
@@ -172,10 +168,7 @@ def _commands(policy: RandomPolicy, rounds: int = 25) -> list[LifecycleCommand]:
 def test_random_policy_is_deterministic_given_its_seed() -> None:
     assert _commands(RandomPolicy(3)) == _commands(RandomPolicy(3))
     assert _commands(RandomPolicy(3)) != _commands(RandomPolicy(4))
-    policy = RandomPolicy(99)
-    first = _commands(policy)
-    policy.reset(99)
-    assert _commands(policy) == first
+    assert _commands(RandomPolicy(99)) == _commands(RandomPolicy(99))
 
 
 def test_random_policy_uses_its_own_rng() -> None:

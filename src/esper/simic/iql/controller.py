@@ -56,9 +56,6 @@ class IQLPolicy:
             raise UserInputError(f"{path} was trained with slots {trained}, not {list(ordered_slots(slots))}")
         return cls.from_learner(IQLLearner.from_checkpoint(data, device=device))
 
-    def reset(self, seed: int) -> None:
-        """Nothing per episode: the policy is feed-forward and deterministic."""
-
     def decide(self, obs: EnvObservation) -> TamiyoDecision:
         return self.decide_batch([obs])[0]
 

@@ -46,9 +46,6 @@ class PPOPolicy:
         self.use_telemetry = use_telemetry
         self.deterministic = deterministic
 
-    def reset(self, seed: int) -> None:
-        """Nothing per episode: the policy is feed-forward and its sampling generator is the agent's."""
-
     def decide(self, obs: EnvObservation) -> TamiyoDecision:
         return self.decide_batch([obs])[0]
 
