@@ -16,6 +16,7 @@ import pytest
 from esper.cli.main import main
 from esper.cli.train_iql import failed_health_checks
 from esper.datagen.orchestrator import GenerationOrchestrator
+from esper.datagen.plans import paired_seed
 from esper.datagen.reader import read_episodes
 from esper.datagen.schema import write_json_atomic
 from unit.datagen.support import make_episode
@@ -36,7 +37,7 @@ def test_generation_writes_episodes_twins_manifest_and_health(generated: Path) -
     episodes = read_episodes(generated)
     assert sorted(e["episode_id"] for e in episodes) == ["baseline_periodic_0000", "baseline_random-eps1.0_0000"]
     assert all(e["episode_length"] == 2 and e["max_train_samples"] == 64 for e in episodes)
-    assert (generated / "twins" / "baseline_seed42.json").is_file()
+    assert (generated / "twins" / f"baseline_seed{paired_seed('baseline', 0)}.json").is_file()
     manifest = json.loads((generated / "manifest.json").read_text())
     assert manifest["total_planned"] == 2 and manifest["settings"]["max_epochs"] == 3
     health = json.loads((generated / "health_report.json").read_text())

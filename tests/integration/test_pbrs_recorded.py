@@ -67,13 +67,12 @@ def episodes() -> list[Recorded]:
     task, device = _task(), torch.device("cpu")
     data = EpochData.build(task, DataCache(DataOptions()), [device], batch_size=128, seed=7,
                            max_train_samples=256, max_val_samples=128)
-    groups: list[tuple[int, list[TamiyoPolicy]]] = [(11, [RandomPolicy(), RandomPolicy()]), (44, [_ppo_policy(5)])]
+    groups: list[tuple[int, list[TamiyoPolicy]]] = [(11, [RandomPolicy(1), RandomPolicy(2)]), (44, [_ppo_policy(5)])]
     envs, controllers = [], []
     for env_seed, members in groups:
         twin = MorphoEnv(EnvSpec(task, SLOTS, MAX_EPOCHS, env_seed=env_seed, device=device, env_id=100 + env_seed),
                          "twin")
         for c in members:
-            c.reset(len(envs) + 1)
             envs.append(MorphoEnv(EnvSpec(task, SLOTS, MAX_EPOCHS, env_seed=env_seed, device=device,
                                           env_id=len(envs)), c.name, twin=twin))
             controllers.append(c)
