@@ -148,20 +148,26 @@ def test_health_check_of_a_missing_or_foreign_directory_exits_2(tmp_path: Path,
     assert "Give --output-dir DIR" in _error_line(capsys)
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_during_a_pool_generation_prints_no_worker_tracebacks(tmp_path: Path) -> None:
     """Ctrl+C reaches the whole process group (the orchestrator and its pool workers): the run stops with exit 130
     and a short message, not one traceback per worker."""
     argv = [sys.executable, "-m", "esper", "datagen", "--output-dir", str(tmp_path / "out"), *TINY,
             "--episodes-per-combo", "3", "--max-epochs", "6", "--executor", "pool", "--workers", "2"]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
+    # Ctrl+C as a terminal delivers it: the child starts with SIGINT's default disposition whatever the test process
+    # inherited (a process that starts with SIGINT ignored never raises KeyboardInterrupt, and the run completes).
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_default_sigint)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None and not (tmp_path / "out" / "twins").exists():
         time.sleep(0.1)
     time.sleep(1.0)  # the workers are computing episodes now
     assert proc.poll() is None, "the generation ended before it could be interrupted"
     os.killpg(proc.pid, signal.SIGINT)
-    _, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 130, stderr
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (stdout, stderr)
     assert "Traceback" not in stderr and len(stderr.splitlines()) <= 3, stderr
