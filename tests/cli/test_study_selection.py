@@ -37,13 +37,14 @@ def test_study_chooses_best_fixed_and_best_rule_on_selection_seeds_and_evaluates
     results = _results(run)
     chosen = results["study"]["chosen"]
     assert set(chosen) == {BEST_FIXED, BEST_RULE}
-    assert chosen[BEST_FIXED].startswith("fixed:") and chosen[BEST_RULE].startswith("behavior:")
+    assert chosen[BEST_FIXED].startswith("fixed:") and chosen[BEST_RULE].startswith(("behavior:", "grow:"))
 
     # chosen by mean final validation accuracy on the selection seeds (the first candidate on a tie)
     selection = _results(run / "selection")
     assert selection["per_controller"][chosen[BEST_FIXED]]["episodes"] == 1
-    for label, prefix in ((BEST_FIXED, "fixed:"), (BEST_RULE, "behavior:")):
-        candidates = [c for c in selection["controllers"] if c.startswith(prefix)]
+    for label, prefixes in ((BEST_FIXED, ("fixed:",)), (BEST_RULE, ("behavior:", "grow:"))):
+        candidates = [c for c in selection["controllers"] if c.startswith(prefixes)]
+        assert len(candidates) > 1, label
         assert chosen[label] == max(candidates,
                                     key=lambda c: selection["per_controller"][c]["final_accuracy"]["mean"])
     table = (run / "selection" / "summary.md").read_text()

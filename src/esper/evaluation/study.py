@@ -24,7 +24,7 @@ from esper.runtime.devices import resolve_devices
 from esper.runtime.rundir import RunDirectory, checkpoints_dir, write_text_atomic
 from esper.runtime.tasks import DataCache, get_task_spec
 from esper.simic.ppo.config import TrainingConfig
-from esper.tamiyo import fixed_variants
+from esper.tamiyo import GROW, fixed_variants
 
 __all__ = ["BEST_FIXED", "BEST_RULE", "STUDY_PRESETS", "StudyPreset",
            "choose_best", "evaluation_plan", "rule_candidates", "selection_candidates", "selection_markdown",
@@ -70,14 +70,17 @@ def evaluation_plan(config: TrainingConfig, stream: SeedStream = SeedStream.EVAL
     )
 
 
-def rule_candidates() -> list[str]:
-    """The scripted behaviour presets best-rule is chosen from (random is a baseline of its own, not a rule)."""
-    return [f"behavior:{preset}" for preset in POLICY_PRESETS if preset != "random"]
+def rule_candidates(topology: str, slots: Sequence[str]) -> list[str]:
+    """The scripted rules best-rule is chosen from: every behaviour preset (random is a baseline of its own, not a
+    rule) and every single-module `grow:` rule, which gives the module of each `fixed:` variant the earliest
+    lifecycle a controller can."""
+    return [*(f"behavior:{preset}" for preset in POLICY_PRESETS if preset != "random"),
+            *fixed_variants(topology, tuple(slots), kind=GROW)]
 
 
 def selection_candidates(topology: str, slots: Sequence[str]) -> tuple[list[str], list[str]]:
     """(fixed variants, rules): every single-module `fixed:` variant of the topology's slots, and every rule."""
-    return fixed_variants(topology, tuple(slots)), rule_candidates()
+    return fixed_variants(topology, tuple(slots)), rule_candidates(topology, slots)
 
 
 def choose_best(result: ComparisonResult, candidates: Sequence[str]) -> str:

@@ -1,9 +1,11 @@
-"""Tamiyo: the controller layer (signal tracking, policy protocol, heuristic, random, static and fixed controllers).
+"""Tamiyo: the controller layer (signal tracking, policy protocol, heuristic, random, static, fixed and grow
+controllers).
 
 Pure Python on Leyline contracts; no torch.
 """
 
 from esper.tamiyo.fixed import FIXED, FixedModules, FixedPolicy, fixed_spec, fixed_variants, host_variant
+from esper.tamiyo.grow import GROW, GrowPolicy
 from esper.tamiyo.heuristic import DEFAULT_BLUEPRINT_ROTATION, HeuristicPolicyConfig, HeuristicTamiyo
 from esper.tamiyo.policy import MATCHED, MAX_HOST_WIDTH, RandomPolicy, StaticPolicy
 from esper.tamiyo.protocol import BatchTamiyoPolicy, InvalidDecisionError, TamiyoDecision, TamiyoPolicy, check_decision
@@ -23,6 +25,7 @@ __all__ = [
     "CONTROLLERS",
     "DEFAULT_BLUEPRINT_ROTATION",
     "FIXED",
+    "GROW",
     "MATCHED",
     "MAX_HOST_WIDTH",
     "BatchTamiyoPolicy",
@@ -32,6 +35,7 @@ __all__ = [
     "ControllerSpec",
     "FixedModules",
     "FixedPolicy",
+    "GrowPolicy",
     "HeuristicPolicyConfig",
     "HeuristicTamiyo",
     "InvalidDecisionError",

@@ -30,7 +30,10 @@ FixedModules = tuple[tuple[str, str], ...]
 """(slot, blueprint) pairs in canonical slot order."""
 
 _NOOP = "noop"
-_EXAMPLE = f"e.g. {FIXED}:norm@early or {FIXED}:conv_light@mid,attention@late"
+
+
+def _example(kind: str) -> str:
+    return f"e.g. {kind}:norm@early or {kind}:conv_light@mid,attention@late"
 
 
 def _blueprints(topology: str) -> tuple[str, ...]:
@@ -40,25 +43,26 @@ def _blueprints(topology: str) -> tuple[str, ...]:
     return tuple(b for b in BLUEPRINT_HEAD[topology] if b != _NOOP)
 
 
-def fixed_spec(modules: FixedModules) -> str:
-    """The canonical controller text of `modules`: `fixed:BLUEPRINT@SLOT,...` in slot order."""
-    return f"{FIXED}:" + ",".join(f"{blueprint}@{slot}" for slot, blueprint in modules)
+def fixed_spec(modules: FixedModules, kind: str = FIXED) -> str:
+    """The canonical controller text of `modules`: `fixed:BLUEPRINT@SLOT,...` (or `grow:...`) in slot order."""
+    return f"{kind}:" + ",".join(f"{blueprint}@{slot}" for slot, blueprint in modules)
 
 
-def parse_fixed_modules(argument: str, topology: str, slots: Sequence[str]) -> FixedModules:
+def parse_fixed_modules(argument: str, topology: str, slots: Sequence[str], kind: str = FIXED) -> FixedModules:
     """`BLUEPRINT@SLOT[,BLUEPRINT@SLOT...]` as (slot, blueprint) pairs in canonical slot order.
 
     Only the topology's head blueprints and the run's enabled slots are accepted, so a fixed baseline is always a
     network a controller could have grown in that run; each error names the problem and what to write instead.
+    `kind` is the controller the argument belongs to (`fixed` or `grow`), for the messages.
     """
-    where = f"'{FIXED}:{argument}'"
+    where = f"'{kind}:{argument}'"
     blueprints = _blueprints(topology)
     pairs: dict[str, str] = {}
     for item in argument.split(","):
         blueprint, at, slot = item.strip().partition("@")
         if not at or not blueprint or not slot or "@" in slot:
             raise UserInputError(f"{where}: '{item}' is not BLUEPRINT@SLOT; write one BLUEPRINT@SLOT per module, "
-                                 f"separated by commas ({_EXAMPLE})")
+                                 f"separated by commas ({_example(kind)})")
         if blueprint not in blueprints:
             hint = " (noop builds nothing: use static)" if blueprint == _NOOP else ""
             raise UserInputError(f"{where}: unknown blueprint '{blueprint}' for topology '{topology}'{hint}; "
@@ -74,9 +78,11 @@ def parse_fixed_modules(argument: str, topology: str, slots: Sequence[str]) -> F
     return tuple((s, pairs[s]) for s in CANONICAL_SLOTS if s in pairs)
 
 
-def fixed_variants(topology: str, slots: Sequence[str]) -> list[str]:
-    """Every single-module spec (each head blueprint of `topology` at each enabled slot), for a best-fixed baseline."""
-    return [fixed_spec(((slot, blueprint),)) for blueprint in _blueprints(topology) for slot in ordered_slots(slots)]
+def fixed_variants(topology: str, slots: Sequence[str], kind: str = FIXED) -> list[str]:
+    """Every single-module spec (each head blueprint of `topology` at each enabled slot), for a best-fixed baseline
+    (or, with `kind="grow"`, the rules best-rule is chosen from)."""
+    return [fixed_spec(((slot, blueprint),), kind) for blueprint in _blueprints(topology)
+            for slot in ordered_slots(slots)]
 
 
 class FixedPolicy:
