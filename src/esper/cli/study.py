@@ -5,9 +5,9 @@
     esper study --preset synthetic --ppo runs/ppo_x --controller iql:runs/iql_y   # reuse a trained policy
 
 A study trains the policy (train/), chooses best-fixed (every single-module `fixed:` variant) and best-rule (every
-scripted behaviour preset) by validation accuracy on selection seeds (selection/), then evaluates everything on
-paired evaluation seeds disjoint from both (eval/), reporting final test accuracy: the test split is scored once per
-final model and seen by nothing that decides.
+scripted behaviour preset and single-module `grow:` rule) by validation accuracy on selection seeds (selection/),
+then evaluates everything on paired evaluation seeds disjoint from both (eval/), reporting final test accuracy: the
+test split is scored once per final model and seen by nothing that decides.
 
 Rerunning the same command with the same --run-dir continues an interrupted study: training resumes from its last
 checkpoint and selection and evaluation from their finished paired episodes (an evaluation of a policy that has
