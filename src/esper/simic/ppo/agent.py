@@ -41,7 +41,8 @@ class PPOAgent:
         # The entropy bonus anneals per update call; a rollout batch runs `ppo_updates_per_batch` of them.
         self.entropy_anneal_steps = (math.ceil(config.entropy_anneal_episodes / config.n_envs)
                                      * config.ppo_updates_per_batch)
-        self.network = FactoredActorCritic(state_dim, hidden_dim=config.hidden_dim).to(self.device)
+        self.network = FactoredActorCritic(state_dim, hidden_dim=config.hidden_dim,
+                                           op_bias=config.op_bias()).to(self.device)
         self.optimizer = torch.optim.Adam(self.network.parameters(), lr=config.lr, eps=1e-5)
         self.buffer = FactoredRolloutBuffer()
         self.train_steps = 0

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from esper.env.rewards import AUTO_PARAM_COST, RewardFamily, SparseRewardConfig
-from esper.leyline import CANONICAL_SLOTS, ordered_slots
+from esper.leyline import CANONICAL_SLOTS, LifecycleOp, ordered_slots
 from esper.leyline.constants import (
     DEFAULT_BATCH_SIZE_TRAINING,
     DEFAULT_CLIP_RATIO,
@@ -65,6 +65,7 @@ MAX_EPISODE_LENGTH = 1000
 MAX_EPISODES = 1_000_000
 MAX_SAMPLES = 10**9
 MAX_BATCH = 65_536
+MAX_OP_BIAS = 20.0
 
 # Numeric fields: (lowest, highest, lowest excluded). Limits catch typos and values that would exhaust memory or
 # overflow a seed (hidden_dim 10**6 asks for terabytes) long before any work starts, and every float must be finite.
@@ -135,6 +136,10 @@ class TrainingConfig(StrictConfig):
     entropy_coef_min: float = DEFAULT_ENTROPY_COEF_MIN
     entropy_anneal_episodes: int = 0
     hidden_dim: int = DEFAULT_HIDDEN_DIM
+    # The op head's initial bias per op name (others 0): the initial policy's log-odds between WAIT, GERMINATE, CULL
+    # and FOSSILIZE. {"CULL": -2} starts from a policy that rarely culls, so random seeds live through their lifecycle
+    # and exploration sees what fossilized modules are worth.
+    initial_op_bias: dict[str, float] = Field(default_factory=dict)
     use_telemetry: bool = True
     reward_family: RewardFamily = RewardFamily.GAP
     # gap reward's λ_p; None: the task's value measured at the nearest sample cap; "auto": measured for this run's
@@ -190,6 +195,22 @@ class TrainingConfig(StrictConfig):
             low = f"> {lo:g}" if low_open else f">= {lo:g}"
             raise UserInputError(f"must be a finite number {low} and <= {hi:g}, got {v}")
         return v
+
+    @field_validator("initial_op_bias")
+    @classmethod
+    def _op_bias(cls, v: dict[str, float]) -> dict[str, float]:
+        ops = [op.name for op in LifecycleOp]
+        unknown = sorted(set(v) - set(ops))
+        if unknown:
+            raise UserInputError(f"unknown op(s) {unknown}; initial_op_bias is keyed by {ops}")
+        bad = {k: x for k, x in v.items() if not math.isfinite(x) or abs(x) > MAX_OP_BIAS}
+        if bad:
+            raise UserInputError(f"op biases must be finite and within ±{MAX_OP_BIAS:g} (log-odds), got {bad}")
+        return v
+
+    def op_bias(self) -> tuple[float, ...]:
+        """`initial_op_bias` as one value per op in `LifecycleOp` order; () when none is set (a zero bias)."""
+        return tuple(self.initial_op_bias.get(op.name, 0.0) for op in LifecycleOp) if self.initial_op_bias else ()
 
     @field_validator("hidden_dim")
     @classmethod

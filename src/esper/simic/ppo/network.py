@@ -9,7 +9,7 @@ because of a head whose choice had no effect.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import torch
@@ -72,7 +72,11 @@ class FactoredActorCritic(nn.Module):
         num_blends: int = NUM_BLENDS,
         num_ops: int = NUM_OPS,
         hidden_dim: int = DEFAULT_HIDDEN_DIM,
+        op_bias: Sequence[float] = (),
     ) -> None:
+        """`op_bias` (one value per op, in `LifecycleOp` order; empty: all zero) is the op head's initial output bias:
+        the initial policy's log-odds between ops, e.g. a negative CULL bias lets more random seeds live through
+        their lifecycle while exploring."""
         super().__init__()
         if state_dim < 1 or hidden_dim < 2 or hidden_dim % 2:
             raise ValueError(f"Need state_dim ≥ 1 and an even hidden_dim ≥ 2, got {state_dim}, {hidden_dim}")
@@ -87,6 +91,13 @@ class FactoredActorCritic(nn.Module):
         )
         sizes = {"op": num_ops, "slot": num_slots, "blueprint": num_blueprints, "blend": num_blends}
         self.heads = nn.ModuleDict({name: _mlp_head(hidden_dim, sizes[name], 0.01) for name in HEAD_KEYS})
+        if op_bias:
+            if len(op_bias) != num_ops:
+                raise ValueError(f"op_bias needs one value per op ({num_ops}), got {len(op_bias)}")
+            op_out = self.heads["op"][-1]  # type: ignore[index]
+            assert isinstance(op_out, nn.Linear)
+            with torch.no_grad():
+                op_out.bias.copy_(torch.tensor(op_bias, dtype=torch.float32))
         self.value_head = _mlp_head(hidden_dim, 1, 1.0)
 
     def forward(self, states: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:

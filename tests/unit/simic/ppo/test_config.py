@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,8 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "device": "auto", "devices": None, "amp": False, "checkpoint_every": 1, "lr": 3e-4, "gamma": 0.995,
     "gae_lambda": 0.97, "clip_ratio": 0.2, "value_coef": 0.5, "value_clip": 10.0, "max_grad_norm": 0.5,
     "n_epochs": 10, "minibatch_size": 64, "target_kl": 0.015, "ppo_updates_per_batch": 1, "entropy_coef": 0.05,
-    "entropy_coef_min": 0.01, "entropy_anneal_episodes": 0, "hidden_dim": 256, "use_telemetry": True,
+    "entropy_coef_min": 0.01, "entropy_anneal_episodes": 0, "hidden_dim": 256,
+    "initial_op_bias": {}, "use_telemetry": True,
     "reward_family": "gap", "param_cost": None, "group_size": 4, "advantage": "gae", "param_budget": 500000,
     "param_penalty_weight": 0.1, "sparse_reward_scale": 1.0, "init_from": None, "init_datasets": None,
     "n_workers": 0, "threads": 1, "executor": "process", "ray_address": None,
@@ -249,11 +251,13 @@ def test_numbers_must_be_finite_and_in_range(changes: dict[str, Any], field: str
 
 
 def test_every_numeric_field_is_bounded() -> None:
-    """A new numeric field must get a range in BOUNDS (or be deliberately a bool/str/list)."""
+    """A new numeric field must get a range in BOUNDS (or be deliberately a bool/str/list; a dict of numbers, like
+    initial_op_bias, bounds its values in a validator of its own)."""
     from esper.simic.ppo.config import BOUNDS
 
     numeric = {name for name, f in TrainingConfig.model_fields.items()
-               if any(t in str(f.annotation) for t in ("int", "float")) and "bool" not in str(f.annotation)}
+               if any(t in str(f.annotation) for t in ("int", "float")) and "bool" not in str(f.annotation)
+               and not str(f.annotation).startswith("dict")}
     assert numeric == set(BOUNDS)
 
 
@@ -268,3 +272,15 @@ def test_bounds_themselves_are_accepted(field: str) -> None:
     if not low_open:
         bottom = int(low) if isinstance(top, int) else low
         assert getattr(TrainingConfig.from_dict({**base, field: bottom}), field) == bottom
+
+
+def test_initial_op_bias_is_keyed_by_op_name_and_becomes_one_value_per_op() -> None:
+    assert TrainingConfig().op_bias() == ()  # none set: the network keeps its zero bias
+    assert TrainingConfig(initial_op_bias={"CULL": -2.0, "WAIT": 0.5}).op_bias() == (0.5, 0.0, -2.0, 0.0)
+    with pytest.raises(ValueError, match=r"unknown op\(s\) \['KILL'\]; initial_op_bias is keyed by \['WAIT'"):
+        TrainingConfig(initial_op_bias={"KILL": -2.0})
+    for bad in (math.inf, math.nan):
+        with pytest.raises(ValueError, match="finite number"):
+            TrainingConfig(initial_op_bias={"CULL": bad})
+    with pytest.raises(ValueError, match=r"finite and within ±20 \(log-odds\), got \{'CULL': -21.0\}"):
+        TrainingConfig(initial_op_bias={"CULL": -21.0})

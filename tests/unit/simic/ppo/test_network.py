@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -53,6 +55,19 @@ def test_init_gains_and_zero_biases() -> None:
     assert isinstance(first, torch.nn.Linear)
     gram = first.weight.T @ first.weight  # orthogonal columns (in ≤ out) scaled by √2
     assert torch.allclose(gram, 2.0 * torch.eye(D), atol=1e-4)
+
+
+def test_op_bias_sets_the_initial_policy_s_log_odds_between_ops() -> None:
+    torch.manual_seed(0)
+    model = FactoredActorCritic(D, hidden_dim=64, op_bias=(1.0, 0.0, -2.0, 0.0))
+    with torch.no_grad():
+        probs = torch.softmax(model(torch.randn(256, D))[0]["op"], dim=-1).mean(dim=0)
+    # the output weights start near zero (gain 0.01), so the bias alone sets the odds
+    assert (probs / probs[1]).tolist() == pytest.approx([math.e, 1.0, math.exp(-2.0), 1.0], rel=0.05)
+    for name in ("slot", "blueprint", "blend"):
+        assert torch.count_nonzero(model.heads[name][-1].bias) == 0
+    with pytest.raises(ValueError, match=r"one value per op \(4\), got 3"):
+        FactoredActorCritic(D, hidden_dim=64, op_bias=(0.0, 0.0, -2.0))
 
 
 def test_invalid_hidden_dim() -> None:
