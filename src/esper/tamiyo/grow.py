@@ -3,8 +3,7 @@
 `fixed:norm@early` has the module from epoch 0; `grow:norm@early` germinates the same module in the same slot at the
 first epoch GERMINATE is valid there and fossilizes it at the first epoch FOSSILIZE is, never culling it. No
 controller can give that module an earlier lifecycle, so the gap between the two is what growing a module costs
-over building it in, and it bounds what any controller that grows only that module can reach. Its single-module
-variants are scripted rules, so a study's best-rule is chosen among them too.
+over building it in. Its single-module variants are scripted rules, so a study's best-rule is chosen among them too.
 """
 
 from __future__ import annotations
