@@ -162,3 +162,26 @@ def test_seed_telemetry_features_finite_for_extreme_inputs(
     )
     for i, f in enumerate(t.to_features()):
         assert math.isfinite(f) and -1.0 <= f <= 1.0, (i, f)
+
+
+@given(
+    states=slot_states,
+    total=st.integers(0, 5),
+    limit=st.integers(0, 4),
+    embargo=embargoes,
+    allowed=st.frozensets(st.sampled_from([b.value for b in BlueprintAction if b != BlueprintAction.NOOP])),
+)
+def test_a_blueprint_restriction_allows_exactly_the_allowed_subset(
+    states: dict[str, MaskSeedInfo | None], total: int, limit: int, embargo: list[str], allowed: frozenset[int]
+) -> None:
+    full = compute_action_validity(states, total_seeds=total, max_seeds=limit, embargoed=embargo)
+    restricted = full.restricted_to_blueprints(allowed)
+    for index in range(NUM_JOINT_ACTIONS):
+        action = from_joint_index(index)
+        keeps = not action.is_germinate or action.blueprint in allowed
+        assert restricted.is_valid(action) == (full.is_valid(action) and keeps)
+    germinable = [any(row) for row in restricted.slot_blueprint]
+    assert restricted.op_slot[LifecycleOp.GERMINATE] == tuple(
+        ok and g for ok, g in zip(full.op_slot[LifecycleOp.GERMINATE], germinable, strict=True))
+    assert restricted.op[LifecycleOp.GERMINATE] == any(restricted.op_slot[LifecycleOp.GERMINATE])
+    assert restricted.op_slot[LifecycleOp.CULL] == full.op_slot[LifecycleOp.CULL]

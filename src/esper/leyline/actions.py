@@ -297,6 +297,18 @@ class ActionValidity:
         action = FactoredAction.from_command(cmd, topology)
         return action is None or self.is_valid(action)
 
+    def restricted_to_blueprints(self, allowed: frozenset[int]) -> ActionValidity:
+        """This validity for a controller that may germinate only the blueprint indices in `allowed`: the other
+        blueprints become invalid, and so does GERMINATE in a slot (or anywhere) where none of `allowed` is valid."""
+        slot_blueprint = tuple(tuple(ok and b in allowed for b, ok in enumerate(row)) for row in self.slot_blueprint)
+        germinate = tuple(ok and any(row) for ok, row in zip(self.op_slot[LifecycleOp.GERMINATE], slot_blueprint,
+                                                             strict=True))
+        op_slot = tuple(germinate if op == LifecycleOp.GERMINATE else row for op, row in zip(LifecycleOp, self.op_slot,
+                                                                                            strict=True))
+        op = tuple(any(germinate) if o == LifecycleOp.GERMINATE else ok for o, ok in zip(LifecycleOp, self.op,
+                                                                                          strict=True))
+        return ActionValidity(op_slot=op_slot, op=op, slot_blueprint=slot_blueprint, blend=self.blend)
+
     def valid_slots(self, op: LifecycleOp) -> tuple[str, ...]:
         return tuple(s for i, s in enumerate(CANONICAL_SLOTS) if self.op_slot[op][i])
 

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from esper.env.rewards import AUTO_PARAM_COST, RewardFamily, SparseRewardConfig
-from esper.leyline import CANONICAL_SLOTS, LifecycleOp, ordered_slots
+from esper.leyline import BLUEPRINT_HEAD, CANONICAL_SLOTS, LifecycleOp, ordered_slots
 from esper.leyline.constants import (
     DEFAULT_BATCH_SIZE_TRAINING,
     DEFAULT_CLIP_RATIO,
@@ -140,6 +140,9 @@ class TrainingConfig(StrictConfig):
     # and FOSSILIZE. {"CULL": -2} starts from a policy that rarely culls, so random seeds live through their lifecycle
     # and exploration sees what fossilized modules are worth.
     initial_op_bias: dict[str, float] = Field(default_factory=dict)
+    # The blueprints the policy may germinate (None: every blueprint of the task's topology). The restriction is the
+    # policy's, not the env's: the other controllers of a comparison keep every blueprint.
+    blueprints: list[str] | None = None
     use_telemetry: bool = True
     reward_family: RewardFamily = RewardFamily.GAP
     # gap reward's λ_p; None: the task's value measured at the nearest sample cap; "auto": measured for this run's
@@ -239,6 +242,7 @@ class TrainingConfig(StrictConfig):
         for ok, message in checks:
             if not ok:
                 raise UserInputError(message)
+        self.blueprint_indices()
         if self.reward_family != RewardFamily.SPARSE:
             changed = [k for k in ("param_budget", "param_penalty_weight", "sparse_reward_scale")
                        if getattr(self, k) != getattr(_SPARSE_DEFAULTS, k)]
@@ -246,6 +250,18 @@ class TrainingConfig(StrictConfig):
                 raise UserInputError(f"{changed} only apply to reward_family 'sparse' "
                                      f"(got '{self.reward_family.value}')")
         return self
+
+    def blueprint_indices(self) -> frozenset[int] | None:
+        """`blueprints` as indices of the topology's blueprint head (None: all of them); unknown names are refused."""
+        if self.blueprints is None:
+            return None
+        head = BLUEPRINT_HEAD[TASKS[self.task].topology]
+        germinable = head[1:]  # index 0 is the noop blueprint, never a germination
+        unknown = sorted(set(self.blueprints) - set(germinable))
+        if unknown or not self.blueprints:
+            raise UserInputError(f"blueprints must name at least one of {list(germinable)} (task {self.task}), got "
+                                 f"{self.blueprints}")
+        return frozenset(head.index(b) for b in self.blueprints)
 
     def charged_param_cost(self) -> float | None:
         """The λ_p the reward charges (None: the task's measured one). "auto" is measured by the command line

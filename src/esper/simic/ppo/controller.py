@@ -16,7 +16,15 @@ import torch
 
 from esper.env.features import obs_dim, observation_features
 from esper.env.masks import compute_batch_masks, masks_from_joint
-from esper.leyline import NUM_JOINT_ACTIONS, EnvObservation, FactoredAction, joint_index, ordered_slots
+from esper.leyline import (
+    NUM_JOINT_ACTIONS,
+    EnvObservation,
+    FactoredAction,
+    LifecycleOp,
+    from_joint_index,
+    joint_index,
+    ordered_slots,
+)
 from esper.leyline.errors import UserInputError
 from esper.runtime.rundir import checkpoint_file
 from esper.runtime.tasks import get_task_spec
@@ -37,7 +45,8 @@ class PPOPolicy:
     name = "ppo"
 
     def __init__(self, agent: PPOAgent, obs_normalizer: RunningMeanStd, *, use_telemetry: bool,
-                 deterministic: bool = False) -> None:
+                 deterministic: bool = False, blueprints: frozenset[int] | None = None) -> None:
+        """`blueprints`: the blueprint indices the policy may germinate (None: every one the env allows)."""
         if obs_normalizer.shape != (obs_dim(use_telemetry),) or agent.state_dim != obs_dim(use_telemetry):
             raise ValueError(f"Policy expects {agent.state_dim} features, normalizer {obs_normalizer.shape}, "
                              f"observation has {obs_dim(use_telemetry)}")
@@ -45,6 +54,9 @@ class PPOPolicy:
         self.obs_normalizer = obs_normalizer
         self.use_telemetry = use_telemetry
         self.deterministic = deterministic
+        self.blueprints = blueprints
+        self._joint_allowed = torch.tensor([_allows(from_joint_index(i), blueprints) for i in range(NUM_JOINT_ACTIONS)],
+                                           device=agent.device)
 
     def decide(self, obs: EnvObservation) -> TamiyoDecision:
         return self.decide_batch([obs])[0]
@@ -54,7 +66,9 @@ class PPOPolicy:
         raw = torch.tensor([observation_features(o, use_telemetry=self.use_telemetry) for o in observations],
                            dtype=torch.float32, device=device)
         states = self.obs_normalizer.normalize(raw)
-        masks = compute_batch_masks([o.validity for o in observations], device=device)
+        validities = [o.validity if self.blueprints is None else o.validity.restricted_to_blueprints(self.blueprints)
+                      for o in observations]
+        masks = compute_batch_masks(validities, device=device)
         if not bool(torch.isfinite(states).all()):
             raise NonFinitePolicyError(f"non-finite observation features for env(s) {_bad_rows(states)}: the "
                                        f"environment measured NaN or infinity; rerun with --debug to see where")
@@ -90,7 +104,8 @@ class PPOPolicy:
         at the action each head's mode gives (what `esper compare` evaluates), from raw features and the joint
         validity that datasets store."""
         states = self.obs_normalizer.normalize(raw_states.to(self.agent.device, torch.float32))
-        actions, _, _, _ = self.agent.act(states, masks_from_joint(valid.to(self.agent.device)), deterministic=True)
+        allowed = valid.to(self.agent.device) & self._joint_allowed
+        actions, _, _, _ = self.agent.act(states, masks_from_joint(allowed), deterministic=True)
         rows = torch.stack([actions["slot"], actions["blueprint"], actions["blend"], actions["op"]], 1).tolist()
         joint = [joint_index(FactoredAction.from_indices(*row)) for row in rows]
         return torch.nn.functional.one_hot(torch.tensor(joint), NUM_JOINT_ACTIONS).to(torch.float32)
@@ -120,7 +135,12 @@ class PPOPolicy:
         agent = PPOAgent(config, state_dim=dim, topology=trained_topology, device=device)
         normalizer = RunningMeanStd(dim, device=device)
         load_policy_state(agent, normalizer, data, path)
-        return cls(agent, normalizer, use_telemetry=config.use_telemetry, deterministic=deterministic)
+        return cls(agent, normalizer, use_telemetry=config.use_telemetry, deterministic=deterministic,
+                   blueprints=config.blueprint_indices())
+
+
+def _allows(action: FactoredAction, blueprints: frozenset[int] | None) -> bool:
+    return blueprints is None or action.op != LifecycleOp.GERMINATE or action.blueprint in blueprints
 
 
 def _bad_rows(values: torch.Tensor) -> list[int]:

@@ -119,7 +119,8 @@ def _train(config: TrainingConfig, run: PPORun, task: TaskSpec, env_devices: lis
         if config.init_from is not None:
             _start_from_iql(learner, config, task, run)
         _checkpoint(learner, run, "init")  # the policy before any update: evaluations compare final with init
-    controller = PPOPolicy(learner.agent, learner.obs_normalizer, use_telemetry=config.use_telemetry)
+    controller = PPOPolicy(learner.agent, learner.obs_normalizer, use_telemetry=config.use_telemetry,
+                           blueprints=config.blueprint_indices())
     reward = reward_config(config.reward_family, task, SparseRewardConfig(
         config.param_budget, config.param_penalty_weight, config.sparse_reward_scale), config.charged_param_cost(),
         max_train_samples=config.max_train_samples)

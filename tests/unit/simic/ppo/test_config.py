@@ -20,7 +20,7 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "gae_lambda": 0.97, "clip_ratio": 0.2, "value_coef": 0.5, "value_clip": 10.0, "max_grad_norm": 0.5,
     "n_epochs": 10, "minibatch_size": 64, "target_kl": 0.015, "ppo_updates_per_batch": 1, "entropy_coef": 0.05,
     "entropy_coef_min": 0.01, "entropy_anneal_episodes": 0, "hidden_dim": 256,
-    "initial_op_bias": {}, "use_telemetry": True,
+    "initial_op_bias": {}, "blueprints": None, "use_telemetry": True,
     "reward_family": "gap", "param_cost": None, "group_size": 4, "advantage": "gae", "param_budget": 500000,
     "param_penalty_weight": 0.1, "sparse_reward_scale": 1.0, "init_from": None, "init_datasets": None,
     "n_workers": 0, "threads": 1, "executor": "process", "ray_address": None,
@@ -284,3 +284,12 @@ def test_initial_op_bias_is_keyed_by_op_name_and_becomes_one_value_per_op() -> N
             TrainingConfig(initial_op_bias={"CULL": bad})
     with pytest.raises(ValueError, match=r"finite and within ±20 \(log-odds\), got \{'CULL': -21.0\}"):
         TrainingConfig(initial_op_bias={"CULL": -21.0})
+
+
+def test_blueprints_name_the_topologys_germinable_blueprints() -> None:
+    assert TrainingConfig().blueprint_indices() is None  # none set: every blueprint
+    assert TrainingConfig(task="synthetic", blueprints=["norm", "conv_light"]).blueprint_indices() == frozenset({3, 1})
+    assert TrainingConfig(task="synthetic_text", blueprints=["lora"]).blueprint_indices() == frozenset({1})
+    for bad in (["lora"], ["noop"], [], ["norm", "nrom"]):  # lora is a transformer blueprint; noop never germinates
+        with pytest.raises(ValueError, match=r"blueprints must name at least one of \['conv_light', 'attention'"):
+            TrainingConfig(task="synthetic", blueprints=bad)

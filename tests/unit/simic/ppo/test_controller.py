@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from esper.env.features import obs_dim
+from esper.leyline import NUM_JOINT_ACTIONS, BlueprintAction, LifecycleOp, from_joint_index
 from esper.runtime.checkpoint import CheckpointFormatError
 from esper.simic.normalization import RunningMeanStd
 from esper.simic.ppo.agent import PPOAgent
@@ -96,3 +97,22 @@ def test_another_setting_is_refused_unless_allowed(tmp_path: Path) -> None:
         PPOPolicy.from_checkpoint(path, context=context)
     allowed = ControllerContext(topology="cnn", slots=tuple(trained.slots), setting=other, allow_setting_change=True)
     assert PPOPolicy.from_checkpoint(path, context=allowed).decide_batch([make_obs()])
+
+
+def test_a_blueprint_restriction_travels_with_the_checkpoint_and_binds_every_decision(tmp_path: Path) -> None:
+    config = CONFIG.model_copy(update={"blueprints": ["norm"], "initial_op_bias": {"GERMINATE": 5.0}})
+    path = tmp_path / "p.pt"
+    PPOLearnerState.new(config, torch.device("cpu")).save(path)
+    sampled = PPOPolicy.from_checkpoint(path, deterministic=False)
+    torch.manual_seed(0)
+    decisions = sampled.decide_batch([make_obs() for _ in range(64)])
+    germinated = {d.command.blueprint_id for d in decisions if d.command.op == LifecycleOp.GERMINATE}
+    assert germinated == {"norm"}  # the bias makes nearly every decision a germination; none is another blueprint
+    used = [d.info["used_masks"]["blueprint"] for d in decisions]
+    assert all(m.tolist() == [False, False, False, True, False] for m in used)  # what PPO's update re-evaluates
+    greedy = PPOPolicy.from_checkpoint(path)
+    valid = torch.ones(8, NUM_JOINT_ACTIONS, dtype=torch.bool)
+    probs = greedy.action_probs(torch.randn(8, obs_dim(config.use_telemetry)), valid)
+    chosen = [from_joint_index(int(i)) for i in probs.argmax(dim=1)]
+    assert all(a.blueprint == BlueprintAction.NORM for a in chosen if a.is_germinate)
+    assert any(a.is_germinate for a in chosen)
