@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from esper.cli.main import main
-from esper.evaluation.study import BEST_FIXED, BEST_RULE, FINAL, INIT
+from esper.evaluation.study import BEST_FIXED, BEST_RULE, FINAL, INIT, chosen_blueprints
 from esper.runtime.rundir import read_jsonl
 from esper.runtime.synthetic import SYNTHETIC_SPLIT_SIZES
+from esper.simic.ppo.checkpoint import read_policy_checkpoint
 
 pytestmark = pytest.mark.smoke
 
@@ -119,3 +120,44 @@ def test_default_tie_threshold_is_one_sample_of_the_whole_test_split(tmp_path: P
     assert main(["compare", "--controllers", "static", "heuristic", *TINY, "--episodes", "1", "--tie-threshold",
                  "0.25", "--max-test-samples", "50", "--run-dir", str(run)]) == 0
     assert _results(run)["tie_threshold"] == 0.25  # an explicit threshold wins
+
+
+def test_blueprints_from_selection_trains_the_policy_on_best_fixed_blueprints(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "study"
+    argv = [*STUDY, "--set", 'initial_op_bias={"GERMINATE": 3}', "--blueprints-from-selection", "--run-dir", str(run)]
+    assert main(argv) == 0
+    best_fixed = _results(run)["study"]["chosen"][BEST_FIXED]
+    allowed = chosen_blueprints(best_fixed)
+    assert allowed and all(f"{b}@" in best_fixed for b in allowed)
+    # the trained policy carries the restriction, and every germination it made in training obeys it
+    for name in ("init.pt", "final.pt"):
+        assert read_policy_checkpoint(run / "train" / "checkpoints" / name)["config"]["blueprints"] == allowed
+    germinated = [step["blueprint"] for step in read_jsonl(run / "train" / "steps.jsonl")
+                  if step["op"] == "GERMINATE" and step["success"]]
+    assert germinated and set(germinated) <= set(allowed)
+    assert _results(run)["study"]["training"]["blueprints"] == allowed
+    assert f"may germinate only {', '.join(allowed)}" in (run / "summary.md").read_text()
+
+    # a rerun continues the same study: selection is not redone, nothing is trained again
+    episodes = read_jsonl(run / "selection" / "episodes.jsonl")
+    capsys.readouterr()
+    assert main(argv) == 0
+    assert "Nothing to train" in capsys.readouterr().out
+    assert read_jsonl(run / "selection" / "episodes.jsonl") == episodes
+
+
+@pytest.mark.parametrize("extra", [["--selection-seeds", "0"], ["--set", 'blueprints=["norm"]'],
+                                   ["--ppo", "somewhere"]])
+def test_blueprints_from_selection_refuses_what_contradicts_it(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                               extra: list[str]) -> None:
+    run = tmp_path / "study"
+    assert main([*STUDY, *extra, "--blueprints-from-selection", "--run-dir", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "--blueprints-from-selection" in err and "Traceback" not in err
+    assert not run.exists()
+
+
+def test_chosen_blueprints_are_the_modules_of_the_fixed_variant() -> None:
+    assert chosen_blueprints("fixed:norm@early") == ["norm"]
+    assert chosen_blueprints("fixed:norm@early,conv_light@mid,norm@late") == ["conv_light", "norm"]

@@ -3,11 +3,14 @@
     esper study --preset quick                      # CPU, minutes: static, heuristic, init and final policy
     esper study --preset synthetic                  # CPU reference study: every baseline, 20 evaluation seeds
     esper study --preset synthetic --ppo runs/ppo_x --controller iql:runs/iql_y   # reuse a trained policy
+    esper study --preset synthetic --blueprints-from-selection   # the policy grows only best-fixed's blueprints
 
-A study trains the policy (train/), chooses best-fixed (every single-module `fixed:` variant) and best-rule (every
-scripted behaviour preset and single-module `grow:` rule) by validation accuracy on selection seeds (selection/),
-then evaluates everything on paired evaluation seeds disjoint from both (eval/), reporting final test accuracy: the
-test split is scored once per final model and seen by nothing that decides.
+A study chooses best-fixed (every single-module `fixed:` variant) and best-rule (every scripted behaviour preset and
+single-module `grow:` rule) by validation accuracy on selection seeds (selection/), trains the policy (train/), then
+evaluates everything on paired evaluation seeds disjoint from both (eval/), reporting final test accuracy: the test
+split is scored once per final model and seen by nothing that decides. With --blueprints-from-selection the policy
+may germinate only the blueprints of the chosen best-fixed: selection answers *what* to build, the policy learns
+*when* and *where* to grow it.
 
 Rerunning the same command with the same --run-dir continues an interrupted study: training resumes from its last
 checkpoint and selection and evaluation from their finished paired episodes (an evaluation of a policy that has
@@ -56,6 +59,7 @@ from esper.evaluation.study import (
     FINAL,
     STUDY_PRESETS,
     choose_best,
+    chosen_blueprints,
     evaluation_plan,
     run_evaluation,
     selection_candidates,
@@ -100,6 +104,8 @@ def add_study_parser(sub: Any) -> None:
     p.add_argument("--allow-setting-change", action="store_true",
                    help="let --controller policies run in another task, episode length or caps than they learned in")
     p.add_argument("--ppo", type=Path, help="evaluate this PPO run directory instead of training one")
+    p.add_argument("--blueprints-from-selection", action="store_true",
+                   help="train the policy to germinate only the blueprints of the chosen best-fixed")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override one TrainingConfig field of the preset; VALUE is parsed as JSON (repeatable)")
     p.add_argument("--device", help="policy and env device: 'auto', 'cpu' or 'cuda:N'")
@@ -116,10 +122,16 @@ _PLACEMENT = ("device", "devices", *WORKER_FIELDS.values())
 """Overrides that change where a study runs, not what it measures."""
 
 
-def _training_config(args: argparse.Namespace, train_dir: Path) -> tuple[TrainingConfig, Path | None]:
-    """The preset's config with the overrides, or the saved one when the run (or --ppo) already has checkpoints
-    (ignored under --overwrite, which starts the study over)."""
+def _training_config(args: argparse.Namespace, train_dir: Path, blueprints: list[str] | None = None
+                     ) -> tuple[TrainingConfig, Path | None]:
+    """The preset's config with the overrides (and `blueprints`, once selection has chosen them), or the saved one
+    when the run (or --ppo) already has checkpoints (ignored under --overwrite, which starts the study over)."""
     overrides = flag_overrides(args)
+    if args.blueprints_from_selection and "blueprints" in overrides:
+        raise UserInputError("--blueprints-from-selection takes the policy's blueprints from best-fixed: drop "
+                             "--set blueprints=... or the flag")
+    if blueprints is not None:
+        overrides["blueprints"] = blueprints
     requested = TrainingConfig.preset(STUDY_PRESETS[args.preset].training).with_overrides(**overrides)
     latest = checkpoints_dir(train_dir) / "latest.pt"
     if args.ppo is not None and not args.ppo.is_dir():
@@ -138,6 +150,8 @@ def _training_config(args: argparse.Namespace, train_dir: Path) -> tuple[Trainin
     saved = TrainingConfig.from_dict(read_policy_checkpoint(latest)["config"])
     if args.ppo is not None:
         return saved.with_overrides(**overrides), latest  # only where it runs may change
+    if args.blueprints_from_selection and blueprints is None:  # before selection: check everything else
+        requested = requested.with_overrides(blueprints=saved.blueprints)
     return resume_config(saved, requested), latest
 
 
@@ -153,7 +167,7 @@ def _measured_setting(config: TrainingConfig) -> dict[str, Any]:
 def _settings(args: argparse.Namespace, seeds: int, selection_seeds: int) -> dict[str, Any]:
     return {"preset": args.preset, "seeds": seeds, "selection_seeds": selection_seeds, "controllers": args.controller,
             "ppo": None if args.ppo is None else str(args.ppo), "tie_threshold": args.tie_threshold,
-            "max_test_samples": args.max_test_samples}
+            "max_test_samples": args.max_test_samples, "blueprints_from_selection": args.blueprints_from_selection}
 
 
 def _open_study(path: Path, args: argparse.Namespace, settings: dict[str, Any]) -> tuple[RunDirectory, bool]:
@@ -241,6 +255,9 @@ def _select(args: argparse.Namespace, path: Path, config: TrainingConfig, settin
     """best-fixed and best-rule, chosen on the selection seeds; the table is saved as selection/summary.md."""
     if seeds == 0:
         return {}
+    # Nothing selection runs is the policy's, so it is recorded without the policy's blueprints: the same selection
+    # serves a study before and after --blueprints-from-selection has made its choice.
+    config = config.with_overrides(blueprints=None)
     plan = evaluation_plan(config, SeedStream.SELECTION, args.max_test_samples)
     fixed, rules = selection_candidates(plan.task.topology, plan.slots)
     candidates = [*fixed, *rules]
@@ -259,14 +276,19 @@ def cmd_study(args: argparse.Namespace) -> int:
     path = args.run_dir or default_run_dir(args.runs_root, "study", args.preset, seed, run_settings(args))
     settings = _settings(args, seeds, selection_seeds)
     train_path = args.ppo if args.ppo is not None else path / "train"
+    if args.blueprints_from_selection and (args.ppo is not None or selection_seeds == 0):
+        raise UserInputError("--blueprints-from-selection trains the policy on best-fixed's blueprints, so it needs "
+                             "selection seeds (not --selection-seeds 0) and a policy to train (not --ppo)")
     config, checkpoint = _training_config(args, train_path)  # bad settings fail before anything is written
     cache = preload_data(args, get_task_spec(config.task), resolve_devices(config.device, config.devices), SPLITS)
     study, fresh = _open_study(path, args, settings)
     with discard_on_error(study, fresh=fresh, errors=USER_ERRORS):
+        chosen = _select(args, path / "selection", config, settings, cache, selection_seeds)
+        if args.blueprints_from_selection:
+            config, checkpoint = _training_config(args, train_path, chosen_blueprints(chosen[BEST_FIXED]))
         if args.ppo is None and not _train(args, config, checkpoint, train_path, cache):
             console.print(f"Stopped during training. Continue with the same command (--run-dir {path}).")
             return EXIT_INTERRUPTED
-        chosen = _select(args, path / "selection", config, settings, cache, selection_seeds)
         specs, labels = study_controllers(preset.baselines, train_path, chosen, args.controller)
         plan = evaluation_plan(config, max_test_samples=args.max_test_samples,
                                allow_setting_change=args.allow_setting_change)
@@ -276,6 +298,7 @@ def cmd_study(args: argparse.Namespace) -> int:
     reward = plan.describe_reward()
     title = f"esper study --preset {args.preset} ({config.task}; reward {reward})"
     summary = write_study(path, comparison, title=title, command="esper " + " ".join(args.argv), chosen=chosen,
+                          policy_blueprints=config.blueprints,
                           extra={"preset": args.preset, "seeds": seeds, "selection_seeds": selection_seeds,
                                  "reward": reward, "training": _measured_setting(config)})
     console.print(comparison_table(comparison))

@@ -27,8 +27,8 @@ from esper.simic.ppo.config import TrainingConfig
 from esper.tamiyo import GROW, fixed_variants
 
 __all__ = ["BEST_FIXED", "BEST_RULE", "STUDY_PRESETS", "StudyPreset",
-           "choose_best", "evaluation_plan", "rule_candidates", "selection_candidates", "selection_markdown",
-           "study_controllers", "summary_markdown", "write_study"]
+           "choose_best", "chosen_blueprints", "evaluation_plan", "rule_candidates", "selection_candidates",
+           "selection_markdown", "study_controllers", "summary_markdown", "write_study"]
 
 INIT, FINAL = "ppo (init)", "ppo (final)"
 BEST_FIXED, BEST_RULE = "best-fixed", "best-rule"
@@ -89,6 +89,13 @@ def choose_best(result: ComparisonResult, candidates: Sequence[str]) -> str:
     return max(candidates, key=lambda c: result.per_controller[c]["final_accuracy"]["mean"])
 
 
+def chosen_blueprints(best_fixed: str) -> list[str]:
+    """The blueprints of a chosen `fixed:` variant, for a policy that may only germinate what selection found best:
+    selection then answers *what* to build and the policy learns *when* and *where*."""
+    _, _, modules = best_fixed.partition(":")
+    return sorted({item.partition("@")[0] for item in modules.split(",")})
+
+
 def study_controllers(baselines: Sequence[str], train_dir: Path, chosen: dict[str, str] | None = None,
                       extra: Sequence[str] = ()) -> tuple[list[str], list[str]]:
     """(specs, labels): the baselines, the chosen best-fixed and best-rule specs (label → spec), the PPO policy
@@ -126,11 +133,11 @@ def _accuracy(stats: dict[str, Any] | None) -> str:
     return "—" if stats is None else f"{stats['mean']:.2f}"
 
 
-def summary_markdown(result: ComparisonResult, *, title: str, command: str, chosen: dict[str, str] | None = None
-                     ) -> str:
+def summary_markdown(result: ComparisonResult, *, title: str, command: str, chosen: dict[str, str] | None = None,
+                     policy_blueprints: Sequence[str] | None = None) -> str:
     """The study table: test and validation accuracy, parameters and training cost per controller, then each
     controller's paired test Δ (with its 95 % interval and wins/losses/ties) against every reference present, and
-    the validation Δ beside it."""
+    the validation Δ beside it. `policy_blueprints`: the blueprints the trained policy was restricted to, if any."""
     chosen = chosen or {}
     references = [ref for ref in REFERENCES if ref in result.controllers]
     epochs = statistics.fmean(len(e.accuracy_curve) for e in result.episodes)
@@ -166,6 +173,9 @@ def summary_markdown(result: ComparisonResult, *, title: str, command: str, chos
     if chosen:
         lines += ["", "best-fixed and best-rule were chosen by mean validation accuracy on selection seeds disjoint "
                   "from the evaluation seeds (see selection/summary.md)."]
+    if policy_blueprints is not None:
+        lines += ["", f"The policy (init and final) may germinate only {', '.join(policy_blueprints)}; the other "
+                  "controllers keep every blueprint."]
     lines += ["", "Command:", "", f"    {command}", ""]
     return "\n".join(lines)
 
@@ -186,10 +196,11 @@ def selection_markdown(result: ComparisonResult, candidates: Sequence[str], chos
 
 
 def write_study(path: Path, result: ComparisonResult, *, title: str, command: str, extra: dict[str, Any],
-                chosen: dict[str, str] | None = None) -> Path:
+                chosen: dict[str, str] | None = None, policy_blueprints: Sequence[str] | None = None) -> Path:
     """results.json (the comparison plus the study's settings and choices) and summary.md in the study directory."""
     run_dir = RunDirectory(path, resume=True)
     result.write(run_dir, {"study": {**extra, "chosen": chosen or {}}})
     summary = path / "summary.md"
-    write_text_atomic(summary, summary_markdown(result, title=title, command=command, chosen=chosen))
+    write_text_atomic(summary, summary_markdown(result, title=title, command=command, chosen=chosen,
+                                                policy_blueprints=policy_blueprints))
     return summary
