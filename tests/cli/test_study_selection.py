@@ -5,6 +5,7 @@ sample's worth of accuracy. Tiny budgets: seconds each."""
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -40,19 +41,33 @@ def test_study_chooses_best_fixed_and_best_rule_on_selection_seeds_and_evaluates
     assert set(chosen) == {BEST_FIXED, BEST_RULE}
     assert chosen[BEST_FIXED].startswith("fixed:") and chosen[BEST_RULE].startswith(("behavior:", "grow:"))
 
-    # chosen by mean final validation accuracy on the selection seeds (the first candidate on a tie)
-    selection = _results(run / "selection")
-    assert selection["per_controller"][chosen[BEST_FIXED]]["episodes"] == 1
+    # chosen by mean final validation accuracy on the selection seeds (the first candidate on a tie), over greedy
+    # rounds: round 1 tries single modules and presets, each later one the best fixed:/grow: spec with one module more
+    rounds = sorted((run / "selection").glob("round-*"))
+    selections = [_results(r) for r in rounds]
+    means = {c: r["per_controller"][c]["final_accuracy"]["mean"] for r in selections for c in r["controllers"]}
+    assert all(r["per_controller"][c]["episodes"] == 1 for r in selections for c in r["controllers"])
+    first = selections[0]["controllers"]
+    assert all(c.startswith("behavior:") or "," not in c for c in first)
     for label, prefixes in ((BEST_FIXED, ("fixed:",)), (BEST_RULE, ("behavior:", "grow:"))):
-        candidates = [c for c in selection["controllers"] if c.startswith(prefixes)]
+        candidates = [c for c in means if c.startswith(prefixes)]
         assert len(candidates) > 1, label
-        assert chosen[label] == max(candidates,
-                                    key=lambda c: selection["per_controller"][c]["final_accuracy"]["mean"])
+        assert chosen[label] == max(candidates, key=lambda c: means[c])
+        so_far: list[str] = []
+        for before, after in itertools.pairwise(selections):
+            so_far += [c for c in before["controllers"] if c.startswith(prefixes)]
+            best = max(so_far, key=lambda c: means[c])
+            grown = [c for c in after["controllers"] if c.startswith(prefixes)]
+            if grown:  # the next round extends the best so far, found in this round, by one module in a free slot
+                assert best in before["controllers"] and best.startswith(("fixed:", "grow:"))
+                assert all(c.count(",") == best.count(",") + 1 for c in grown)
+                assert all(set(best.split(":")[1].split(",")) < set(c.split(":")[1].split(",")) for c in grown)
     table = (run / "selection" / "summary.md").read_text()
     assert f"Chosen: best-fixed = {chosen[BEST_FIXED]}, best-rule = {chosen[BEST_RULE]}." in table
     assert f"| {chosen[BEST_FIXED]} |" in table and f"| {chosen[BEST_RULE]} |" in table
+    assert table.count("\n| ") == len(means) + 1  # header and one row per candidate of every round
     # the selection seeds are none of the evaluation seeds the chosen variants are reported on
-    selection_seeds = {e["env_seed"] for e in read_jsonl(run / "selection" / "episodes.jsonl")}
+    selection_seeds = {e["env_seed"] for r in rounds for e in read_jsonl(r / "episodes.jsonl")}
     evaluation_seeds = {e["env_seed"] for e in read_jsonl(run / "eval" / "episodes.jsonl")}
     assert len(evaluation_seeds) == 2 and not selection_seeds & evaluation_seeds
 
@@ -79,7 +94,7 @@ def test_study_chooses_best_fixed_and_best_rule_on_selection_seeds_and_evaluates
     assert int(rows[0]["train_flops"]) == first["train_flops"]
     # `esper report` on the directory the study prints: every phase's plots
     assert main(["report", str(run)]) == 0
-    for phase, plot in (("train", "ppo_health.png"), ("selection", "compare_final_accuracy.png"),
+    for phase, plot in (("train", "ppo_health.png"), ("selection/round-1", "compare_final_accuracy.png"),
                         ("eval", "compare_final_accuracy.png")):
         assert (run / "report" / phase / plot).is_file(), phase
 
@@ -140,11 +155,11 @@ def test_blueprints_from_selection_trains_the_policy_on_best_fixed_blueprints(
     assert f"may germinate only {', '.join(allowed)}" in (run / "summary.md").read_text()
 
     # a rerun continues the same study: selection is not redone, nothing is trained again
-    episodes = read_jsonl(run / "selection" / "episodes.jsonl")
+    episodes = read_jsonl(run / "selection" / "round-1" / "episodes.jsonl")
     capsys.readouterr()
     assert main(argv) == 0
     assert "Nothing to train" in capsys.readouterr().out
-    assert read_jsonl(run / "selection" / "episodes.jsonl") == episodes
+    assert read_jsonl(run / "selection" / "round-1" / "episodes.jsonl") == episodes
 
 
 @pytest.mark.parametrize("extra", [["--selection-seeds", "0"], ["--set", 'blueprints=["norm"]'],

@@ -108,7 +108,7 @@ def render_report(run_dir: Path, out: Path | None = None) -> list[Path]:
         if not (run_dir / name).is_file():
             raise FileNotFoundError(f"{run_dir / name} not found: a {kind} report needs {name} ({WHAT[name]})")
     if kind == "study":
-        return _phases_report(run_dir, [p for p in STUDY_PHASES if (run_dir / p / "config.json").is_file()], out)
+        return _phases_report(run_dir, _study_phases(run_dir), out)
     if kind == "iql":
         from esper.cli.report_iql import iql_report
 
@@ -130,6 +130,14 @@ def render_report(run_dir: Path, out: Path | None = None) -> list[Path]:
         draw = partial(ppo_report, load_rows(run_dir, PPOHistoryRow), steps, load_rows(run_dir, EpisodeResult))
     _make_dir(out)
     return draw(out)
+
+
+def _study_phases(run_dir: Path) -> list[str]:
+    """A study's phase directories that hold a run: train/, each selection round in order, eval/."""
+    rounds = sorted((p.name for p in (run_dir / "selection").glob("round-*")),
+                    key=lambda name: int(name.removeprefix("round-")))
+    phases = ["train", *(f"selection/{name}" for name in rounds), "eval"]
+    return [p for p in phases if (run_dir / p / "config.json").is_file()]
 
 
 def _phases_report(run_dir: Path, phases: list[str], out: Path) -> list[Path]:

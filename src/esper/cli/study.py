@@ -5,8 +5,9 @@
     esper study --preset synthetic --ppo runs/ppo_x --controller iql:runs/iql_y   # reuse a trained policy
     esper study --preset synthetic --blueprints-from-selection   # the policy grows only best-fixed's blueprints
 
-A study chooses best-fixed (every single-module `fixed:` variant) and best-rule (every scripted behaviour preset and
-single-module `grow:` rule) by validation accuracy on selection seeds (selection/), trains the policy (train/), then
+A study chooses best-fixed (`fixed:` hosts) and best-rule (scripted behaviour presets and `grow:` rules) by validation
+accuracy on selection seeds, in greedy rounds: every single module first, then the best of each family with one
+module more while that helps (selection/round-N/); it trains the policy (train/), then
 evaluates everything on paired evaluation seeds disjoint from both (eval/), reporting final test accuracy: the test
 split is scored once per final model and seen by nothing that decides. With --blueprints-from-selection the policy
 may germinate only the blueprints of the chosen best-fixed: selection answers *what* to build, the policy learns
@@ -15,8 +16,9 @@ may germinate only the blueprints of the chosen best-fixed: selection answers *w
 Rerunning the same command with the same --run-dir continues an interrupted study: training resumes from its last
 checkpoint and selection and evaluation from their finished paired episodes (an evaluation of a policy that has
 since trained further starts over). Other arguments are refused; --overwrite starts the study over. Writes
-STUDY_DIR/{train/, selection/, eval/, results.json, summary.md} and plots in eval/report/; each subdirectory is a
-complete run directory (its own events and TensorBoard logs), so each can be reported and resumed on its own.
+STUDY_DIR/{selection/round-N/, train/, eval/, results.json, summary.md} and plots in eval/report/; each phase's
+directory is a complete run directory (its own events and TensorBoard logs), so each can be reported and resumed on
+its own.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ from esper.evaluation.study import (
     choose_best,
     chosen_blueprints,
     evaluation_plan,
+    greedy_extensions,
     run_evaluation,
     selection_candidates,
     selection_markdown,
@@ -252,19 +255,30 @@ def _run_phase(args: argparse.Namespace, phase: _Phase, config: TrainingConfig, 
 
 def _select(args: argparse.Namespace, path: Path, config: TrainingConfig, settings: dict[str, Any],
             cache: DataCache, seeds: int) -> dict[str, str]:
-    """best-fixed and best-rule, chosen on the selection seeds; the table is saved as selection/summary.md."""
+    """best-fixed and best-rule, chosen on the selection seeds in greedy rounds (selection/round-N/, each a run
+    directory of its own); the table of every round is saved as selection/summary.md."""
     if seeds == 0:
         return {}
     # Nothing selection runs is the policy's, so it is recorded without the policy's blueprints: the same selection
     # serves a study before and after --blueprints-from-selection has made its choice.
     config = config.with_overrides(blueprints=None)
     plan = evaluation_plan(config, SeedStream.SELECTION, args.max_test_samples)
-    fixed, rules = selection_candidates(plan.task.topology, plan.slots)
+    topology, slots = plan.task.topology, plan.slots
+    fixed, rules = selection_candidates(topology, slots)
+    max_modules = plan.max_seeds or len(slots)
     candidates = [*fixed, *rules]
-    result = _run_phase(args, _Phase("selection", path, plan, candidates, candidates, seeds), config, settings,
-                        cache)
-    chosen = {BEST_FIXED: choose_best(result, fixed), BEST_RULE: choose_best(result, rules)}
-    write_text_atomic(path / "summary.md", selection_markdown(result, candidates, chosen))
+    rounds: list[ComparisonResult] = []
+    means: dict[str, float] = {}
+    while candidates:
+        n = len(rounds) + 1
+        rounds.append(_run_phase(args, _Phase(f"selection round {n}", path / f"round-{n}", plan, candidates,
+                                              candidates, seeds), config, settings, cache))
+        means.update({c: rounds[-1].per_controller[c]["final_accuracy"]["mean"] for c in candidates})
+        more_fixed, more_rules = (greedy_extensions(means, family, candidates, topology, slots, max_modules)
+                                  for family in (fixed, rules))
+        fixed, rules, candidates = [*fixed, *more_fixed], [*rules, *more_rules], [*more_fixed, *more_rules]
+    chosen = {BEST_FIXED: choose_best(means, fixed), BEST_RULE: choose_best(means, rules)}
+    write_text_atomic(path / "summary.md", selection_markdown(rounds, chosen))
     return chosen
 
 

@@ -9,7 +9,7 @@ parameter-matched wider static host, the heuristic and random growth). The study
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,11 +24,11 @@ from esper.runtime.devices import resolve_devices
 from esper.runtime.rundir import RunDirectory, checkpoints_dir, write_text_atomic
 from esper.runtime.tasks import DataCache, get_task_spec
 from esper.simic.ppo.config import TrainingConfig
-from esper.tamiyo import GROW, fixed_variants
+from esper.tamiyo import FIXED, GROW, fixed_variants, module_extensions
 
 __all__ = ["BEST_FIXED", "BEST_RULE", "STUDY_PRESETS", "StudyPreset",
-           "choose_best", "chosen_blueprints", "evaluation_plan", "rule_candidates", "selection_candidates",
-           "selection_markdown", "study_controllers", "summary_markdown", "write_study"]
+           "choose_best", "chosen_blueprints", "evaluation_plan", "greedy_extensions", "rule_candidates",
+           "selection_candidates", "selection_markdown", "study_controllers", "summary_markdown", "write_study"]
 
 INIT, FINAL = "ppo (init)", "ppo (final)"
 BEST_FIXED, BEST_RULE = "best-fixed", "best-rule"
@@ -71,22 +71,39 @@ def evaluation_plan(config: TrainingConfig, stream: SeedStream = SeedStream.EVAL
 
 
 def rule_candidates(topology: str, slots: Sequence[str]) -> list[str]:
-    """The scripted rules best-rule is chosen from: every behaviour preset (random is a baseline of its own, not a
-    rule) and every single-module `grow:` rule, which gives the module of each `fixed:` variant the earliest
-    lifecycle a controller can."""
+    """The scripted rules best-rule's first selection round tries: every behaviour preset (random is a baseline of
+    its own, not a rule) and every single-module `grow:` rule, which gives the module of each `fixed:` variant the
+    earliest lifecycle a controller can."""
     return [*(f"behavior:{preset}" for preset in POLICY_PRESETS if preset != "random"),
             *fixed_variants(topology, tuple(slots), kind=GROW)]
 
 
 def selection_candidates(topology: str, slots: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(fixed variants, rules): every single-module `fixed:` variant of the topology's slots, and every rule."""
+    """(fixed variants, rules) of the first selection round: every single-module `fixed:` variant of the topology's
+    slots, and every rule."""
     return fixed_variants(topology, tuple(slots)), rule_candidates(topology, slots)
 
 
-def choose_best(result: ComparisonResult, candidates: Sequence[str]) -> str:
+def choose_best(means: Mapping[str, float], candidates: Sequence[str]) -> str:
     """The candidate with the best mean final validation accuracy on the selection seeds (the first on a tie).
     Validation, never test: the choice must not peek at the numbers it will be reported with."""
-    return max(candidates, key=lambda c: result.per_controller[c]["final_accuracy"]["mean"])
+    return max(candidates, key=lambda c: means[c])
+
+
+def greedy_extensions(means: Mapping[str, float], family: Sequence[str], latest: Sequence[str], topology: str,
+                      slots: Sequence[str], max_modules: int) -> list[str]:
+    """The next selection round's candidates of one family (the fixed variants, or the rules) evaluated so far: its
+    best `fixed:` or `grow:` spec with one module more, while the round that found it (`latest`) improved on the
+    family and the spec has fewer than `max_modules` modules (the seed budget a controller grows within).
+
+    A single module is not the best fixed architecture when modules in different slots add up, and a study that
+    stopped at one would credit growth with beating a baseline it could have built; a greedy search adds one module
+    at a time, at the cost of one round of (blueprints × free slots) candidates per module."""
+    best = choose_best(means, family)
+    kind, _, argument = best.partition(":")
+    if best not in latest or kind not in (FIXED, GROW) or len(argument.split(",")) >= max_modules:
+        return []
+    return module_extensions(best, topology, slots)
 
 
 def chosen_blueprints(best_fixed: str) -> list[str]:
@@ -172,7 +189,8 @@ def summary_markdown(result: ComparisonResult, *, title: str, command: str, chos
                   f"matched to {m['matched_to']} ({m['target_params']:,.0f} mean final parameters)."]
     if chosen:
         lines += ["", "best-fixed and best-rule were chosen by mean validation accuracy on selection seeds disjoint "
-                  "from the evaluation seeds (see selection/summary.md)."]
+                  "from the evaluation seeds, among single modules and then greedily larger combinations (see "
+                  "selection/summary.md)."]
     if policy_blueprints is not None:
         lines += ["", f"The policy (init and final) may germinate only {', '.join(policy_blueprints)}; the other "
                   "controllers keep every blueprint."]
@@ -180,17 +198,21 @@ def summary_markdown(result: ComparisonResult, *, title: str, command: str, chos
     return "\n".join(lines)
 
 
-def selection_markdown(result: ComparisonResult, candidates: Sequence[str], chosen: dict[str, str]) -> str:
-    """The selection table: every candidate's mean validation accuracy on the selection seeds, best first."""
-    ranked = sorted(candidates, key=lambda c: -result.per_controller[c]["final_accuracy"]["mean"])
+def selection_markdown(rounds: Sequence[ComparisonResult], chosen: dict[str, str]) -> str:
+    """The selection table: every candidate of every round with its mean validation accuracy on the selection
+    seeds, best first."""
+    stats = {c: (n, r.per_controller[c]) for n, r in enumerate(rounds, 1) for c in r.controllers}
+    ranked = sorted(stats, key=lambda c: -stats[c][1]["final_accuracy"]["mean"])
     lines = ["# Selection of best-fixed and best-rule", "",
-             f"Mean final validation accuracy over the selection seeds "
-             f"({result.per_controller[ranked[0]]['episodes']}). "
+             f"Mean final validation accuracy over the selection seeds ({stats[ranked[0]][1]['episodes']}). Round 1 "
+             f"tries every single module, built in (`fixed:`) and grown (`grow:`), and every behaviour preset; each "
+             f"later round adds one module in a free slot to the best fixed variant and the best `grow:` rule found "
+             f"in the round before, until a round finds no better one. "
              f"Chosen: " + ", ".join(f"{label} = {spec}" for label, spec in chosen.items()) + ".", "",
-             "| candidate | val acc | ± std | params |", "|---|---|---|---|"]
+             "| candidate | round | val acc | ± std | params |", "|---|---|---|---|---|"]
     for c in ranked:
-        s = result.per_controller[c]
-        lines.append(f"| {c} | {s['final_accuracy']['mean']:.2f} | {s['final_accuracy']['std']:.2f} | "
+        n, s = stats[c]
+        lines.append(f"| {c} | {n} | {s['final_accuracy']['mean']:.2f} | {s['final_accuracy']['std']:.2f} | "
                      f"{s['total_params']['mean']:,.0f} |")
     return "\n".join(lines) + "\n"
 

@@ -4,7 +4,15 @@ controllers).
 Pure Python on Leyline contracts; no torch.
 """
 
-from esper.tamiyo.fixed import FIXED, FixedModules, FixedPolicy, fixed_spec, fixed_variants, host_variant
+from esper.tamiyo.fixed import (
+    FIXED,
+    FixedModules,
+    FixedPolicy,
+    fixed_spec,
+    fixed_variants,
+    host_variant,
+    module_extensions,
+)
 from esper.tamiyo.grow import GROW, GrowPolicy
 from esper.tamiyo.heuristic import DEFAULT_BLUEPRINT_ROTATION, HeuristicPolicyConfig, HeuristicTamiyo
 from esper.tamiyo.policy import MATCHED, MAX_HOST_WIDTH, RandomPolicy, StaticPolicy
@@ -50,5 +58,6 @@ __all__ = [
     "fixed_spec",
     "fixed_variants",
     "host_variant",
+    "module_extensions",
     "register_controller",
 ]

@@ -1,7 +1,8 @@
 """The `fixed:` baseline: the host with blueprint modules built in from epoch 0, trained exactly like `static`.
 
 A growth result must beat simply building the right module in from the start. `fixed:BLUEPRINT@SLOT[,...]` is that
-network and `fixed_variants` lists every single-module candidate, for picking the best one. The controller only
+network; `fixed_variants` lists every single-module candidate and `module_extensions` every one-module-larger
+variant of a spec, for searching the best one. The controller only
 WAITs: the modules belong to the host its env builds, which `host_variant` tells the runner.
 """
 
@@ -23,7 +24,7 @@ from esper.tamiyo.protocol import TamiyoDecision, TamiyoPolicy
 from esper.tamiyo.registry import ControllerContext, register_controller
 
 __all__ = ["FIXED", "FixedModules", "FixedPolicy", "fixed_spec", "fixed_variants", "host_variant",
-           "parse_fixed_modules"]
+           "module_extensions", "parse_fixed_modules"]
 
 FIXED = "fixed"
 FixedModules = tuple[tuple[str, str], ...]
@@ -83,6 +84,16 @@ def fixed_variants(topology: str, slots: Sequence[str], kind: str = FIXED) -> li
     (or, with `kind="grow"`, the rules best-rule is chosen from)."""
     return [fixed_spec(((slot, blueprint),), kind) for blueprint in _blueprints(topology)
             for slot in ordered_slots(slots)]
+
+
+def module_extensions(spec: str, topology: str, slots: Sequence[str]) -> list[str]:
+    """Every spec of `spec`'s kind with one module more (each head blueprint at each enabled slot `spec` leaves
+    free): the next step of a greedy search for the best fixed architecture or `grow:` rule."""
+    kind, _, argument = spec.partition(":")
+    modules = parse_fixed_modules(argument, topology, slots, kind)
+    taken = {slot for slot, _ in modules}
+    return [fixed_spec(tuple(sorted((*modules, (slot, blueprint)), key=lambda m: CANONICAL_SLOTS.index(m[0]))), kind)
+            for blueprint in _blueprints(topology) for slot in ordered_slots(slots) if slot not in taken]
 
 
 class FixedPolicy:

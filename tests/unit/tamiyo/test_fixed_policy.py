@@ -14,6 +14,7 @@ from esper.tamiyo import (
     check_decision,
     fixed_variants,
     host_variant,
+    module_extensions,
 )
 from unit.tamiyo.helpers import make_obs, make_report
 
@@ -78,6 +79,18 @@ def test_variants_are_every_head_blueprint_at_every_enabled_slot() -> None:
     assert [_build(v, "transformer", ("mid",)).label for v in variants] == variants
     with pytest.raises(ValueError, match="Unknown slot"):
         fixed_variants("cnn", ("deep",))
+
+
+def test_extensions_add_each_head_blueprint_at_each_free_slot_in_canonical_order() -> None:
+    assert module_extensions("fixed:norm@mid", "cnn", ("late", "mid", "early")) == [
+        f"fixed:{b}@early,norm@mid" if s == "early" else f"fixed:norm@mid,{b}@late"
+        for b in ("conv_light", "attention", "norm", "depthwise") for s in ("early", "late")]
+    grown = module_extensions("grow:norm@early,depthwise@late", "cnn", ALL)
+    assert grown == [f"grow:norm@early,{b}@mid,depthwise@late"
+                     for b in ("conv_light", "attention", "norm", "depthwise")]
+    assert module_extensions("fixed:norm@early", "cnn", ("early",)) == []  # no free slot
+    assert [_build(v).label for v in module_extensions("fixed:attention@late", "cnn", ALL)] == \
+        module_extensions("fixed:attention@late", "cnn", ALL)  # canonical: each parses back to itself
 
 
 def test_host_variant_tells_the_runner_which_host_to_build() -> None:

@@ -1,0 +1,42 @@
+"""The greedy search behind best-fixed and best-rule: which candidates the next selection round tries."""
+
+from __future__ import annotations
+
+from esper.evaluation.study import choose_best, greedy_extensions, rule_candidates, selection_candidates
+
+SLOTS = ("early", "mid", "late")
+
+
+def _extend(means: dict[str, float], family: list[str], latest: list[str], max_modules: int = 3) -> list[str]:
+    return greedy_extensions(means, family, latest, "cnn", SLOTS, max_modules)
+
+
+def test_the_best_spec_of_the_latest_round_is_extended_by_one_module_in_each_free_slot() -> None:
+    fixed, _ = selection_candidates("cnn", SLOTS)
+    means = {c: 30.0 for c in fixed} | {"fixed:norm@early": 40.0}
+    grown = _extend(means, fixed, fixed)
+    assert len(grown) == 4 * 2 and all(c.startswith("fixed:norm@early,") for c in grown)
+    # round 2: a better pair is extended again, to three modules
+    means |= {c: 35.0 for c in grown} | {"fixed:norm@early,depthwise@late": 45.0}
+    third = _extend(means, [*fixed, *grown], grown)
+    assert third == [f"fixed:norm@early,{b}@mid,depthwise@late" for b in ("conv_light", "attention", "norm",
+                                                                            "depthwise")]
+    assert _extend(means, [*fixed, *grown], grown, max_modules=2) == []  # the seed budget caps the modules
+
+
+def test_the_search_stops_when_a_round_finds_nothing_better() -> None:
+    fixed, _ = selection_candidates("cnn", SLOTS)
+    means = {c: 30.0 for c in fixed} | {"fixed:norm@early": 40.0}
+    grown = _extend(means, fixed, fixed)
+    means |= {c: 39.0 for c in grown}
+    assert _extend(means, [*fixed, *grown], grown) == []
+    assert choose_best(means, [*fixed, *grown]) == "fixed:norm@early"
+
+
+def test_a_behaviour_preset_is_never_extended_and_ties_keep_the_first() -> None:
+    rules = rule_candidates("cnn", SLOTS)
+    means = {c: 30.0 for c in rules} | {"behavior:baseline": 50.0}
+    assert _extend(means, rules, rules) == []
+    means = {c: 30.0 for c in rules}
+    assert choose_best(means, rules) == rules[0]
+    assert _extend(means, rules, rules) == []  # the first rule is a behaviour preset
