@@ -25,6 +25,7 @@ from esper.runtime.rundir import RunDirectory, checkpoints_dir, write_text_atomi
 from esper.runtime.tasks import DataCache, get_task_spec
 from esper.simic.ppo.config import TrainingConfig
 from esper.tamiyo import FIXED, GROW, fixed_variants, module_extensions
+from esper.tamiyo.fixed import parse_fixed_modules
 
 __all__ = ["BEST_FIXED", "BEST_RULE", "STUDY_PRESETS", "StudyPreset",
            "choose_best", "chosen_blueprints", "evaluation_plan", "greedy_extensions", "rule_candidates",
@@ -101,7 +102,9 @@ def greedy_extensions(means: Mapping[str, float], family: Sequence[str], latest:
     at a time, at the cost of one round of (blueprints × free slots) candidates per module."""
     best = choose_best(means, family)
     kind, _, argument = best.partition(":")
-    if best not in latest or kind not in (FIXED, GROW) or len(argument.split(",")) >= max_modules:
+    if best not in latest or kind not in (FIXED, GROW):
+        return []
+    if len(parse_fixed_modules(argument, topology, slots, kind)) >= max_modules:
         return []
     return module_extensions(best, topology, slots)
 
