@@ -18,8 +18,8 @@ categorical over the joint index from the raw (already scaled) features with sep
 
 Evaluation: one `run_comparison` on the same paired held-out seeds (the ones `esper study` uses) for the static host,
 each learner's initial policy and each learner's final policy, all deterministic; MaskablePPO enters the harness as
-the `maskable:PATH` controller registered below. The table gives final accuracy with its 95 % bootstrap CI, the
-paired Δ (95 % paired-bootstrap CI, wins/losses/ties) of each final policy against static and against its own init,
+the `maskable:PATH` controller registered below. The table gives final accuracy with its 95 % t-interval, the
+paired Δ (95 % paired t-interval, wins/losses/ties) of each final policy against static and against its own init,
 and wall time: end-to-end training seconds (including each learner's logging and checkpoints) per 1,000 env-epochs,
 and per 1,000 trained model-epochs (static twins included), with the ratio MaskablePPO / esper. (Stable-baselines3's
 vectorized env resets each env once more after its last episode: `n_envs` extra first epochs, about 1 % of the
@@ -204,7 +204,7 @@ def report(result: ComparisonResult, runs: dict[str, Training], config: Training
     console.print(f"static: {static['mean']:.2f} % [{static['ci95'][0]:.2f}, {static['ci95'][1]:.2f}]; "
                   f"{ESPER} (final) − {PEER} (final): {delta(pairs[f'{ESPER} (final)'][f'{PEER} (final)'])} pp; "
                   f"wall time per env-epoch, {PEER} / {ESPER}: {ratio:.2f}×")
-    console.print("Δ: mean paired difference in final validation accuracy (pp), 95 % paired-bootstrap CI, "
+    console.print("Δ: mean paired difference in final validation accuracy (pp), 95 % paired t-interval, "
                   f"wins/losses/ties (|Δ| ≤ {result.tie_threshold} pp is a tie).")
 
 

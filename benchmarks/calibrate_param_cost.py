@@ -21,6 +21,7 @@ import torch
 
 from esper.evaluation.comparison import host_params
 from esper.evaluation.param_cost import WIDTHS, ParamCostSetting, measure_param_cost
+from esper.runtime.optim import LR_SCHEDULES
 from esper.runtime.tasks import TASKS, DataCache, DataOptions, get_task_spec
 
 
@@ -37,6 +38,8 @@ def main() -> int:
     parser.add_argument("--max-train-samples", type=int)
     parser.add_argument("--max-val-samples", type=int)
     parser.add_argument("--data-dir", type=Path, default=Path("data"))
+    parser.add_argument("--batch-size", type=int, help="training batch size (default: the task's)")
+    parser.add_argument("--lr-schedule", choices=LR_SCHEDULES, default="constant")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", type=Path, help="write the measurement as JSON here too")
@@ -44,7 +47,8 @@ def main() -> int:
 
     task = get_task_spec(args.task)
     setting = ParamCostSetting(args.task, args.max_epochs, args.max_train_samples, args.max_val_samples,
-                               episodes=args.episodes, seed=args.seed)
+                               args.batch_size or task.default_batch_size, args.lr_schedule, episodes=args.episodes,
+                               seed=args.seed)
     measured = measure_param_cost(task, setting, DataCache(DataOptions(data_dir=args.data_dir)),
                                   device=torch.device(args.device), progress=progress)
     for w, r, m in zip(WIDTHS, measured.added_param_ratios, measured.mean_final_accuracy, strict=True):

@@ -52,7 +52,7 @@ def test_the_first_run_measures_and_caches_and_the_second_reuses(tmp_path: Path,
 
 
 def test_the_measurement_is_the_static_hosts_slope_and_is_repeatable(tmp_path: Path) -> None:
-    setting = ParamCostSetting("synthetic", 3, 64, 32, episodes=3)
+    setting = ParamCostSetting("synthetic", 3, 64, 32, 128, episodes=3)
     cache = DataCache(DataOptions(data_dir=tmp_path))
     a = measure_param_cost(get_task_spec("synthetic"), setting, cache)
     b = measure_param_cost(get_task_spec("synthetic"), setting, cache)
@@ -63,7 +63,7 @@ def test_the_measurement_is_the_static_hosts_slope_and_is_repeatable(tmp_path: P
 
 
 def test_an_unreadable_cache_file_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    setting = ParamCostSetting("synthetic", 3, 64, 32)
+    setting = ParamCostSetting("synthetic", 3, 64, 32, 64, "cosine")  # the synthetic preset's batch and schedule
     path = setting.cache_file(tmp_path / "data", host_params(get_task_spec("synthetic"), 1.0))
     path.parent.mkdir(parents=True)
     path.write_text("{not json")

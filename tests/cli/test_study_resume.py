@@ -1,5 +1,5 @@
-"""`esper study` reruns: an interrupted evaluation resumes from its finished paired episodes to the same results,
-more seeds extend it, other settings are refused, --overwrite starts over."""
+"""`esper study` reruns: a study interrupted in any phase (a training run, a replay source, the evaluation) resumes
+to the same results, more seeds extend it, other settings are refused, --overwrite starts over."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from esper.cli.main import main
-from esper.runtime.rundir import read_jsonl
+from esper.runtime.rundir import RunDirectory, read_jsonl
 
 pytestmark = pytest.mark.smoke
 
@@ -45,27 +45,27 @@ def test_study_reruns_resume_consistently(tmp_path: Path, capsys: pytest.Capture
     complete = _results(run)
     rows = read_jsonl(run / "eval" / "episodes.jsonl")
     episodes = _untimed(rows)
-    assert len(episodes) == 2 * 4 and (run / "train" / "events.jsonl").exists()
-    summary = (run / "summary.md").read_text().splitlines()
-    for table in ("Paired test Δ:", "Paired validation Δ:"):  # each Δ table has the quick preset's references
-        assert summary[summary.index(table) + 2] == "| controller | vs static | vs heuristic | vs ppo (init) |"
-    title = (run / "summary.md").read_text().splitlines()[0]
+    per_seed = len(complete["controllers"])  # static, static:2, heuristic, and run 0's init, final and replay
+    assert per_seed == 6 and len(episodes) == 2 * per_seed and (run / "train" / "run-0" / "events.jsonl").exists()
+    summary = (run / "summary.md").read_text()
+    assert "| run | final test acc | vs static | vs static:2 | vs heuristic | vs ppo (init) | vs replay |" in summary
+    title = summary.splitlines()[0]
     assert title == "# esper study --preset quick (synthetic; reward gap, λ_p 1)"
     assert json.loads((run / "results.json").read_text())["study"]["reward"] == title.split("reward ")[1][:-1]
 
     # what a kill in the second paired episode leaves: episode 0 finished, episode 1 half written
-    (run / "eval" / "episodes.jsonl").write_text("".join(json.dumps(e) + "\n" for e in rows[:6]))
+    (run / "eval" / "episodes.jsonl").write_text("".join(json.dumps(e) + "\n" for e in rows[:per_seed + 2]))
     (run / "results.json").unlink()
     capsys.readouterr()
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "Nothing to train" in out and "4 finished episode(s) kept" in out
+    assert "Training run 0: finished" in out and f"{per_seed} finished episode(s) kept" in out
     assert _results(run) == complete
     assert _episodes(run) == episodes
 
     assert main([*STUDY, "--seeds", "3", "--run-dir", str(run)]) == 0  # more seeds extend the evaluation
-    assert len(read_jsonl(run / "eval" / "episodes.jsonl")) == 3 * 4
-    assert _episodes(run)[:8] == episodes
+    assert len(read_jsonl(run / "eval" / "episodes.jsonl")) == 3 * per_seed
+    assert _episodes(run)[:2 * per_seed] == episodes
 
     assert main([*STUDY, "--seeds", "3", "--run-dir", str(run), "--tie-threshold", "2"]) == 2
     assert "other arguments" in capsys.readouterr().err
@@ -73,16 +73,59 @@ def test_study_reruns_resume_consistently(tmp_path: Path, capsys: pytest.Capture
     assert "lr" in capsys.readouterr().err
 
     assert main([*STUDY, "--seeds", "1", "--run-dir", str(run), "--overwrite"]) == 0
-    assert len(read_jsonl(run / "eval" / "episodes.jsonl")) == 4
+    assert len(read_jsonl(run / "eval" / "episodes.jsonl")) == per_seed
     assert json.loads((run / "config.json").read_text())["config"]["seeds"] == 1
 
 
-def test_study_of_an_existing_policy_reproduces_the_evaluation_of_its_own_study(tmp_path: Path) -> None:
+TWO_RUNS = [*STUDY, "--runs", "2", "--seeds", "2", "--set", "n_episodes=4"]
+"""Two training runs of two PPO batches each, then two replay sources of two episodes and a 2-seed evaluation: the
+episodes.jsonl rows, in order, are run 0 (4), run 1 (4), replay sources (2 + 2), evaluation (2 × 9)."""
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The two-run study, uninterrupted."""
+    path = tmp_path_factory.mktemp("reference") / "study"
+    assert main([*TWO_RUNS, "--run-dir", str(path)]) == 0
+    return path
+
+
+@pytest.mark.parametrize(("phase", "rows"), [("training run 0, second batch", 3), ("training run 1", 6),
+                                             ("replay source of run 1", 10), ("evaluation", 20)])
+def test_ctrl_c_in_any_phase_of_a_two_run_study_resumes_to_the_same_results(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reference: Path, phase: str, rows: int) -> None:
+    written = 0
+    append = RunDirectory.append
+
+    def interrupted(self: RunDirectory, name: str, row: dict[str, Any]) -> None:
+        nonlocal written
+        if name == "episodes.jsonl":
+            written += 1
+            if written == rows:
+                raise KeyboardInterrupt  # Ctrl+C while this row is being written
+        append(self, name, row)
+
+    run = tmp_path / "study"
+    monkeypatch.setattr(RunDirectory, "append", interrupted)
+    assert main([*TWO_RUNS, "--run-dir", str(run)]) == 130, phase
+    monkeypatch.setattr(RunDirectory, "append", append)
+    assert not (run / "results.json").exists()
+    assert main([*TWO_RUNS, "--run-dir", str(run)]) == 0
+    assert _results(run) == _results(reference)
+    assert _episodes(run) == _episodes(reference)
+    for r in range(2):  # each training run resumed on its own to the same policy
+        assert read_jsonl(run / "train" / f"run-{r}" / "history.jsonl")[-1]["batch"] == 1
+        assert _untimed(read_jsonl(run / "train" / f"run-{r}" / "episodes.jsonl")) == _untimed(
+            read_jsonl(reference / "train" / f"run-{r}" / "episodes.jsonl"))
+
+
+def test_study_of_existing_policies_reproduces_the_evaluation_of_their_own_study(tmp_path: Path) -> None:
     trained = tmp_path / "trained"
-    assert main([*STUDY, "--seeds", "2", "--run-dir", str(trained)]) == 0
+    assert main([*STUDY, "--runs", "2", "--seeds", "2", "--run-dir", str(trained)]) == 0
     reused = tmp_path / "reused"
     assert main(["study", "--preset", "quick", "--device", "cpu", "--no-tui", "--no-tensorboard", "--seeds", "2",
-                 "--ppo", str(trained / "train"), "--run-dir", str(reused)]) == 0
-    assert not (reused / "train").exists()  # nothing trained: the run's own policies were evaluated
+                 "--ppo", str(trained / "train" / "run-0"), str(trained / "train" / "run-1"),
+                 "--run-dir", str(reused)]) == 0
+    assert not (reused / "train").exists()  # nothing trained: the runs' own policies were evaluated
     assert _episodes(reused) == _episodes(trained)
     assert _results(reused)["pairwise"] == _results(trained)["pairwise"]

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from esper.cli.main import main
-from esper.evaluation.study import BEST_FIXED, BEST_RULE, FINAL, INIT, chosen_blueprints
+from esper.evaluation.runs import RunLabels
+from esper.evaluation.selection import BEST_FIXED, BEST_RULE, chosen_blueprints
 from esper.runtime.rundir import read_jsonl
 from esper.runtime.synthetic import SYNTHETIC_SPLIT_SIZES
 from esper.simic.ppo.checkpoint import read_policy_checkpoint
@@ -21,8 +22,10 @@ from esper.simic.ppo.checkpoint import read_policy_checkpoint
 pytestmark = pytest.mark.smoke
 
 OUTPUT = ["--no-tui", "--no-tensorboard", "--telemetry-level", "minimal", "--device", "cpu"]
-STUDY = ["study", "--preset", "synthetic", "--set", "n_episodes=2", "--set", "max_epochs=3", "--set", "n_envs=2",
-         "--set", "group_size=1", "--seeds", "2", "--selection-seeds", "1", "--max-test-samples", "64", *OUTPUT]
+STUDY = ["study", "--preset", "synthetic", "--runs", "1", "--set", "n_episodes=2", "--set", "max_epochs=3",
+         "--set", "n_envs=2", "--set", "group_size=1", "--set", "max_train_samples=256", "--set", "max_val_samples=128",
+         "--seeds", "2", "--selection-seeds", "1", "--max-test-samples", "64", *OUTPUT]
+RUN = RunLabels(0)
 TINY = ["--task", "synthetic", "--episodes", "2", "--max-epochs", "3", "--max-train-samples", "256",
         "--max-val-samples", "128", "--param-cost", "1.0", *OUTPUT]
 COMPARE = ["compare", "--controllers", "static", "fixed:norm@early", "heuristic", "static:matched", *TINY]
@@ -35,7 +38,7 @@ def _results(run: Path) -> dict[str, Any]:
 
 def test_study_chooses_best_fixed_and_best_rule_on_selection_seeds_and_evaluates_them(tmp_path: Path) -> None:
     run = tmp_path / "study"
-    assert main([*STUDY, "--run-dir", str(run)]) == 0
+    assert main([*STUDY, "--data-dir", str(tmp_path / "data"), "--run-dir", str(run)]) == 0
     results = _results(run)
     chosen = results["study"]["chosen"]
     assert set(chosen) == {BEST_FIXED, BEST_RULE}
@@ -72,18 +75,20 @@ def test_study_chooses_best_fixed_and_best_rule_on_selection_seeds_and_evaluates
     assert len(evaluation_seeds) == 2 and not selection_seeds & evaluation_seeds
 
     per = results["per_controller"]
-    for label in (BEST_FIXED, BEST_RULE, "static:matched", INIT, FINAL):
+    for label in (BEST_FIXED, BEST_RULE, "static:matched", RUN.init, RUN.final, RUN.replay):
         assert per[label]["episodes"] == 2, label
         assert per[label]["final_test_accuracy"] is not None, label
-    assert results["matched"]["matched_to"] == FINAL
+    assert results["matched"]["matched_to"] == RUN.final
     assert results["tie_threshold"] == 100 / 64  # one of the 64 test samples scored
     assert {p["metric"] for row in results["pairwise"].values() for p in row.values()} == {"test_accuracy"}
     summary = (run / "summary.md").read_text()
     assert f"| best-fixed ({chosen[BEST_FIXED]}) |" in summary and f"| best-rule ({chosen[BEST_RULE]}) |" in summary
-    assert "matched to ppo (final)" in summary
-    # the λ_p the gap reward charged is recorded as a number, never as the null that means "the task's"
-    assert results["study"]["training"]["param_cost"] == pytest.approx(3.918)
-    assert json.loads((run / "eval" / "config.json").read_text())["runtime"]["param_cost"] == pytest.approx(3.918)
+    assert f"matched to the mean final parameters of {RUN.final}" in summary
+    # the preset's λ_p is measured in the study's own setting before training (and cached), and recorded as that
+    # number, never as "auto" or the null that means "the task's"
+    cached = json.loads(next((tmp_path / "data" / "param_costs").glob("synthetic_*_b64_cosine_*.json")).read_text())
+    assert results["study"]["training"]["param_cost"] == cached["param_cost"]
+    assert json.loads((run / "eval" / "config.json").read_text())["runtime"]["param_cost"] == cached["param_cost"]
     # results.csv: one row per controller and evaluation episode, the numbers of results.json
     with (run / "results.csv").open() as f:
         rows = list(csv.DictReader(f))
@@ -94,8 +99,9 @@ def test_study_chooses_best_fixed_and_best_rule_on_selection_seeds_and_evaluates
     assert int(rows[0]["train_flops"]) == first["train_flops"]
     # `esper report` on the directory the study prints: every phase's plots
     assert main(["report", str(run)]) == 0
-    for phase, plot in (("train", "ppo_health.png"), ("selection/round-1", "compare_final_accuracy.png"),
-                        ("eval", "compare_final_accuracy.png")):
+    for phase, plot in (("train/run-0", "ppo_health.png"), ("selection/round-1", "compare_final_accuracy.png"),
+                        ("replay-source/run-0", "compare_final_accuracy.png"), ("eval", "compare_final_accuracy.png"),
+                        (".", "accuracy_vs_compute.png")):
         assert (run / "report" / phase / plot).is_file(), phase
 
 
@@ -140,15 +146,16 @@ def test_default_tie_threshold_is_one_sample_of_the_whole_test_split(tmp_path: P
 def test_blueprints_from_selection_trains_the_policy_on_best_fixed_blueprints(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = tmp_path / "study"
-    argv = [*STUDY, "--set", 'initial_op_bias={"GERMINATE": 3}', "--blueprints-from-selection", "--run-dir", str(run)]
+    argv = [*STUDY, "--set", 'initial_op_bias={"GERMINATE": 3}', "--blueprints-from-selection", "--data-dir",
+            str(tmp_path / "data"), "--run-dir", str(run)]
     assert main(argv) == 0
     best_fixed = _results(run)["study"]["chosen"][BEST_FIXED]
     allowed = chosen_blueprints(best_fixed)
     assert allowed and all(f"{b}@" in best_fixed for b in allowed)
     # the trained policy carries the restriction, and every germination it made in training obeys it
     for name in ("init.pt", "final.pt"):
-        assert read_policy_checkpoint(run / "train" / "checkpoints" / name)["config"]["blueprints"] == allowed
-    germinated = [step["blueprint"] for step in read_jsonl(run / "train" / "steps.jsonl")
+        assert read_policy_checkpoint(run / "train" / "run-0" / "checkpoints" / name)["config"]["blueprints"] == allowed
+    germinated = [step["blueprint"] for step in read_jsonl(run / "train" / "run-0" / "steps.jsonl")
                   if step["op"] == "GERMINATE" and step["success"]]
     assert germinated and set(germinated) <= set(allowed)
     assert _results(run)["study"]["training"]["blueprints"] == allowed
@@ -158,7 +165,7 @@ def test_blueprints_from_selection_trains_the_policy_on_best_fixed_blueprints(
     episodes = read_jsonl(run / "selection" / "round-1" / "episodes.jsonl")
     capsys.readouterr()
     assert main(argv) == 0
-    assert "Nothing to train" in capsys.readouterr().out
+    assert "Training run 0: finished" in capsys.readouterr().out
     assert read_jsonl(run / "selection" / "round-1" / "episodes.jsonl") == episodes
 
 
@@ -167,7 +174,8 @@ def test_blueprints_from_selection_trains_the_policy_on_best_fixed_blueprints(
 def test_blueprints_from_selection_refuses_what_contradicts_it(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                                extra: list[str]) -> None:
     run = tmp_path / "study"
-    assert main([*STUDY, *extra, "--blueprints-from-selection", "--run-dir", str(run)]) == 2
+    assert main([*STUDY, *extra, "--blueprints-from-selection", "--data-dir", str(tmp_path / "data"),
+                 "--run-dir", str(run)]) == 2
     err = capsys.readouterr().err
     assert "--blueprints-from-selection" in err and "Traceback" not in err
     assert not run.exists()

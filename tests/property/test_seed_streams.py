@@ -1,31 +1,34 @@
 """One seed rule: PPO's training episodes, a study's selection episodes and its held-out evaluation episodes never
-share a host or a data seed, for every allowed `n_envs` and group size."""
+share a host or a data seed, for every allowed `n_envs` and group size; nor do a study's training runs."""
 
 from __future__ import annotations
 
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from esper.cli.study import MAX_STUDY_SEEDS
 from esper.evaluation.episodes import paired_seeds
 from esper.evaluation.study import evaluation_plan
-from esper.leyline.seeding import SeedStream, derive_seed
-from esper.simic.ppo.config import MAX_ENVS, MAX_SEED, TrainingConfig
+from esper.leyline.seeding import MAX_BASE_SEED, SeedStream, derive_seed, run_seed
+from esper.simic.ppo.config import MAX_ENVS, TrainingConfig
 from esper.simic.ppo.train import batch_seeds
 
 EPISODES = 1024  # a long run: 1,024 batches at n_envs = 1, enough to reach any fixed seed offset of the past
 
 
 def _held_out(seed: int, stream: SeedStream) -> tuple[set[int], set[int]]:
-    plan = evaluation_plan(TrainingConfig.from_dict({"seed": seed}, base=TrainingConfig.preset("synthetic")), stream)
+    plan = evaluation_plan(TrainingConfig.from_dict({"seed": seed, "param_cost": 1.0},
+                                                    base=TrainingConfig.preset("synthetic")), stream)
     pairs = [paired_seeds(plan, i) for i in range(MAX_STUDY_SEEDS)]
     hosts, data = {h for h, _ in pairs}, {d for _, d in pairs}
     assert len(hosts) == len(data) == MAX_STUDY_SEEDS  # every paired episode of a phase on its own seeds
     return hosts, data
 
 
-@pytest.mark.parametrize("seed", [0, 42, MAX_SEED])
+@pytest.mark.parametrize("seed", [0, 42, MAX_BASE_SEED])
 def test_training_selection_and_evaluation_seeds_never_overlap(seed: int) -> None:
     eval_hosts, eval_data = _held_out(seed, SeedStream.EVALUATION)
     sel_hosts, sel_data = _held_out(seed, SeedStream.SELECTION)
@@ -51,3 +54,22 @@ def test_streams_and_indices_name_distinct_seeds() -> None:
     assert len({derive_seed(7, s, 0) for s in SeedStream}) == len(SeedStream)
     assert derive_seed(7, SeedStream.TRAINING, 1, 0) != derive_seed(7, SeedStream.TRAINING, 0, 1)
     assert batch_seeds(7, 3, 2)[0][:1] == batch_seeds(7, 3, 1)[0]  # a group's seed does not depend on the group count
+
+
+@settings(max_examples=25, deadline=None)
+@given(base=st.integers(0, MAX_BASE_SEED), runs=st.integers(2, 8), n_envs=st.sampled_from([4, 8, 16]),
+       group_size=st.sampled_from([1, 2, 4]))
+def test_training_runs_share_no_seed_with_each_other_or_with_selection_and_evaluation(
+        base: int, runs: int, n_envs: int, group_size: int) -> None:
+    held_out = set().union(*_held_out(base, SeedStream.EVALUATION), *_held_out(base, SeedStream.SELECTION))
+    seen: set[int] = set()
+    for r in range(runs):
+        seed = run_seed(base, r)
+        assert 0 <= seed <= MAX_BASE_SEED
+        run: set[int] = set()
+        for b in range(384 // n_envs):
+            hosts, data = batch_seeds(seed, b, n_envs // group_size)
+            run |= {*hosts, data}
+        assert not run & held_out, f"run {r} meets a selection or evaluation seed"
+        assert not run & seen, f"run {r} shares a host or data seed with an earlier run"
+        seen |= run

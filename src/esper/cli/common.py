@@ -29,13 +29,15 @@ from esper.leyline import (
     UserInputError,
     emit_if_wanted,
 )
+from esper.leyline.seeding import MAX_BASE_SEED
 from esper.nissa import NissaHub, ProgressBackend, build_hub
 from esper.runtime.actors import WorkerFailed, WorkerOptions
 from esper.runtime.devices import DeviceError
+from esper.runtime.optim import LR_SCHEDULES
 from esper.runtime.readers import DatasetFormatError, Split
 from esper.runtime.rundir import RunDirectory
 from esper.runtime.tasks import TASKS, DataCache, DataOptions, TaskSpec, data_source
-from esper.simic.ppo.config import MAX_EPISODE_LENGTH, MAX_EPISODES, MAX_SAMPLES, MAX_SEED
+from esper.simic.ppo.config import MAX_BATCH, MAX_EPISODE_LENGTH, MAX_EPISODES, MAX_SAMPLES
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 USER_ERRORS = (UserInputError, OSError)
@@ -81,7 +83,7 @@ def float_in(low: float, high: float) -> Callable[[str], float]:
     return parse
 
 
-SEED = int_in(0, MAX_SEED)
+SEED = int_in(0, MAX_BASE_SEED)
 EPISODES = int_in(1, MAX_EPISODES)
 SAMPLES = int_in(1, MAX_SAMPLES)
 
@@ -135,6 +137,10 @@ def add_episode_options(p: argparse.ArgumentParser, *, episodes: int, task: str 
                    help="validate on a subset of the val split, drawn per paired episode from its data seed")
     p.add_argument("--max-test-samples", type=SAMPLES,
                    help="score final models on a subset of the test split (default: all of it)")
+    p.add_argument("--batch-size", type=int_in(1, MAX_BATCH),
+                   help="training batch size (default: the task's)")
+    p.add_argument("--lr-schedule", choices=LR_SCHEDULES, default="constant",
+                   help="learning rates per epoch: constant, or annealed to 0 over the episode (cosine)")
     p.add_argument("--reward-family", choices=[f.value for f in RewardFamily], default=RewardFamily.GAP.value,
                    help="reward computed and logged per decision (gap: against the static twin, the default)")
     p.add_argument("--param-cost", type=float_in(0.0, 1e6),

@@ -106,7 +106,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
               "episodes": args.episodes, "max_epochs": args.max_epochs, "slots": list(args.slots),
               "max_seeds": args.max_seeds, "seed": args.seed, "tie_threshold": args.tie_threshold,
               "max_train_samples": args.max_train_samples, "max_val_samples": args.max_val_samples,
-              "max_test_samples": args.max_test_samples,
+              "max_test_samples": args.max_test_samples, "batch_size": plan.batch_size,
+              "lr_schedule": plan.lr_schedule,
               "reward_family": args.reward_family, "param_cost": args.param_cost, "match": args.match}
     path = args.run_dir or default_run_dir(args.runs_root, "compare", plan.task.name, args.seed, run_settings(args))
     run_dir, resume = open_episode_run(path, "compare", overwrite=args.overwrite, argv=args.argv, config=config,
@@ -122,7 +123,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
             progress.start("paired episodes", args.episodes * len(specs) * args.max_epochs, round_size=len(phases[0]),
                            done=(resume.episodes_done if resume is not None else 0) * args.max_epochs)
             result = run_comparison(specs, plan, args.episodes, cache, tie_threshold=args.tie_threshold, sink=hub,
-                                    run_dir=run_dir, labels=labels, resume=resume, match=args.match)
+                                    run_dir=run_dir, labels=labels, resume=resume,
+                                    match=None if args.match is None else [args.match])
             emit(hub, TelemetryEventType.RUN_COMPLETED, "comparison completed", {"controllers": result.controllers})
     console.print(comparison_table(result))
     print_next_steps(run_dir.path, tensorboard=not args.no_tensorboard, plots=run_dir.path)

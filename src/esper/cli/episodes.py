@@ -32,7 +32,8 @@ def episode_plan(args: argparse.Namespace, devices: list[str] | None, *, allow_s
                   logged_only=True)
     return EpisodePlan(
         task=task, slots=ordered_slots(args.slots), max_epochs=args.max_epochs, max_seeds=args.max_seeds,
-        seed=args.seed, devices=resolve_devices(args.device, devices), batch_size=task.default_batch_size,
+        seed=args.seed, devices=resolve_devices(args.device, devices),
+        batch_size=args.batch_size or task.default_batch_size, lr_schedule=args.lr_schedule,
         max_train_samples=args.max_train_samples, max_val_samples=args.max_val_samples,
         max_test_samples=args.max_test_samples, reward_family=args.reward_family, param_cost=args.param_cost,
         workers=worker_options(args), allow_setting_change=allow_setting_change,

@@ -24,7 +24,8 @@ def resolve_auto_param_cost(config: TrainingConfig, args: argparse.Namespace) ->
     """`config` with a measured (or cached) λ_p in place of "auto"; any other config unchanged."""
     if config.param_cost != AUTO_PARAM_COST:
         return config
-    setting = ParamCostSetting(config.task, config.max_epochs, config.max_train_samples, config.max_val_samples)
+    setting = ParamCostSetting(config.task, config.max_epochs, config.max_train_samples, config.max_val_samples,
+                               config.batch_size, config.lr_schedule)
     value, path, measured = cached_param_cost(get_task_spec(config.task), setting, DataCache(data_options(args)),
                                               args.data_dir, device=resolve_device(config.device), progress=_progress)
     console.print(f"λ_p {value:.3f} for {config.task} at {config.max_epochs} epochs, caps "

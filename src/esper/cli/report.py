@@ -34,7 +34,7 @@ RUN_TYPES = ("heuristic", "compare", "ppo", "iql", "study")
 NEEDED = {"heuristic": (StepRow.FILE, EpisodeResult.FILE), "compare": (ComparisonResult.FILE, StepRow.FILE),
           "ppo": (PPOHistoryRow.FILE, StepRow.FILE, EpisodeResult.FILE), "iql": (IQLHistoryRow.FILE,),
           "study": ()}
-STUDY_PHASES = ("train", "selection", "eval")
+STUDY_PHASES = ("selection", "train", "replay-source", "eval")
 WHAT = {StepRow.FILE: "one line per env step", EpisodeResult.FILE: "one line per finished episode",
         PPOHistoryRow.FILE: "one line per PPO rollout batch or IQL epoch", ComparisonResult.FILE: "comparison results",
         "config.json": "run configuration"}
@@ -108,7 +108,12 @@ def render_report(run_dir: Path, out: Path | None = None) -> list[Path]:
         if not (run_dir / name).is_file():
             raise FileNotFoundError(f"{run_dir / name} not found: a {kind} report needs {name} ({WHAT[name]})")
     if kind == "study":
-        return _phases_report(run_dir, _study_phases(run_dir), out)
+        phases = _phases_report(run_dir, _study_phases(run_dir), out)
+        if not (run_dir / ComparisonResult.FILE).is_file():
+            return phases  # unfinished: each finished phase's plots only
+        from esper.cli.report_study import compute_figure
+
+        return [*phases, compute_figure(load_results(run_dir / "eval"), out / "accuracy_vs_compute.png")]
     if kind == "iql":
         from esper.cli.report_iql import iql_report
 
@@ -132,11 +137,17 @@ def render_report(run_dir: Path, out: Path | None = None) -> list[Path]:
     return draw(out)
 
 
+def _numbered(parent: Path, prefix: str) -> list[str]:
+    """`parent`'s subdirectories `<prefix><n>` in numeric order, as paths relative to parent's parent."""
+    names = sorted((p.name for p in parent.glob(f"{prefix}*")), key=lambda name: int(name.removeprefix(prefix)))
+    return [f"{parent.name}/{name}" for name in names]
+
+
 def _study_phases(run_dir: Path) -> list[str]:
-    """A study's phase directories that hold a run: train/, each selection round in order, eval/."""
-    rounds = sorted((p.name for p in (run_dir / "selection").glob("round-*")),
-                    key=lambda name: int(name.removeprefix("round-")))
-    phases = ["train", *(f"selection/{name}" for name in rounds), "eval"]
+    """A study's phase directories that hold a run: each selection round, each training run and its replay source in
+    order, then eval/."""
+    phases = [*_numbered(run_dir / "selection", "round-"), *_numbered(run_dir / "train", "run-"),
+              *_numbered(run_dir / "replay-source", "run-"), "eval"]
     return [p for p in phases if (run_dir / p / "config.json").is_file()]
 
 

@@ -1,24 +1,29 @@
-"""`esper study`: train a PPO controller and compare it with its baselines on held-out paired seeds, in one command.
+"""`esper study`: train K PPO controllers and compare them with every baseline on held-out paired seeds, in one
+command.
 
-    esper study --preset quick                      # CPU, minutes: static, heuristic, init and final policy
-    esper study --preset synthetic                  # CPU reference study: every baseline, 20 evaluation seeds
-    esper study --preset synthetic --ppo runs/ppo_x --controller iql:runs/iql_y   # reuse a trained policy
-    esper study --preset synthetic --blueprints-from-selection   # the policy grows only best-fixed's blueprints
+    esper study --preset quick                      # CPU, minutes: the workflow end to end (a demo, not a result)
+    esper study --preset synthetic                  # CPU reference study: 5 training runs, every baseline
+    esper study --preset synthetic --runs 2         # fewer training runs
+    esper study --preset synthetic --ppo runs/a runs/b --controller iql:runs/iql_y   # reuse trained policies
+    esper study --preset synthetic --blueprints-from-selection   # the policies grow only best-fixed's blueprints
 
 A study chooses best-fixed (`fixed:` hosts) and best-rule (scripted behaviour presets and `grow:` rules) by validation
 accuracy on selection seeds, in greedy rounds: every single module first, then the best of each family with one
-module more while that helps (selection/round-N/); it trains the policy (train/), then
-evaluates everything on paired evaluation seeds disjoint from both (eval/), reporting final test accuracy: the test
-split is scored once per final model and seen by nothing that decides. With --blueprints-from-selection the policy
-may germinate only the blueprints of the chosen best-fixed: selection answers *what* to build, the policy learns
-*when* and *where* to grow it.
+module more while that helps (selection/round-N/). It trains K policies, each on its own training seed stream
+(train/run-<r>/), runs each final policy on the selection seeds to read its open-loop replay from
+(replay-source/run-<r>/), then evaluates everything on paired evaluation seeds disjoint from all of these (eval/),
+reporting final test accuracy: the test split is scored once per final model and seen by nothing that decides. It
+states first whether the static host converged and how much headroom width and best-fixed have, then each run's
+policy against its init, its replay and the baselines, the aggregates over runs, and the static frontier at equal
+training compute and parameters. With --blueprints-from-selection the policies may germinate only the blueprints of
+the chosen best-fixed: selection answers *what* to build, the policy learns *when* and *where* to grow it.
 
-Rerunning the same command with the same --run-dir continues an interrupted study: training resumes from its last
-checkpoint and selection and evaluation from their finished paired episodes (an evaluation of a policy that has
-since trained further starts over). Other arguments are refused; --overwrite starts the study over. Writes
-STUDY_DIR/{selection/round-N/, train/, eval/, results.json, summary.md} and plots in eval/report/; each phase's
-directory is a complete run directory (its own events and TensorBoard logs), so each can be reported and resumed on
-its own.
+Rerunning the same command with the same --run-dir continues an interrupted study: each training run resumes from
+its last checkpoint, and selection, replay sources and evaluation from their finished paired episodes (an evaluation
+of policies that have since trained further, or of other runs, starts over). Other arguments are refused;
+--overwrite starts the study over. Writes STUDY_DIR/{selection/round-N/, train/run-<r>/, replay-source/run-<r>/,
+eval/, results.json, summary.md} and plots in report/; each phase's directory is a complete run directory (its own
+events and TensorBoard logs), so each can be reported and resumed on its own.
 """
 
 from __future__ import annotations
@@ -51,30 +56,29 @@ from esper.cli.param_cost import resolve_auto_param_cost
 from esper.cli.report import render_report
 from esper.cli.rundirs import check_same_arguments, discard_on_error, prepare_run_dir
 from esper.cli.train_ppo import StopAfterStep, flag_overrides, open_training_dir, train_with_stop
-from esper.env.rewards import resolved_param_cost
+from esper.env import EpisodeResult
+from esper.env.rewards import needs_twin, resolved_param_cost
 from esper.evaluation.comparison import comparison_phases, parse_controllers
 from esper.evaluation.episodes import EpisodePlan, one_test_sample
 from esper.evaluation.results import ComparisonResult
+from esper.evaluation.runs import Cost, RunLabels, episodes_cost, static_episode_cost
+from esper.evaluation.selection import BEST_FIXED, Selection, chosen_blueprints, greedy_selection, selection_markdown
 from esper.evaluation.study import (
-    BEST_FIXED,
-    BEST_RULE,
-    FINAL,
     STUDY_PRESETS,
-    choose_best,
-    chosen_blueprints,
     evaluation_plan,
-    greedy_extensions,
+    replay_seed_count,
+    run_config,
     run_evaluation,
-    selection_candidates,
-    selection_markdown,
     study_controllers,
-    write_study,
+    study_results,
 )
+from esper.evaluation.study_report import convergence_line, summary_markdown
 from esper.leyline import TelemetryEventType
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import SeedStream
 from esper.runtime.devices import resolve_devices
 from esper.runtime.readers import SPLITS
+from esper.runtime.rows import read_rows
 from esper.runtime.rundir import (
     RunDirectory,
     RunDirectoryError,
@@ -90,25 +94,30 @@ from esper.simic.ppo.config import TrainingConfig
 from esper.simic.ppo.train import PPORun
 
 MAX_STUDY_SEEDS = 10_000
+MAX_RUNS = 100
 
 
 def add_study_parser(sub: Any) -> None:
-    p = sub.add_parser("study", help="train a PPO controller, then compare it with its baselines on held-out seeds",
+    p = sub.add_parser("study", help="train K PPO controllers, then compare them with every baseline on held-out seeds",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", choices=sorted(STUDY_PRESETS), default="quick")
+    p.add_argument("--runs", type=int_in(1, MAX_RUNS),
+                   help="training runs, each on its own training seed stream (default: the preset's)")
     p.add_argument("--seeds", type=int_in(1, MAX_STUDY_SEEDS),
                    help="paired held-out evaluation seeds (default: the preset's)")
     p.add_argument("--selection-seeds", type=int_in(0, MAX_STUDY_SEEDS),
-                   help="seeds that choose best-fixed and best-rule; 0 skips them (default: the preset's)")
+                   help="seeds that choose best-fixed and best-rule and that replays are read from; 0 skips the "
+                        "selection (default: the preset's)")
     p.add_argument("--max-test-samples", type=int_in(1, 10**9),
                    help="score final models on a subset of the test split (default: all of it)")
     p.add_argument("--controller", action="append", default=[], metavar="SPEC",
                    help="an extra controller to compare (e.g. iql:PATH); repeatable")
     p.add_argument("--allow-setting-change", action="store_true",
                    help="let --controller policies run in another task, episode length or caps than they learned in")
-    p.add_argument("--ppo", type=Path, help="evaluate this PPO run directory instead of training one")
+    p.add_argument("--ppo", type=Path, nargs="+", metavar="RUN",
+                   help="evaluate these PPO run directories (one training run each) instead of training")
     p.add_argument("--blueprints-from-selection", action="store_true",
-                   help="train the policy to germinate only the blueprints of the chosen best-fixed")
+                   help="train the policies to germinate only the blueprints of the chosen best-fixed")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override one TrainingConfig field of the preset; VALUE is parsed as JSON (repeatable)")
     p.add_argument("--device", help="policy and env device: 'auto', 'cpu' or 'cuda:N'")
@@ -125,10 +134,8 @@ _PLACEMENT = ("device", "devices", *WORKER_FIELDS.values())
 """Overrides that change where a study runs, not what it measures."""
 
 
-def _training_config(args: argparse.Namespace, train_dir: Path, blueprints: list[str] | None = None
-                     ) -> tuple[TrainingConfig, Path | None]:
-    """The preset's config with the overrides (and `blueprints`, once selection has chosen them), or the saved one
-    when the run (or --ppo) already has checkpoints (ignored under --overwrite, which starts the study over)."""
+def _requested_config(args: argparse.Namespace, blueprints: list[str] | None) -> TrainingConfig:
+    """The preset's config with the overrides (and `blueprints`, once selection has chosen them)."""
     overrides = flag_overrides(args)
     if args.blueprints_from_selection and "blueprints" in overrides:
         raise UserInputError("--blueprints-from-selection takes the policy's blueprints from best-fixed: drop "
@@ -136,26 +143,56 @@ def _training_config(args: argparse.Namespace, train_dir: Path, blueprints: list
     if blueprints is not None:
         overrides["blueprints"] = blueprints
     requested = TrainingConfig.preset(STUDY_PRESETS[args.preset].training).with_overrides(**overrides)
+    return resolve_auto_param_cost(requested, args)
+
+
+def _saved_run(args: argparse.Namespace, train_dir: Path) -> TrainingConfig:
+    """The config a --ppo run trained with; only where it runs may change."""
     latest = checkpoints_dir(train_dir) / "latest.pt"
-    if args.ppo is not None and not args.ppo.is_dir():
-        raise FileNotFoundError(f"--ppo {args.ppo} is not a directory: pass a PPO run directory (holding "
+    if not train_dir.is_dir():
+        raise FileNotFoundError(f"--ppo {train_dir} is not a directory: pass PPO run directories (each holding "
                                 f"checkpoints/init.pt and final.pt)")
+    if not latest.exists():
+        raise FileNotFoundError(f"{latest} not found: --ppo needs PPO run directories with checkpoints")
+    overrides = flag_overrides(args)
     setting = sorted(k for k in overrides if k not in _PLACEMENT)
-    if args.ppo is not None and setting:
-        raise UserInputError(f"--ppo evaluates the policy in the setting it trained in, so {', '.join(setting)} cannot "
-                             f"be changed; to test it elsewhere run esper compare --controllers static heuristic "
-                             f"ppo:{args.ppo}/checkpoints/init.pt ppo:{args.ppo} with the settings you want")
-    requested = resolve_auto_param_cost(requested, args)
-    if not latest.exists() or (args.overwrite and args.ppo is None):
-        if args.ppo is not None:
-            raise FileNotFoundError(f"{latest} not found: --ppo needs a PPO run directory with checkpoints")
-        return requested, None
+    if setting:
+        raise UserInputError(f"--ppo evaluates the policies in the setting they trained in, so "
+                             f"{', '.join(setting)} cannot be changed; to test one elsewhere run esper compare "
+                             f"--controllers static heuristic ppo:{train_dir}/checkpoints/init.pt ppo:{train_dir} with "
+                             f"the settings you want")
     saved = TrainingConfig.from_dict(read_policy_checkpoint(latest)["config"])
+    return saved.with_overrides(**overrides)
+
+
+def _run_configs(args: argparse.Namespace, train_dirs: list[Path], blueprints: list[str] | None
+                 ) -> list[tuple[TrainingConfig, Path | None]]:
+    """Each training run's config and the checkpoint it continues from (None: it starts now). Run r trains on the
+    base config's setting with its own seed (`run_config`); --ppo runs bring their own configs, which must agree on
+    everything but the seed."""
     if args.ppo is not None:
-        return saved.with_overrides(**overrides), latest  # only where it runs may change
-    if args.blueprints_from_selection and blueprints is None:  # before selection: check everything else
-        requested = requested.with_overrides(blueprints=saved.blueprints)
-    return resume_config(saved, requested), latest
+        configs = [_saved_run(args, d) for d in train_dirs]
+        first = {k: v for k, v in configs[0].to_dict().items() if k != "seed"}
+        for d, c in zip(train_dirs[1:], configs[1:], strict=True):
+            other = {k: v for k, v in c.to_dict().items() if k != "seed"}
+            if other != first:
+                differing = sorted(k for k in first if first[k] != other.get(k))
+                raise UserInputError(f"--ppo {d} trained in another setting than {train_dirs[0]} "
+                                     f"({', '.join(differing)}): a study compares runs of one setting")
+        return [(c, checkpoints_dir(d) / "latest.pt") for c, d in zip(configs, train_dirs, strict=True)]
+    base = _requested_config(args, blueprints)
+    out: list[tuple[TrainingConfig, Path | None]] = []
+    for r, d in enumerate(train_dirs):
+        requested = run_config(base, r)
+        latest = checkpoints_dir(d) / "latest.pt"
+        if not latest.exists() or args.overwrite:
+            out.append((requested, None))
+            continue
+        saved = TrainingConfig.from_dict(read_policy_checkpoint(latest)["config"])
+        if args.blueprints_from_selection and blueprints is None:  # before selection: check everything else
+            requested = requested.with_overrides(blueprints=saved.blueprints)
+        out.append((resume_config(saved, requested), latest))
+    return out
 
 
 def _measured_setting(config: TrainingConfig) -> dict[str, Any]:
@@ -167,59 +204,63 @@ def _measured_setting(config: TrainingConfig) -> dict[str, Any]:
     return setting
 
 
-def _settings(args: argparse.Namespace, seeds: int, selection_seeds: int) -> dict[str, Any]:
-    return {"preset": args.preset, "seeds": seeds, "selection_seeds": selection_seeds, "controllers": args.controller,
-            "ppo": None if args.ppo is None else str(args.ppo), "tie_threshold": args.tie_threshold,
-            "max_test_samples": args.max_test_samples, "blueprints_from_selection": args.blueprints_from_selection}
+def _settings(args: argparse.Namespace, seeds: int, selection_seeds: int, runs: int) -> dict[str, Any]:
+    return {"preset": args.preset, "seeds": seeds, "selection_seeds": selection_seeds, "runs": runs,
+            "controllers": args.controller, "ppo": None if args.ppo is None else [str(p) for p in args.ppo],
+            "tie_threshold": args.tie_threshold, "max_test_samples": args.max_test_samples,
+            "blueprints_from_selection": args.blueprints_from_selection}
 
 
 def _open_study(path: Path, args: argparse.Namespace, settings: dict[str, Any]) -> tuple[RunDirectory, bool]:
-    """The study directory, new or (same settings; more seeds allowed) continued; True when new."""
+    """The study directory, new or (same settings; more seeds or runs allowed) continued; True when new."""
     if prepare_run_dir(path, command="study", overwrite=args.overwrite, resumable=holds_results) == "new":
         study = RunDirectory(path)
         study.write_config("study", args.argv, settings, {"data_dir": str(args.data_dir)})
         return study, True
-    check_same_arguments(path, recorded_config(path), settings, may_differ=("seeds",))
+    check_same_arguments(path, recorded_config(path), settings, may_differ=("seeds", "runs"))
     return RunDirectory(path, resume=True), False
 
 
 def _train(args: argparse.Namespace, config: TrainingConfig, checkpoint: Path | None, train_path: Path,
-           cache: DataCache) -> bool:
-    """Train (or continue training) the policy in train/, with that directory's own telemetry (so a resume trims
-    its own events); False when stopped before the last batch."""
+           cache: DataCache, run: int) -> bool:
+    """Train (or continue training) policy `run` in its directory, with that directory's own telemetry (so a resume
+    trims its own events); False when stopped before the last batch."""
     episodes_done = int(read_policy_checkpoint(checkpoint)["episodes_completed"]) if checkpoint is not None else 0
+    if episodes_done >= config.n_episodes and (checkpoints_dir(train_path) / "final.pt").is_file():
+        console.print(f"Training run {run}: finished ({episodes_done} episodes in {train_path}).")
+        return True
+    console.print(f"Training run {run} ({train_path}):")
     train_dir = open_training_dir(train_path, config, args, checkpoint, cache)
     hub, progress = make_hub(args, train_dir, config.to_dict())
     stop = StopAfterStep()
     with closing_hub(hub, train_dir):
-        run = PPORun(train_dir, sink=hub, data=cache, resume_from=checkpoint, should_stop=lambda: stop.requested,
+        ppo = PPORun(train_dir, sink=hub, data=cache, resume_from=checkpoint, should_stop=lambda: stop.requested,
                      progress=phase_progress(progress))
-        result = train_with_stop(config, run, stop, progress,
-                                 preset=STUDY_PRESETS[args.preset].training,
+        result = train_with_stop(config, ppo, stop, progress, preset=STUDY_PRESETS[args.preset].training,
                                  debug=args.telemetry_level == "debug", episodes_done=episodes_done)
     return not stop.requested and result.episodes_completed >= config.n_episodes
 
 
-def _evaluation_config(path: Path, labels: list[str], specs: list[str], seeds: int, stream: SeedStream,
-                       config: TrainingConfig, settings: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+def _phase_config(path: Path, phase: _Phase, config: TrainingConfig, settings: dict[str, Any]
+                  ) -> tuple[dict[str, Any], bool]:
     """A phase's arguments, and whether a stored phase was of something else (then it starts over: its results
     describe a policy, a choice or a setting that no longer exists)."""
-    eval_config = {"controllers": labels, "specs": specs, "episodes": seeds, "seed_stream": stream.value,
-                   "training": _measured_setting(config),
-                   **{k: v for k, v in settings.items() if k not in ("seeds", "selection_seeds")}}
+    phase_config = {"controllers": phase.labels, "specs": phase.specs, "episodes": phase.seeds,
+                    "seed_stream": phase.plan.stream.value, "training": _measured_setting(config),
+                    **{k: v for k, v in settings.items() if k not in ("seeds", "selection_seeds", "runs")}}
     if not (path / "config.json").exists():
-        return eval_config, False
+        return phase_config, False
     try:
-        check_same_arguments(path, recorded_config(path), eval_config,
-                             may_differ=("episodes",))
+        check_same_arguments(path, recorded_config(path), phase_config, may_differ=("episodes",))
     except RunDirectoryError:
-        return eval_config, True
-    return eval_config, False
+        return phase_config, True
+    return phase_config, False
 
 
 @dataclass(frozen=True)
 class _Phase:
-    """One paired-episode phase of a study (selection or evaluation), run in its own directory."""
+    """One paired-episode phase of a study (a selection round, a replay source, the evaluation) in its own
+    directory."""
 
     name: str
     path: Path
@@ -227,15 +268,14 @@ class _Phase:
     specs: list[str]
     labels: list[str]
     seeds: int
-    match: str | None = None
+    match: list[str] | None = None
 
 
 def _run_phase(args: argparse.Namespace, phase: _Phase, config: TrainingConfig, settings: dict[str, Any],
                cache: DataCache) -> ComparisonResult:
     """Run (or continue) one phase with its own telemetry and progress."""
     phases = comparison_phases(parse_controllers(phase.specs), phase.labels)
-    phase_config, stale = _evaluation_config(phase.path, phase.labels, phase.specs, phase.seeds,
-                                             phase.plan.stream, config, settings)
+    phase_config, stale = _phase_config(phase.path, phase, config, settings)
     run_dir, resume = open_episode_run(phase.path, "compare", overwrite=stale, argv=args.argv, config=phase_config,
                                        runtime={"data_dir": str(args.data_dir),
                                                 "param_cost": phase_config["training"]["param_cost"]}, phases=phases,
@@ -254,71 +294,105 @@ def _run_phase(args: argparse.Namespace, phase: _Phase, config: TrainingConfig, 
 
 
 def _select(args: argparse.Namespace, path: Path, config: TrainingConfig, settings: dict[str, Any],
-            cache: DataCache, seeds: int) -> dict[str, str]:
+            cache: DataCache, seeds: int) -> Selection | None:
     """best-fixed and best-rule, chosen on the selection seeds in greedy rounds (selection/round-N/, each a run
     directory of its own); the table of every round is saved as selection/summary.md."""
     if seeds == 0:
-        return {}
+        return None
     # Nothing selection runs is the policy's, so it is recorded without the policy's blueprints: the same selection
     # serves a study before and after --blueprints-from-selection has made its choice.
     config = config.with_overrides(blueprints=None)
     plan = evaluation_plan(config, SeedStream.SELECTION, args.max_test_samples)
-    topology, slots = plan.task.topology, plan.slots
-    fixed, rules = selection_candidates(topology, slots)
-    max_modules = plan.max_seeds or len(slots)
-    candidates = [*fixed, *rules]
-    rounds: list[ComparisonResult] = []
-    means: dict[str, float] = {}
-    while candidates:
-        n = len(rounds) + 1
-        rounds.append(_run_phase(args, _Phase(f"selection round {n}", path / f"round-{n}", plan, candidates,
-                                              candidates, seeds), config, settings, cache))
-        means.update({c: rounds[-1].per_controller[c]["final_accuracy"]["mean"] for c in candidates})
-        more_fixed, more_rules = (greedy_extensions(means, family, candidates, topology, slots, max_modules)
-                                  for family in (fixed, rules))
-        fixed, rules, candidates = [*fixed, *more_fixed], [*rules, *more_rules], [*more_fixed, *more_rules]
-    chosen = {BEST_FIXED: choose_best(means, fixed), BEST_RULE: choose_best(means, rules)}
-    write_text_atomic(path / "summary.md", selection_markdown(rounds, chosen))
-    return chosen
+
+    def run_round(n: int, candidates: list[str]) -> ComparisonResult:
+        return _run_phase(args, _Phase(f"selection round {n}", path / f"round-{n}", plan, candidates, candidates,
+                                       seeds), config, settings, cache)
+
+    selection = greedy_selection(plan.task.topology, plan.slots, plan.max_seeds or len(plan.slots), run_round)
+    write_text_atomic(path / "summary.md", selection_markdown(selection.rounds, selection.chosen))
+    return selection
+
+
+def _replay_sources(args: argparse.Namespace, path: Path, config: TrainingConfig, settings: dict[str, Any],
+                    cache: DataCache, train_dirs: list[Path], seeds: int) -> list[ComparisonResult]:
+    """Each run's final policy on the first `seeds` selection seeds (replay-source/run-<r>/): the episodes its
+    open-loop replay is read from, none of them an evaluation episode."""
+    plan = evaluation_plan(config, SeedStream.SELECTION, args.max_test_samples)
+    return [_run_phase(args, _Phase(f"replay source of run {r}", path / f"run-{r}", plan,
+                                    [f"ppo:{checkpoints_dir(d) / 'final.pt'}"], [RunLabels(r).final], seeds),
+                       config, settings, cache) for r, d in enumerate(train_dirs)]
+
+
+def _training_cost(config: TrainingConfig, train_dir: Path, twin_episode: Cost) -> Cost:
+    """What training run `train_dir` cost: its episodes plus the static twin each group trained beside them."""
+    episodes = read_rows(train_dir / EpisodeResult.FILE, EpisodeResult)
+    twins = len(episodes) // config.group_size if needs_twin(config.reward_family) else 0
+    return episodes_cost(episodes, twins, twin_episode)
 
 
 def cmd_study(args: argparse.Namespace) -> int:
     preset = STUDY_PRESETS[args.preset]
     seeds = args.seeds or preset.seeds
     selection_seeds = preset.selection_seeds if args.selection_seeds is None else args.selection_seeds
+    if args.ppo is not None and args.runs is not None and args.runs != len(args.ppo):
+        raise UserInputError(f"--runs {args.runs} but {len(args.ppo)} --ppo run(s): each --ppo directory is one "
+                             f"training run; drop --runs")
+    runs = len(args.ppo) if args.ppo is not None else (args.runs or preset.runs)
     seed = args.seed if args.seed is not None else TrainingConfig.preset(preset.training).seed
     path = args.run_dir or default_run_dir(args.runs_root, "study", args.preset, seed, run_settings(args))
-    settings = _settings(args, seeds, selection_seeds)
-    train_path = args.ppo if args.ppo is not None else path / "train"
+    settings = _settings(args, seeds, selection_seeds, runs)
+    train_dirs = list(args.ppo) if args.ppo is not None else [path / "train" / f"run-{r}" for r in range(runs)]
     if args.blueprints_from_selection and (args.ppo is not None or selection_seeds == 0):
         raise UserInputError("--blueprints-from-selection trains the policy on best-fixed's blueprints, so it needs "
                              "selection seeds (not --selection-seeds 0) and a policy to train (not --ppo)")
-    config, checkpoint = _training_config(args, train_path)  # bad settings fail before anything is written
+    configs = _run_configs(args, train_dirs, None)  # bad settings fail before anything is written
+    config = configs[0][0]  # the base: selection and evaluation seeds come from its seed
     cache = preload_data(args, get_task_spec(config.task), resolve_devices(config.device, config.devices), SPLITS)
     study, fresh = _open_study(path, args, settings)
+    console.print(f"Study directory: [bold]{path}[/bold] ({runs} training run(s); "
+                  f"tensorboard --logdir {path})")
     with discard_on_error(study, fresh=fresh, errors=USER_ERRORS):
-        chosen = _select(args, path / "selection", config, settings, cache, selection_seeds)
+        selection = _select(args, path / "selection", config, settings, cache, selection_seeds)
+        chosen = selection.chosen if selection is not None else {}
         if args.blueprints_from_selection:
-            config, checkpoint = _training_config(args, train_path, chosen_blueprints(chosen[BEST_FIXED]))
-        if args.ppo is None and not _train(args, config, checkpoint, train_path, cache):
-            console.print(f"Stopped during training. Continue with the same command (--run-dir {path}).")
-            return EXIT_INTERRUPTED
-        specs, labels = study_controllers(preset.baselines, train_path, chosen, args.controller)
+            configs = _run_configs(args, train_dirs, chosen_blueprints(chosen[BEST_FIXED]))
+            config = configs[0][0]
+        if args.ppo is None:
+            for r, ((run_conf, checkpoint), train_dir) in enumerate(zip(configs, train_dirs, strict=True)):
+                if not _train(args, run_conf, checkpoint, train_dir, cache, r):
+                    console.print(f"Stopped during training run {r}. Continue with the same command "
+                                  f"(--run-dir {path}).")
+                    return EXIT_INTERRUPTED
+        replay_dirs = [path / "replay-source" / f"run-{r}" for r in range(runs)]
+        sources = _replay_sources(args, path / "replay-source", config, settings, cache, train_dirs,
+                                  replay_seed_count(selection_seeds))
+        specs, labels = study_controllers(preset.baselines, train_dirs, replay_dirs, chosen, args.controller)
         plan = evaluation_plan(config, max_test_samples=args.max_test_samples,
                                allow_setting_change=args.allow_setting_change)
-        match = FINAL if "static:matched" in preset.baselines else None
+        match = [RunLabels(r).final for r in range(runs)] if "static:matched" in preset.baselines else None
         comparison = _run_phase(args, _Phase("evaluation", path / "eval", plan, specs, labels, seeds, match),
                                 config, settings, cache)
+    twin = static_episode_cost(comparison)
+    results = study_results(
+        comparison, runs, chosen=chosen,
+        selection=None if selection is None else episodes_cost(e for r in selection.rounds for e in r.episodes),
+        training=[_training_cost(c, d, twin) for (c, _), d in zip(configs, train_dirs, strict=True)],
+        replay_sources=[episodes_cost(s.episodes) for s in sources])
     reward = plan.describe_reward()
     title = f"esper study --preset {args.preset} ({config.task}; reward {reward})"
-    summary = write_study(path, comparison, title=title, command="esper " + " ".join(args.argv), chosen=chosen,
-                          policy_blueprints=config.blueprints,
-                          extra={"preset": args.preset, "seeds": seeds, "selection_seeds": selection_seeds,
-                                 "reward": reward, "training": _measured_setting(config)})
+    comparison.write(study, {"study": {"preset": args.preset, "seeds": seeds, "selection_seeds": selection_seeds,
+                                       "reward": reward, "training": _measured_setting(config), "chosen": chosen,
+                                       **results.to_dict()}})
+    summary = path / "summary.md"
+    write_text_atomic(summary, summary_markdown(comparison, results, title=title,
+                                                command="esper " + " ".join(args.argv), chosen=chosen,
+                                                policy_blueprints=config.blueprints))
     console.print(comparison_table(comparison))
-    plots = render_report(path / "eval")
+    console.print(("[bold]" if results.regime["convergence"]["converged"] else "[bold red]")
+                  + convergence_line(results.regime).replace("**", "") + "[/]")
+    plots = render_report(path)
     console.print(f"\nStudy directory: [bold]{path}[/bold]\nSummary:         {summary}\n"
-                  f"Plots:           {plots[0].parent if plots else path / 'eval' / 'report'}")
+                  f"Plots:           {path / 'report'} ({len(plots)} PNGs)")
     if not args.no_tensorboard:
         console.print(f"TensorBoard:     tensorboard --logdir {path}")
     return EXIT_OK

@@ -242,7 +242,8 @@ def compare_hint(config: TrainingConfig, run: Path) -> str:
     result), on the held-out evaluation seeds of its base seed (a seed stream its training never draws from)."""
     parts = ["esper compare --controllers static heuristic", f"ppo:{run}", f"--task {config.task}",
              f"--max-epochs {config.max_epochs}", f"--slots {' '.join(config.slots)}",
-             f"--reward-family {config.reward_family.value}", f"--seed {config.seed}"]
+             f"--reward-family {config.reward_family.value}", f"--seed {config.seed}",
+             f"--batch-size {config.batch_size}", f"--lr-schedule {config.lr_schedule}"]
     for flag, value in (("--max-train-samples", config.max_train_samples),
                         ("--max-val-samples", config.max_val_samples), ("--max-seeds", config.max_seeds),
                         ("--param-cost", config.charged_param_cost())):

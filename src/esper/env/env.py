@@ -39,6 +39,7 @@ from esper.leyline import (
 from esper.leyline.constants import GOVERNOR_SNAPSHOT_INTERVAL
 from esper.leyline.seeding import derive_seed
 from esper.leyline.telemetry import Severity, emit_if_wanted
+from esper.runtime.optim import LRSchedule, lr_factor
 from esper.runtime.tasks import TaskSpec
 from esper.tamiyo import SignalTracker
 from esper.tolaria import (
@@ -73,6 +74,7 @@ class EnvSpec:
     sink: TelemetrySink | None = None
     host_width: float = 1.0  # channel / model-width multiplier of the host (static:<w> baselines)
     fixed_modules: tuple[tuple[str, str], ...] = ()  # (slot, blueprint) built into the host (fixed: baselines)
+    lr_schedule: LRSchedule = "constant"  # how the learning rates of the episode's optimizers change per epoch
 
 
 @dataclass(frozen=True)
@@ -223,6 +225,11 @@ class MorphoEnv:
             self.wall_seconds += time.perf_counter() - start
 
     # ----------------------------------- the epoch's steps: only `esper.env.lockstep.Lockstep` calls them, in order
+
+    def begin_epoch(self, epoch: int) -> None:
+        """Set the optimizers' learning rates for `epoch` from the episode's schedule (constant: left as they are)."""
+        if self.spec.lr_schedule != "constant":
+            self.ts.set_lr_factor(lr_factor(self.spec.lr_schedule, epoch, self.spec.max_epochs))
 
     def train_batch(self, x: torch.Tensor, y: torch.Tensor, *, collect_gradients: bool) -> None:
         _claim_for_stream(self.ts.stream, x, y)

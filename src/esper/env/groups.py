@@ -26,6 +26,7 @@ from esper.env.step_record import ShapedRewardComponents
 from esper.leyline import EnvObservation, TelemetryEvent, TelemetryEventType
 from esper.runtime.checkpoint import model_checkpoint
 from esper.runtime.data import SharedBatchIterator
+from esper.runtime.optim import LRSchedule
 from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 from esper.tamiyo import TamiyoDecision
 from esper.tolaria import finish_validation, validate_batch
@@ -50,6 +51,7 @@ class EpisodeSetting:
     amp: bool = False
     score_test: bool = False
     keep_models: bool = False
+    lr_schedule: LRSchedule = "constant"
 
 
 @dataclass(frozen=True)
@@ -179,7 +181,8 @@ class EnvHost:
                  width: float = 1.0, fixed: tuple[tuple[str, str], ...] = ()) -> EnvSpec:
             return EnvSpec(task, setting.slots, setting.max_epochs, group.seed, self._device(device), env_id=env_id,
                            episode=episode, batch=group.batch, max_seeds=max_seeds, amp=setting.amp,
-                           sink=self.relay if telemetry else None, host_width=width, fixed_modules=fixed)
+                           sink=self.relay if telemetry else None, host_width=width, fixed_modules=fixed,
+                           lr_schedule=setting.lr_schedule)
 
         def member_spec(m: MemberPlan) -> EnvSpec:
             return spec(m.env_id, m.device, telemetry=m.telemetry, episode=m.episode, max_seeds=m.max_seeds,

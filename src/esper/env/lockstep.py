@@ -187,6 +187,8 @@ class Lockstep:
         """Steps 1 and 2 for every env and twin, batch-first; then each closes its epoch (the envs' stats only: the
         twins' measurements reach their envs through their curves)."""
         trained, data = self._trained, self.data
+        for env in trained:
+            env.begin_epoch(epoch)
         data.train.set_seed(derive_seed(data.seed, epoch))
         last = len(data.train) - 1
         for b, batch in enumerate(data.train):

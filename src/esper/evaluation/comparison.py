@@ -113,23 +113,25 @@ def largest_grown(episodes: Sequence[EpisodeResult], labels: Sequence[str]) -> t
     return label, grown[label]
 
 
-def match_target(episodes: Sequence[EpisodeResult], labels: Sequence[str], match: str | None
+def match_target(episodes: Sequence[EpisodeResult], labels: Sequence[str], match: Sequence[str] | None
                  ) -> tuple[str, float] | None:
-    """What static:matched is widened to: the controller `match` (the one under study) when named, else the
-    largest grown one; None when nothing grew."""
-    if match is None:
+    """What static:matched is widened to: the mean final parameter count of the controllers `match` (the ones
+    under study, e.g. the final policies of a study's training runs) when named, else of the largest grown one;
+    None when nothing grew."""
+    if not match:
         return largest_grown(episodes, labels)
-    if match not in labels:
-        raise UserInputError(f"--match {match}: no such controller in this comparison. Available: {list(labels)}")
-    return match, mean_final_params(episodes, match)
+    unknown = [m for m in match if m not in labels]
+    if unknown:
+        raise UserInputError(f"--match {unknown[0]}: no such controller in this comparison. Available: {list(labels)}")
+    return ", ".join(match), statistics.fmean(mean_final_params(episodes, m) for m in match)
 
 
 def run_comparison(specs: Sequence[ControllerSpec], plan: EpisodePlan, episodes: int, cache: DataCache, *,
                    tie_threshold: float | None = None, sink: TelemetrySink | None = None,
                    run_dir: RunDirectory | None = None, labels: Sequence[str] | None = None,
-                   resume: ResumePoint | None = None, match: str | None = None) -> ComparisonResult:
-    """Every controller on the same paired episodes; `static:matched` runs last, widened to the parameter count of
-    the controller `match` (the one under study), or of the largest grown one when `match` is None.
+                   resume: ResumePoint | None = None, match: Sequence[str] | None = None) -> ComparisonResult:
+    """Every controller on the same paired episodes; `static:matched` runs last, widened to the mean parameter count
+    of the controllers `match` (the ones under study), or of the largest grown one when `match` is None.
 
     `tie_threshold` (default: one test sample's worth) is the |Δ| below which a paired difference is a tie.
     `labels` (default: `controller_labels(specs)`) name the controllers in results, tables and plots. `resume`

@@ -7,6 +7,7 @@ behaviour policy) only needs to be imported here.
 from __future__ import annotations
 
 import esper.datagen
+import esper.evaluation.replay
 import esper.simic.iql
 import esper.simic.ppo.controller  # noqa: F401  (registers ppo:PATH)
 from esper.tamiyo import CONTROLLERS, ControllerRegistry

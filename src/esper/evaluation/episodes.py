@@ -29,6 +29,7 @@ from esper.leyline.constants import DEFAULT_GAMMA
 from esper.leyline.seeding import SeedStream, episode_seeds
 from esper.runtime.actors import WorkerOptions
 from esper.runtime.devices import env_device_map
+from esper.runtime.optim import LRSchedule
 from esper.runtime.rundir import RunDirectory
 from esper.runtime.tasks import DataCache, TaskSpec
 from esper.tamiyo import ControllerContext, ControllerSpec, StaticPolicy, TamiyoDecision, TamiyoPolicy, host_variant
@@ -64,6 +65,7 @@ class EpisodePlan:
     stream: SeedStream = SeedStream.EVALUATION  # selection episodes draw other seeds than evaluation (and training)
     workers: WorkerOptions = field(default_factory=WorkerOptions)  # where the episodes run (never what they compute)
     allow_setting_change: bool = False  # learned policies may run outside the setting they were trained in
+    lr_schedule: LRSchedule = "constant"
 
     def describe_reward(self) -> str:
         """The reward logged per decision, with the parameter cost it resolves to for this task and sample cap."""
@@ -85,7 +87,8 @@ def build_controller(spec: ControllerSpec, plan: EpisodePlan, *, episode: int, i
                                 seed_blending_epochs=max(lifecycle.blending_steps, lifecycle.min_blending_epochs),
                                 setting={"task": plan.task.name, "max_epochs": plan.max_epochs,
                                          "max_train_samples": plan.max_train_samples,
-                                         "max_val_samples": plan.max_val_samples},
+                                         "max_val_samples": plan.max_val_samples, "batch_size": plan.batch_size,
+                                         "lr_schedule": plan.lr_schedule},
                                 allow_setting_change=plan.allow_setting_change)
     return all_controllers().build(spec, context)
 
@@ -145,7 +148,7 @@ def run_controller_episodes(
                                            max_train_samples=plan.max_train_samples, logged_only=True), plan.gamma,
                              max_train_samples=plan.max_train_samples, max_val_samples=plan.max_val_samples,
                              max_test_samples=plan.max_test_samples, amp=plan.amp, score_test=True,
-                             keep_models=keep_models)
+                             keep_models=keep_models, lr_schedule=plan.lr_schedule)
     device_of = env_device_map(max(len(specs) + 1, len(plan.devices)), plan.devices)
     results: list[EpisodeResult] = []
     for first in range(start, episodes, len(pool.actors)):

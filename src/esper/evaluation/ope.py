@@ -30,6 +30,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from esper.datagen.transitions import TransitionDataset
+from esper.evaluation.stats import bootstrap_counts, percentile_interval
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import derive_seed
 from esper.runtime.devices import resolve_device
@@ -155,25 +156,6 @@ def target_probabilities(target: TargetPolicy, states: torch.Tensor, valid: torc
     return probs
 
 
-def _bootstrap_counts(n_episodes: int, n_resamples: int, seed: int) -> torch.Tensor:
-    """[1 + n_resamples, E] multiplicities: row 0 is the data itself, the others resample episodes with replacement."""
-    g = torch.Generator().manual_seed(seed)
-    draws = torch.randint(n_episodes, (n_resamples, n_episodes), generator=g)
-    counts = torch.zeros(n_resamples, n_episodes, dtype=torch.float64).scatter_add_(
-        1, draws, torch.ones(n_resamples, n_episodes, dtype=torch.float64))
-    return torch.cat([torch.ones(1, n_episodes, dtype=torch.float64), counts])
-
-
-def _interval(replicates: torch.Tensor, confidence: float) -> tuple[float, float]:
-    """Percentile interval of the finite bootstrap replicates."""
-    finite = replicates[torch.isfinite(replicates)]
-    if finite.numel() == 0:
-        return math.nan, math.nan
-    tail = (1.0 - confidence) / 2.0
-    low, high = torch.quantile(finite, torch.tensor([tail, 1.0 - tail], dtype=finite.dtype)).tolist()
-    return low, high
-
-
 def episode_returns(dataset: TransitionDataset, gamma: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(episode ids, undiscounted returns, γ-discounted returns) per episode, in episode-id order (float64)."""
     index = dataset.episode_index()
@@ -191,10 +173,10 @@ def behavior_returns(dataset: TransitionDataset, config: OPEConfig) -> list[Retu
         groups[name] = torch.tensor([label == name for label in labels])
     summaries = []
     for name, members in groups.items():
-        counts = _bootstrap_counts(int(members.sum()), config.n_bootstrap, derive_seed(config.seed, "returns", name))
+        counts = bootstrap_counts(int(members.sum()), config.n_bootstrap, derive_seed(config.seed, "returns", name))
         means = [counts @ x[members] / counts.sum(1) for x in (plain, discounted)]
-        summaries.append(ReturnSummary(name, int(members.sum()), float(means[0][0]), _interval(means[0][1:],
-                                       config.confidence), float(means[1][0]), _interval(means[1][1:],
+        summaries.append(ReturnSummary(name, int(members.sum()), float(means[0][0]), percentile_interval(means[0][1:],
+                                       config.confidence), float(means[1][0]), percentile_interval(means[1][1:],
                                        config.confidence)))
     return summaries
 
@@ -214,7 +196,7 @@ def pdwis(dataset: TransitionDataset, target: TargetPolicy, config: OPEConfig) -
     weights = torch.cumprod(torch.where(present, ratio[rows], 1.0), dim=1)  # [E, T]
     rewards = torch.where(present, dataset.rewards.cpu().double()[rows], 0.0)
     discounts = config.gamma ** torch.arange(rewards.shape[1], dtype=torch.float64)
-    counts = _bootstrap_counts(len(index.episode_ids), config.n_bootstrap, derive_seed(config.seed, "pdwis"))
+    counts = bootstrap_counts(len(index.episode_ids), config.n_bootstrap, derive_seed(config.seed, "pdwis"))
     values = (discounts * (counts @ (weights * rewards)) / (counts @ weights)).sum(1)  # 0/0 → NaN: no support
     final = weights[:, -1]
     if not math.isfinite(float(values[0])):
@@ -223,7 +205,7 @@ def pdwis(dataset: TransitionDataset, target: TargetPolicy, config: OPEConfig) -
         return OPEEstimate("pdwis", math.nan, math.nan, math.nan, config.confidence, config.gamma,
                            len(index.episode_ids), {"ess": 0.0, "matched_episodes": 0.0,
                                                     "undefined_resamples": 1.0})
-    low, high = _interval(values[1:], config.confidence)
+    low, high = percentile_interval(values[1:], config.confidence)
     details = {"ess": float(final.sum() ** 2 / final.square().sum()), "matched_episodes": float((final > 0).sum()),
                "undefined_resamples": float((~torch.isfinite(values[1:])).double().mean())}
     return OPEEstimate("pdwis", float(values[0]), low, high, config.confidence, config.gamma,
@@ -272,7 +254,7 @@ def fqe(dataset: TransitionDataset, target: TargetPolicy, config: OPEConfig,
     device = resolve_device(config.device)
     index = dataset.episode_index()
     heads = 1 + config.fqe_bootstrap
-    counts = _bootstrap_counts(len(index.episode_ids), config.fqe_bootstrap, derive_seed(config.seed, "fqe"))
+    counts = bootstrap_counts(len(index.episode_ids), config.fqe_bootstrap, derive_seed(config.seed, "fqe"))
     # Each head's pool of rows: every row of every resampled episode, as often as the episode was drawn.
     row_counts = torch.zeros(heads, len(dataset), dtype=torch.long)
     row_counts[:, index.rows[index.rows >= 0]] = counts.long().repeat_interleave(index.lengths, dim=1)
@@ -322,7 +304,7 @@ def fqe(dataset: TransitionDataset, target: TargetPolicy, config: OPEConfig,
     values = (counts * start_values).sum(1) / counts.sum(1)
     if not bool(torch.isfinite(values).all()):
         raise FloatingPointError("FQE diverged (non-finite Q-values); lower fqe_lr or gamma")
-    low, high = _interval(values[1:], config.confidence)
+    low, high = percentile_interval(values[1:], config.confidence)
     details = {"final_td_loss": float(losses) / (heads * config.fqe_steps_per_iteration)}
     return OPEEstimate("fqe", float(values[0]), low, high, config.confidence, config.gamma,
                        len(index.episode_ids), details)

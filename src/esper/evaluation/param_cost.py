@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import random
 import statistics
 import time
 from collections.abc import Callable
@@ -25,8 +24,10 @@ import torch
 from esper.env.driver import EnvPool
 from esper.evaluation.comparison import host_params, parse_controllers
 from esper.evaluation.episodes import EpisodePlan, run_controller_episodes
+from esper.evaluation.stats import bootstrap_counts, percentile_interval
 from esper.leyline import CANONICAL_SLOTS, UserInputError
 from esper.leyline.seeding import SeedStream
+from esper.runtime.optim import LRSchedule
 from esper.runtime.rundir import write_json_atomic
 from esper.runtime.tasks import DataCache, TaskSpec
 
@@ -49,13 +50,15 @@ class ParamCostSetting:
     max_epochs: int
     max_train_samples: int | None
     max_val_samples: int | None
+    batch_size: int
+    lr_schedule: LRSchedule = "constant"
     episodes: int = 5
     seed: int = 7  # base of the calibration seed stream, which no run's episodes draw from
 
     def cache_file(self, data_dir: Path, host_parameters: int) -> Path:
         caps = f"train{self.max_train_samples or 'all'}_val{self.max_val_samples or 'all'}"
-        name = (f"{self.task}_h{host_parameters}_e{self.max_epochs}_{caps}_n{self.episodes}_s{self.seed}"
-                f"_v{CACHE_VERSION}.json")
+        name = (f"{self.task}_h{host_parameters}_e{self.max_epochs}_{caps}_b{self.batch_size}_{self.lr_schedule}"
+                f"_n{self.episodes}_s{self.seed}_v{CACHE_VERSION}.json")
         return data_dir / CACHE_DIR / name
 
 
@@ -85,7 +88,8 @@ def measure_param_cost(task: TaskSpec, setting: ParamCostSetting, cache: DataCac
                        device: torch.device | None = None, progress: Progress | None = None) -> ParamCostMeasurement:
     """Run the static host at every width of `WIDTHS` for `setting.episodes` paired seeds and fit λ_p."""
     plan = EpisodePlan(task=task, slots=tuple(CANONICAL_SLOTS), max_epochs=setting.max_epochs, max_seeds=None,
-                       seed=setting.seed, devices=[device or torch.device("cpu")], batch_size=task.default_batch_size,
+                       seed=setting.seed, devices=[device or torch.device("cpu")], batch_size=setting.batch_size,
+                       lr_schedule=setting.lr_schedule,
                        max_train_samples=setting.max_train_samples, max_val_samples=setting.max_val_samples,
                        reward_family="contribution",  # static hosts: the reward is irrelevant, and needs no λ_p
                        stream=SeedStream.CALIBRATION)
@@ -102,11 +106,11 @@ def measure_param_cost(task: TaskSpec, setting: ParamCostSetting, cache: DataCac
     ratios = [host_params(task, w) / base - 1.0 for w in WIDTHS]
     per_width = [[r.final_accuracy for r in results if r.controller == s.label] for s in specs]
     fitted = _slope(ratios, [statistics.fmean(acc) for acc in per_width])
-    rng = random.Random(setting.seed)
-    n = setting.episodes
-    boot = sorted(_slope(ratios, [statistics.fmean(acc[i] for i in idx) for acc in per_width])
-                  for idx in ([rng.randrange(n) for _ in range(n)] for _ in range(BOOTSTRAP_RESAMPLES)))
-    low, high = boot[int(0.025 * BOOTSTRAP_RESAMPLES)], boot[int(0.975 * BOOTSTRAP_RESAMPLES) - 1]
+    # Resample whole paired seeds (each seed's widths stay together): one weighted mean per width and resample.
+    weights = bootstrap_counts(setting.episodes, BOOTSTRAP_RESAMPLES, setting.seed)[1:] / setting.episodes
+    means = weights @ torch.tensor(per_width, dtype=torch.float64).T  # [resamples, widths]
+    boot = torch.tensor([_slope(ratios, row) for row in means.tolist()], dtype=torch.float64)
+    low, high = percentile_interval(boot)
     return ParamCostMeasurement(setting, max(fitted, 0.0), fitted, (low, high), tuple(ratios),
                                 tuple(statistics.fmean(acc) for acc in per_width), time.perf_counter() - started)
 

@@ -14,7 +14,7 @@ import hashlib
 import operator
 from enum import StrEnum
 
-__all__ = ["SEED_RULE", "SeedStream", "derive_seed", "episode_seeds"]
+__all__ = ["MAX_BASE_SEED", "SEED_RULE", "SeedStream", "derive_seed", "episode_seeds", "run_seed"]
 
 SEED_RULE = "named-streams-1"
 """Names this rule in resumable state: a run saved under another rule would continue on other seeds than it began."""
@@ -43,6 +43,17 @@ def _integer(part: object) -> int:
     if isinstance(part, bool):
         raise TypeError("a seed part must be an int or a str, not a bool")
     return operator.index(part)  # type: ignore[arg-type]  # TypeError for anything that is not an integer
+
+
+MAX_BASE_SEED = 2**31 - 1
+"""The largest base seed: some paths hand it to torch, NumPy and Python as is (every other seed is hashed from it)."""
+
+
+def run_seed(base: int, run: int) -> int:
+    """The base seed of training run `run` of a study with base seed `base`: run 0 trains on `base` itself (so a
+    one-run study is the single run it always was), run r > 0 on a seed hashed from (base, "run", r). Each run's
+    training stream is then its own, and none meets the selection or evaluation streams, which stay on `base`."""
+    return base if run == 0 else derive_seed(base, "run", run) % (MAX_BASE_SEED + 1)
 
 
 def episode_seeds(base: int, stream: SeedStream, *index: int | str) -> tuple[int, int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -12,6 +13,19 @@ from torch import nn
 from esper.leyline.errors import UserInputError
 
 OptimizerName = Literal["sgd", "adam", "adamw"]
+LRSchedule = Literal["constant", "cosine"]
+LR_SCHEDULES: tuple[LRSchedule, ...] = ("constant", "cosine")
+
+
+def lr_factor(schedule: LRSchedule, epoch: int, max_epochs: int) -> float:
+    """The multiplier of every optimizer's learning rate in epoch `epoch` (1-based) of a `max_epochs` episode.
+
+    "constant" keeps the optimizers' own rates. "cosine" anneals them from 1× in the first epoch towards 0 in the
+    last (half a cosine, stepped once per epoch), the usual recipe of a training run: the host ends converged for its
+    budget instead of still climbing, so what an episode measures is where training ends, not how fast it starts."""
+    if schedule == "constant":
+        return 1.0
+    return 0.5 * (1.0 + math.cos(math.pi * (epoch - 1) / max_epochs))
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,15 +45,19 @@ def checkpoints_dir(run: Path) -> Path:
     return run / "checkpoints"
 
 
+_NOT_RUNS = frozenset({"checkpoints", "tb", "report"})
+"""Directories inside a run directory that never hold a run of their own."""
+
+
 def holds_results(path: Path) -> bool:
     """Whether a run directory holds finished work: a checkpoint other than the untrained init.pt, a completed
-    episode or rollout batch, or comparison results (also inside a study's train/ and eval/)."""
+    episode or rollout batch, or comparison results (also in any directory below it: a study's phases)."""
     checkpoints = checkpoints_dir(path)
     if checkpoints.is_dir() and any(p.suffix == ".pt" and p.name != "init.pt" for p in checkpoints.iterdir()):
         return True
     if (path / "results.json").exists() or read_jsonl(path / "episodes.jsonl") or read_jsonl(path / "history.jsonl"):
         return True
-    return any((path / sub).is_dir() and holds_results(path / sub) for sub in ("train", "eval"))
+    return any(sub.is_dir() and sub.name not in _NOT_RUNS and holds_results(sub) for sub in path.iterdir())
 
 
 def clear_run_directory(path: Path) -> None:

@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 SETTING_FLAGS = {"task": "--task", "max_epochs": "--max-epochs", "max_train_samples": "--max-train-samples",
-                 "max_val_samples": "--max-val-samples"}
+                 "max_val_samples": "--max-val-samples", "batch_size": "--batch-size", "lr_schedule": "--lr-schedule"}
 """What a learned policy was trained in, beyond its topology and slots, and the flag that sets each."""
 
 

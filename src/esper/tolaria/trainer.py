@@ -98,6 +98,13 @@ class TrainState:
             elif s.slot_id not in self.seed_optimizers and s.seed_parameters():  # noop seeds have nothing to train
                 self.seed_optimizers[s.slot_id] = (state.seed_id, self.seed_optimizer_spec.build(s.seed_parameters()))
 
+    def set_lr_factor(self, factor: float) -> None:
+        """Scale every optimizer's learning rate to `factor` × its own base rate (the schedule's step for an epoch);
+        a parameter group added later (a seed, a fossil) starts from its base rate and is scaled from the next call."""
+        for optimizer in self.optimizers():
+            for group in optimizer.param_groups:
+                group["lr"] = group.setdefault("initial_lr", group["lr"]) * factor
+
     def optimizers(self) -> list[torch.optim.Optimizer]:
         return [self.host_optimizer, *(opt for _, opt in self.seed_optimizers.values())]
 

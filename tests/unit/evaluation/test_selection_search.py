@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from esper.evaluation.study import choose_best, greedy_extensions, rule_candidates, selection_candidates
+from esper.evaluation.selection import choose_best, greedy_extensions, rule_candidates, selection_candidates
 
 SLOTS = ("early", "mid", "late")
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from esper.evaluation.study import rule_candidates
+from esper.evaluation.selection import rule_candidates
 from esper.leyline import LifecycleCommand, LifecycleOp, SeedStage, SeedStateReport
 from esper.tamiyo import CONTROLLERS, GROW, ControllerContext, GrowPolicy, check_decision, host_variant
 from esper.tamiyo.grow import GROW_BLEND

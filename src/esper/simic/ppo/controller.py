@@ -157,6 +157,7 @@ def _ppo(argument: str | None, context: ControllerContext) -> PPOPolicy:
 
 
 def trained_setting(config: TrainingConfig) -> dict[str, Any]:
-    """The setting a PPO policy learned in: its task, episode length and sample caps."""
+    """The setting a PPO policy learned in: its task, episode length, sample caps, batch size and schedule."""
     return {"task": config.task, "max_epochs": config.max_epochs, "max_train_samples": config.max_train_samples,
-            "max_val_samples": config.max_val_samples}
+            "max_val_samples": config.max_val_samples, "batch_size": config.batch_size,
+            "lr_schedule": config.lr_schedule}

@@ -244,7 +244,7 @@ def _collect_rollout(config: TrainingConfig, env_devices: list[torch.device], le
     n_b = min(config.n_envs, config.n_episodes - learner.episodes_completed)
     setting = EpisodeSetting(config.task, tuple(config.slots), config.max_epochs, config.batch_size, reward,
                              config.gamma, max_train_samples=config.max_train_samples,
-                             max_val_samples=config.max_val_samples, amp=config.amp)
+                             max_val_samples=config.max_val_samples, amp=config.amp, lr_schedule=config.lr_schedule)
     groups = _groups(config, env_device_map(config.n_envs, env_devices), n_b, learner)
     raw: list[torch.Tensor] = []
     components: dict[str, list[float]] = {}

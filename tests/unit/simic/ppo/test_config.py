@@ -15,7 +15,8 @@ from esper.simic.ppo.config import PRESETS, TrainingConfig
 # The defaults, spelled out literally (not imported from constants) so a changed default fails here.
 SPEC_DEFAULTS: dict[str, Any] = {
     "task": "cifar10", "slots": ["early", "mid", "late"], "max_seeds": None, "max_epochs": 25, "batch_size": 128,
-    "max_train_samples": None, "max_val_samples": None, "n_episodes": 200, "n_envs": 4, "seed": 42,
+    "lr_schedule": "constant", "max_train_samples": None, "max_val_samples": None, "n_episodes": 200, "n_envs": 4,
+    "seed": 42,
     "device": "auto", "devices": None, "amp": False, "checkpoint_every": 1, "lr": 3e-4, "gamma": 0.995,
     "gae_lambda": 0.97, "clip_ratio": 0.2, "value_coef": 0.5, "value_clip": 10.0, "max_grad_norm": 0.5,
     "n_epochs": 10, "minibatch_size": 64, "target_kl": 0.015, "ppo_updates_per_batch": 1, "entropy_coef": 0.05,
@@ -28,12 +29,14 @@ SPEC_DEFAULTS: dict[str, Any] = {
 _CPU_SYNTHETIC = {"task": "synthetic", "max_train_samples": 2048, "max_val_samples": 512, "n_epochs": 4,
                   "minibatch_size": 64}
 
+_TRAINING_RUN = {"max_train_samples": 1024, "max_val_samples": 512, "batch_size": 64, "max_epochs": 30,
+                 "lr_schedule": "cosine", "param_cost": "auto", "n_episodes": 96, "n_envs": 8, "n_epochs": 4,
+                 "minibatch_size": 64}
+
 SPEC_PRESETS: dict[str, dict[str, Any]] = {
     "quick": {**_CPU_SYNTHETIC, "n_episodes": 16, "n_envs": 4, "max_epochs": 10, "minibatch_size": 32},
-    "synthetic": {"task": "synthetic", "max_train_samples": 192, "max_val_samples": 96, "n_epochs": 4,
-                  "minibatch_size": 64, "n_episodes": 384, "n_envs": 8, "max_epochs": 25},
-    "fashion_mnist": {"task": "fashion_mnist", "max_train_samples": 192, "max_val_samples": 96, "n_epochs": 4,
-                      "minibatch_size": 64, "n_episodes": 384, "n_envs": 8, "max_epochs": 25},
+    "synthetic": {**_TRAINING_RUN, "task": "synthetic"},
+    "fashion_mnist": {**_TRAINING_RUN, "task": "fashion_mnist"},
     "cifar10": {"task": "cifar10", "entropy_coef": 0.1},
     "cifar10_deep": {"task": "cifar10_deep", "entropy_coef": 0.08},
     "tinystories": {"task": "tinystories", "batch_size": 32, "entropy_anneal_episodes": 40},

@@ -1,0 +1,158 @@
+"""`summary.md` of a study: the regime first (is this about growth at all?), then every controller with its cost, each
+training run's policy, the aggregates over runs, the static frontier, and the two verdicts a reader looks for."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from esper.evaluation.regime import HEADROOM_PP, SLOPE_THRESHOLD
+from esper.evaluation.results import ComparisonResult
+from esper.evaluation.runs import FINAL, INIT, REPLAY_ROLE
+from esper.evaluation.study import REFERENCES, StudyResults
+
+__all__ = ["convergence_line", "summary_markdown"]
+
+
+def _interval(mean: float | None, ci: Sequence[float] | None) -> str:
+    if mean is None or ci is None:
+        return "—"
+    return f"{mean:+.2f} [{ci[0]:+.2f}, {ci[1]:+.2f}]"
+
+
+def convergence_line(regime: Mapping[str, Any]) -> str:
+    """One line a reader cannot miss: converged or not, with the slope it rests on, and the headroom."""
+    c = regime.get("convergence")
+    if c is None:
+        return "Convergence not measured: the study has no static host."
+    epochs = c["epochs"]
+    verdict = (f"**converged**: the static host's mean validation accuracy rises {c['slope_pp_per_epoch']:+.3f} pp per "
+               f"epoch over epochs {epochs[0]}–{epochs[-1]} (≤ {SLOPE_THRESHOLD} required; {c['seeds']} seeds, "
+               f"{c['final_val_accuracy']:.2f} % at the end)") if c["converged"] else (
+        f"**WARNING: NOT CONVERGED**: the static host's mean validation accuracy still rises "
+        f"{c['slope_pp_per_epoch']:+.3f} pp per epoch over epochs {epochs[0]}–{epochs[-1]} (more than "
+        f"{SLOPE_THRESHOLD}; {c['seeds']} seeds). Verdicts here measure how fast training starts, not what growth "
+        f"adds: lengthen the episodes or raise the sample caps")
+    room = regime.get("headroom", {})
+    parts = [f"{label} − static {_interval(h['mean_delta'], h['ci95'])} pp" for label, h in room.items()]
+    if parts:
+        verdict += ". Headroom at the end of the episodes: " + "; ".join(parts)
+        if not regime.get("has_headroom", True):
+            verdict += f" — **both ≤ {HEADROOM_PP:g} pp: growth has nothing to add in this setting**"
+    return verdict + "."
+
+
+def _cost(cost: Mapping[str, Any] | None) -> str:
+    if cost is None:
+        return "not known"
+    if cost["env_epochs"] == 0:
+        return "0"
+    return f"{cost['env_epochs']:,} env-epochs, {cost['gflops']:,.0f} GFLOPs"
+
+
+def _controller_table(result: ComparisonResult, study: StudyResults, names: Mapping[str, str]) -> list[str]:
+    lines = ["| controller | test acc | val acc | params | GFLOPs / episode | seconds | fossilized / created | "
+             "cost to obtain |", "|---|---|---|---|---|---|---|---|"]
+    for label in result.controllers:
+        s: dict[str, Any] = dict(result.per_controller[label])
+        test = s.get("final_test_accuracy")
+        shown = "—" if test is None else f"{test['mean']:.2f}"
+        lines.append(f"| {names[label]} | {shown} | "
+                     f"{s['final_accuracy']['mean']:.2f} | {s['total_params']['mean']:,.0f} | "
+                     f"{s['train_flops']['mean'] / 1e9:,.1f} | {s['wall_seconds']['mean']:.1f} | "
+                     f"{s['seeds_fossilized']:.1f} / {s['seeds_created']:.1f} | "
+                     f"{_cost(study.cost_to_obtain.get(label))} |")
+    return lines
+
+
+def _run_table(study: StudyResults) -> list[str]:
+    refs = [r for r in (*REFERENCES, INIT, REPLAY_ROLE) if study.per_run and r in study.per_run[0]["deltas"]]
+    lines = ["| run | final test acc | " + " | ".join(f"vs {r}" for r in refs) + " | controller or schedule |",
+             "|---|---|" + "---|" * len(refs) + "---|"]
+    for row in study.per_run:
+        cells = [_interval(float(row["deltas"][r]["mean_delta"]), row["deltas"][r]["ci95"]) for r in refs]
+        kind = "schedule" if row["schedule"] else ("controller" if REPLAY_ROLE in row["deltas"] else "—")
+        lines.append(f"| {row['run']} | {row['final_test_accuracy']:.2f} | " + " | ".join(cells) + f" | {kind} |")
+    return lines
+
+
+def _aggregate_table(study: StudyResults) -> list[str]:
+    lines = ["| X | vs Y | mean Δ | IQM | 95 % CI (runs × seeds) | P(X > Y) | runs better / worse |",
+             "|---|---|---|---|---|---|---|"]
+    for a in study.aggregate:
+        lines.append(f"| {a['x']} | {a['y']} | {a['mean']:+.2f} | {a['iqm']:+.2f} | "
+                     f"[{a['ci95'][0]:+.2f}, {a['ci95'][1]:+.2f}] | {a['prob_improvement']:.2f} | "
+                     f"{a['better']} / {a['worse']} of {a['runs']} |")
+    return lines
+
+
+def _frontier_table(study: StudyResults, names: Mapping[str, str]) -> list[str]:
+    compute, params = study.frontier.get("gflops", {}), study.frontier.get("params", {})
+    if not compute:
+        return []
+    lines = ["", "Against the static frontier (static at widths 0.5, 1, 1.5 and 2, interpolated per seed): test Δ "
+             "[95 % interval] against a static host of the same training GFLOPs and of the same parameter count "
+             "(— where the controller's cost lies outside the widths' range). Positive: better than widening.", "",
+             "| controller | vs static at equal training compute | vs static at equal parameters |", "|---|---|---|"]
+    for label, gap in compute.items():
+        other = params.get(label, {})
+        lines.append(f"| {names[label]} | {_interval(gap['mean_delta'], gap['ci95'])} | "
+                     f"{_interval(other.get('mean_delta'), other.get('ci95'))} |")
+    return lines
+
+
+def _verdicts(result: ComparisonResult, study: StudyResults) -> list[str]:
+    lines: list[str] = []
+    learned = next((a for a in study.aggregate if a["x"] == FINAL and a["y"] == INIT), None)
+    if learned is not None:
+        lines.append(f"- **Did the controller learn?** The final policy beats its own init in {learned['better']} of "
+                     f"{learned['runs']} runs (loses in {learned['worse']}); over runs and seeds "
+                     f"{_interval(learned['mean'], learned['ci95'])} pp.")
+    schedules = sum(row["schedule"] for row in study.per_run)
+    if any(REPLAY_ROLE in row["deltas"] for row in study.per_run):
+        lines.append(f"- **Controller or schedule?** {len(study.per_run) - schedules} of {len(study.per_run)} runs "
+                     f"beat their own open-loop replay; the others are reported as schedules.")
+    compute = study.frontier.get("gflops", {})
+    grown = {label: gap for label, gap in compute.items()
+             if result.per_controller[label]["seeds_created"] > 0 and gap["ci95"] is not None}
+    if grown:
+        above = sorted(label for label, gap in grown.items() if gap["ci95"][0] > 0)
+        lines.append("- **Does a grown network reach a wider static network's accuracy at less training compute?** "
+                     + ("Yes: " + ", ".join(above) + " (interval above the frontier)." if above else
+                        "No grown controller lies above the static frontier at equal compute with its interval "
+                        "excluding 0."))
+    return lines
+
+
+def summary_markdown(result: ComparisonResult, study: StudyResults, *, title: str, command: str,
+                     chosen: Mapping[str, str] | None = None, policy_blueprints: Sequence[str] | None = None) -> str:
+    chosen = chosen or {}
+    epochs = statistics.fmean(len(e.accuracy_curve) for e in result.episodes)
+    seeds = result.per_controller[result.controllers[0]]["episodes"]
+    names = {label: f"{label} ({chosen[label]})" if label in chosen else label for label in result.controllers}
+    lines = [f"# {title}", "", convergence_line(study.regime), "",
+             f"{epochs:.0f}-epoch episodes on {seeds} paired evaluation seeds, {study.runs} training run(s). "
+             f"Accuracies are final-model means (%); Δ is the paired difference in final test accuracy (pp). Cost: "
+             f"training GFLOPs and seconds per episode (host, seeds, validation, probes), and what it took to obtain "
+             f"the controller (the selection search, PPO training with its static twins, the episodes a replay "
+             f"reads; 0 for controllers named by hand).", "", *_verdicts(result, study), "",
+             *_controller_table(result, study, names), "",
+             "Each run's final policy: paired test Δ [95 % interval over seeds]; a run that does not beat its own "
+             "replay is a schedule.", "", *_run_table(study), "",
+             "Over runs: the mean and IQM of the per-run mean Δ, its interval over runs and seeds (runs and seeds "
+             "both random), P(X > Y) on a random run and seed, and how many runs' own interval lies above / below 0.",
+             "", *_aggregate_table(study), *_frontier_table(study, names)]
+    if result.matched:
+        m = result.matched
+        lines += ["", f"static:matched is the static host at width {m['width']:.2f} ({m['host_params']:,} parameters), "
+                  f"matched to the mean final parameters of {m['matched_to']} ({m['target_params']:,.0f})."]
+    if chosen:
+        lines += ["", "best-fixed and best-rule were chosen by mean validation accuracy on selection seeds disjoint "
+                  "from the evaluation seeds, among single modules and then greedily larger combinations (see "
+                  "selection/summary.md)."]
+    if policy_blueprints is not None:
+        lines += ["", f"The policies (init and final) may germinate only {', '.join(policy_blueprints)}; the other "
+                  "controllers keep every blueprint."]
+    lines += ["", "Command:", "", f"    {command}", ""]
+    return "\n".join(lines)
