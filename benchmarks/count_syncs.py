@@ -13,8 +13,8 @@ path without training one first). Each read is attributed to the phase that made
 * validation: the validation batches' full forward;
 * counterfactuals: the validation forwards with a blended seed removed;
 * probes: the validation forwards with a TRAINING seed in place of its slot;
-* telemetry: closing the epoch (the measurements' host read, the governor, the seeds' bookkeeping, the observation,
-  the rewards of the decisions it completes);
+* telemetry: closing the epoch (the one host read of every env's measurements, the governor, the seeds'
+  bookkeeping, the observation, the rewards of the decisions it completes);
 * decision: the controllers deciding (in the caller's process) and the envs executing the decisions with their
   lifecycle step;
 * other: the rest (the shared batches, the final test pass).
@@ -38,7 +38,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from esper.env import driver
+from esper.env import driver, lockstep
 from esper.env.env import MorphoEnv
 from esper.env.features import obs_dim
 from esper.env.groups import EnvHost
@@ -103,6 +103,7 @@ def phases(counter: SyncCounter) -> Iterator[None]:
         (MorphogeneticModel, "_run_from", _run_from(counter, MorphogeneticModel._run_from)),
         *((MorphoEnv, m, _in_phase(counter, "telemetry", getattr(MorphoEnv, m)))
           for m in ("wait_for_passes", "finish_measurements", "observe")),
+        (lockstep, "_read", _in_phase(counter, "telemetry", lockstep._read)),
         (Lockstep, "_credit", _in_phase(counter, "telemetry", Lockstep._credit)),
         (driver, "decide_all", _in_phase(counter, "decision", driver.decide_all)),
         (EnvHost, "conclude", _in_phase(counter, "decision", EnvHost.conclude)),

@@ -12,8 +12,8 @@ from esper.env.env import MorphoEnv
 PACKAGE_ROOT = Path(esper.__file__).resolve().parent
 MAX_PARAMETERS = 12
 # MorphoEnv's steps of an epoch, valid in one order only: `esper.env.lockstep` calls them, and nothing else does.
-EPOCH_STEPS = frozenset({"train_batch", "finish_train_pass", "validate_batch", "wait_for_passes", "finish_measurements",
-                         "observe", "execute", "step_lifecycle"})
+EPOCH_STEPS = frozenset({"train_batch", "finish_train_pass", "validate_batch", "wait_for_passes", "queue_measurements",
+                         "finish_measurements", "observe", "execute", "step_lifecycle"})
 EPOCH_PROTOCOL = frozenset({Path("env/env.py"), Path("env/lockstep.py")})
 
 

@@ -230,7 +230,8 @@ def _bring_to(env: MorphoEnv, slot_id: str, recipe: SeedRecipe) -> None:
         tick()
     slot.set_counterfactual(recipe.contribution)
     slot.sync_telemetry({"gradient_norm": 1.0, "gradient_health": 1.0 if recipe.healthy else 0.0,
-                         "has_vanishing": False, "has_exploding": False}, epoch=epoch, max_epochs=10)
+                         "has_vanishing": False, "has_exploding": False}, finite_params=True, epoch=epoch,
+                        max_epochs=10)
     assert slot.state.stage == recipe.stage and slot.state.metrics.epochs_total == recipe.age
     assert slot.state.is_healthy == recipe.healthy
 

@@ -40,6 +40,7 @@ from esper.leyline.constants import GOVERNOR_SNAPSHOT_INTERVAL
 from esper.leyline.seeding import derive_seed
 from esper.leyline.telemetry import Severity, emit_if_wanted
 from esper.runtime.optim import LRSchedule, lr_factor
+from esper.runtime.readout import Deferred, Readout
 from esper.runtime.tasks import TaskSpec
 from esper.tamiyo import SignalTracker
 from esper.tolaria import (
@@ -48,8 +49,8 @@ from esper.tolaria import (
     TrainEpochStats,
     TrainState,
     ValStats,
-    finish_train_epoch,
-    finish_validation,
+    queue_train_epoch,
+    queue_validation,
     recalibrate_batchnorm,
     train_step,
     validate_batch,
@@ -98,6 +99,16 @@ class StoredTwin:
     @property
     def max_epochs(self) -> int:
         return len(self.accuracy_curve)
+
+
+@dataclass(frozen=True)
+class PendingMeasurements:
+    """An epoch's measurements of one env, queued on the `Lockstep`'s readout: training and validation statistics,
+    and per seed its gradient statistics and whether its parameters are finite."""
+
+    train: Deferred[TrainEpochStats]
+    val: Deferred[ValStats]
+    slots: dict[str, Deferred[tuple[GradientStats, bool]]]
 
 
 @dataclass(frozen=True)
@@ -258,18 +269,28 @@ class MorphoEnv:
             validate_batch(self.ts, x, y, ablate, probe)
 
     def wait_for_passes(self) -> None:
-        """Wait for the passes queued on the env's own stream (a no-op without one)."""
+        """Order the caller's stream after the passes queued on the env's own stream (a no-op without one): the
+        epoch's host read, governor snapshots and rollbacks run on the caller's stream after them (and the env's
+        next passes wait for that stream in turn), and the host waits once for every env of the `Lockstep`."""
         if self.ts.stream is not None:
-            self.ts.stream.synchronize()
+            torch.cuda.current_stream(self.spec.device).wait_stream(self.ts.stream)
 
-    def finish_measurements(self, epoch: int, ablate: tuple[str, ...], probe: tuple[str, ...]
-                            ) -> EpochStats:
-        """Close the epoch's accumulators, consult the governor, and write the seed measurements."""
-        with self._clock():  # the host sync: on an accelerator, where the queued passes' time is paid
-            train = finish_train_epoch(self.ts)
-            val = finish_validation(self.ts) if self.ts.val_sums else ValStats(0.0, 0.0, 0, {}, {})
-        grad_stats = {slot: self.collector.materialize(t) for slot, t in self._grad_stats.items()}
+    def queue_measurements(self, readout: Readout) -> PendingMeasurements:
+        """Close the epoch's accumulators onto `readout` (nothing is read here): the training and validation
+        statistics, and per seed its gradient statistics and whether its parameters are finite."""
+        slots: dict[str, Deferred[tuple[GradientStats, bool]]] = {}
+        for slot, gradients in self._grad_stats.items():
+            finite = self.model.slot(slot).finite_parameters()
+            # The flag's value follows the five gradient values; a seed without parameters has none (finite).
+            slots[slot] = readout.queue([gradients, *([] if finite is None else [finite])],
+                                        lambda v: (self.collector.summarize(v[:5]), all(v[5:])))
         self._grad_stats = {}
+        return PendingMeasurements(queue_train_epoch(self.ts, readout), queue_validation(self.ts, readout), slots)
+
+    def finish_measurements(self, epoch: int, pending: PendingMeasurements, ablate: tuple[str, ...],
+                            probe: tuple[str, ...]) -> EpochStats:
+        """From the read measurements: consult the governor and write the seed measurements."""
+        train, val = pending.train.value, pending.val.value
         self.accuracy_curve.append(val.val_accuracy)
         self.loss_curve.append(val.val_loss)
         rollback = self.governor.check_vital_signs(val.val_loss)
@@ -292,18 +313,17 @@ class MorphoEnv:
             self.model.slot(slot).set_probe_contribution(val.probe_contribution[slot])
         for slot, ratio in train.gradient_ratios.items():
             self.model.slot(slot).update_gradient_ratio(ratio)
-        for slot, stats in grad_stats.items():
+        for slot, read in pending.slots.items():
+            stats, finite_params = read.value
             if stats["has_nonfinite"] and self.ts.scaler is not None:
                 continue  # an fp16 overflow step (the scaler skips it): not a statement about seed health
-            self._sync_slot(slot, stats, epoch)
+            seed = self.model.slot(slot)
+            if seed.state is not None:
+                seed.sync_telemetry(dict(stats), finite_params=finite_params, epoch=epoch,
+                                    max_epochs=self.spec.max_epochs)
         if epoch % GOVERNOR_SNAPSHOT_INTERVAL == 0:
             self.governor.snapshot(self.ts, epoch=epoch, bookkeeping=self._bookkeeping())
         return EpochStats(train, val, rolled_back=False)
-
-    def _sync_slot(self, slot: str, stats: GradientStats, epoch: int) -> None:
-        s = self.model.slot(slot)
-        if s.state is not None:
-            s.sync_telemetry(dict(stats), epoch=epoch, max_epochs=self.spec.max_epochs)
 
     def observe(self, epoch: int, stats: EpochStats, batches_per_epoch: int, epoch_seconds: float) -> EnvObservation:
         """The epoch as the controllers see it (the tracker's signals advance by one epoch)."""

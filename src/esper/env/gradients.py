@@ -1,13 +1,14 @@
 """Lightweight per-seed gradient statistics for seed telemetry and health.
 
 Runs on every occupied slot after the last training batch of each epoch, so it is on the hot path: per-tensor norms
-come from one fused `torch._foreach_norm` call and all reductions stay on the device until `materialize`, which does
-the single host transfer. Callers with several seeds can `collect_async` each and materialize after the train pass.
+come from one fused `torch._foreach_norm` call and all reductions stay on the device. An env queues the vector
+`collect_async` returns on the epoch's `Readout` and turns the values into statistics with `summarize`; `materialize`
+reads one vector on its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TypedDict
 
 import torch
@@ -72,7 +73,12 @@ class SeedGradientCollector:
         """Python values from `collect_async` output (one host transfer)."""
         if stats.shape != (_N_FIELDS,):
             raise ValueError(f"Expected a ({_N_FIELDS},) stats vector from collect_async, got {tuple(stats.shape)}")
-        values = stats.tolist()
+        return self.summarize(stats.tolist())
+
+    def summarize(self, values: Sequence[float]) -> GradientStats:
+        """The statistics of the values of one `collect_async` vector, read on the host."""
+        if len(values) != _N_FIELDS:
+            raise ValueError(f"Expected the {_N_FIELDS} values of a collect_async vector, got {len(values)}")
         n = int(values[_COUNT])
         if n == 0:
             return GradientStats(

@@ -27,9 +27,10 @@ from esper.leyline import EnvObservation, TelemetryEvent, TelemetryEventType
 from esper.runtime.checkpoint import model_checkpoint
 from esper.runtime.data import SharedBatchIterator
 from esper.runtime.optim import LRSchedule
+from esper.runtime.readout import Readout
 from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 from esper.tamiyo import TamiyoDecision
-from esper.tolaria import finish_validation, validate_batch
+from esper.tolaria import queue_validation, validate_batch
 
 __all__ = ["EnvHost", "EpisodeSetting", "GroupPlan", "MemberPlan", "StepOutcome", "TwinPlan", "wanted_events"]
 
@@ -257,6 +258,8 @@ def _score_test(envs: Sequence[MorphoEnv], results: Sequence[EpisodeResult], set
         for env in envs:
             x, y = batch[env.device_key]
             validate_batch(env.ts, x, y)
-    scored = [finish_validation(env.ts) for env in envs]
-    return [dataclasses.replace(r, final_test_accuracy=s.val_accuracy, final_test_loss=s.val_loss)
+    readout = Readout()
+    scored = [queue_validation(env.ts, readout) for env in envs]
+    readout.read()
+    return [dataclasses.replace(r, final_test_accuracy=s.value.val_accuracy, final_test_loss=s.value.val_loss)
             for r, s in zip(results, scored, strict=True)]

@@ -35,6 +35,7 @@ from esper.env.transitions import PendingDecision
 from esper.leyline import EnvObservation, LifecycleOp, SeedStage, TelemetryEventType
 from esper.leyline.seeding import derive_seed
 from esper.runtime.data import SharedBatchIterator
+from esper.runtime.readout import Readout
 from esper.runtime.tasks import DataCache, TaskSpec
 from esper.tamiyo import TamiyoDecision, check_decision
 from esper.tolaria import TrainEpochStats, ValStats, counterfactual_slots, probe_slots
@@ -184,8 +185,9 @@ class Lockstep:
         self._measured = None
 
     def _train_and_validate(self, epoch: int) -> list[EpochStats]:
-        """Steps 1 and 2 for every env and twin, batch-first; then each closes its epoch (the envs' stats only: the
-        twins' measurements reach their envs through their curves)."""
+        """Steps 1 to 4 for every env and twin, batch-first; the epoch's measurements of all of them reach the host in
+        one read (an accelerator's host waits once per epoch, not once per env and value); then each closes its
+        epoch (the envs' stats only: the twins' measurements reach their envs through their curves)."""
         trained, data = self._trained, self.data
         for env in trained:
             env.begin_epoch(epoch)
@@ -205,8 +207,11 @@ class Lockstep:
                 env.validate_batch(x, y, ablate, probe)
         for env in trained:
             env.wait_for_passes()
-        stats = [env.finish_measurements(epoch, ablate, probe)
-                 for env, ablate, probe in zip(trained, ablations, probes, strict=True)]
+        readout = Readout()
+        pending = [env.queue_measurements(readout) for env in trained]
+        _read(readout, trained)
+        stats = [env.finish_measurements(epoch, p, ablate, probe)
+                 for env, p, ablate, probe in zip(trained, pending, ablations, probes, strict=True)]
         return stats[:len(self.envs)]
 
     def _credit(self, measurements: list[Measurement], stats: list[EpochStats]) -> list[EnvStep]:
@@ -239,6 +244,16 @@ class Lockstep:
             "success": success, "reason": decision.reason}, slot_id=cmd.slot_id,
             severity="debug" if cmd.op == LifecycleOp.WAIT else "info")  # the epoch line already says WAIT
         return PendingDecision(obs, decision, success, measured.measurements[i], slots, stats.train, stats.val)
+
+
+def _read(readout: Readout, envs: Sequence[MorphoEnv]) -> None:
+    """Read the epoch's measurements; on an accelerator this is where the host waits for the queued passes, so each
+    env's `wall_seconds` takes an equal share of the wait."""
+    started = time.perf_counter()
+    readout.read()
+    share = (time.perf_counter() - started) / len(envs)
+    for env in envs:
+        env.wall_seconds += share
 
 
 def _measurement(env: MorphoEnv, obs: EnvObservation) -> Measurement:

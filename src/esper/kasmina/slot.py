@@ -298,13 +298,18 @@ class SeedSlot(nn.Module):
         if self.state is not None:
             self.state.update_gradient_ratio(ratio)
 
-    def sync_telemetry(self, grad_stats: dict[str, Any], *, epoch: int, max_epochs: int) -> None:
-        """Refresh the seed's telemetry and health from one epoch's gradient statistics."""
+    def finite_parameters(self) -> torch.Tensor | None:
+        """Whether every seed parameter is finite, as a device bool (None without parameters): a tensor, so the
+        caller reads it on the host together with the epoch's other values instead of waiting for it alone."""
+        params = self.seed_parameters()
+        return torch.stack([p.detach().isfinite().all() for p in params]).all() if params else None
+
+    def sync_telemetry(self, grad_stats: dict[str, Any], *, finite_params: bool, epoch: int, max_epochs: int) -> None:
+        """Refresh the seed's telemetry and health from one epoch's gradient statistics and whether its parameters
+        are finite (`finite_parameters`, read)."""
         state = self.state
         if state is None:
             return
-        params = self.seed_parameters()
-        finite_params = bool(torch.stack([p.detach().isfinite().all() for p in params]).all()) if params else True
         state.update_gradient_norm(float(grad_stats["gradient_norm"]))
         state.sync_telemetry(
             gradient_norm=float(grad_stats["gradient_norm"]),

@@ -25,16 +25,17 @@ class CheckpointFormatError(UserInputError):
     """A checkpoint file is unreadable, corrupt or of another format."""
 
 
-def detached_cpu_copy(obj: Any) -> Any:
-    """Deep copy of a nested structure with every tensor detached and cloned to CPU."""
+def detached_copy(obj: Any, device: str | None) -> Any:
+    """Deep copy of a nested structure with every tensor detached and cloned: to `device` ("cpu" for files), or on
+    its own device when None (a copy that never makes the host wait for an accelerator)."""
     if isinstance(obj, torch.Tensor):
-        return obj.detach().to("cpu", copy=True)
+        return obj.detach().clone() if device is None else obj.detach().to(device, copy=True)
     if isinstance(obj, dict):
-        return {k: detached_cpu_copy(v) for k, v in obj.items()}
+        return {k: detached_copy(v, device) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [detached_cpu_copy(v) for v in obj]
+        return [detached_copy(v, device) for v in obj]
     if isinstance(obj, tuple):
-        return tuple(detached_cpu_copy(v) for v in obj)
+        return tuple(detached_copy(v, device) for v in obj)
     return obj
 
 

@@ -21,7 +21,7 @@ from esper.leyline.constants import (
     LOBOTOMY_TOLERANCE,
 )
 from esper.leyline.errors import UserInputError
-from esper.runtime.checkpoint import detached_cpu_copy
+from esper.runtime.checkpoint import detached_copy
 from esper.tolaria.trainer import TrainState
 
 
@@ -36,14 +36,15 @@ class GovernorReport:
 
 
 def export_train_state(ts: TrainState) -> dict[str, Any]:
-    """Model (host + every seed with weights, gate and lifecycle) and all optimizer states, as CPU clones."""
-    return detached_cpu_copy({
+    """Model (host + every seed with weights, gate and lifecycle) and all optimizer states, as clones on the model's
+    device: a copy to the host would make it wait for an accelerator at every snapshot."""
+    return detached_copy({
         "model": ts.model.export_state(),
         "host_optimizer": ts.host_optimizer.state_dict(),
         "seed_optimizers": {slot: (seed_id, opt.state_dict()) for slot, (seed_id, opt) in ts.seed_optimizers.items()},
         "fossil_order": list(ts.fossil_order),
         "scaler": ts.scaler.state_dict() if ts.scaler is not None else None,
-    })
+    }, None)
 
 
 def restore_train_state(ts: TrainState, snap: dict[str, Any]) -> None:
@@ -140,7 +141,7 @@ class TolariaGovernor:
         if not self._healthy:
             return False
         self._snapshot = {"train_state": export_train_state(ts), "epoch": epoch,
-                          "bookkeeping": detached_cpu_copy(bookkeeping or {})}
+                          "bookkeeping": detached_copy(bookkeeping or {}, None)}
         self._emit(TelemetryEventType.GOVERNOR_SNAPSHOT, f"snapshot at epoch {epoch}", {"epoch": epoch}, "debug",
                    epoch=epoch)
         return True
@@ -156,7 +157,7 @@ class TolariaGovernor:
         self._pending = None
         self._healthy = True  # the model now equals a snapshot, and only healthy states are snapshotted
         report = GovernorReport(reason, loss, threshold, self._snapshot["epoch"],
-                                restored_bookkeeping=detached_cpu_copy(self._snapshot["bookkeeping"]))
+                                restored_bookkeeping=detached_copy(self._snapshot["bookkeeping"], None))
         self._emit(TelemetryEventType.GOVERNOR_ROLLBACK, f"rolled back to epoch {report.restored_epoch} ({reason})", {
             "reason": reason, "loss_at_panic": loss, "loss_threshold": threshold,
             "restored_epoch": report.restored_epoch}, "critical")

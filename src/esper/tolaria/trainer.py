@@ -1,7 +1,8 @@
 """Training mechanics of one environment: the train step, the incubator, gradient ratios, BatchNorm recalibration.
 
-Nothing here synchronizes with the host except `finish_train_epoch`: per-step statistics accumulate on device,
-so many environments can share a GPU without stalling each other.
+Nothing here reads a device value on the host: per-step statistics accumulate on the device and `queue_train_epoch`
+hands them to a `Readout`, which reads the epoch of every env at once, so many environments can share a GPU without
+stalling each other (`finish_train_epoch` is the same for one env on its own).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from esper.leyline import SeedStage
 from esper.leyline.constants import GRADIENT_EPSILON
 from esper.leyline.seeding import derive_seed
 from esper.runtime.optim import OptimizerSpec
+from esper.runtime.readout import Deferred, Readout
 
 TaskType = Literal["classification", "lm"]
 PostBackwardHook = Callable[["TrainState"], None]
@@ -261,42 +263,62 @@ def recalibrate_batchnorm(ts: TrainState, inputs: Iterable[torch.Tensor]) -> Non
     The running averages mix statistics of many recent weight versions; on small hosts that lag makes eval-mode
     accuracy swing by several pp from epoch to epoch, which would turn plateau detection, the governor and every
     counterfactual into noise. A cumulative average over a few training batches at the final weights removes it.
+    Each layer's k-th batch gets the momentum 1/k, the factor BatchNorm's own cumulative mode (momentum None)
+    computes, without that mode's read of its batch counter on the host at every call.
     """
     norms = [m for m in ts.model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     if not norms:
         return
     momenta = [m.momentum for m in norms]
+    calls = dict.fromkeys(norms, 0)
+
+    def cumulative(module: nn.modules.batchnorm._BatchNorm, _: Any) -> None:
+        calls[module] += 1
+        module.momentum = 1.0 / calls[module]
+
+    hooks = [m.register_forward_pre_hook(cumulative) for m in norms]
     for m in norms:
         m.reset_running_stats()
-        m.momentum = None  # cumulative average
     was_training = ts.model.training
     ts.model.train()
     with torch.no_grad(), ts.autocast():
         for x in inputs:
             ts.model(x)
     ts.model.train(was_training)
-    for m, momentum in zip(norms, momenta, strict=True):
+    for m, momentum, hook in zip(norms, momenta, hooks, strict=True):
+        hook.remove()
         m.momentum = momentum
 
 
-def finish_train_epoch(ts: TrainState) -> TrainEpochStats:
-    """Sample-weighted epoch metrics and per-slot mean gradient ratios (one host sync), then reset."""
+def queue_train_epoch(ts: TrainState, readout: Readout) -> Deferred[TrainEpochStats]:
+    """Sample-weighted epoch metrics and per-slot mean gradient ratios, once `readout` is read; resets the
+    accumulators now."""
     acc = ts.train_sums
     slots = list(acc["ratio_sum"])
-    values = torch.stack([acc["loss"], acc["correct"].float(), acc["host_norm"],
-                          *(acc["ratio_sum"][s].float() for s in slots),
-                          *(acc["ratio_count"][s].float() for s in slots)]).tolist()
     n, steps = acc["n"], acc["steps"]
-    stats = TrainEpochStats(
-        train_loss=values[0] / n if n else 0.0,
-        train_accuracy=100.0 * values[1] / n if n else 0.0,
-        n_samples=n,
-        gradient_ratios={s: values[3 + i] / values[3 + len(slots) + i] for i, s in enumerate(slots)
-                         if values[3 + len(slots) + i] > 0},
-        grad_norm_host=values[2] / steps if steps else 0.0,
-    )
+    tensors = [acc["loss"], acc["correct"], acc["host_norm"], *(acc["ratio_sum"][s] for s in slots),
+               *(acc["ratio_count"][s] for s in slots)]
     reset_train_accumulators(ts)
-    return stats
+
+    def stats(values: list[float]) -> TrainEpochStats:
+        return TrainEpochStats(
+            train_loss=values[0] / n if n else 0.0,
+            train_accuracy=100.0 * values[1] / n if n else 0.0,
+            n_samples=n,
+            gradient_ratios={s: values[3 + i] / values[3 + len(slots) + i] for i, s in enumerate(slots)
+                             if values[3 + len(slots) + i] > 0},
+            grad_norm_host=values[2] / steps if steps else 0.0,
+        )
+
+    return readout.queue(tensors, stats)
+
+
+def finish_train_epoch(ts: TrainState) -> TrainEpochStats:
+    """`queue_train_epoch` for one env on its own: one host read."""
+    readout = Readout()
+    stats = queue_train_epoch(ts, readout)
+    readout.read()
+    return stats.value
 
 
 def train_epoch(ts: TrainState, batches: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> TrainEpochStats:

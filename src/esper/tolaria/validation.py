@@ -1,7 +1,8 @@
 """Validation of one environment: the model's loss and accuracy, and from the same pass the counterfactual of each
 blended seed and the probe of each TRAINING seed.
 
-Like training, nothing here synchronizes with the host except `finish_validation`.
+Like training, nothing here reads a device value on the host: `queue_validation` hands the pass's sums to a
+`Readout` (`finish_validation` reads one env's on its own).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import torch
 
 from esper.kasmina.model import MorphogeneticModel
 from esper.leyline import SeedStage
+from esper.runtime.readout import Deferred, Readout
 from esper.tolaria.trainer import TrainState, compute_task_loss, correct_count
 
 
@@ -66,26 +68,38 @@ def _empty_val_stats(ablate: Iterable[str], probe: Iterable[str]) -> ValStats:
     return ValStats(0.0, 0.0, 0, zeros, dict(zeros), probe_zeros, dict(probe_zeros))
 
 
-def finish_validation(ts: TrainState) -> ValStats:
-    """Sample-weighted validation metrics, counterfactual and probe contributions (pp), with one host sync;
-    restores the train/eval mode."""
+def queue_validation(ts: TrainState, readout: Readout) -> Deferred[ValStats]:
+    """Sample-weighted validation metrics, counterfactual and probe contributions (pp), once `readout` is read;
+    restores the train/eval mode and clears the pass now (no pass: empty statistics)."""
     val = ts.val_sums
     if not val:
-        return _empty_val_stats((), ())
+        return readout.queue([], lambda _: _empty_val_stats((), ()))
     ts.model.train(val["was_training"])
     ablated_slots, probed_slots = list(val["ablated"]), list(val["probed"])
-    values = torch.stack([val["loss"], val["correct"].float(), *(val["ablated"][s].float() for s in ablated_slots),
-                          *(val["probed"][s].float() for s in probed_slots)]).tolist()
+    tensors = [val["loss"], val["correct"], *(val["ablated"][s] for s in ablated_slots),
+               *(val["probed"][s] for s in probed_slots)]
     n = val["n"]
     ts.val_sums = {}
-    if n == 0:
-        return _empty_val_stats(ablated_slots, probed_slots)
-    acc = 100.0 * values[1] / n
-    counts = iter(values[2:])
-    ablated = {s: 100.0 * next(counts) / n for s in ablated_slots}
-    probed = {s: 100.0 * next(counts) / n for s in probed_slots}
-    return ValStats(values[0] / n, acc, n, ablated, {s: acc - a for s, a in ablated.items()},
-                    probed, {s: p - acc for s, p in probed.items()})
+
+    def stats(values: list[float]) -> ValStats:
+        if n == 0:
+            return _empty_val_stats(ablated_slots, probed_slots)
+        acc = 100.0 * values[1] / n
+        counts = iter(values[2:])
+        ablated = {s: 100.0 * next(counts) / n for s in ablated_slots}
+        probed = {s: 100.0 * next(counts) / n for s in probed_slots}
+        return ValStats(values[0] / n, acc, n, ablated, {s: acc - a for s, a in ablated.items()},
+                        probed, {s: p - acc for s, p in probed.items()})
+
+    return readout.queue(tensors, stats)
+
+
+def finish_validation(ts: TrainState) -> ValStats:
+    """`queue_validation` for one env on its own: one host read."""
+    readout = Readout()
+    stats = queue_validation(ts, readout)
+    readout.read()
+    return stats.value
 
 
 def counterfactual_slots(model: MorphogeneticModel) -> tuple[str, ...]:

@@ -30,7 +30,7 @@ from esper.leyline import NUM_JOINT_ACTIONS, OBS_DIM, OBS_SCHEMA, ordered_slots
 from esper.leyline.constants import OBS_CLIP, OBS_EPSILON
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import derive_seed
-from esper.runtime.checkpoint import CheckpointFormatError, atomic_save, detached_cpu_copy, load_checkpoint
+from esper.runtime.checkpoint import CheckpointFormatError, atomic_save, detached_copy, load_checkpoint
 from esper.runtime.devices import resolve_device
 from esper.runtime.rundir import checkpoint_file
 from esper.simic.iql.config import RESUMABLE_FIELDS, IQLConfig
@@ -239,8 +239,8 @@ class IQLLearner:
             "topology": self.topology,
             "slots": list(self.slots),
             "config": self.config.to_dict(),
-            **{name: detached_cpu_copy(net.state_dict()) for name, net in self.networks().items()},
-            "optimizers": {name: detached_cpu_copy(opt.state_dict()) for name, opt in self.optimizers().items()},
+            **{name: detached_copy(net.state_dict(), "cpu") for name, net in self.networks().items()},
+            "optimizers": {name: detached_copy(opt.state_dict(), "cpu") for name, opt in self.optimizers().items()},
             "obs_mean": self.scaler.mean.detach().cpu().clone(),
             "obs_var": self.scaler.var.detach().cpu().clone(),
             "generator": self.generator.get_state(),

@@ -17,7 +17,7 @@ from torch import nn
 from esper.leyline.actions import BLUEPRINT_HEAD
 from esper.leyline.constants import ANOMALY_RATIO_COLLAPSE, ANOMALY_RATIO_EXPLOSION
 from esper.leyline.seeding import derive_seed
-from esper.runtime.checkpoint import detached_cpu_copy
+from esper.runtime.checkpoint import detached_copy
 from esper.simic.ppo.anomaly import RatioExplosionDiagnostic
 from esper.simic.ppo.buffer import FactoredRolloutBuffer
 from esper.simic.ppo.config import TrainingConfig
@@ -148,8 +148,8 @@ class PPOAgent:
     def state_dict(self) -> dict[str, Any]:
         """Plain, `weights_only`-loadable dict (CPU tensors) including both generators' states."""
         return {
-            "network": detached_cpu_copy(self.network.state_dict()),
-            "optimizer": detached_cpu_copy(self.optimizer.state_dict()),
+            "network": detached_copy(self.network.state_dict(), "cpu"),
+            "optimizer": detached_copy(self.optimizer.state_dict(), "cpu"),
             "train_steps": self.train_steps,
             "action_generator": self.action_generator.get_state(),
             "minibatch_generator": self.minibatch_generator.get_state(),
