@@ -308,7 +308,7 @@ def _select(args: argparse.Namespace, path: Path, config: TrainingConfig, settin
         return _run_phase(args, _Phase(f"selection round {n}", path / f"round-{n}", plan, candidates, candidates,
                                        seeds), config, settings, cache)
 
-    selection = greedy_selection(plan.task.topology, plan.slots, plan.max_seeds or len(plan.slots), run_round)
+    selection = greedy_selection(plan.task.action_space, plan.slots, plan.max_seeds or len(plan.slots), run_round)
     write_text_atomic(path / "summary.md", selection_markdown(selection.rounds, selection.chosen))
     return selection
 

@@ -159,7 +159,7 @@ def generate_episode(job: EpisodeTask, options: GenerateOptions, device: str) ->
     plan = job.plan
     started = now_iso()
     setup = episode_setup(plan.env_config_id, plan.seed, options, device, episode=plan.episode_idx)
-    policy = plan.create_policy(setup.task.topology)
+    policy = plan.create_policy(setup.task.action_space)
     env = MorphoEnv(setup.spec, policy.name, twin=job.twin)
     recorder = EpisodeRecorder(env)
     run_episodes([env], [policy], setup.data, setup.reward_fn, on_step=recorder.record)
@@ -172,7 +172,7 @@ def generate_episode(job: EpisodeTask, options: GenerateOptions, device: str) ->
         "enabled_slots": list(setup.spec.slots),
         "dataset_name": options.task,
         "model_name": setup.config.architecture,
-        "feature_schema": feature_schema(),
+        "feature_schema": feature_schema(setup.task.action_space),
         "behavior_policy": plan.get_policy_config().to_dict(),
         "environment": setup.config.to_dict(),
         "initial_lr": setup.config.learning_rate,

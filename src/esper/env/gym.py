@@ -9,10 +9,10 @@
 
 A thin adapter over a `Lockstep` of one `MorphoEnv` and its twin, which takes the agent's action between the two
 halves of every epoch (`measure`, `apply`), so an episode here is exactly the episode esper's own controllers run:
-`reset` trains epoch 1 and returns its 80 features; each `step(a)` executes the decision `a` (a joint action index),
-trains the next epoch and returns its features and the decision's `gap` reward (the change in the accuracy gap to the
-static twin that trains beside the env, minus the parameter and intervention costs). An episode of T epochs has T − 1
-steps; the last one is `terminated`.
+`reset` trains epoch 1 and returns its features (80 with the built-in CNN blueprints); each `step(a)` executes the
+decision `a` (a joint action index), trains the next epoch and returns its features and the decision's `gap` reward
+(the change in the accuracy gap to the static twin that trains beside the env, minus the parameter and intervention
+costs). An episode of T epochs has T − 1 steps; the last one is `terminated`.
 
 Invalid actions raise `InvalidActionError`, naming the action and the valid ones: silently replacing them (with a
 WAIT, say) would hide a masking bug in the agent. Because of that, the action space samples among the actions valid
@@ -48,11 +48,11 @@ except ImportError as error:  # pragma: no cover - exercised by a subprocess tes
     raise ImportError("MorphoGymEnv needs the optional [gym] extra: pip install 'esper[gym]'") from error
 
 from esper.env.env import EnvSpec, MorphoEnv
-from esper.env.features import FEATURE_RANGE, observation_features
+from esper.env.features import FEATURE_RANGE, obs_dim, observation_features
 from esper.env.lockstep import EpochData, Lockstep, MeasuredEpoch
 from esper.env.rewards import RewardFamily, RewardFn, make_reward_fn
-from esper.leyline import CANONICAL_SLOTS, EnvObservation, SeedStage, from_joint_index, ordered_slots
-from esper.leyline.constants import DEFAULT_BATCH_SIZE_TRAINING, DEFAULT_GAMMA, NUM_JOINT_ACTIONS, OBS_DIM
+from esper.leyline import CANONICAL_SLOTS, ActionSpace, EnvObservation, SeedStage, ordered_slots
+from esper.leyline.constants import DEFAULT_BATCH_SIZE_TRAINING, DEFAULT_GAMMA
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import derive_seed
 from esper.runtime.actors import intra_op_threads
@@ -111,7 +111,8 @@ class InvalidActionError(UserInputError):
 
 
 class ValidActionSpace(spaces.Discrete):
-    """`Discrete(43)` over the joint action index whose `sample()` draws among the actions valid right now.
+    """`Discrete(n)` over the joint action index (n = 43 with the built-in CNN blueprints) whose `sample()` draws
+    among the actions valid right now.
 
     The env refreshes `valid` after every reset and step. Passing a `mask` or `probability` samples exactly as
     `Discrete` does. Generic tools that only know `action_space.sample()` (random agents, Gymnasium's env checker)
@@ -128,11 +129,11 @@ class ValidActionSpace(spaces.Discrete):
         return super().sample(mask=mask, probability=probability)
 
 
-def describe_actions(indices: Any, topology: str) -> str:
+def describe_actions(indices: Any, space: ActionSpace) -> str:
     """Joint indices as readable runs of one op and slot, e.g. `0 WAIT; 1-12 GERMINATE early; 37 CULL early`."""
     runs: list[tuple[int, int, str]] = []
     for index in (int(i) for i in indices):
-        command = from_joint_index(index).to_command(topology)
+        command = space.from_joint_index(index).to_command(space)
         label = command.op.name if command.slot_id is None else f"{command.op.name} {command.slot_id}"
         if runs and runs[-1][2] == label and runs[-1][1] == index - 1:
             runs[-1] = (runs[-1][0], index, label)
@@ -166,15 +167,16 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
         self.config = config
         self.task = get_task_spec(self.config.task)
         self.device = resolve_device(self.config.device)
-        self.observation_space = spaces.Box(*FEATURE_RANGE, shape=(OBS_DIM,), dtype=np.float32)
-        self.action_space: ValidActionSpace = ValidActionSpace(NUM_JOINT_ACTIONS)
+        self.actions = self.task.action_space
+        self.observation_space = spaces.Box(*FEATURE_RANGE, shape=(obs_dim(self.actions),), dtype=np.float32)
+        self.action_space: ValidActionSpace = ValidActionSpace(self.actions.num_joint_actions)
         self._reward_fn: RewardFn = make_reward_fn(
             RewardFamily.GAP, self.task, DEFAULT_GAMMA, param_cost=self.config.param_cost,
             max_train_samples=self.config.max_train_samples)
         self._cache = DataCache(self.config.data)
         self._episode: Lockstep | None = None
         self._measured: MeasuredEpoch | None = None  # the episode's latest epoch
-        self._mask = np.zeros(NUM_JOINT_ACTIONS, dtype=bool)  # validity of the joint actions after this epoch
+        self._mask = np.zeros(self.actions.num_joint_actions, dtype=bool)  # validity of the joint actions now
         self.env_seed: int | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -225,8 +227,8 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
             return self._step(index, episode)
 
     def _step(self, index: int, episode: Lockstep) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
-        factored = from_joint_index(index)
-        decision = TamiyoDecision(factored.to_command(self.task.topology), factored, reason="gym action",
+        factored = self.actions.from_joint_index(index)
+        decision = TamiyoDecision(factored.to_command(self.actions), factored, reason="gym action",
                                   confidence=1.0)
         episode.apply([decision])
         following = episode.measure()
@@ -242,7 +244,7 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
         return self._observe(following), float(step.reward.total()), following.last, False, info
 
     def action_masks(self) -> np.ndarray:
-        """Which of the 43 joint actions are valid now (the sb3-contrib MaskablePPO convention)."""
+        """Which joint actions are valid now (the sb3-contrib MaskablePPO convention)."""
         if self._measured is None:
             raise RuntimeError("Call reset() before action_masks(): there is no episode yet")
         return self._mask.copy()
@@ -251,7 +253,7 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
 
     def _check_action(self, action: Any, obs: EnvObservation) -> int:
         def valid() -> str:
-            return describe_actions(np.flatnonzero(self._mask), obs.topology)
+            return describe_actions(np.flatnonzero(self._mask), obs.action_space)
 
         try:
             if isinstance(action, bool | np.bool_):
@@ -259,12 +261,14 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
             index = operator.index(action)
         except TypeError:
             raise InvalidActionError(f"Action {action!r} is not an integer: actions are joint indices "
-                                     f"0-{NUM_JOINT_ACTIONS - 1}; valid after epoch {obs.epoch}: {valid()}") from None
-        if not 0 <= index < NUM_JOINT_ACTIONS:
-            raise InvalidActionError(f"Action {index} is out of range 0-{NUM_JOINT_ACTIONS - 1}; valid after epoch "
+                                     f"0-{self.actions.num_joint_actions - 1}; valid after epoch {obs.epoch}: "
+                                     f"{valid()}") from None
+        if not 0 <= index < self.actions.num_joint_actions:
+            raise InvalidActionError(f"Action {index} is out of range 0-{self.actions.num_joint_actions - 1}; valid "
+                                     f"after epoch "
                                      f"{obs.epoch}: {valid()}")
         if not self._mask[index]:
-            command = from_joint_index(index).to_command(obs.topology)
+            command = self.actions.from_joint_index(index).to_command(self.actions)
             raise InvalidActionError(f"Action {index} ({command.describe()}) is not valid after epoch {obs.epoch}: "
                                      f"valid actions are {valid()} (see action_masks())")
         return index

@@ -10,6 +10,9 @@ Every process of a run computes with the same number of torch intra-op threads (
 default): CPU kernels split their work by thread count, so their floats depend on it, and a run's numbers must not
 depend on how many workers computed them. More cores are put to use by more workers, not more threads.
 
+Every worker loads the plugins this process has loaded (`esper.runtime.plugins`), in the same order, before it builds
+its object, so user blueprints and tasks exist wherever the work runs.
+
 A worker process ignores Ctrl+C (the caller decides when to stop), exits on its own when its parent disappears (so a
 killed run leaves no orphan), and a worker that dies makes the pending `result` raise `WorkerFailed` at once, naming
 the worker.
@@ -32,6 +35,7 @@ from typing import Any, Literal
 import torch
 
 from esper.leyline.errors import UserInputError
+from esper.runtime.plugins import load_plugins, loaded_plugins
 
 __all__ = ["Actor", "ActorPool", "WorkerFailed", "WorkerOptions", "ensure_ray", "import_ray", "intra_op_threads"]
 
@@ -159,11 +163,14 @@ class LocalActor(Actor):
         raise value
 
 
-def _serve(factory: Callable[..., Any], args: tuple[Any, ...], threads: int, conn: Connection, parent: int) -> None:
-    """A worker process: build the object, then answer calls until told to stop or orphaned."""
+def _serve(factory: Callable[..., Any], args: tuple[Any, ...], threads: int, conn: Connection, parent: int,
+           plugins: tuple[str, ...]) -> None:
+    """A worker process: load the run's plugins, build the object, then answer calls until told to stop or
+    orphaned."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops its workers; Ctrl+C is for it alone
     torch.set_num_threads(threads)
     try:
+        load_plugins(plugins, installed=False)
         obj = factory(*args)
         conn.send((True, None))
     except Exception as error:
@@ -197,8 +204,8 @@ class ProcessActor(Actor):
         self.name = name
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe()
-        self._process = ctx.Process(target=_serve, args=(factory, args, threads, child, os.getpid()), daemon=True,
-                                    name=f"esper-{name}")
+        self._process = ctx.Process(target=_serve, args=(factory, args, threads, child, os.getpid(), loaded_plugins()),
+                                    daemon=True, name=f"esper-{name}")
         self._process.start()
         child.close()
         self._waiting = True  # for the constructor's answer
@@ -267,8 +274,10 @@ def ensure_ray(address: str | None, num_cpus: int | None = None) -> tuple[Module
 class _RayHosted:
     """What a Ray actor holds: the object, answering calls as `_serve` does."""
 
-    def __init__(self, factory: Callable[..., Any], args: tuple[Any, ...], threads: int) -> None:
+    def __init__(self, factory: Callable[..., Any], args: tuple[Any, ...], threads: int,
+                 plugins: tuple[str, ...]) -> None:
         torch.set_num_threads(threads)
+        load_plugins(plugins, installed=False)
         self.obj = factory(*args)
 
     def call(self, method: str, args: tuple[Any, ...]) -> tuple[bool, Any]:
@@ -286,7 +295,7 @@ class RayActor(Actor):
         self.name = name
         self._ray = ray
         remote = ray.remote(num_cpus=threads, num_gpus=gpus, max_restarts=0)(_RayHosted)
-        self._handle = remote.remote(factory, args, threads)
+        self._handle = remote.remote(factory, args, threads, loaded_plugins())
         self._ref: Any = None
 
     def submit(self, method: str, *args: Any) -> None:

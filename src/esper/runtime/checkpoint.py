@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +17,35 @@ import torch
 
 import esper
 from esper.kasmina.model import MorphogeneticModel
+from esper.leyline.actions import UNRECORDED_HEADS, ActionSpace
 from esper.leyline.errors import UserInputError
+from esper.runtime.plugins import loaded_plugins
 
 MODEL_FORMAT = "esper-model-v1"
 
 
 class CheckpointFormatError(UserInputError):
     """A checkpoint file is unreadable, corrupt or of another format."""
+
+
+def blueprint_record(space: ActionSpace) -> dict[str, Any]:
+    """What a policy checkpoint records of the action space it was trained in: its blueprint head (in head order) and
+    the plugins that were loaded, so that loading it elsewhere can name the plugins it needs."""
+    return {"blueprints": list(space.head), "plugins": list(loaded_plugins())}
+
+
+def check_blueprint_head(path: str | Path, data: Mapping[str, Any], current: ActionSpace) -> None:
+    """Refuse a policy checkpoint whose blueprint head is not `current`'s: its heads, masks and features would mean
+    other blueprints. A checkpoint that records no head was trained on its topology's built-in one."""
+    recorded = data.get("blueprints")
+    head = tuple(recorded) if isinstance(recorded, list) else UNRECORDED_HEADS.get(current.topology)
+    if head == current.head:
+        return
+    plugins = [str(p) for p in data.get("plugins") or []]
+    fix = " ".join(f"--plugin {p}" for p in plugins) if plugins else "--plugin MODULE, the plugins it was trained with"
+    raise CheckpointFormatError(f"{path} was trained with the {current.topology} blueprints {list(head or ())} (in "
+                                f"policy head order), but this run has {list(current.head)}: run it with the plugins "
+                                f"it was trained with ({fix}) and no others, or retrain the policy")
 
 
 def detached_cpu_copy(obj: Any) -> Any:

@@ -21,7 +21,9 @@ from esper.leyline.seeding import SEED_RULE
 from esper.runtime.checkpoint import (
     CheckpointFormatError,
     atomic_save,
+    blueprint_record,
     capture_rng_state,
+    check_blueprint_head,
     load_checkpoint,
     load_error_summary,
     require_finite,
@@ -64,8 +66,9 @@ class PPOLearnerState:
     def new(cls, config: TrainingConfig, device: torch.device) -> PPOLearnerState:
         """A fresh learner; the policy's initial weights depend only on `config.seed`."""
         seed_everything(config.seed)
-        dim = obs_dim(config.use_telemetry)
-        agent = PPOAgent(config, state_dim=dim, topology=get_task_spec(config.task).topology, device=device)
+        space = get_task_spec(config.task).action_space
+        dim = obs_dim(space, config.use_telemetry)
+        agent = PPOAgent(config, state_dim=dim, space=space, device=device)
         return cls(agent, RunningMeanStd(dim, device=device), RewardNormalizer())
 
     @property
@@ -82,6 +85,7 @@ class PPOLearnerState:
             "format": PPO_FORMAT,
             "esper_version": esper.__version__,
             "obs_schema": OBS_SCHEMA,
+            **blueprint_record(self.agent.space),
             "seed_rule": SEED_RULE,
             "config": self.agent.config.to_dict(),
             "agent": agent_state,
@@ -120,8 +124,8 @@ POLICY_KEYS = ("config", "agent", "obs_normalizer", "reward_normalizer", "batche
 
 
 def read_policy_checkpoint(path: Path) -> dict[str, Any]:
-    """A PPO checkpoint's contents, refusing another format or observation schema, missing entries, an invalid
-    config and non-finite weights, so nothing downstream meets a half-usable policy."""
+    """A PPO checkpoint's contents, refusing another format, observation schema or blueprint head, missing entries,
+    an invalid config and non-finite weights, so nothing downstream meets a half-usable policy."""
     data = load_checkpoint(path, PPO_FORMAT, map_location="cpu")
     if data.get("obs_schema") != OBS_SCHEMA:
         raise CheckpointFormatError(f"Checkpoint {path} uses observation schema {data.get('obs_schema')!r}, expected "
@@ -136,9 +140,10 @@ def read_policy_checkpoint(path: Path) -> dict[str, Any]:
     if not isinstance(data["config"], dict):
         raise CheckpointFormatError(f"Checkpoint {path}: 'config' must be a dict of TrainingConfig fields")
     try:
-        TrainingConfig.from_dict(data["config"])
+        config = TrainingConfig.from_dict(data["config"])
     except ValueError as exc:
         raise CheckpointFormatError(f"Checkpoint {path} holds an invalid config ({exc})") from exc
+    check_blueprint_head(path, data, get_task_spec(config.task).action_space)
     return data
 
 

@@ -179,7 +179,7 @@ def _start_from_iql(learner: PPOLearnerState, config: TrainingConfig, task: Task
     """Distill the IQL policy of `config.init_from` into the actor, on its datasets' states."""
     assert config.init_from is not None
     source = Path(config.init_from.removeprefix("iql:"))
-    teacher = IQLPolicy.from_checkpoint(checkpoint_file(source, "final.pt"), topology=task.topology,
+    teacher = IQLPolicy.from_checkpoint(checkpoint_file(source, "final.pt"), space=task.action_space,
                                         slots=config.slots)
     datasets = config.init_datasets or iql_datasets(source)
     # Distillation reads states and masks only; the `accuracy` reward exists in every schema version, `gap` does not.
@@ -218,7 +218,8 @@ def _announce(config: TrainingConfig, task: TaskSpec, env_devices: list[torch.de
     run.emit(TelemetryEventType.TRAINING_STARTED, f"PPO on {config.task}: {config.n_envs} envs, {n_batches} batches", {
         "command": "train ppo", "task": config.task, "topology": task.topology, "n_envs": config.n_envs,
         "env_devices": {i: str(device_of[i]) for i in range(config.n_envs)}, "total_batches": n_batches,
-        "n_episodes": config.n_episodes, "obs_dim": obs_dim(config.use_telemetry), "config": config.to_dict(),
+        "n_episodes": config.n_episodes, "obs_dim": obs_dim(task.action_space, config.use_telemetry),
+        "config": config.to_dict(),
         "reward": reward_summary(config.reward_family, task, config.charged_param_cost(),
                                  max_train_samples=config.max_train_samples),
         "envs_per_device": {str(d): sum(1 for x in device_of if x == d) for d in env_devices}})
