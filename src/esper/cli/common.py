@@ -36,7 +36,7 @@ from esper.runtime.devices import DeviceError
 from esper.runtime.optim import LR_SCHEDULES
 from esper.runtime.readers import DatasetFormatError, Split
 from esper.runtime.rundir import RunDirectory
-from esper.runtime.tasks import TASKS, DataCache, DataOptions, TaskSpec, data_source
+from esper.runtime.tasks import TASKS, DataCache, DataOptions, TaskSpec, data_source, get_task_spec
 from esper.simic.ppo.config import MAX_BATCH, MAX_EPISODE_LENGTH, MAX_EPISODES, MAX_SAMPLES
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -103,7 +103,39 @@ def parse_sets(items: Sequence[str]) -> dict[str, Any]:
     return changes
 
 
+def add_plugin_option(p: argparse.ArgumentParser) -> None:
+    """`--plugin MODULE`: every command loads the user's modules (and the installed `esper.plugins` entry points)
+    before it reads its other arguments, so their blueprints and tasks can be named anywhere."""
+    p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                   help="a module that registers blueprints or tasks: an importable name or a .py file (repeatable; "
+                        "installed 'esper.plugins' entry points load always)")
+
+
+def plugin_arguments(argv: Sequence[str]) -> argparse.Namespace:
+    """The --plugin (and --debug) arguments of a command line, read before its parser exists: the parser's task
+    names and the controllers' blueprints depend on what the plugins register."""
+    early = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    early.add_argument("--plugin", action="append", default=[])
+    early.add_argument("--debug", action="store_true")
+    return early.parse_known_args(argv)[0]
+
+
+def task_name(text: str) -> str:
+    """argparse type: a task (a registered name in any case, a plugin's included, or a form such as npz:PATH.npz),
+    as its canonical name."""
+    try:
+        return get_task_spec(text).name
+    except UserInputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def task_help(default: str | None = None) -> str:
+    shown = f" (default {default})" if default is not None else ""
+    return f"the task: {', '.join(TASKS.usages())}{shown}; a plugin's tasks with --plugin"
+
+
 def add_shared_options(p: argparse.ArgumentParser, *, seed_default: int | None = 42) -> None:
+    add_plugin_option(p)
     g = p.add_argument_group("run and telemetry")
     g.add_argument("--run-dir", type=Path, help="run directory (default: <runs-root>/<command>_<task>_<time>_s<seed>)")
     g.add_argument("--runs-root", type=Path, default=Path("runs"), help="parent of default run directories")
@@ -123,7 +155,7 @@ def add_shared_options(p: argparse.ArgumentParser, *, seed_default: int | None =
 
 
 def add_episode_options(p: argparse.ArgumentParser, *, episodes: int, task: str = "synthetic") -> None:
-    p.add_argument("--task", choices=sorted(TASKS), default=task, type=str.lower)
+    p.add_argument("--task", type=task_name, default=task, help=task_help(task))
     p.add_argument("--episodes", type=EPISODES, default=episodes)
     p.add_argument("--max-epochs", type=int_in(2, MAX_EPISODE_LENGTH), default=25,
                    help="episode length (decisions follow epochs 1 .. T-1)")

@@ -22,12 +22,24 @@ from typing import Any
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from esper.cli.common import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, SAMPLES, SEED, console, float_in, int_in
+from esper.cli.common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_PARTIAL,
+    SAMPLES,
+    SEED,
+    add_plugin_option,
+    console,
+    float_in,
+    int_in,
+    task_help,
+    task_name,
+)
 from esper.cli.datagen_summary import print_summary
 from esper.datagen.configs import ENVIRONMENT_PRESETS, POLICY_PRESETS
 from esper.datagen.executors import EpisodeExecutor, ProcessPoolEpisodeExecutor, RayEpisodeExecutor, SerialExecutor
 from esper.datagen.export import EXPORT_FORMATS, export_minari
-from esper.datagen.generate import DATAGEN_TASKS, GenerateOptions, generate_episode, generate_twin
+from esper.datagen.generate import GenerateOptions, generate_episode, generate_twin
 from esper.datagen.health import DatasetHealthCheck, save_report
 from esper.datagen.orchestrator import GenerationOrchestrator
 from esper.datagen.plans import GenerationPlan, TwinPlan, create_generation_matrix
@@ -57,7 +69,7 @@ def add_datagen_parser(sub: Any) -> None:
     g.add_argument("--base-seed", type=SEED, default=42,
                    help="base of the paired seeds (one per environment config and episode, shared by all policies)")
     g = p.add_argument_group("episodes")
-    g.add_argument("--task", choices=DATAGEN_TASKS, default="cifar10", type=str.lower)
+    g.add_argument("--task", type=task_name, default="cifar10", help=task_help("cifar10") + " (image tasks only)")
     g.add_argument("--max-epochs", type=int_in(2, 1000), default=25)
     g.add_argument("--max-train-samples", type=SAMPLES, help="a subset of the train split drawn per episode")
     g.add_argument("--max-val-samples", type=SAMPLES, help="a subset of the val split drawn per episode")
@@ -80,6 +92,7 @@ def add_datagen_parser(sub: Any) -> None:
     g.add_argument("--retry-failed", action="store_true", help="retry episodes that failed permanently before")
     g.add_argument("--dry-run", action="store_true", help="print the matrix and exit")
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    add_plugin_option(p)
     p.set_defaults(func=cmd_datagen)
     export = p.add_subparsers(dest="datagen_command", metavar="export", required=False).add_parser(
         "export", help="export a dataset (e.g. to Minari)",
@@ -91,6 +104,7 @@ def add_datagen_parser(sub: Any) -> None:
     export.add_argument("--minari-root", type=Path, help="Minari datasets root (default: $MINARI_DATASETS_PATH or "
                         "~/.minari/datasets)")
     export.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    add_plugin_option(export)
     export.set_defaults(func=cmd_export)
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from rich.table import Table
 
-from esper.cli.common import EXIT_OK, SEED, console, float_in, int_in, parse_sets, phase_progress
+from esper.cli.common import EXIT_OK, SEED, add_plugin_option, console, float_in, int_in, parse_sets, phase_progress
 from esper.datagen.loader import REWARD_SOURCES, load_transitions
 from esper.evaluation.controllers import all_controllers
 from esper.evaluation.ope import OfflineEvaluation, OPEConfig, TargetPolicy, evaluate_offline
@@ -41,6 +41,7 @@ def add_evaluate_offline_parser(sub: Any) -> None:
     p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--out", type=Path, help="also write the estimates as JSON here")
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    add_plugin_option(p)
     p.set_defaults(func=cmd_evaluate_offline)
 
 

@@ -21,7 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, TypeVar
 
-from esper.cli.common import EXIT_OK, console
+from esper.cli.common import EXIT_OK, add_plugin_option, console
 from esper.datagen.reader import MANIFEST_FILE
 from esper.env.logs import EpisodeResult, StepRow
 from esper.evaluation.comparison import ComparisonResult
@@ -57,6 +57,7 @@ def add_report_parser(sub: Any) -> None:
                    "directory written by esper datagen")
     p.add_argument("--out", type=Path, help="output folder for the PNGs (default: RUN_DIR/report)")
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    add_plugin_option(p)
     p.set_defaults(func=cmd_report)
 
 

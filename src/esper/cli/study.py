@@ -49,6 +49,8 @@ from esper.cli.common import (
     phase_progress,
     preload_data,
     run_settings,
+    task_help,
+    task_name,
 )
 from esper.cli.compare import comparison_table
 from esper.cli.episodes import open_episode_run
@@ -101,6 +103,7 @@ def add_study_parser(sub: Any) -> None:
     p = sub.add_parser("study", help="train K PPO controllers, then compare them with every baseline on held-out seeds",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", choices=sorted(STUDY_PRESETS), default="quick")
+    p.add_argument("--task", type=task_name, help=task_help() + " (default: the preset's)")
     p.add_argument("--runs", type=int_in(1, MAX_RUNS),
                    help="training runs, each on its own training seed stream (default: the preset's)")
     p.add_argument("--seeds", type=int_in(1, MAX_STUDY_SEEDS),
@@ -126,8 +129,7 @@ def add_study_parser(sub: Any) -> None:
                    help="|Δ final accuracy| in pp below which a paired difference is a tie (default: one test sample)")
     add_worker_options(p)
     add_shared_options(p, seed_default=None)
-    p.set_defaults(func=cmd_study, task=None, amp=None, reward_family=None, episodes=None, resume=None,
-                   config_json=None)
+    p.set_defaults(func=cmd_study, amp=None, reward_family=None, episodes=None, resume=None, config_json=None)
 
 
 _PLACEMENT = ("device", "devices", *WORKER_FIELDS.values())
@@ -208,7 +210,7 @@ def _settings(args: argparse.Namespace, seeds: int, selection_seeds: int, runs: 
     return {"preset": args.preset, "seeds": seeds, "selection_seeds": selection_seeds, "runs": runs,
             "controllers": args.controller, "ppo": None if args.ppo is None else [str(p) for p in args.ppo],
             "tie_threshold": args.tie_threshold, "max_test_samples": args.max_test_samples,
-            "blueprints_from_selection": args.blueprints_from_selection}
+            "blueprints_from_selection": args.blueprints_from_selection, "plugins": args.plugin}
 
 
 def _open_study(path: Path, args: argparse.Namespace, settings: dict[str, Any]) -> tuple[RunDirectory, bool]:

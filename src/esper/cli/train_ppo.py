@@ -30,6 +30,8 @@ from esper.cli.common import (
     preload_data,
     print_next_steps,
     run_settings,
+    task_help,
+    task_name,
 )
 from esper.cli.param_cost import resolve_auto_param_cost
 from esper.cli.rundirs import discard_on_error, prepare_run_dir
@@ -38,8 +40,9 @@ from esper.leyline import TelemetryEventType
 from esper.leyline.errors import UserInputError
 from esper.nissa import ProgressBackend, trim_event_log
 from esper.runtime.devices import env_device_map, resolve_device, resolve_devices
+from esper.runtime.plugins import loaded_plugins
 from esper.runtime.rundir import RunDirectory, checkpoint_file, checkpoints_dir, default_run_dir
-from esper.runtime.tasks import TASKS, DataCache, data_source, get_task_spec
+from esper.runtime.tasks import DataCache, data_source, get_task_spec
 from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config
 from esper.simic.ppo.config import PRESETS, TrainingConfig
 from esper.simic.ppo.train import PPORun, PPOTrainingResult, train_ppo
@@ -52,7 +55,7 @@ def add_ppo_parser(sub: Any) -> None:
     p.add_argument("--config-json", type=Path, help="JSON object of TrainingConfig fields (unknown keys rejected)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override one config field; VALUE is parsed as JSON (repeatable)")
-    p.add_argument("--task", choices=sorted(TASKS), type=str.lower)
+    p.add_argument("--task", type=task_name, help=task_help())
     p.add_argument("--device", help="policy device: 'auto', 'cpu' or 'cuda:N'")
     p.add_argument("--devices", nargs="+", help="env devices, round-robin (default: --device)")
     p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None,
@@ -239,8 +242,10 @@ def train_with_stop(config: TrainingConfig, run: PPORun, stop: StopAfterStep, pr
 
 def compare_hint(config: TrainingConfig, run: Path) -> str:
     """An `esper compare` of the trained policy in exactly the setting it learned in (every setting that changes the
-    result), on the held-out evaluation seeds of its base seed (a seed stream its training never draws from)."""
+    result, the plugins it was trained with included), on the held-out evaluation seeds of its base seed (a seed stream
+    its training never draws from)."""
     parts = ["esper compare --controllers static heuristic", f"ppo:{run}", f"--task {config.task}",
+             *(f"--plugin {p}" for p in loaded_plugins() if not p.startswith("ep:")),
              f"--max-epochs {config.max_epochs}", f"--slots {' '.join(config.slots)}",
              f"--reward-family {config.reward_family.value}", f"--seed {config.seed}",
              f"--batch-size {config.batch_size}", f"--lr-schedule {config.lr_schedule}"]

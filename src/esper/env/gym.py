@@ -88,8 +88,7 @@ class GymEnvConfig:
     data: DataOptions = field(default_factory=DataOptions)
 
     def __post_init__(self) -> None:
-        get_task_spec(self.task)  # an unknown task is an error naming the known ones
-        object.__setattr__(self, "task", self.task.lower())
+        object.__setattr__(self, "task", get_task_spec(self.task).name)  # an unknown task names the known ones
         if not self.slots:
             raise UserInputError(f"Enable at least one slot (of {list(CANONICAL_SLOTS)})")
         object.__setattr__(self, "slots", ordered_slots(self.slots))

@@ -41,11 +41,16 @@ def check_blueprint_head(path: str | Path, data: Mapping[str, Any], current: Act
     head = tuple(recorded) if isinstance(recorded, list) else UNRECORDED_HEADS.get(current.topology)
     if head == current.head:
         return
-    plugins = [str(p) for p in data.get("plugins") or []]
-    fix = " ".join(f"--plugin {p}" for p in plugins) if plugins else "--plugin MODULE, the plugins it was trained with"
     raise CheckpointFormatError(f"{path} was trained with the {current.topology} blueprints {list(head or ())} (in "
-                                f"policy head order), but this run has {list(current.head)}: run it with the plugins "
-                                f"it was trained with ({fix}) and no others, or retrain the policy")
+                                f"policy head order), but this run has {list(current.head)}: {plugin_fix(data)} and "
+                                f"no others, or retrain the policy")
+
+
+def plugin_fix(data: Mapping[str, Any]) -> str:
+    """How to load what a checkpoint was trained with: its recorded plugins as flags."""
+    plugins = [str(p) for p in data.get("plugins") or [] if not str(p).startswith("ep:")]
+    flags = " ".join(f"--plugin {p}" for p in plugins) if plugins else "--plugin MODULE"
+    return f"run it with the plugins it was trained with ({flags})"
 
 
 def detached_cpu_copy(obj: Any) -> Any:

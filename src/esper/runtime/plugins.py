@@ -42,12 +42,18 @@ def load_plugins(plugins: Iterable[str] = (), *, installed: bool = True) -> tupl
         key = str(Path(plugin).resolve()) if _is_path(plugin) else plugin
         if key in _LOADED:
             continue
-        if key.startswith("ep:"):
-            _load_entry_point(key.removeprefix("ep:"))
-        elif _is_path(plugin):
-            _import_path(Path(key))
-        else:
-            _import_module(plugin)
+        try:
+            if key.startswith("ep:"):
+                _load_entry_point(key.removeprefix("ep:"))
+            elif _is_path(plugin):
+                _import_path(Path(key))
+            else:
+                _import_module(plugin)
+        except UserInputError:
+            raise
+        except Exception as error:  # the plugin's own code failed: the user's to fix, not esper's
+            raise UserInputError(f"plugin {plugin} failed while loading ({type(error).__name__}: {error}); fix the "
+                                 f"module (--debug shows the traceback)") from error
         _LOADED.append(key)
     return loaded_plugins()
 

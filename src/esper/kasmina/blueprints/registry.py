@@ -13,12 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+import torch
 from torch import nn
 
 from esper.leyline.actions import NOOP_BLUEPRINT, ActionSpace
 from esper.leyline.errors import UserInputError
 
-__all__ = ["DEFAULT_REGISTRY", "BlueprintRegistry", "BlueprintSpec", "register_blueprint"]
+__all__ = ["DEFAULT_REGISTRY", "BlueprintRegistry", "BlueprintSpec", "check_blueprint", "register_blueprint"]
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,31 @@ class BlueprintRegistry:
         return specs
 
 
+_PROBE_WIDTH = 16
+_PROBE_INPUTS = {"cnn": (2, _PROBE_WIDTH, 4, 4), "transformer": (2, 3, _PROBE_WIDTH)}
+"""A small input of each topology's activation shape, (B, C, H, W) and (B, T, D), to try a new blueprint on."""
+
+
+def check_blueprint(spec: BlueprintSpec) -> None:
+    """Build the blueprint once at a small width (leaving every random generator as it was) and refuse it when its
+    parameter count is not `param_count`'s or it changes its input's shape: either would corrupt every parameter
+    cost and feature computed from it, or fail deep inside a run."""
+    with torch.random.fork_rng(devices=[]):
+        module = spec.factory(_PROBE_WIDTH)
+        built = sum(p.numel() for p in module.parameters())
+        if built != spec.param_count(_PROBE_WIDTH):
+            raise UserInputError(f"Blueprint '{spec.name}': param_count({_PROBE_WIDTH}) is "
+                                 f"{spec.param_count(_PROBE_WIDTH)} but the module has {built} parameters; make "
+                                 f"param_count the module's exact parameter count")
+        shape = _PROBE_INPUTS.get(spec.topology)
+        if shape is not None:
+            with torch.no_grad():
+                out = module(torch.randn(shape))
+            if tuple(out.shape) != shape:
+                raise UserInputError(f"Blueprint '{spec.name}' turns a {spec.topology} activation of shape {shape} "
+                                     f"into {tuple(out.shape)}; a seed must keep its input's shape")
+
+
 DEFAULT_REGISTRY = BlueprintRegistry()
 """The registry every model, env and command builds seeds from; `register_blueprint` adds to it."""
 
@@ -106,8 +132,10 @@ def register_blueprint(name: str, *, topology: str, param_count: Callable[[int],
     """
 
     def decorate(factory: Factory) -> Factory:
-        DEFAULT_REGISTRY.register(BlueprintSpec(name=name, topology=topology, factory=factory,
-                                                param_count=param_count, description=description, in_head=in_head))
+        spec = BlueprintSpec(name=name, topology=topology, factory=factory, param_count=param_count,
+                             description=description, in_head=in_head)
+        check_blueprint(spec)
+        DEFAULT_REGISTRY.register(spec)
         return factory
 
     return decorate

@@ -24,6 +24,7 @@ from esper.runtime.checkpoint import (
     blueprint_record,
     capture_rng_state,
     check_blueprint_head,
+    plugin_fix,
     load_checkpoint,
     load_error_summary,
     require_finite,
@@ -31,7 +32,7 @@ from esper.runtime.checkpoint import (
     restore_rng_state,
 )
 from esper.runtime.rundir import RunDirectory, read_jsonl, rewrite_jsonl
-from esper.runtime.tasks import get_task_spec
+from esper.runtime.tasks import TASKS, get_task_spec
 from esper.simic.normalization import RewardNormalizer, RunningMeanStd
 from esper.simic.ppo.agent import PPOAgent
 from esper.simic.ppo.config import TrainingConfig
@@ -139,6 +140,10 @@ def read_policy_checkpoint(path: Path) -> dict[str, Any]:
     require_finite(data, path, ("agent", "obs_normalizer"))
     if not isinstance(data["config"], dict):
         raise CheckpointFormatError(f"Checkpoint {path}: 'config' must be a dict of TrainingConfig fields")
+    task = data["config"].get("task")
+    if isinstance(task, str) and task.lower() not in TASKS and ":" not in task:
+        raise CheckpointFormatError(f"{path} was trained on task '{task}', which no loaded plugin registers: "
+                                    f"{plugin_fix(data)}")
     try:
         config = TrainingConfig.from_dict(data["config"])
     except ValueError as exc:
