@@ -504,7 +504,8 @@ def test_validity_unknown_slot_raises() -> None:
 def test_topology_does_not_change_validity() -> None:
     states = {"early": seed(SeedStage.BLENDING, 3), "mid": None, "late": seed(SeedStage.PROBATIONARY, 6)}
     cnn, transformer = validity(states, CNN), validity(states, TRANSFORMER)
-    assert (cnn.op, cnn.op_slot, cnn.slot_blueprint) == (transformer.op, transformer.op_slot, transformer.slot_blueprint)
+    assert (cnn.op, cnn.op_slot, cnn.slot_blueprint) == (transformer.op, transformer.op_slot,
+                                                         transformer.slot_blueprint)
 
 
 # ------------------------------------------------------------------------------------ ActionValidity consistency
