@@ -86,7 +86,8 @@ def make_episode(
     decisions = [make_decision(op, timestep=t, epoch=t + 1, plateau=t % 4, has_seed=t % 2 == 1, gap=0.1 * t)
                  for t, op in enumerate(ops)]
     return {
-        "schema_version": SCHEMA_VERSION, "episode_id": episode_id, "random_seed": seed, "task": task, "topology": "cnn",
+        "schema_version": SCHEMA_VERSION, "episode_id": episode_id, "random_seed": seed, "task": task,
+        "topology": "cnn",
         "max_epochs": len(ops) + 1, "episode_length": len(ops), "decisions": decisions,
         "behavior_policy": {"policy_id": policy_id}, "environment": {"config_id": env_id},
         "twin": {"twin_id": twin_id, "val_accuracy_curve": [10.0] * (len(ops) + 1),

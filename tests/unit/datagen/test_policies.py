@@ -9,8 +9,8 @@ from dataclasses import replace
 
 import pytest
 
-from esper.datagen.configs import POLICY_PRESETS, BehaviorPolicyConfig
 from esper.datagen import policies
+from esper.datagen.configs import POLICY_PRESETS, BehaviorPolicyConfig
 from esper.datagen.policies import BehaviorPolicy, parse_behavior_spec
 from esper.leyline import EnvObservation, LifecycleOp, SeedStage
 from esper.tamiyo import CONTROLLERS, ControllerContext, TamiyoPolicy, check_decision
