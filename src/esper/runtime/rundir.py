@@ -163,16 +163,19 @@ def checkpoint_file(path: Path, name: str) -> Path:
 def default_run_dir(runs_root: Path, command: str, task: str, seed: int, settings: dict[str, Any]) -> Path:
     """`runs_root/<command>_<task>_s<seed>_<digest>`, the digest naming every setting of the command: rerunning the
     same command finds its own directory (and continues it, or shows its finished results), while a command with
-    any other setting gets a directory of its own. A task on files (`npz:data/digits.npz`) appears as its form and
-    file stem (`npz-digits`)."""
+    any other setting gets a directory of its own."""
     text = json.dumps(json_safe(settings), sort_keys=True)
-    return runs_root / f"{command}_{_task_slug(task)}_s{seed}_{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+    return runs_root / f"{command}_{task_slug(task)}_s{seed}_{hashlib.sha256(text.encode()).hexdigest()[:8]}"
 
 
-def _task_slug(task: str) -> str:
+def task_slug(task: str) -> str:
+    """A task's name as a file name: a task on files (`npz:data/digits.npz`) is its form, file stem and a digest of
+    the whole name (`npz-digits-1c2f3a4b`), so two files of one stem never share a run directory or a cache file."""
     form, sep, argument = task.partition(":")
-    name = f"{form}-{Path(argument).stem}" if sep else task
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name)
+    if not sep:
+        return task
+    digest = hashlib.sha256(task.encode()).hexdigest()[:8]
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{form}-{Path(argument).stem}-{digest}")
 
 
 class RunDirectory:

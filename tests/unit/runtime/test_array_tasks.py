@@ -89,7 +89,7 @@ def test_an_unreadable_or_missing_npz_is_an_error_naming_it(tmp_path: Path) -> N
     with pytest.raises(ValueError, match=r"no such file; pass the path of an \.npz file"):
         get_task_spec(f"npz:{tmp_path / 'absent.npz'}")
     (tmp_path / "broken.npz").write_text("not a zip")
-    with pytest.raises(DatasetFormatError, match="write it with numpy.savez"):
+    with pytest.raises(DatasetFormatError, match=r"write it with numpy\.savez"):
         get_task_spec(f"npz:{tmp_path / 'broken.npz'}")
 
 
@@ -110,7 +110,7 @@ def test_a_folder_per_class_of_pngs(tmp_path: Path) -> None:
     (tmp_path / "test" / "triangle").mkdir()
     with pytest.raises(DatasetFormatError, match=r"test/ has classes \['triangle'\] that train/ lacks"):
         get_task_spec(f"folder:{tmp_path}/")  # another name, so resolved anew
-    with pytest.raises(ValueError, match="needs .*train and .*test, each with one folder of .png images per class"):
+    with pytest.raises(ValueError, match=r"needs .*train and .*test, each with one folder of \.png images per class"):
         get_task_spec(f"folder:{tmp_path / 'nothing'}")
 
 
@@ -144,4 +144,6 @@ def test_esper_s_own_tasks_and_forms_are_registered_the_same_way() -> None:
 
 def test_a_file_task_names_its_run_directory_by_form_and_stem(tmp_path: Path) -> None:
     path = default_run_dir(tmp_path, "compare", f"npz:{tmp_path}/my data.npz", 3, {})
-    assert path.name.startswith("compare_npz-my-data_s3_")
+    other = default_run_dir(tmp_path, "compare", f"npz:{tmp_path}/elsewhere/my data.npz", 3, {})
+    assert path.name.startswith("compare_npz-my-data-") and "_s3_" in path.name and path.parent == tmp_path
+    assert other.name != path.name

@@ -75,7 +75,7 @@ def test_cnn_hosts_and_optimizers() -> None:
         spec = get_task_spec(name)
         h = spec.host_optimizer
         assert (h.name, h.lr, h.momentum, h.weight_decay) == ("sgd", 0.01, 0.9, 5e-4)
-    syn = get_task_spec("synthetic").host_optimizer  # lr deliberately differs from the other CNN tasks (see builtin_tasks.py)
+    syn = get_task_spec("synthetic").host_optimizer  # lr differs from the other CNN tasks on purpose (builtin_tasks.py)
     assert (syn.name, syn.momentum, syn.weight_decay) == ("sgd", 0.9, 5e-4)
     for name in ("synthetic", "cifar10", "cifar10_deep", "fashion_mnist"):
         s = get_task_spec(name).seed_optimizer

@@ -11,7 +11,6 @@ from esper.env.masks import compute_batch_masks
 from esper.leyline import ActionValidity, LifecycleOp, MaskSeedInfo, SeedStage
 from esper.leyline import compute_action_validity as leyline_validity
 from esper.runtime.tasks import get_task_spec
-
 from esper.simic.ppo.distributions import InvalidStateMachineError, MaskedCategorical
 from esper.simic.ppo.network import FactoredActorCritic, head_relevance
 

@@ -13,7 +13,6 @@ from esper.env.masks import compute_batch_masks
 from esper.leyline import ActionSpace, ActionValidity, MaskSeedInfo, SeedStage
 from esper.leyline import compute_action_validity as leyline_validity
 from esper.runtime.tasks import get_task_spec
-
 from esper.simic.ppo.agent import PPOAgent
 from esper.simic.ppo.config import TrainingConfig
 from esper.simic.ppo.network import FactoredActorCritic
