@@ -96,7 +96,7 @@ def add_datagen_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_datagen)
     export = p.add_subparsers(dest="datagen_command", metavar="export", required=False).add_parser(
         "export", help="export a dataset (e.g. to Minari)",
-        description="Export a datagen directory. Minari: observations (80 floats), actions (joint index), rewards "
+        description="Export a datagen directory. Minari: observations (the features), actions (joint index), rewards "
                     "(gap), terminations, truncations, infos with the behaviour probabilities and action masks.")
     export.add_argument("directory", type=Path)
     export.add_argument("--format", choices=EXPORT_FORMATS, default="minari")

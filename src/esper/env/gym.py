@@ -166,16 +166,16 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
         self.config = config
         self.task = get_task_spec(self.config.task)
         self.device = resolve_device(self.config.device)
-        self.actions = self.task.action_space
-        self.observation_space = spaces.Box(*FEATURE_RANGE, shape=(obs_dim(self.actions),), dtype=np.float32)
-        self.action_space: ValidActionSpace = ValidActionSpace(self.actions.num_joint_actions)
+        self.esper_actions = self.task.action_space  # the task's action space, which the joint index enumerates
+        self.observation_space = spaces.Box(*FEATURE_RANGE, shape=(obs_dim(self.esper_actions),), dtype=np.float32)
+        self.action_space: ValidActionSpace = ValidActionSpace(self.esper_actions.num_joint_actions)
         self._reward_fn: RewardFn = make_reward_fn(
             RewardFamily.GAP, self.task, DEFAULT_GAMMA, param_cost=self.config.param_cost,
             max_train_samples=self.config.max_train_samples)
         self._cache = DataCache(self.config.data)
         self._episode: Lockstep | None = None
         self._measured: MeasuredEpoch | None = None  # the episode's latest epoch
-        self._mask = np.zeros(self.actions.num_joint_actions, dtype=bool)  # validity of the joint actions now
+        self._mask = np.zeros(self.esper_actions.num_joint_actions, dtype=bool)  # validity of the joint actions now
         self.env_seed: int | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -226,8 +226,8 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
             return self._step(index, episode)
 
     def _step(self, index: int, episode: Lockstep) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
-        factored = self.actions.from_joint_index(index)
-        decision = TamiyoDecision(factored.to_command(self.actions), factored, reason="gym action",
+        factored = self.esper_actions.from_joint_index(index)
+        decision = TamiyoDecision(factored.to_command(self.esper_actions), factored, reason="gym action",
                                   confidence=1.0)
         episode.apply([decision])
         following = episode.measure()
@@ -254,20 +254,19 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
         def valid() -> str:
             return describe_actions(np.flatnonzero(self._mask), obs.action_space)
 
+        last = self.esper_actions.num_joint_actions - 1
         try:
             if isinstance(action, bool | np.bool_):
                 raise TypeError
             index = operator.index(action)
         except TypeError:
             raise InvalidActionError(f"Action {action!r} is not an integer: actions are joint indices "
-                                     f"0-{self.actions.num_joint_actions - 1}; valid after epoch {obs.epoch}: "
-                                     f"{valid()}") from None
-        if not 0 <= index < self.actions.num_joint_actions:
-            raise InvalidActionError(f"Action {index} is out of range 0-{self.actions.num_joint_actions - 1}; valid "
-                                     f"after epoch "
-                                     f"{obs.epoch}: {valid()}")
+                                     f"0-{last}; valid after epoch {obs.epoch}: {valid()}") from None
+        if not 0 <= index <= last:
+            raise InvalidActionError(f"Action {index} is out of range 0-{last}; valid after epoch {obs.epoch}: "
+                                     f"{valid()}")
         if not self._mask[index]:
-            command = self.actions.from_joint_index(index).to_command(self.actions)
+            command = self.esper_actions.from_joint_index(index).to_command(self.esper_actions)
             raise InvalidActionError(f"Action {index} ({command.describe()}) is not valid after epoch {obs.epoch}: "
                                      f"valid actions are {valid()} (see action_masks())")
         return index
