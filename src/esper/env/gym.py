@@ -57,6 +57,7 @@ from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import derive_seed
 from esper.runtime.actors import intra_op_threads
 from esper.runtime.devices import resolve_device
+from esper.runtime.plugins import load_plugins
 from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 from esper.tamiyo import TamiyoDecision
 
@@ -74,6 +75,8 @@ class GymEnvConfig:
 
     `param_cost` is the `gap` reward's λ_p (pp of accuracy per 100 % of added parameters); None takes the task's
     value measured at the sample cap nearest `max_train_samples`. `max_seeds` None allows one seed per enabled slot.
+    `plugins` (module names or `.py` paths) register tasks and blueprints of one's own; they load with the config, so
+    every process of a vector env loads them before it resolves the task.
     """
 
     task: str = "synthetic"
@@ -85,9 +88,12 @@ class GymEnvConfig:
     max_val_samples: int | None = 512
     device: str = "cpu"
     param_cost: float | None = None
+    plugins: tuple[str, ...] = ()
     data: DataOptions = field(default_factory=DataOptions)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "plugins", tuple(self.plugins))
+        load_plugins(self.plugins)
         object.__setattr__(self, "task", get_task_spec(self.task).name)  # an unknown task names the known ones
         if not self.slots:
             raise UserInputError(f"Enable at least one slot (of {list(CANONICAL_SLOTS)})")
@@ -153,8 +159,9 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
         if config is not None and (settings or data_dir is not None or data_path is not None):
             raise UserInputError("Pass either a GymEnvConfig or its fields as keywords, not both")
         if config is None:
-            if "slots" in settings:
-                settings["slots"] = tuple(settings["slots"])
+            for key in ("slots", "plugins"):
+                if key in settings:
+                    settings[key] = tuple(settings[key])
             data = DataOptions(data_dir=Path("data") if data_dir is None else Path(data_dir),
                                data_path=None if data_path is None else Path(data_path))
             try:

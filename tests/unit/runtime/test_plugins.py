@@ -92,3 +92,14 @@ def test_a_plugin_that_fails_while_loading_is_the_users_error(tmp_path: Path) ->
                                              r"fix the module"):
         load_plugins([str(broken)], installed=False)
     assert "esper_plugin_broken_plugin" not in sys.modules
+
+
+def test_a_gymnasium_env_loads_its_plugins_with_its_config() -> None:
+    pytest.importorskip("gymnasium")
+    out = _python(f"""
+        import json
+        from esper.env.gym import MorphoGymEnv
+        env = MorphoGymEnv(task="stripes", plugins=[{str(PLUGIN)!r}], max_epochs=3, param_cost=0.5)  # as make() does
+        print(json.dumps({{"obs": list(env.observation_space.shape), "actions": int(env.action_space.n)}}))
+    """)
+    assert out == {"obs": [83], "actions": 52}
