@@ -70,6 +70,24 @@ def test_a_resumed_iql_run_drops_the_epoch_logged_after_its_checkpoint(iql_run: 
     assert [h["epoch"] for h in read_jsonl(run / "history.jsonl")] == [1, 2, 3]
 
 
+def test_a_torn_epoch_the_checkpoint_counts_is_refused(iql_run: Path, dataset: Path, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """Epoch 2's row torn after its checkpoint was saved: the checkpoint has learned from it, so the run cannot go on
+    (it used to, leaving history.jsonl with epochs 1 and 3)."""
+    run = tmp_path / "iql"
+    shutil.copytree(iql_run, run)
+    history = run / "history.jsonl"
+    history.write_text(history.read_text()[:-20])
+    before = history.read_text()
+    tiny_three_epochs = [*TINY_IQL[:1], "epochs=3", *TINY_IQL[2:]]
+    capsys.readouterr()
+    assert main(["train", "iql", "--dataset", str(dataset), *tiny_three_epochs, "--eval-episodes", "0", "--run-dir",
+                 str(run), *QUIET]) == 2
+    err = capsys.readouterr().err
+    assert f"{history} lacks the row of epoch 2" in err and "--overwrite" in err
+    assert history.read_text() == before
+
+
 def test_a_rerun_on_other_data_is_refused(iql_run: Path, dataset: Path, tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     other = tmp_path / "other"

@@ -43,17 +43,10 @@ from esper.evaluation.episodes import EpisodePlan
 from esper.leyline import TelemetryEventType
 from esper.leyline.errors import UserInputError
 from esper.runtime.devices import resolve_devices
-from esper.runtime.rundir import (
-    RunDirectory,
-    checkpoints_dir,
-    default_run_dir,
-    read_jsonl,
-    recorded_config,
-    rewrite_jsonl,
-)
+from esper.runtime.rundir import RunDirectory, checkpoints_dir, default_run_dir, recorded_config
 from esper.runtime.tasks import DataCache, get_task_spec
 from esper.simic.iql import IQLConfig, IQLLearner, load_iql_checkpoint, train_iql
-from esper.simic.iql.history import IQLHistoryRow
+from esper.simic.iql.history import IQLHistoryRow, trim_history
 
 
 def add_iql_parser(sub: Any) -> None:
@@ -132,9 +125,7 @@ def cmd_train_iql(args: argparse.Namespace) -> int:
         check_same_arguments(path, recorded_config(path), record, may_differ=("config", "eval_episodes"))
         learner = IQLLearner.from_checkpoint(load_iql_checkpoint(latest), config=config)
         run_dir = RunDirectory(path, resume=True)
-        history = path / IQLHistoryRow.FILE  # an epoch logged but not checkpointed is trained again
-        if history.exists():
-            rewrite_jsonl(history, [r for r in read_jsonl(history) if r["epoch"] <= learner.epochs_completed])
+        trim_history(path, latest, learner.epochs_completed)  # an epoch logged but not checkpointed is trained again
         run_dir.record_resume(args.argv, record, {"from_epoch": learner.epochs_completed})
         console.print(f"Resuming {path} from epoch {learner.epochs_completed}")
     else:
@@ -157,6 +148,7 @@ def cmd_train_iql(args: argparse.Namespace) -> int:
                 row = IQLHistoryRow.from_metrics(metrics, time.perf_counter() - started)
                 started = time.perf_counter()
                 run_dir.append(IQLHistoryRow.FILE, row.to_dict())
+                run_dir.sync()  # the checkpoint never counts an epoch whose row a crash could still lose
                 current.save(run_dir.checkpoints / "latest.pt")
                 emit(hub, TelemetryEventType.IQL_EPOCH_COMPLETED,
                      f"IQL epoch {row.epoch}/{config.epochs}: agreement {row.agreement:.2f}, "

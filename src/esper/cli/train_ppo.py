@@ -40,7 +40,7 @@ from esper.nissa import ProgressBackend, trim_event_log
 from esper.runtime.devices import env_device_map, resolve_device, resolve_devices
 from esper.runtime.rundir import RunDirectory, checkpoint_file, checkpoints_dir, default_run_dir
 from esper.runtime.tasks import TASKS, DataCache, data_source, get_task_spec
-from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config
+from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config, trim_logs
 from esper.simic.ppo.config import PRESETS, TrainingConfig
 from esper.simic.ppo.train import PPORun, PPOTrainingResult, train_ppo
 
@@ -178,11 +178,13 @@ class StopAfterStep:
 
 def open_training_dir(path: Path, config: TrainingConfig, args: argparse.Namespace, checkpoint: Path | None,
                       cache: DataCache) -> RunDirectory:
-    """The PPO run directory: reopened for a checkpoint (the resume logged, events of the interrupted batch dropped),
+    """The PPO run directory: reopened for a checkpoint (logs and events cut back to it, the resume logged),
     else started afresh with config.json (a directory left by an attempt that never finished a batch is reused)."""
     if checkpoint is not None:
         run_dir = RunDirectory(path, resume=True)
-        batches = int(read_policy_checkpoint(checkpoint)["batches_completed"])
+        saved = read_policy_checkpoint(checkpoint)
+        batches = int(saved["batches_completed"])
+        trim_logs(path, checkpoint, batches, int(saved["episodes_completed"]))
         console.print(f"Resuming from [bold]{checkpoint}[/bold] (after batch {batches})")
         trim_event_log(path / "events.jsonl", lambda event: _batch_finished(event, batches))
         run_dir.record_resume(args.argv, config.to_dict(), {"from_batch": batches})

@@ -21,6 +21,7 @@ import torch
 
 import esper
 from esper.leyline.errors import UserInputError
+from esper.runtime.rows import jsonl_lines
 
 
 class RunDirectoryError(UserInputError):
@@ -129,18 +130,10 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     write_text_atomic(path, json.dumps(json_safe(obj), indent=2) + "\n")
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """All complete lines of a JSONL file (a torn last line from a crash is ignored)."""
-    rows: list[dict[str, Any]] = []
-    if not path.exists():
-        return rows
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                break
-    return rows
+def read_jsonl(path: Path) -> list[Any]:
+    """The values of every complete line of a JSONL file (`esper.runtime.rows.jsonl_lines`: a torn last line is left
+    out, any other invalid line is an error naming it and the fix)."""
+    return [line.value for line in jsonl_lines(path)]
 
 
 def rewrite_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -233,6 +226,12 @@ class RunDirectory:
             f = self._logs[name] = open(self.path / name, "a", encoding="utf-8")  # noqa: SIM115
         f.write(json.dumps(json_safe(row)) + "\n")
         f.flush()
+
+    def sync(self) -> None:
+        """Force every line appended so far onto the disk (a checkpoint that counts them is saved after this)."""
+        for f in self._logs.values():
+            f.flush()
+            os.fsync(f.fileno())
 
     def write_json(self, name: str, obj: Any) -> None:
         write_json_atomic(self.path / name, obj)

@@ -19,8 +19,8 @@ def _row(controller: str, episode: int) -> EpisodeResult:
                          host_width=1.0, host_params=1000, final_accuracy=50.0, final_loss=1.0,
                          twin_final_accuracy=None, twin_final_loss=None, best_accuracy=50.0, seeds_created=0,
                          seeds_fossilized=0, seeds_culled=0, params_added=0,
-                         action_counts={"WAIT": 1, "GERMINATE": 0, "FOSSILIZE": 0, "CULL": 0},
-                         accuracy_curve=[50.0], total_reward=0.0, rollbacks=0)
+                         action_counts={"WAIT": 2, "GERMINATE": 0, "FOSSILIZE": 0, "CULL": 0},
+                         accuracy_curve=[50.0, 50.0, 50.0], total_reward=0.0, rollbacks=0)
 
 
 def _seed(episode: int) -> int:
