@@ -147,3 +147,22 @@ def test_offline_bad_input_exits_2_with_one_line(case: str, dataset: Path, tmp_p
     assert code == 2 and len(err.splitlines()) == 1 and err.startswith("error:") and "Traceback" not in err
     assert case != "all-invalid-mask" or "no valid action" in err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("tool", ["export", "health-check", "evaluate-offline", "train iql", "datagen into it"])
+def test_a_run_directory_given_to_a_datagen_tool_is_named_with_the_fix(tool: str, tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """A compare directory used to fail on its config.json: "episode schema None"."""
+    run = tmp_path / "compare_run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"command": "compare", "config": {}}))
+    (run / "results.json").write_text("{}")
+    argv = {"export": ["datagen", "export", str(run), "--format", "minari", "--out", "x-v0"],
+            "health-check": ["datagen", "--health-check", str(run)],
+            "evaluate-offline": ["evaluate-offline", "--data", str(run), "--controller", "heuristic"],
+            "train iql": ["train", "iql", "--dataset", str(run), *TINY_IQL, "--run-dir", str(tmp_path / "iql")],
+            "datagen into it": ["datagen", "--output-dir", str(run), "--task", "synthetic"]}[tool]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{run} is the run directory of `esper compare`, not a datagen dataset: " in err
+    assert ("another --output-dir" if tool == "datagen into it" else "esper datagen --output-dir DIR") in err

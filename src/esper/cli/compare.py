@@ -61,13 +61,16 @@ VERDICTS = {"no significant difference": "n.s.", "reference": "ref"}
 
 def comparison_table(result: ComparisonResult) -> Table:
     """Per controller: final test and validation accuracy, parameters, seeds fossilized/created, and the paired Δ
-    against the reference on the primary metric (test accuracy when every episode has a test score). Controller
-    names are never cut (other cells wrap instead), so the table reads at 80 columns."""
+    against the reference on the primary metric (test accuracy when every episode has a test score), under an
+    "incomplete: k of n paired episodes" line while the run is unfinished. Controller names are never cut (other
+    cells wrap instead), so the table reads at 80 columns."""
     ref = result.reference
     pairs = [result.pairwise[c][ref] for c in result.controllers if c != ref]
     metric = "test" if not pairs or pairs[0]["metric"] == "test_accuracy" else "val"
-    table = Table(title=f"{result.per_controller[ref]['episodes']} paired episode(s); Δ: final {metric} accuracy vs "
-                        f"{ref} (pp, 95% t-interval)",
+    note = result.incomplete_note()
+    table = Table(title=("" if note is None else f"{note}\n")
+                  + f"{result.per_controller[ref]['episodes']} paired episode(s); Δ: final {metric} accuracy vs "
+                    f"{ref} (pp, 95% t-interval)",
                   caption="f/c: seeds fossilized/created per episode; W/L/T: wins/losses/ties; n.s.: no significant "
                           "difference (the interval holds 0, or |Δ| is below one sample)",
                   box=None, padding=(0, 1, 0, 0), header_style="bold underline")

@@ -72,7 +72,7 @@ from esper.evaluation.study import (
     study_controllers,
     study_results,
 )
-from esper.evaluation.study_report import convergence_line, summary_markdown
+from esper.evaluation.study_report import SUMMARY_FILE, convergence_line, mark_rerun, summary_markdown
 from esper.leyline import TelemetryEventType
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import SeedStream
@@ -349,6 +349,7 @@ def cmd_study(args: argparse.Namespace) -> int:
     config = configs[0][0]  # the base: selection and evaluation seeds come from its seed
     cache = preload_data(args, get_task_spec(config.task), resolve_devices(config.device, config.devices), SPLITS)
     study, fresh = _open_study(path, args, settings)
+    mark_rerun(path, seeds, runs)
     console.print(f"Study directory: [bold]{path}[/bold] ({runs} training run(s); "
                   f"tensorboard --logdir {path})")
     with discard_on_error(study, fresh=fresh, errors=USER_ERRORS):
@@ -383,7 +384,7 @@ def cmd_study(args: argparse.Namespace) -> int:
     comparison.write(study, {"study": {"preset": args.preset, "seeds": seeds, "selection_seeds": selection_seeds,
                                        "reward": reward, "training": _measured_setting(config), "chosen": chosen,
                                        **results.to_dict()}})
-    summary = path / "summary.md"
+    summary = path / SUMMARY_FILE
     write_text_atomic(summary, summary_markdown(comparison, results, title=title,
                                                 command="esper " + " ".join(args.argv), chosen=chosen,
                                                 policy_blueprints=config.blueprints))

@@ -37,7 +37,7 @@ from esper.cli.datagen import HEALTH_FILE
 from esper.cli.rundirs import check_same_arguments, discard_on_error, prepare_run_dir
 from esper.cli.train_ppo import StopAfterStep
 from esper.datagen.loader import REWARD_SOURCES, load_transitions
-from esper.datagen.reader import MANIFEST_FILE
+from esper.datagen.reader import MANIFEST_FILE, require_not_run_directory
 from esper.evaluation.comparison import parse_controllers, run_comparison
 from esper.evaluation.episodes import EpisodePlan
 from esper.leyline import TelemetryEventType
@@ -83,6 +83,7 @@ def dataset_settings(dirs: list[Path]) -> dict[str, Any]:
     """The generation settings the datasets share (task, episode length, sample caps, parameter cost)."""
     found = []
     for directory in dirs:
+        require_not_run_directory(directory, "pass a directory written by `esper datagen --output-dir DIR`")
         path = directory / MANIFEST_FILE
         try:
             found.append(json.loads(path.read_text(encoding="utf-8"))["settings"])

@@ -49,6 +49,18 @@ def test_keeps_the_complete_prefix_and_cuts_the_logs(tmp_path: Path) -> None:
     assert point.keeps("a", 1) and not point.keeps("a", 2) and point.keeps("twin", 0)
 
 
+def test_an_episode_whose_result_is_logged_but_a_step_is_not_is_run_again(tmp_path: Path) -> None:
+    """Episode 0 of `a` lost its second step row (its result row is intact): episode 0 is not finished, so it and
+    everything after it run again (a prefix is kept)."""
+    run = _run(tmp_path, [("a", 0), ("b", 0), ("a", 1), ("b", 1)])
+    steps = run.path / "steps.jsonl"
+    lines = steps.read_text().splitlines(keepends=True)
+    steps.write_text("".join(lines[:1] + lines[2:]))
+    point = resume_point(run, [["a", "b"]], episodes=2, host_seed=_seed)
+    assert point.completed == (0,) and point.results == []
+    assert read_jsonl(run.path / "episodes.jsonl") == [] and read_jsonl(steps) == []
+
+
 def test_episodes_on_other_seeds_are_refused_and_left_as_they_were(tmp_path: Path) -> None:
     run = _run(tmp_path, [("a", 0), ("a", 1)])
     before = (run.path / "episodes.jsonl").read_text(), (run.path / "steps.jsonl").read_text()
