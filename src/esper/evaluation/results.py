@@ -173,9 +173,10 @@ class ComparisonResult:
         return out.getvalue()
 
     def write(self, run_dir: RunDirectory, extra: Mapping[str, Any] | None = None) -> None:
-        """results.json (with `extra` keys beside the statistics) and results.csv, each written atomically."""
-        run_dir.write_json(self.FILE, {**self.to_dict(), **(extra or {})})
+        """results.csv, then results.json (with `extra` keys beside the statistics), each written atomically: a
+        results.json never has an older CSV beside it."""
         write_text_atomic(run_dir.path / self.CSV_FILE, self.to_csv())
+        run_dir.write_json(self.FILE, {**self.to_dict(), **(extra or {})})
 
     def to_dict(self) -> dict[str, Any]:
         return {
