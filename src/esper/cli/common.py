@@ -122,7 +122,7 @@ def add_shared_options(p: argparse.ArgumentParser, *, seed_default: int | None =
     """Run-directory, data and telemetry flags. `run_dir_name`: (command, what names the run) as the default run
     directory spells them, e.g. ("compare", "<task>"), so --help shows the name the command really chooses."""
     command, named_by = run_dir_name
-    default_name = RUN_DIR_NAME.format(command=command, task=named_by, seed="<seed>", digest="<settings digest>")
+    default_name = RUN_DIR_NAME.format(command=command, task=named_by, seed="<seed>", digest="<digest>")
     g = p.add_argument_group("run and telemetry")
     g.add_argument("--run-dir", type=Path,
                    help=f"run directory (default: <runs-root>/{default_name}; the digest names every setting that "
@@ -336,7 +336,7 @@ def run_guarded(fn: Callable[[argparse.Namespace], int], args: argparse.Namespac
 def print_run_start(run_dir: Path, *, tensorboard: bool) -> None:
     """Where a run writes, printed before it starts, so a long run can be watched (TensorBoard) from its start."""
     watch = f" (watch it: tensorboard --logdir {run_dir / 'tb'})" if tensorboard else ""
-    console.print(f"Run directory: [bold]{run_dir}[/bold]{watch}")
+    console.print(f"Run directory: [bold]{run_dir}[/bold]{watch}", soft_wrap=True)  # one line, to copy as is
 
 
 def print_next_steps(run_dir: Path, *, tensorboard: bool, plots: Path | None) -> None:

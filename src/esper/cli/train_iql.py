@@ -72,7 +72,7 @@ def add_iql_parser(sub: Any) -> None:
     p.add_argument("--device", help="'auto', 'cpu' or 'cuda:N' (default: the config's)")
     p.add_argument("--eval-episodes", type=int_in(0, 10_000), default=2,
                    help="paired live episodes comparing static, heuristic and the IQL policy (0: skip)")
-    add_shared_options(p, seed_default=None, run_dir_name=("iql", "<dataset task>"))
+    add_shared_options(p, seed_default=None, run_dir_name=("iql", "<task>"))
     p.set_defaults(func=cmd_train_iql)
 
 

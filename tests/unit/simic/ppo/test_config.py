@@ -174,6 +174,15 @@ def test_invalid_json_and_missing_file(tmp_path: Path) -> None:
         TrainingConfig.from_json(tmp_path / "missing.json")
 
 
+def test_json_may_be_given_inline() -> None:
+    """--config-json takes the object itself as well as a file holding it; text that is neither names both fixes."""
+    assert TrainingConfig.from_json(' {"seed": 7, "lr": 0.001}').seed == 7
+    with pytest.raises(ValueError, match="inline JSON object is not valid JSON"):
+        TrainingConfig.from_json('{"lr": 0.001')
+    with pytest.raises(ValueError, match=r"not found: seed=7, and it is not an inline JSON object"):
+        TrainingConfig.from_json("seed=7")
+
+
 def test_json_invalid_value_is_a_value_error(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
     path.write_text(json.dumps({"gamma": 2.0}))
