@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,8 @@ import pytest
 from esper.cli.common import SCALE_FIELDS
 from esper.cli.main import build_parser, main
 from esper.cli.train_ppo import effective_config, flag_overrides
+from esper.evaluation.study import STUDY_PRESETS
+from esper.evaluation.study_report import REFERENCE_STUDY, demo_note
 from esper.simic.ppo.config import TrainingConfig
 
 pytestmark = pytest.mark.smoke
@@ -149,3 +152,11 @@ def test_a_run_prints_its_directory_first_and_it_is_the_name_help_gives(tmp_path
     out = capsys.readouterr().out
     assert out.splitlines()[0] == f"Run directory: {run} (watch it: tensorboard --logdir {run / 'tb'})"
     assert re.fullmatch(_name_pattern(_help_default("esper train heuristic")), run.name), run.name
+
+
+def test_the_demo_says_what_it_shows_and_names_a_reference_study_that_exists() -> None:
+    args = build_parser().parse_args(shlex.split(REFERENCE_STUDY)[1:])
+    assert STUDY_PRESETS["quick"].workflow_demo and not STUDY_PRESETS[args.preset].workflow_demo
+    note = demo_note(STUDY_PRESETS["quick"])
+    assert "10-epoch episodes" in note and "heuristic ends where static does" in note and REFERENCE_STUDY in note
+    assert len(note.splitlines()) <= 3
