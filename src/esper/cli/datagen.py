@@ -104,7 +104,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                   + ("" if args.minari_root else " (Minari's datasets root; --minari-root DIR writes elsewhere)")
                   + f": {dataset.total_episodes} episodes, {dataset.total_steps} steps. Load it with "
                   f"minari.load_dataset('{args.out}')"
-                  + (f" and MINARI_DATASETS_PATH={args.minari_root}" if args.minari_root else ""))
+                  + (f" and MINARI_DATASETS_PATH={args.minari_root.resolve()}" if args.minari_root else ""))
     return EXIT_OK
 
 
