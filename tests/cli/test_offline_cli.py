@@ -52,10 +52,13 @@ def test_train_iql_writes_history_checkpoints_and_a_live_evaluation(iql_run: Pat
     assert (iql_run.parent / "iql_report" / "eval" / "compare_final_accuracy.png").is_file()
 
 
-def test_rerunning_a_finished_iql_run_keeps_its_epochs(iql_run: Path, dataset: Path) -> None:
+def test_rerunning_a_finished_iql_run_keeps_its_epochs(iql_run: Path, dataset: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
     assert main(["train", "iql", "--dataset", str(dataset), *TINY_IQL, "--eval-episodes", "0", "--run-dir",
                  str(iql_run), *QUIET]) == 0
     assert len(read_jsonl(iql_run / "history.jsonl")) == 2
+    assert capsys.readouterr().out.count(f"Run directory: {iql_run}") == 2  # before any work, and at the end
 
 
 def test_a_resumed_iql_run_drops_the_epoch_logged_after_its_checkpoint(iql_run: Path, dataset: Path,

@@ -38,6 +38,7 @@ from esper.cli.common import (
     EXIT_OK,
     USER_ERRORS,
     WORKER_FIELDS,
+    add_scale_options,
     add_shared_options,
     add_worker_options,
     closing_hub,
@@ -72,7 +73,7 @@ from esper.evaluation.study import (
     study_controllers,
     study_results,
 )
-from esper.evaluation.study_report import SUMMARY_FILE, convergence_line, mark_rerun, summary_markdown
+from esper.evaluation.study_report import SUMMARY_FILE, convergence_line, demo_note, mark_rerun, summary_markdown
 from esper.leyline import TelemetryEventType
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import SeedStream
@@ -108,6 +109,7 @@ def add_study_parser(sub: Any) -> None:
     p.add_argument("--selection-seeds", type=int_in(0, MAX_STUDY_SEEDS),
                    help="seeds that choose best-fixed and best-rule and that replays are read from; 0 skips the "
                         "selection (default: the preset's)")
+    add_scale_options(p, defaults=None)
     p.add_argument("--max-test-samples", type=int_in(1, 10**9),
                    help="score final models on a subset of the test split (default: all of it)")
     p.add_argument("--controller", action="append", default=[], metavar="SPEC",
@@ -125,9 +127,8 @@ def add_study_parser(sub: Any) -> None:
     p.add_argument("--tie-threshold", type=float_in(0.0, 100.0),
                    help="|Δ final accuracy| in pp below which a paired difference is a tie (default: one test sample)")
     add_worker_options(p)
-    add_shared_options(p, seed_default=None)
-    p.set_defaults(func=cmd_study, task=None, amp=None, reward_family=None, episodes=None, resume=None,
-                   config_json=None)
+    add_shared_options(p, seed_default=None, run_dir_name=("study", "<preset>"))
+    p.set_defaults(func=cmd_study, amp=None, reward_family=None, episodes=None, resume=None, config_json=None)
 
 
 _PLACEMENT = ("device", "devices", *WORKER_FIELDS.values())
@@ -230,7 +231,7 @@ def _train(args: argparse.Namespace, config: TrainingConfig, checkpoint: Path | 
         console.print(f"Training run {run}: finished ({episodes_done} episodes in {train_path}).")
         return True
     console.print(f"Training run {run} ({train_path}):")
-    train_dir = open_training_dir(train_path, config, args, checkpoint, cache)
+    train_dir = open_training_dir(train_path, config, args, checkpoint, cache, STUDY_PRESETS[args.preset].training)
     hub, progress = make_hub(args, train_dir, config.to_dict())
     stop = StopAfterStep()
     with closing_hub(hub, train_dir):
@@ -396,4 +397,7 @@ def cmd_study(args: argparse.Namespace) -> int:
                   f"Plots:           {path / 'report'} ({len(plots)} PNGs)")
     if not args.no_tensorboard:
         console.print(f"TensorBoard:     tensorboard --logdir {path}")
+    if preset.workflow_demo:
+        console.print("\n" + demo_note(preset), highlight=False)
     return EXIT_OK
+

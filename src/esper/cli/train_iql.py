@@ -30,6 +30,7 @@ from esper.cli.common import (
     make_hub,
     parse_sets,
     print_next_steps,
+    print_run_start,
     run_settings,
 )
 from esper.cli.compare import comparison_table
@@ -56,13 +57,15 @@ def add_iql_parser(sub: Any) -> None:
                    help="one or more `esper datagen` output directories")
     p.add_argument("--reward-source", choices=REWARD_SOURCES, default="gap",
                    help="the stored reward to learn from (gap: growth's lead over the static twin, the default)")
-    p.add_argument("--config-json", type=Path, help="JSON object of IQLConfig fields (unknown keys rejected)")
+    p.add_argument("--config-json", metavar="JSON|FILE",
+                   help="IQLConfig fields as a JSON object, inline ('{\"seed\": 7}') or in a file (unknown keys "
+                        "rejected)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override one IQLConfig field; VALUE is parsed as JSON (repeatable)")
     p.add_argument("--device", help="'auto', 'cpu' or 'cuda:N' (default: the config's)")
     p.add_argument("--eval-episodes", type=int_in(0, 10_000), default=2,
                    help="paired live episodes comparing static, heuristic and the IQL policy (0: skip)")
-    add_shared_options(p, seed_default=None)
+    add_shared_options(p, seed_default=None, run_dir_name=("iql", "<task>"))
     p.set_defaults(func=cmd_train_iql)
 
 
@@ -70,7 +73,7 @@ def iql_config(args: argparse.Namespace) -> IQLConfig:
     """Defaults → --config-json → --set, --device and --seed."""
     config = IQLConfig()
     if args.config_json is not None:
-        config = IQLConfig.from_json_path(args.config_json, base=config)
+        config = IQLConfig.from_json(args.config_json, base=config)
     changes = parse_sets(args.set)
     if args.device is not None:
         changes["device"] = args.device
@@ -132,6 +135,7 @@ def cmd_train_iql(args: argparse.Namespace) -> int:
     else:
         run_dir = RunDirectory(path)
         run_dir.write_config("train iql", args.argv, record, {"data_dir": str(args.data_dir)})
+    print_run_start(run_dir.path, tensorboard=not args.no_tensorboard)
     with discard_on_error(run_dir, fresh=claim == "new", errors=USER_ERRORS):
         hub, progress = make_hub(args, run_dir, config.to_dict())
         stop = StopAfterStep()

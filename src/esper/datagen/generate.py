@@ -76,7 +76,8 @@ class GenerateOptions:
     @classmethod
     def for_task(cls, task: str, param_cost: float | None = None, **kwargs: Any) -> GenerateOptions:
         """Options whose λ_p is `param_cost`, or the task's one measured nearest their training-sample cap; a
-        task without one needs it given."""
+        task without one needs it given (task names are case-insensitive, as everywhere)."""
+        task = task.lower()
         if task not in DATAGEN_TASKS:
             raise UserInputError(f"Unknown datagen task '{task}'. Available: {', '.join(DATAGEN_TASKS)}")
         cost = param_cost if param_cost is not None else measured_param_cost(task, kwargs.get("max_train_samples"))

@@ -12,13 +12,16 @@ from typing import Any
 from esper.evaluation.regime import HEADROOM_PP, SLOPE_THRESHOLD
 from esper.evaluation.results import ComparisonResult
 from esper.evaluation.runs import FINAL, INIT, REPLAY_ROLE
-from esper.evaluation.study import REFERENCES, StudyResults
+from esper.evaluation.study import REFERENCES, StudyPreset, StudyResults
 from esper.runtime.rows import LogFormatError
 from esper.runtime.rundir import write_json_atomic, write_text_atomic
+from esper.simic.ppo.config import TrainingConfig
 
-__all__ = ["SUMMARY_FILE", "convergence_line", "mark_rerun", "summary_markdown"]
+__all__ = ["REFERENCE_STUDY", "SUMMARY_FILE", "convergence_line", "demo_note", "mark_rerun", "summary_markdown"]
 
 SUMMARY_FILE = "summary.md"
+REFERENCE_STUDY = "esper study --preset synthetic --workers 2"
+"""The study whose numbers are results: the CPU reference preset, its env groups on two cores."""
 
 
 def _interval(mean: float | None, ci: Sequence[float] | None) -> str:
@@ -47,6 +50,14 @@ def convergence_line(regime: Mapping[str, Any]) -> str:
         if not regime.get("has_headroom", True):
             verdict += f" — **both ≤ {HEADROOM_PP:g} pp: growth has nothing to add in this setting**"
     return verdict + "."
+
+
+def demo_note(preset: StudyPreset) -> str:
+    """What a workflow-demo study shows and what it cannot, and the command that gives a result instead."""
+    epochs = TrainingConfig.preset(preset.training).max_epochs
+    return (f"This was a workflow demo, not a result: its {epochs}-epoch episodes are too short for any seed to finish "
+            f"its lifecycle, so the heuristic ends where static does and the policy is not expected to beat static.\n"
+            f"For a result, run the reference study (hours on a 2-core CPU): {REFERENCE_STUDY}")
 
 
 def _cost(cost: Mapping[str, Any] | None) -> str:

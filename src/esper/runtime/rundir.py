@@ -152,12 +152,17 @@ def checkpoint_file(path: Path, name: str) -> Path:
     return checkpoints_dir(path) / name if path.is_dir() else path
 
 
+RUN_DIR_NAME = "{command}_{task}_s{seed}_{digest}"
+"""A default run directory's name (the command line's help spells it from this pattern too)."""
+
+
 def default_run_dir(runs_root: Path, command: str, task: str, seed: int, settings: dict[str, Any]) -> Path:
     """`runs_root/<command>_<task>_s<seed>_<digest>`, the digest naming every setting of the command: rerunning the
     same command finds its own directory (and continues it, or shows its finished results), while a command with
     any other setting gets a directory of its own."""
     text = json.dumps(json_safe(settings), sort_keys=True)
-    return runs_root / f"{command}_{task}_s{seed}_{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+    return runs_root / RUN_DIR_NAME.format(command=command, task=task, seed=seed, digest=digest)
 
 
 class RunDirectory:
