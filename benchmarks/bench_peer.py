@@ -209,7 +209,7 @@ def report(result: ComparisonResult, runs: dict[str, Training], config: Training
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--task", default="synthetic")
     parser.add_argument("--max-epochs", type=int, default=10, help="epochs per episode (T); T − 1 decisions")
     parser.add_argument("--env-epochs", type=int, default=400, help="training env-epochs per learner")

@@ -31,7 +31,7 @@ def progress(done: int, total: int, elapsed: float) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--task", default="synthetic", help="a registered task (e.g. synthetic) or npz:PATH.npz")
     parser.add_argument("--episodes", type=int, default=10)
     parser.add_argument("--max-epochs", type=int, default=25)

@@ -26,20 +26,18 @@ from esper.cli.common import (
     EXIT_ERROR,
     EXIT_OK,
     EXIT_PARTIAL,
-    SAMPLES,
     SEED,
     add_plugin_option,
+    add_scale_options,
     console,
     float_in,
     int_in,
-    task_help,
-    task_name,
 )
 from esper.cli.datagen_summary import print_summary
 from esper.datagen.configs import ENVIRONMENT_PRESETS, POLICY_PRESETS
 from esper.datagen.executors import EpisodeExecutor, ProcessPoolEpisodeExecutor, RayEpisodeExecutor, SerialExecutor
 from esper.datagen.export import EXPORT_FORMATS, export_minari
-from esper.datagen.generate import GenerateOptions, generate_episode, generate_twin
+from esper.datagen.generate import DEFAULT_MAX_EPOCHS, GenerateOptions, generate_episode, generate_twin
 from esper.datagen.health import DatasetHealthCheck, save_report
 from esper.datagen.orchestrator import GenerationOrchestrator
 from esper.datagen.plans import GenerationPlan, TwinPlan, create_generation_matrix
@@ -68,11 +66,8 @@ def add_datagen_parser(sub: Any) -> None:
                    help="ε-greedy variants of every greedy policy (default: ε = 0 only)")
     g.add_argument("--base-seed", type=SEED, default=42,
                    help="base of the paired seeds (one per environment config and episode, shared by all policies)")
+    add_scale_options(p, defaults=("cifar10", DEFAULT_MAX_EPOCHS), task_note=" (image tasks only)")
     g = p.add_argument_group("episodes")
-    g.add_argument("--task", type=task_name, default="cifar10", help=task_help("cifar10") + " (image tasks only)")
-    g.add_argument("--max-epochs", type=int_in(2, 1000), default=25)
-    g.add_argument("--max-train-samples", type=SAMPLES, help="a subset of the train split drawn per episode")
-    g.add_argument("--max-val-samples", type=SAMPLES, help="a subset of the val split drawn per episode")
     g.add_argument("--param-cost", type=float_in(0.0, 1e6),
                    help="gap reward's cost of added parameters, pp per 100 %% "
                         "(default: the task's value measured at the nearest --max-train-samples)")
@@ -110,9 +105,12 @@ def add_datagen_parser(sub: Any) -> None:
 
 def cmd_export(args: argparse.Namespace) -> int:
     dataset = export_minari(args.directory, args.out, root=args.minari_root)
-    console.print(f"Wrote Minari dataset [bold]{args.out}[/bold]: {dataset.total_episodes} episodes, "
-                  f"{dataset.total_steps} steps. Load it with minari.load_dataset('{args.out}')"
-                  + (f" and MINARI_DATASETS_PATH={args.minari_root}" if args.minari_root else ""))
+    where = Path(dataset.storage.data_path).parent  # the dataset's own folder under Minari's datasets root
+    console.print(f"Wrote Minari dataset [bold]{args.out}[/bold] to [bold]{where}[/bold]"
+                  + ("" if args.minari_root else " (Minari's datasets root; --minari-root DIR writes elsewhere)")
+                  + f": {dataset.total_episodes} episodes, {dataset.total_steps} steps. Load it with "
+                  f"minari.load_dataset('{args.out}')"
+                  + (f" and MINARI_DATASETS_PATH={args.minari_root.resolve()}" if args.minari_root else ""))
     return EXIT_OK
 
 

@@ -131,7 +131,11 @@ def render_report(run_dir: Path, out: Path | None = None) -> list[Path]:
     if kind == "heuristic":
         draw = partial(heuristic_report, steps, load_rows(run_dir, EpisodeResult))
     elif kind == "compare":
-        draw = partial(compare_report, load_results(run_dir), steps)
+        results = load_results(run_dir)
+        note = results.incomplete_note()
+        if note is not None:
+            console.print(f"[yellow]{run_dir / ComparisonResult.FILE}: {note}[/yellow]")
+        draw = partial(compare_report, results, steps)
     else:
         draw = partial(ppo_report, load_rows(run_dir, PPOHistoryRow), steps, load_rows(run_dir, EpisodeResult))
     _make_dir(out)

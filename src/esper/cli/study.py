@@ -38,6 +38,7 @@ from esper.cli.common import (
     EXIT_OK,
     USER_ERRORS,
     WORKER_FIELDS,
+    add_scale_options,
     add_shared_options,
     add_worker_options,
     closing_hub,
@@ -49,8 +50,6 @@ from esper.cli.common import (
     phase_progress,
     preload_data,
     run_settings,
-    task_help,
-    task_name,
 )
 from esper.cli.compare import comparison_table
 from esper.cli.episodes import open_episode_run
@@ -74,7 +73,7 @@ from esper.evaluation.study import (
     study_controllers,
     study_results,
 )
-from esper.evaluation.study_report import convergence_line, summary_markdown
+from esper.evaluation.study_report import SUMMARY_FILE, convergence_line, demo_note, mark_rerun, summary_markdown
 from esper.leyline import TelemetryEventType
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import SeedStream
@@ -103,7 +102,6 @@ def add_study_parser(sub: Any) -> None:
     p = sub.add_parser("study", help="train K PPO controllers, then compare them with every baseline on held-out seeds",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", choices=sorted(STUDY_PRESETS), default="quick")
-    p.add_argument("--task", type=task_name, help=task_help() + " (default: the preset's)")
     p.add_argument("--runs", type=int_in(1, MAX_RUNS),
                    help="training runs, each on its own training seed stream (default: the preset's)")
     p.add_argument("--seeds", type=int_in(1, MAX_STUDY_SEEDS),
@@ -111,6 +109,7 @@ def add_study_parser(sub: Any) -> None:
     p.add_argument("--selection-seeds", type=int_in(0, MAX_STUDY_SEEDS),
                    help="seeds that choose best-fixed and best-rule and that replays are read from; 0 skips the "
                         "selection (default: the preset's)")
+    add_scale_options(p, defaults=None)
     p.add_argument("--max-test-samples", type=int_in(1, 10**9),
                    help="score final models on a subset of the test split (default: all of it)")
     p.add_argument("--controller", action="append", default=[], metavar="SPEC",
@@ -128,7 +127,7 @@ def add_study_parser(sub: Any) -> None:
     p.add_argument("--tie-threshold", type=float_in(0.0, 100.0),
                    help="|Δ final accuracy| in pp below which a paired difference is a tie (default: one test sample)")
     add_worker_options(p)
-    add_shared_options(p, seed_default=None)
+    add_shared_options(p, seed_default=None, run_dir_name=("study", "<preset>"))
     p.set_defaults(func=cmd_study, amp=None, reward_family=None, episodes=None, resume=None, config_json=None)
 
 
@@ -232,7 +231,7 @@ def _train(args: argparse.Namespace, config: TrainingConfig, checkpoint: Path | 
         console.print(f"Training run {run}: finished ({episodes_done} episodes in {train_path}).")
         return True
     console.print(f"Training run {run} ({train_path}):")
-    train_dir = open_training_dir(train_path, config, args, checkpoint, cache)
+    train_dir = open_training_dir(train_path, config, args, checkpoint, cache, STUDY_PRESETS[args.preset].training)
     hub, progress = make_hub(args, train_dir, config.to_dict())
     stop = StopAfterStep()
     with closing_hub(hub, train_dir):
@@ -351,6 +350,7 @@ def cmd_study(args: argparse.Namespace) -> int:
     config = configs[0][0]  # the base: selection and evaluation seeds come from its seed
     cache = preload_data(args, get_task_spec(config.task), resolve_devices(config.device, config.devices), SPLITS)
     study, fresh = _open_study(path, args, settings)
+    mark_rerun(path, seeds, runs)
     console.print(f"Study directory: [bold]{path}[/bold] ({runs} training run(s); "
                   f"tensorboard --logdir {path})")
     with discard_on_error(study, fresh=fresh, errors=USER_ERRORS):
@@ -385,7 +385,7 @@ def cmd_study(args: argparse.Namespace) -> int:
     comparison.write(study, {"study": {"preset": args.preset, "seeds": seeds, "selection_seeds": selection_seeds,
                                        "reward": reward, "training": _measured_setting(config), "chosen": chosen,
                                        **results.to_dict()}})
-    summary = path / "summary.md"
+    summary = path / SUMMARY_FILE
     write_text_atomic(summary, summary_markdown(comparison, results, title=title,
                                                 command="esper " + " ".join(args.argv), chosen=chosen,
                                                 policy_blueprints=config.blueprints))
@@ -397,4 +397,7 @@ def cmd_study(args: argparse.Namespace) -> int:
                   f"Plots:           {path / 'report'} ({len(plots)} PNGs)")
     if not args.no_tensorboard:
         console.print(f"TensorBoard:     tensorboard --logdir {path}")
+    if preset.workflow_demo:
+        console.print("\n" + demo_note(preset), highlight=False)
     return EXIT_OK
+

@@ -26,8 +26,8 @@ from typing import Any, Protocol, TypeVar
 import torch
 
 from esper.leyline.errors import UserInputError
-from esper.runtime.actors import ensure_ray, import_ray
 from esper.runtime.plugins import load_plugins, loaded_plugins
+from esper.runtime.ray_cluster import ensure_ray, import_ray
 
 __all__ = [
     "EpisodeExecutor",

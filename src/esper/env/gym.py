@@ -3,7 +3,7 @@
     import gymnasium
     env = gymnasium.make("esper.env.gym:esper/Morpho-v0", task="synthetic", max_epochs=10)  # imports, then makes
     obs, info = env.reset(seed=0)                       # trains and observes epoch 1
-    obs, reward, terminated, truncated, info = env.step(int(np.flatnonzero(env.unwrapped.action_masks())[0]))
+    obs, reward, terminated, truncated, info = env.step(int(np.flatnonzero(env.action_masks())[0]))
     envs = gymnasium.make_vec("esper.env.gym:esper/Morpho-v0", num_envs=4, vectorization_mode="async",
                               vector_kwargs={"context": "spawn"}, task="synthetic")
 
@@ -18,6 +18,10 @@ Invalid actions raise `InvalidActionError`, naming the action and the valid ones
 WAIT, say) would hide a masking bug in the agent. Because of that, the action space samples among the actions valid
 right now (`action_space.sample()` is a valid random action); `action_masks()` gives the same booleans to agents
 that mask their own policy (sb3-contrib's MaskablePPO calls it by that name).
+
+Gymnasium's wrappers do not pass methods through (`gymnasium.make` wraps the env in its checkers), so the registered
+id ends with `ActionMasks`, a wrapper whose `action_masks()` asks the env beneath it: `gymnasium.make(...)` returns an
+env with `action_masks()`. Under wrappers of your own, call `env.get_wrapper_attr("action_masks")()`.
 
 Importing this module registers the id `esper/Morpho-v0` with Gymnasium (`"esper.env.gym:esper/Morpho-v0"` makes
 Gymnasium import it first, so a spec recreates the env in a fresh process); its keyword arguments are
@@ -61,8 +65,8 @@ from esper.runtime.plugins import load_plugins
 from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 from esper.tamiyo import TamiyoDecision
 
-__all__ = ["ENV_ID", "GymEnvConfig", "InvalidActionError", "MorphoGymEnv", "ValidActionSpace", "describe_actions",
-           "register_envs"]
+__all__ = ["ENV_ID", "ActionMasks", "GymEnvConfig", "InvalidActionError", "MorphoGymEnv", "ValidActionSpace",
+           "describe_actions", "register_envs"]
 
 ENV_ID = "esper/Morpho-v0"
 
@@ -299,10 +303,27 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
         }
 
 
+class ActionMasks(gymnasium.Wrapper[np.ndarray, np.int64, np.ndarray, np.int64],
+                  gymnasium.utils.RecordConstructorArgs):
+    """`action_masks()` on the outside of a wrapped `MorphoGymEnv`: Gymnasium's wrappers do not forward methods, and
+    maskable agents (sb3-contrib's MaskablePPO) call this one by name on the env they are given. `gymnasium.make`
+    applies it last, so the env it returns has the method; it changes nothing else."""
+
+    def __init__(self, env: gymnasium.Env[np.ndarray, np.int64]) -> None:
+        gymnasium.utils.RecordConstructorArgs.__init__(self)  # its spec records it: Minari recreates it too
+        gymnasium.Wrapper.__init__(self, env)
+
+    def action_masks(self) -> np.ndarray:
+        """`MorphoGymEnv.action_masks()` of the env beneath, through any wrappers between."""
+        masks: np.ndarray = self.env.get_wrapper_attr("action_masks")()
+        return masks
+
+
 def register_envs() -> None:
     """Register `esper/Morpho-v0` with Gymnasium (importing this module does; calling it again is harmless)."""
     if ENV_ID not in gymnasium.registry:
-        gymnasium.register(ENV_ID, entry_point="esper.env.gym:MorphoGymEnv")
+        gymnasium.register(ENV_ID, entry_point="esper.env.gym:MorphoGymEnv",
+                           additional_wrappers=(ActionMasks.wrapper_spec(),))
 
 
 register_envs()

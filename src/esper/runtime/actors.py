@@ -36,8 +36,9 @@ import torch
 
 from esper.leyline.errors import UserInputError
 from esper.runtime.plugins import load_plugins, loaded_plugins
+from esper.runtime.ray_cluster import ensure_ray
 
-__all__ = ["Actor", "ActorPool", "WorkerFailed", "WorkerOptions", "ensure_ray", "import_ray", "intra_op_threads"]
+__all__ = ["Actor", "ActorPool", "WorkerFailed", "WorkerOptions", "intra_op_threads"]
 
 Executor = Literal["process", "ray"]
 _POLL_S = 0.5
@@ -246,29 +247,6 @@ class ProcessActor(Actor):
             self._process.terminate()
             self._process.join(timeout=_JOIN_S)
         self._conn.close()
-
-
-def import_ray() -> ModuleType:
-    try:
-        import ray
-    except ImportError as error:
-        raise ImportError("Ray executors need the optional [dist] extra: pip install 'esper[dist]' (or run without "
-                          "--executor ray)") from error
-    return ray
-
-
-def ensure_ray(address: str | None, num_cpus: int | None = None) -> tuple[ModuleType, bool]:
-    """Ray, connected to the cluster at `address` or to a local cluster started here (never Ray's local mode);
-    True when this call started it (the caller then shuts it down)."""
-    ray = import_ray()
-    if ray.is_initialized():
-        return ray, False
-    if address is not None:
-        ray.init(address=address)
-    else:
-        ray.init(num_cpus=num_cpus if num_cpus is not None else os.cpu_count() or 1,
-                 num_gpus=torch.cuda.device_count(), include_dashboard=False)
-    return ray, True
 
 
 class _RayHosted:

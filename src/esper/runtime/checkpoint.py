@@ -82,17 +82,25 @@ def load_checkpoint(path: str | Path, expected_format: str, map_location: str | 
     """Load a checkpoint safely and check its format; errors name the file and what was wrong."""
     path = Path(path)
     if not path.is_file():
-        raise CheckpointFormatError(f"Checkpoint not found: {path} (an interrupted run has only "
-                                    f"checkpoints/latest.pt; pass that file instead)")
+        raise CheckpointFormatError(f"Checkpoint not found: {path}; {_instead(path)}")
     try:
         data = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:  # torch raises many types for truncated or foreign files; its text suggests unsafe loads
         raise CheckpointFormatError(f"Cannot read checkpoint {path} ({type(exc).__name__}): the file is corrupt or "
-                                    f"not an esper checkpoint; use another file (e.g. checkpoints/latest.pt)") from exc
+                                    f"not an esper checkpoint; {_instead(path)}") from exc
     found = data.get("format") if isinstance(data, dict) else None
     if found != expected_format:
         raise CheckpointFormatError(f"Checkpoint {path} has format {found!r}, expected {expected_format!r}")
     return data
+
+
+def _instead(path: Path) -> str:
+    """What to use in place of a missing or unreadable checkpoint: the other checkpoints beside it, if there are."""
+    others = sorted(p.name for p in path.parent.glob("*.pt") if p.name != path.name) if path.parent.is_dir() else []
+    if others:
+        return (f"use another checkpoint of the run ({', '.join(others)} in {path.parent}; a PPO run resumes from one "
+                f"with --resume FILE), or rerun the command that wrote it with --overwrite")
+    return "pass a checkpoint an esper run saved (RUN/checkpoints/*.pt), or rerun the command that writes it"
 
 
 def non_finite_tensors(obj: Any, prefix: str = "") -> list[str]:

@@ -378,6 +378,18 @@ def test_gymnasium_make_builds_the_registered_env_from_keywords_and_its_spec_rec
         gymnasium.make(ENV_ID, max_epoch=3)
 
 
+def test_action_masks_is_reachable_through_gymnasium_make_and_further_wrappers() -> None:
+    """`gymnasium.make` wraps the env in checkers that do not forward methods: its outermost wrapper is ActionMasks,
+    so `env.action_masks()` works as maskable agents call it; under wrappers of one's own, `get_wrapper_attr`."""
+    env = gymnasium.make(ENV_ID, **KEYWORDS)
+    env.reset(seed=3)
+    masks = env.action_masks()  # type: ignore[attr-defined]
+    assert masks.dtype == bool and masks.tolist() == env.unwrapped.action_masks().tolist()  # type: ignore[attr-defined]
+    env.step(int(np.flatnonzero(masks)[-1]))
+    wrapped = gymnasium.wrappers.RecordEpisodeStatistics(env)
+    assert wrapped.get_wrapper_attr("action_masks")().tolist() == env.unwrapped.action_masks().tolist()  # type: ignore[attr-defined]
+
+
 def test_the_env_pickles_as_its_configuration_and_generator() -> None:
     env = MorphoGymEnv(TINY)
     env.reset(seed=5)

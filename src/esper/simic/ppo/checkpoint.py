@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 import esper
+from esper.env.episode_logs import EpisodeLogs
 from esper.env.features import obs_dim
 from esper.leyline import OBS_SCHEMA
 from esper.leyline.errors import UserInputError
@@ -31,18 +32,21 @@ from esper.runtime.checkpoint import (
     require_keys,
     restore_rng_state,
 )
-from esper.runtime.rundir import RunDirectory, read_jsonl, rewrite_jsonl
+from esper.runtime.logcut import UnitLog
 from esper.runtime.tasks import TASKS, get_task_spec
 from esper.simic.normalization import RewardNormalizer, RunningMeanStd
 from esper.simic.ppo.agent import PPOAgent
 from esper.simic.ppo.config import TrainingConfig
+from esper.simic.ppo.history import PPOHistoryRow
 
-__all__ = ["PPO_FORMAT", "RESUMABLE_FIELDS", "PPOLearnerState", "load_policy_state", "read_policy_checkpoint",
-           "resume_config", "seed_everything", "trim_logs"]
+__all__ = ["PPO_FORMAT", "RESUMABLE_FIELDS", "TRAINING_LABEL", "PPOLearnerState", "load_policy_state",
+           "read_policy_checkpoint", "resume_config", "seed_everything", "trim_logs"]
 
 PPO_FORMAT = "esper-ppo-v2"
 RESUMABLE_FIELDS = frozenset({"n_episodes", "device", "devices", "amp", "n_workers", "executor", "ray_address"})
 """The only config fields a resume may change: extend the run, or move it to other hardware or other workers."""
+TRAINING_LABEL = "ppo"
+"""The controller label of training episodes in steps.jsonl and episodes.jsonl."""
 
 
 def seed_everything(seed: int) -> None:
@@ -175,9 +179,20 @@ def resume_config(saved: TrainingConfig, requested: TrainingConfig) -> TrainingC
     return saved.with_overrides(**{k: requested_dict[k] for k in RESUMABLE_FIELDS})
 
 
-def trim_logs(run_dir: RunDirectory, batches_completed: int) -> None:
-    """Drop log lines of a batch that was interrupted, so the resumed batch is not recorded twice."""
-    for name in ("steps.jsonl", "episodes.jsonl", "history.jsonl"):
-        path = run_dir.path / name
-        if path.exists():
-            rewrite_jsonl(path, [row for row in read_jsonl(path) if row.get("batch", 0) < batches_completed])
+def trim_logs(run_dir: Path, checkpoint: Path, batches: int, episodes: int) -> None:
+    """Cut the run's logs back to `checkpoint`, which completed `batches` batches and `episodes` episodes
+    (`esper.runtime.logcut`): rows of later batches, a torn last line among them, are dropped and run again. A batch
+    or episode the checkpoint counts but a log lacks is refused before anything is cut: the checkpoint has learned
+    from it and cannot run it again."""
+    history = UnitLog.read(run_dir / PPOHistoryRow.FILE, lambda row: row.get("batch"))
+    episode_logs = EpisodeLogs.read(run_dir)
+    batch = history.first_incomplete(dict.fromkeys(range(batches), 1))
+    if batch is not None:
+        raise history.refuse(f"the row of batch {batch}", checkpoint, run_dir)
+    kept = [(TRAINING_LABEL, k) for k in range(episodes)]
+    lacking = episode_logs.lacking(kept)
+    if lacking is not None:
+        log, (_, episode) = lacking
+        raise log.refuse(f"rows of episode {episode}", checkpoint, run_dir)
+    history.cut(set(range(batches)))
+    episode_logs.cut(set(kept))
