@@ -187,7 +187,7 @@ def naive_validation_pass(model: MorphogeneticModel, batches: list[torch.Tensor]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--batch-size", type=int, default=128)

@@ -53,7 +53,7 @@ from esper.env.features import observation_features
 from esper.env.gym import GymEnvConfig, MorphoGymEnv
 from esper.evaluation.results import ComparisonResult
 from esper.evaluation.study import evaluation_plan, run_evaluation
-from esper.leyline import EnvObservation, from_joint_index
+from esper.leyline import EnvObservation
 from esper.runtime.rundir import RunDirectory, write_json_atomic
 from esper.runtime.tasks import DataCache, DataOptions
 from esper.simic.ppo.config import TrainingConfig
@@ -78,8 +78,8 @@ class MaskableController:
         features = np.asarray(observation_features(obs), dtype=np.float32)
         mask = np.asarray(obs.validity.joint_mask(), dtype=bool)
         action, _ = self.model.predict(features, action_masks=mask, deterministic=True)
-        factored = from_joint_index(int(action))
-        return TamiyoDecision(factored.to_command(obs.topology), factored, reason="maskable ppo", confidence=1.0)
+        factored = obs.action_space.from_joint_index(int(action))
+        return TamiyoDecision(factored.to_command(obs.action_space), factored, reason="maskable ppo", confidence=1.0)
 
 
 @register_controller("maskable", argument="PATH", summary="an sb3-contrib MaskablePPO policy (benchmarks only)")
@@ -209,7 +209,7 @@ def report(result: ComparisonResult, runs: dict[str, Training], config: Training
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--task", default="synthetic")
     parser.add_argument("--max-epochs", type=int, default=10, help="epochs per episode (T); T − 1 decisions")
     parser.add_argument("--env-epochs", type=int, default=400, help="training env-epochs per learner")

@@ -74,7 +74,7 @@ def run_once(config: TrainingConfig, n_envs: int, cache: DataCache, root: Path, 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--device", default="cpu", help="cpu or cuda:N (default cpu)")
     parser.add_argument("--envs", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--max-epochs", type=int, default=3)

@@ -99,7 +99,8 @@ def compare_rate(config: TrainingConfig, episodes: int, cache: DataCache, root: 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--preset", default="synthetic")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--envs", type=int, nargs="+", default=[8])

@@ -22,7 +22,7 @@ import torch
 from esper.evaluation.comparison import host_params
 from esper.evaluation.param_cost import WIDTHS, ParamCostSetting, measure_param_cost
 from esper.runtime.optim import LR_SCHEDULES
-from esper.runtime.tasks import TASKS, DataCache, DataOptions, get_task_spec
+from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 
 
 def progress(done: int, total: int, elapsed: float) -> None:
@@ -31,8 +31,8 @@ def progress(done: int, total: int, elapsed: float) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--task", choices=sorted(TASKS), default="synthetic")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    parser.add_argument("--task", default="synthetic", help="a registered task (e.g. synthetic) or npz:PATH.npz")
     parser.add_argument("--episodes", type=int, default=10)
     parser.add_argument("--max-epochs", type=int, default=25)
     parser.add_argument("--max-train-samples", type=int)
@@ -46,7 +46,7 @@ def main() -> int:
     args = parser.parse_args()
 
     task = get_task_spec(args.task)
-    setting = ParamCostSetting(args.task, args.max_epochs, args.max_train_samples, args.max_val_samples,
+    setting = ParamCostSetting(task.name, args.max_epochs, args.max_train_samples, args.max_val_samples,
                                args.batch_size or task.default_batch_size, args.lr_schedule, episodes=args.episodes,
                                seed=args.seed)
     measured = measure_param_cost(task, setting, DataCache(DataOptions(data_dir=args.data_dir)),

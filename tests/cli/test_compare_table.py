@@ -39,3 +39,11 @@ def test_the_table_fits_the_terminal_without_cutting_anything(width: int) -> Non
         assert row, label  # the whole name starts its row
     assert "n.s.: no" in text and "W/L/T: wins/losses/ties" in text  # the legend of the short words
     assert "better" in rows["ppo (final)"] and "worse" in rows["ppo (init)"]
+
+
+def test_an_unfinished_comparison_says_so_above_the_table() -> None:
+    episodes = [_episode(label, e, 40.0 + e) for label in LABELS[:3] for e in range(2)]
+    result = ComparisonResult.from_episodes(list(LABELS[:3]), episodes, tie_threshold=0.05, seed=0, planned=20)
+    console = Console(width=120, record=True)
+    console.print(comparison_table(result))
+    assert "incomplete: 2 of 20 paired episodes (rerun the command" in console.export_text()

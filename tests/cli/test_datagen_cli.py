@@ -71,7 +71,7 @@ def test_report_on_a_dataset_directory(generated: Path, tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["actions.png", "lifecycle.png", "returns.png"]
 
 
-def test_export_to_minari(generated: Path, tmp_path: Path) -> None:
+def test_export_to_minari(generated: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("minari")
     pytest.importorskip("h5py")
     import minari
@@ -79,6 +79,7 @@ def test_export_to_minari(generated: Path, tmp_path: Path) -> None:
     root = tmp_path / "minari"
     assert main(["datagen", "export", str(generated), "--format", "minari", "--out", "esper/tiny-v0",
                  "--minari-root", str(root)]) == 0
+    assert f"to {root.resolve() / 'esper' / 'tiny-v0'}:" in " ".join(capsys.readouterr().out.split())  # where it went
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MINARI_DATASETS_PATH", str(root))
         dataset = minari.load_dataset("esper/tiny-v0")

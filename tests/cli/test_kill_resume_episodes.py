@@ -160,10 +160,22 @@ def test_compare_killed_mid_run_resumes_to_the_uninterrupted_result(kill_in: str
                else _episode_row_with('"controller": "static:matched"'))
     [killed] = list(root.iterdir())
     partial = json.loads((killed / "results.json").read_text())  # written after every finished paired episode
-    assert partial["per_controller"]["static"]["episodes"] >= 1
+    done = partial["per_controller"]["static"]["episodes"]
+    assert done >= 1
+    # ... and says that it is unfinished: static:matched runs once the others are done
+    assert (partial["complete"], partial["episodes_done"], partial["episodes_planned"]) == (False, done, 3)
+    assert partial["pending_controllers"] == ["static:matched"]
+    note = f"incomplete: {done} of 3 paired episodes; static:matched still to run"
+    csv = (killed / "results.csv").read_text()  # written just before results.json: as far, or one episode further
+    assert csv.startswith("# incomplete: ") and "of 3 paired episodes; static:matched still to run" in csv
+    capsys.readouterr()
     assert render_report(killed)  # an interrupted comparison can be plotted as it is
+    assert note in " ".join(capsys.readouterr().out.split())  # the console wraps long lines
     assert main(command) == 0
     assert "finished episode(s) kept" in capsys.readouterr().out
+    final = json.loads((killed / "results.json").read_text())
+    assert (final["complete"], final["episodes_done"], final["pending_controllers"]) == (True, 3, [])
+    assert (killed / "results.csv").read_text().startswith("controller,")
     assert list(root.iterdir()) == [killed]
     _same_results(killed, straight)
     counts = _epochs_once(killed)

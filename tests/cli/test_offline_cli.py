@@ -52,10 +52,13 @@ def test_train_iql_writes_history_checkpoints_and_a_live_evaluation(iql_run: Pat
     assert (iql_run.parent / "iql_report" / "eval" / "compare_final_accuracy.png").is_file()
 
 
-def test_rerunning_a_finished_iql_run_keeps_its_epochs(iql_run: Path, dataset: Path) -> None:
+def test_rerunning_a_finished_iql_run_keeps_its_epochs(iql_run: Path, dataset: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
     assert main(["train", "iql", "--dataset", str(dataset), *TINY_IQL, "--eval-episodes", "0", "--run-dir",
                  str(iql_run), *QUIET]) == 0
     assert len(read_jsonl(iql_run / "history.jsonl")) == 2
+    assert capsys.readouterr().out.count(f"Run directory: {iql_run}") == 2  # before any work, and at the end
 
 
 def test_a_resumed_iql_run_drops_the_epoch_logged_after_its_checkpoint(iql_run: Path, dataset: Path,
@@ -68,6 +71,24 @@ def test_a_resumed_iql_run_drops_the_epoch_logged_after_its_checkpoint(iql_run: 
     assert main(["train", "iql", "--dataset", str(dataset), *tiny_three_epochs, "--eval-episodes", "0", "--run-dir",
                  str(run), *QUIET]) == 0
     assert [h["epoch"] for h in read_jsonl(run / "history.jsonl")] == [1, 2, 3]
+
+
+def test_a_torn_epoch_the_checkpoint_counts_is_refused(iql_run: Path, dataset: Path, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """Epoch 2's row torn after its checkpoint was saved: the checkpoint has learned from it, so the run cannot go on
+    (it used to, leaving history.jsonl with epochs 1 and 3)."""
+    run = tmp_path / "iql"
+    shutil.copytree(iql_run, run)
+    history = run / "history.jsonl"
+    history.write_text(history.read_text()[:-20])
+    before = history.read_text()
+    tiny_three_epochs = [*TINY_IQL[:1], "epochs=3", *TINY_IQL[2:]]
+    capsys.readouterr()
+    assert main(["train", "iql", "--dataset", str(dataset), *tiny_three_epochs, "--eval-episodes", "0", "--run-dir",
+                 str(run), *QUIET]) == 2
+    err = capsys.readouterr().err
+    assert f"{history} lacks the row of epoch 2" in err and "--overwrite" in err
+    assert history.read_text() == before
 
 
 def test_a_rerun_on_other_data_is_refused(iql_run: Path, dataset: Path, tmp_path: Path,
@@ -129,3 +150,22 @@ def test_offline_bad_input_exits_2_with_one_line(case: str, dataset: Path, tmp_p
     assert code == 2 and len(err.splitlines()) == 1 and err.startswith("error:") and "Traceback" not in err
     assert case != "all-invalid-mask" or "no valid action" in err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("tool", ["export", "health-check", "evaluate-offline", "train iql", "datagen into it"])
+def test_a_run_directory_given_to_a_datagen_tool_is_named_with_the_fix(tool: str, tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """A compare directory used to fail on its config.json: "episode schema None"."""
+    run = tmp_path / "compare_run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"command": "compare", "config": {}}))
+    (run / "results.json").write_text("{}")
+    argv = {"export": ["datagen", "export", str(run), "--format", "minari", "--out", "x-v0"],
+            "health-check": ["datagen", "--health-check", str(run)],
+            "evaluate-offline": ["evaluate-offline", "--data", str(run), "--controller", "heuristic"],
+            "train iql": ["train", "iql", "--dataset", str(run), *TINY_IQL, "--run-dir", str(tmp_path / "iql")],
+            "datagen into it": ["datagen", "--output-dir", str(run), "--task", "synthetic"]}[tool]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{run} is the run directory of `esper compare`, not a datagen dataset: " in err
+    assert ("another --output-dir" if tool == "datagen into it" else "esper datagen --output-dir DIR") in err

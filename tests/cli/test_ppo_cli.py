@@ -95,7 +95,8 @@ def mini_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = tmp_path_factory.mktemp("ppo") / "mini"
     result = ppo(run, "--set", "n_episodes=2")
     assert result.code == 0, result.err
-    assert "Config: preset quick" in result.out
+    first, second = result.out.splitlines()[:2]
+    assert first == f"Run directory: {run}" and second.startswith("Config: preset quick;")  # where, before any work
     return run
 
 
@@ -208,6 +209,7 @@ def test_resume_is_exact(straight_run: Path, tmp_path: Path) -> None:
     assert ppo(run, "--set", "n_episodes=2").code == 0
     resumed = run_cli(["train", "ppo", "--resume", str(run), "--episodes", "4", *OUTPUT])
     assert resumed.code == 0, resumed.err
+    assert "Config: preset quick;" in resumed.out  # the preset it started from, not the default for no --preset
     assert len(read_jsonl(straight_run / "history.jsonl")) == 2
     assert_same_as_straight(run, straight_run)
     assert load(run / "checkpoints" / "final.pt")["config"]["n_episodes"] == 4

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from PIL import Image
 
 from esper.cli import report_plots
 from esper.cli.main import main
@@ -22,6 +23,7 @@ from esper.runtime.rundir import json_safe
 from esper.simic.ppo.history import UPDATE_METRICS, PPOHistoryRow
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+REAL_DPI = report_plots.DPI
 EPOCHS = 5
 # early: germinated at 1, fossilized at 5; mid: germinated at 2, culled at 4 (slot empties); late: never used.
 EARLY = {1: "GERMINATED", 2: "TRAINING", 3: "BLENDING", 4: "PROBATIONARY", 5: "FOSSILIZED"}
@@ -345,3 +347,35 @@ def test_lifecycle_labels_give_the_episode_s_final_accuracy(tmp_path: Path, kind
     assert labels and all("(final " in label for label in labels)
     shown = {float(label.split("(final ")[1].rstrip("%)")) for label in labels}
     assert shown <= finals
+
+
+def test_every_compare_png_stays_within_2000_px_at_60_controllers(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A selection round compares ~60 candidates: each image keeps to MAX_PIXELS (rows, not columns, per
+    controller; the reference and the best others when there are more than fit, with a note saying so)."""
+    monkeypatch.setattr(report_plots, "DPI", REAL_DPI)  # the size a user gets, not the fast test resolution
+    labels = ["static", *(f"fixed:candidate_{i}" for i in range(59))]
+    steps, episodes = [], []
+    for ep in range(2):
+        for env, c in enumerate(labels):
+            acc = 50 + 0.5 * env + ep  # later candidates are better
+            steps += step_rows(c, ep, env, ep, active=c != "static", base_acc=acc)
+            episodes.append(episode_row(c, ep, env, ep, active=c != "static", base_acc=acc, test_acc=acc + 5))
+    results = ComparisonResult.from_episodes(labels, episodes, tie_threshold=0.5, seed=42)
+    run = _write(tmp_path / "compare", "compare", {"results.json": results.to_dict(), "steps.jsonl": steps,
+                                                   "episodes.jsonl": episodes})
+    shown: list[list[str]] = []
+    real = report_plots.final_accuracy_figure
+
+    def spy(controllers: Any, deltas: Any, **kw: Any) -> Any:
+        shown.append([e.label for e in controllers])
+        assert f"{report_plots.MAX_ROWS} of 60 controllers shown:" in kw["note"]
+        return real(controllers, deltas, **kw)
+
+    monkeypatch.setattr(report_plots, "final_accuracy_figure", spy)
+    written = render_report(run)
+    assert {p.name for p in written} == EXPECTED["compare"][1]
+    for path in written:
+        with Image.open(path) as image:
+            assert max(image.size) <= report_plots.MAX_PIXELS, (path.name, image.size)
+    assert shown == [["static", *labels[-(report_plots.MAX_ROWS - 1):]]]  # the reference and the best

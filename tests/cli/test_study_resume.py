@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from esper.cli.main import main
+from esper.evaluation.study_report import REFERENCE_STUDY
 from esper.runtime.rundir import RunDirectory, read_jsonl
 
 pytestmark = pytest.mark.smoke
@@ -42,6 +43,9 @@ def test_study_reruns_resume_consistently(tmp_path: Path, capsys: pytest.Capture
     run = tmp_path / "study"
     argv = [*STUDY, "--seeds", "2", "--run-dir", str(run)]
     assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"Study directory: {run}")  # printed before any work
+    assert "This was a workflow demo, not a result" in out and f"{REFERENCE_STUDY}\n" in out  # what the demo shows
     complete = _results(run)
     rows = read_jsonl(run / "eval" / "episodes.jsonl")
     episodes = _untimed(rows)

@@ -9,15 +9,11 @@ import pytest
 import torch
 from torch import nn
 
-from esper.kasmina.blueprints import (
-    DEFAULT_REGISTRY,
-    BlueprintRegistry,
-    BlueprintSpec,
-    build_default_registry,
-    default_registry,
-    register_cnn_blueprints,
-)
-from esper.leyline import BLUEPRINT_HEAD, NUM_BLUEPRINTS
+from esper.env.features import obs_dim
+from esper.kasmina.blueprints import DEFAULT_REGISTRY, BlueprintRegistry, BlueprintSpec
+from esper.kasmina.blueprints.registry import check_blueprint
+from esper.leyline import UNRECORDED_HEADS
+from esper.leyline.errors import UserInputError
 
 SIZES: dict[str, tuple[int, ...]] = {"cnn": (4, 8, 16, 64), "transformer": (32, 64, 128)}
 
@@ -59,13 +55,45 @@ def test_catalog_matches_the_design_tables() -> None:
 
 
 @pytest.mark.parametrize("topology", ["cnn", "transformer"])
-def test_in_head_agrees_with_leyline(topology: str) -> None:
-    head = BLUEPRINT_HEAD[topology]
-    assert len(head) == NUM_BLUEPRINTS
-    assert all(name in DEFAULT_REGISTRY.names(topology) for name in head)
+def test_the_built_in_action_spaces_are_unchanged(topology: str) -> None:
+    """With only the built-in blueprints registered, the head, the joint actions and the observation keep the sizes
+    (and the order) every existing policy checkpoint and dataset was made with."""
+    space = DEFAULT_REGISTRY.action_space(topology)
+    assert space.head == UNRECORDED_HEADS[topology]
+    assert (space.num_blueprints, space.num_joint_actions, obs_dim(space), obs_dim(space, False)) == (5, 43, 80, 50)
     for spec in DEFAULT_REGISTRY.list_for_topology(topology):
-        assert spec.in_head == (spec.name in head), spec.name
+        assert spec.in_head == (spec.name in space.head), spec.name
     assert not DEFAULT_REGISTRY.get("cnn", "conv_heavy").in_head
+    assert DEFAULT_REGISTRY.action_space("cnn").others == ("conv_heavy",)
+
+
+def _spec(name: str, *, in_head: bool = True, topology: str = "cnn") -> BlueprintSpec:
+    return BlueprintSpec(name, topology, lambda c: nn.Identity(), lambda c: 0, "test", in_head=in_head)
+
+
+def test_a_registered_blueprint_extends_the_head_in_registration_order() -> None:
+    registry = BlueprintRegistry()
+    for spec in (_spec("noop"), _spec("b"), _spec("outside", in_head=False), _spec("a")):
+        registry.register(spec)
+    space = registry.action_space("cnn")
+    assert (space.head, space.others) == (("noop", "b", "a"), ("outside",))
+    assert (space.num_joint_actions, obs_dim(space)) == (1 + 3 * 2 * 3 + 6, 23 + 3 * 7 + 30)
+
+
+def test_registration_checks_the_parameter_count_and_the_shape() -> None:
+    with pytest.raises(UserInputError, match=r"param_count\(16\) is 0 but the module has 272 parameters"):
+        check_blueprint(BlueprintSpec("wrong", "cnn", lambda c: nn.Conv2d(c, c, 1), lambda c: 0, "t", True))
+    with pytest.raises(UserInputError, match="a seed must keep its input's shape"):
+        check_blueprint(BlueprintSpec("pool", "cnn", lambda c: nn.MaxPool2d(2), lambda c: 0, "t", True))
+    before = torch.get_rng_state()
+    check_blueprint(BlueprintSpec("mix", "cnn", lambda c: nn.Conv2d(c, c, 1, bias=False), lambda c: c * c, "t", True))
+    assert torch.equal(torch.get_rng_state(), before)  # trying a blueprint leaves every generator as it was
+
+
+@pytest.mark.parametrize("name", ["", "two words", "fixed:x", "a@b"])
+def test_a_blueprint_name_must_be_an_identifier(name: str) -> None:
+    with pytest.raises(UserInputError, match="plain identifier"):
+        BlueprintRegistry().register(_spec(name))
 
 
 @pytest.mark.parametrize("topology", ["cnn", "transformer"])
@@ -91,7 +119,8 @@ def test_get_and_create() -> None:
 def test_unknown_blueprint_message() -> None:
     expected = (
         "Unknown blueprint 'lora' for topology 'cnn'. "
-        "Available: ['attention', 'conv_heavy', 'conv_light', 'depthwise', 'noop', 'norm']"
+        "Available: ['attention', 'conv_heavy', 'conv_light', 'depthwise', 'noop', 'norm'] "
+        "(a plugin's blueprints need --plugin MODULE)"
     )
     with pytest.raises(ValueError) as excinfo:
         DEFAULT_REGISTRY.get("cnn", "lora")
@@ -111,14 +140,11 @@ def test_unknown_topology_listing() -> None:
 
 def test_duplicate_registration_raises_and_keeps_the_original() -> None:
     registry = BlueprintRegistry()
-    register_cnn_blueprints(registry)
-    original = registry.get("cnn", "noop")
-    clone = BlueprintSpec("noop", "cnn", lambda c: nn.Identity(), lambda c: 0, "dup", in_head=True)
+    original = _spec("noop")
+    registry.register(original)
     with pytest.raises(ValueError, match="'noop' is already registered for topology 'cnn'"):
-        registry.register(clone)
+        registry.register(_spec("noop"))
     assert registry.get("cnn", "noop") is original
-    with pytest.raises(ValueError, match="already registered"):
-        register_cnn_blueprints(registry)
 
 
 def test_same_name_in_another_topology_is_allowed() -> None:
@@ -136,11 +162,9 @@ def test_spec_is_frozen() -> None:
         spec.name = "other"  # type: ignore[misc]
 
 
-def test_default_registry_instances() -> None:
-    assert default_registry() is DEFAULT_REGISTRY
-    fresh = build_default_registry()
-    assert fresh is not DEFAULT_REGISTRY
-    fresh.register(BlueprintSpec("extra", "cnn", lambda c: nn.Identity(), lambda c: 0, "test", in_head=False))
+def test_a_registry_of_ones_own_is_independent_of_the_default() -> None:
+    fresh = BlueprintRegistry()
+    fresh.register(_spec("extra", in_head=False))
     assert "extra" in fresh.names("cnn") and "extra" not in DEFAULT_REGISTRY.names("cnn")
 
 

@@ -43,7 +43,7 @@ class ScriptedGerminator:
         planned = GERMINATE_AT.get(obs.epoch)
         if planned is not None and planned[0] in obs.validity.valid_slots(LifecycleOp.GERMINATE):
             cmd = LifecycleCommand(LifecycleOp.GERMINATE, *planned)
-        return TamiyoDecision.from_command(cmd, topology=obs.topology, reason="script", confidence=1.0)
+        return TamiyoDecision.from_command(cmd, space=obs.action_space, reason="script", confidence=1.0)
 
 
 def run_scripted(device: torch.device, amp: bool) -> dict[str, Any]:

@@ -55,7 +55,7 @@ class Script:
 
     def decide(self, obs: EnvObservation) -> TamiyoDecision:
         command = self.commands.get(obs.epoch, LifecycleCommand(LifecycleOp.WAIT))
-        return TamiyoDecision.from_command(command, topology=obs.topology, reason="script", confidence=1.0)
+        return TamiyoDecision.from_command(command, space=obs.action_space, reason="script", confidence=1.0)
 
 
 def _scripts(blueprint: str) -> list[Script]:

@@ -57,8 +57,9 @@ def _task() -> TaskSpec:
 
 def _ppo_policy(seed: int) -> PPOPolicy:
     torch.manual_seed(seed)
-    agent = PPOAgent(TrainingConfig(hidden_dim=32, seed=seed), state_dim=obs_dim(True), topology="cnn")
-    return PPOPolicy(agent, RunningMeanStd(obs_dim(True)), use_telemetry=True)
+    space = get_task_spec("synthetic").action_space
+    agent = PPOAgent(TrainingConfig(hidden_dim=32, seed=seed), state_dim=obs_dim(space), space=space)
+    return PPOPolicy(agent, RunningMeanStd(obs_dim(space)), use_telemetry=True)
 
 
 @pytest.fixture(scope="module")

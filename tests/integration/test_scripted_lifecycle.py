@@ -29,7 +29,7 @@ class ScriptedPolicy:
             cmd = LifecycleCommand(LifecycleOp.GERMINATE, "late", "norm", "sigmoid")
         elif "mid" in obs.validity.valid_slots(LifecycleOp.FOSSILIZE):
             cmd = LifecycleCommand(LifecycleOp.FOSSILIZE, "mid")
-        return TamiyoDecision.from_command(cmd, topology=obs.topology, reason="script", confidence=1.0)
+        return TamiyoDecision.from_command(cmd, space=obs.action_space, reason="script", confidence=1.0)
 
 
 class CullRecorder:

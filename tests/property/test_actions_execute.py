@@ -45,6 +45,7 @@ from esper.tolaria import TrainEpochStats, ValStats
 N_STATES = 5_000
 N_EXECUTED = 300
 STATE_DIM = 24
+CNN = get_task_spec("synthetic").action_space
 LIFECYCLE = LifecycleConfig(min_training_epochs=1, blending_steps=2, min_blending_epochs=1)
 MIN_C = LIFECYCLE.min_fossilize_contribution
 # Age (epochs_total) with which the build path below first reaches each stage under LIFECYCLE:
@@ -92,7 +93,7 @@ class State:
 
     def validity(self) -> ActionValidity:
         return compute_action_validity(self.mask_infos(), total_seeds=self.total_seeds, max_seeds=self.max_seeds,
-                                       embargoed=self.embargoed)
+                                       embargoed=self.embargoed, space=CNN)
 
 
 def _contribution(rng: random.Random) -> float | None:
@@ -140,8 +141,8 @@ def _expected_valid(state: State, action: FactoredAction) -> bool:
 
 def _networks() -> list[FactoredActorCritic]:
     torch.manual_seed(1234)
-    default = FactoredActorCritic(STATE_DIM, hidden_dim=64)
-    peaky = FactoredActorCritic(STATE_DIM, hidden_dim=64)
+    default = FactoredActorCritic(STATE_DIM, num_blueprints=CNN.num_blueprints, hidden_dim=64)
+    peaky = FactoredActorCritic(STATE_DIM, num_blueprints=CNN.num_blueprints, hidden_dim=64)
     with torch.no_grad():  # output gain 0.01 → ~uniform; inflate so some masked logits are far above valid ones
         for head in peaky.heads.values():
             head[-1].weight.mul_(500.0)
@@ -160,7 +161,7 @@ def _sample(states: list[State]) -> list[list[FactoredAction]]:
             actions, log_probs, _, _ = net.get_action_batch(inputs, masks, generator=gen)
             assert torch.isfinite(log_probs).all()
             rows = torch.stack([actions["slot"], actions["blueprint"], actions["blend"], actions["op"]], 1).tolist()
-            draws.append([FactoredAction.from_indices(*row) for row in rows])
+            draws.append([CNN.action(*row) for row in rows])
     return draws
 
 
@@ -178,7 +179,7 @@ def test_every_sampled_action_is_valid(sampled: tuple[list[State], list[list[Fac
         for state, action in zip(states, actions, strict=True):
             validity = state.validity()
             assert validity.is_valid(action), (state, action)
-            assert validity.is_valid_command(action.to_command("cnn"), "cnn"), (state, action)
+            assert validity.is_valid_command(action.to_command(CNN)), (state, action)
             assert _expected_valid(state, action), (state, action)
             if action.op == LifecycleOp.WAIT:
                 assert (action.slot, action.blueprint, action.blend) == (0, 0, 0)  # placeholders
@@ -255,7 +256,7 @@ def _execute_and_check(env: MorphoEnv, state: State, action: FactoredAction) -> 
     assert build_slot_states(obs.slot_reports, obs.enabled_slots, MIN_C) == state.mask_infos()
     # the env's own validity equals the state's (max_seeds None means one seed per enabled slot: same rules)
     assert obs.validity == state.validity(), state
-    command = action.to_command("cnn")
+    command = action.to_command(CNN)
     check_decision(TamiyoDecision(command, action, "property test", 1.0), obs)
     assert env.execute(command, obs), (state, action)
 

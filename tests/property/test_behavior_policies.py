@@ -2,7 +2,7 @@
 
 Whatever the observation, preset, ε and temperature: the logged op distributions sum to 1 and exclude invalid ops,
 the logged probabilities are those of the executed action, the joint probability follows the factored formula,
-and the 43 joint probabilities form a distribution whose op marginals are the logged behaviour probabilities.
+and the joint probabilities form a distribution whose op marginals are the logged behaviour probabilities.
 """
 
 from __future__ import annotations
@@ -16,19 +16,18 @@ from hypothesis import strategies as st
 from esper.datagen.configs import POLICY_PRESETS, BehaviorPolicyConfig
 from esper.datagen.policies import BehaviorPolicy
 from esper.leyline import (
-    NUM_JOINT_ACTIONS,
     BlendAction,
-    BlueprintAction,
     EnvObservation,
     LifecycleOp,
     SeedStage,
     SlotAction,
-    from_joint_index,
-    joint_index,
 )
 from esper.tamiyo import check_decision
 from unit.datagen.support import joint_probabilities
-from unit.tamiyo.helpers import make_obs, make_report
+from unit.tamiyo.helpers import make_obs, make_report, space_of
+
+CNN = space_of("cnn")
+NUM_JOINT_ACTIONS = CNN.num_joint_actions
 
 STAGES = [SeedStage.GERMINATED, SeedStage.TRAINING, SeedStage.BLENDING, SeedStage.PROBATIONARY,
           SeedStage.FOSSILIZED]
@@ -49,7 +48,7 @@ def observations(draw: st.DrawFn) -> EnvObservation:
     obs = make_obs(reports, epoch=draw(st.integers(1, 24)), plateau=draw(st.integers(0, 8)))
     if draw(st.booleans()):  # narrower blueprint/blend heads, as another topology or a constrained env might offer
         rows = tuple(
-            tuple(b != 0 and (b == keep or draw(st.booleans())) for b in range(len(BlueprintAction)))
+            tuple(b != 0 and (b == keep or draw(st.booleans())) for b in range(CNN.num_blueprints))
             for keep in draw(st.lists(st.integers(1, 4), min_size=3, max_size=3))
         )
         keep_blend = draw(st.integers(0, 2))
@@ -65,10 +64,10 @@ def policies(draw: st.DrawFn) -> BehaviorPolicy:
     if config.epsilon == 0.0 and draw(st.booleans()):
         config = config.with_epsilon(draw(st.sampled_from([0.05, 0.1, 0.2, 0.5, 1.0])))
     config = replace(config, temperature=draw(st.sampled_from([0.05, 0.5, 1.0, 3.0])))
-    return BehaviorPolicy(config, draw(st.integers(0, 2**31)))
+    return BehaviorPolicy(config, draw(st.integers(0, 2**31)), space=CNN)
 
 
-def expected_exploration(obs: EnvObservation, op: LifecycleOp, slot: SlotAction, blueprint: BlueprintAction,
+def expected_exploration(obs: EnvObservation, op: LifecycleOp, slot: SlotAction, blueprint: int,
                          blend: BlendAction) -> float:
     """The uniform dependent draw's probability, computed from the validity tables directly."""
     v = obs.validity
@@ -107,7 +106,7 @@ def test_logged_probabilities_match_the_executed_action(policy: BehaviorPolicy, 
         obs, action.op, action.slot, action.blueprint, action.blend)
     p = decision.info["joint_behavior_prob"]
     assert math.isclose(p, formula, rel_tol=1e-9, abs_tol=1e-15)
-    assert math.isclose(p, joint[joint_index(action)], rel_tol=1e-12)
+    assert math.isclose(p, joint[CNN.joint_index(action)], rel_tol=1e-12)
     assert 0.0 < p <= probs["behavior_prob"] * (1 + 1e-12)
     assert decision.info["joint_behavior_logp"] == math.log(p)
 
@@ -121,17 +120,17 @@ def test_joint_probabilities_form_a_distribution(policy: BehaviorPolicy, obs: En
     assert all(p == 0.0 for p, valid in zip(joint, mask) if not valid)
     probs = policy.analyse(obs).op_probabilities(LifecycleOp.WAIT, explored=False).behavior_probs
     for op in LifecycleOp:
-        marginal = sum(p for i, p in enumerate(joint) if from_joint_index(i).op == op)
+        marginal = sum(p for i, p in enumerate(joint) if CNN.from_joint_index(i).op == op)
         assert math.isclose(marginal, probs.get(op.name, 0.0), abs_tol=1e-9)
 
 
 @given(st.sampled_from(GREEDY_PRESETS), observations(), st.sampled_from([0.1, 0.3, 0.7]))
 def test_epsilon_variants_mix_the_same_greedy_policy(preset: str, obs: EnvObservation, eps: float) -> None:
-    greedy = BehaviorPolicy(POLICY_PRESETS[preset]).analyse(obs)
-    mixed = BehaviorPolicy(BehaviorPolicyConfig.from_preset(preset).with_epsilon(eps)).analyse(obs)
+    greedy = BehaviorPolicy(POLICY_PRESETS[preset], space=CNN).analyse(obs)
+    mixed = BehaviorPolicy(BehaviorPolicyConfig.from_preset(preset).with_epsilon(eps), space=CNN).analyse(obs)
     assert mixed.greedy_probs == greedy.greedy_probs and mixed.greedy_targets == greedy.greedy_targets
     for i in range(NUM_JOINT_ACTIONS):
-        action = from_joint_index(i)
+        action = CNN.from_joint_index(i)
         assert math.isclose(mixed.joint_prob(action),
                             (1 - eps) * greedy.joint_prob(action) + eps * greedy.exploration_prob(action),
                             abs_tol=1e-12)
@@ -143,5 +142,5 @@ def test_random_preset_is_uniform_when_all_four_ops_are_valid(epoch: int, platea
                make_report("late", SeedStage.TRAINING, epochs_in_stage=2, improvement=-c)]
     obs = make_obs(reports, epoch=epoch, plateau=plateau)
     assert all(obs.validity.op)
-    probs = BehaviorPolicy(POLICY_PRESETS["random"], seed).decide(obs).info["action_probabilities"]
+    probs = BehaviorPolicy(POLICY_PRESETS["random"], seed, space=CNN).decide(obs).info["action_probabilities"]
     assert probs["behavior_probs"] == {op: 0.25 for op in ("WAIT", "GERMINATE", "CULL", "FOSSILIZE")}

@@ -9,9 +9,10 @@ from hypothesis import strategies as st
 
 from esper.leyline import (
     CANONICAL_SLOTS,
-    NUM_JOINT_ACTIONS,
+    NUM_BLENDS,
+    NUM_SLOTS,
+    ActionSpace,
     BlendAction,
-    BlueprintAction,
     FactoredAction,
     LifecycleOp,
     MaskSeedInfo,
@@ -19,18 +20,22 @@ from esper.leyline import (
     SeedTelemetry,
     SlotAction,
     compute_action_validity,
-    from_joint_index,
-    joint_index,
 )
 
-# Factored actions that have a joint index: everything except GERMINATE with the noop blueprint.
-factored_actions = st.builds(
-    FactoredAction,
-    slot=st.sampled_from(SlotAction),
-    blueprint=st.sampled_from(BlueprintAction),
-    blend=st.sampled_from(BlendAction),
-    op=st.sampled_from(LifecycleOp),
-).filter(lambda a: not (a.is_germinate and a.blueprint == BlueprintAction.NOOP))
+# Action spaces of every head size a registry can produce: noop and 1 … 7 blueprints (5 built in for CNNs).
+spaces = st.integers(2, 8).map(lambda n: ActionSpace("cnn", ("noop", *(f"blueprint_{i}" for i in range(1, n)))))
+
+
+@st.composite
+def spaces_and_actions(draw: st.DrawFn) -> tuple[ActionSpace, FactoredAction]:
+    """A space and one of its factored actions that has a joint index (all but GERMINATE with the noop blueprint)."""
+    space = draw(spaces)
+    action = draw(st.builds(FactoredAction, slot=st.sampled_from(SlotAction),
+                            blueprint=st.integers(0, space.num_blueprints - 1), blend=st.sampled_from(BlendAction),
+                            op=st.sampled_from(LifecycleOp)))
+    action = draw(st.just(action).filter(lambda a: not (a.is_germinate and a.blueprint == 0)))
+    return space, action
+
 
 seed_infos = st.builds(
     MaskSeedInfo,
@@ -42,48 +47,47 @@ slot_states = st.dictionaries(st.sampled_from(CANONICAL_SLOTS), st.none() | seed
 embargoes = st.lists(st.sampled_from(CANONICAL_SLOTS), unique=True, max_size=3)
 
 
-def canonical(action: FactoredAction) -> FactoredAction:
+def canonical(space: ActionSpace, action: FactoredAction) -> FactoredAction:
     """Zero the heads the op does not use (the placeholders `from_joint_index` produces)."""
     if action.op == LifecycleOp.WAIT:
-        return FactoredAction.from_indices(0, 0, 0, LifecycleOp.WAIT)
+        return space.action(0, 0, 0, LifecycleOp.WAIT)
     if action.is_germinate:
         return action
-    return FactoredAction.from_indices(int(action.slot), 0, 0, int(action.op))
+    return space.action(int(action.slot), 0, 0, int(action.op))
 
 
-@given(factored_actions)
-def test_joint_index_round_trip(action: FactoredAction) -> None:
-    index = joint_index(action)
-    assert 0 <= index < NUM_JOINT_ACTIONS
-    back = from_joint_index(index)
-    assert back == canonical(action)
-    assert joint_index(back) == index
+@given(spaces_and_actions())
+def test_joint_index_round_trip(drawn: tuple[ActionSpace, FactoredAction]) -> None:
+    space, action = drawn
+    index = space.joint_index(action)
+    assert 0 <= index < space.num_joint_actions
+    back = space.from_joint_index(index)
+    assert back == canonical(space, action)
+    assert space.joint_index(back) == index
 
 
-@given(st.integers(0, NUM_JOINT_ACTIONS - 1))
-def test_from_joint_index_round_trip(index: int) -> None:
-    assert joint_index(from_joint_index(index)) == index
+@given(spaces, st.data())
+def test_from_joint_index_round_trip(space: ActionSpace, data: st.DataObject) -> None:
+    index = data.draw(st.integers(0, space.num_joint_actions - 1))
+    assert space.joint_index(space.from_joint_index(index)) == index
 
 
-@given(
-    states=slot_states,
-    total=st.integers(0, 5),
-    limit=st.integers(0, 4),
-    embargo=embargoes,
-    topology=st.sampled_from(["cnn", "transformer"]),
-)
+@given(states=slot_states, total=st.integers(0, 5), limit=st.integers(0, 4), embargo=embargoes, space=spaces)
 def test_joint_mask_agrees_with_factored_validity(
-    states: dict[str, MaskSeedInfo | None], total: int, limit: int, embargo: list[str], topology: str
+    states: dict[str, MaskSeedInfo | None], total: int, limit: int, embargo: list[str], space: ActionSpace
 ) -> None:
-    v = compute_action_validity(states, total_seeds=total, max_seeds=limit, topology=topology, embargoed=embargo)
+    v = compute_action_validity(states, total_seeds=total, max_seeds=limit, space=space, embargoed=embargo)
     mask = v.joint_mask()
-    assert len(mask) == NUM_JOINT_ACTIONS
+    assert len(mask) == space.num_joint_actions
     assert mask[0] is True  # WAIT is always valid
     for i, valid in enumerate(mask):
-        action = from_joint_index(i)
+        action = space.from_joint_index(i)
         assert valid is v.is_valid(action)
-        assert v.is_valid_command(action.to_command(topology), topology) is valid
-    # Factored rules re-derived from the inputs agree with the joint mask.
+        assert v.is_valid_command(action.to_command(space)) is valid
+    # Factored rules re-derived from the inputs agree with the joint mask (laid out as WAIT, GERMINATE per slot,
+    # blueprint and blend, CULL per slot, FOSSILIZE per slot).
+    per_slot = (space.num_blueprints - 1) * NUM_BLENDS
+    cull = 1 + NUM_SLOTS * per_slot
     budget_full = limit > 0 and total >= limit
     for s, slot in enumerate(CANONICAL_SLOTS):
         enabled = slot in states
@@ -92,20 +96,21 @@ def test_joint_mask_agrees_with_factored_validity(
         live = info is not None and info.stage in (2, 3, 4, 6)
         can_cull = live and info is not None and info.seed_age_epochs >= 1
         can_fossilize = info is not None and info.stage == SeedStage.PROBATIONARY and info.fossilize_ready
-        assert all(mask[1 + 12 * s + k] is can_germinate for k in range(12)), slot
-        assert mask[37 + s] is can_cull, slot
-        assert mask[40 + s] is can_fossilize, slot
-    assert v.op[LifecycleOp.GERMINATE] is any(mask[1:37])
-    assert v.op[LifecycleOp.CULL] is any(mask[37:40])
-    assert v.op[LifecycleOp.FOSSILIZE] is any(mask[40:43])
+        assert all(mask[1 + per_slot * s + k] is can_germinate for k in range(per_slot)), slot
+        assert mask[cull + s] is can_cull, slot
+        assert mask[cull + NUM_SLOTS + s] is can_fossilize, slot
+    assert v.op[LifecycleOp.GERMINATE] is any(mask[1:cull])
+    assert v.op[LifecycleOp.CULL] is any(mask[cull:cull + NUM_SLOTS])
+    assert v.op[LifecycleOp.FOSSILIZE] is any(mask[cull + NUM_SLOTS:])
 
 
-@given(action=factored_actions, states=slot_states, total=st.integers(0, 5), limit=st.integers(0, 4))
+@given(drawn=spaces_and_actions(), states=slot_states, total=st.integers(0, 5), limit=st.integers(0, 4))
 def test_is_valid_invariant_to_unused_heads(
-    action: FactoredAction, states: dict[str, MaskSeedInfo | None], total: int, limit: int
+    drawn: tuple[ActionSpace, FactoredAction], states: dict[str, MaskSeedInfo | None], total: int, limit: int
 ) -> None:
-    v = compute_action_validity(states, total_seeds=total, max_seeds=limit)
-    assert v.is_valid(action) is v.joint_mask()[joint_index(action)]
+    space, action = drawn
+    v = compute_action_validity(states, total_seeds=total, max_seeds=limit, space=space)
+    assert v.is_valid(action) is v.joint_mask()[space.joint_index(action)]
 
 
 finite = st.floats(allow_nan=False, allow_infinity=False)
@@ -169,15 +174,18 @@ def test_seed_telemetry_features_finite_for_extreme_inputs(
     total=st.integers(0, 5),
     limit=st.integers(0, 4),
     embargo=embargoes,
-    allowed=st.frozensets(st.sampled_from([b.value for b in BlueprintAction if b != BlueprintAction.NOOP])),
+    space=spaces,
+    data=st.data(),
 )
 def test_a_blueprint_restriction_allows_exactly_the_allowed_subset(
-    states: dict[str, MaskSeedInfo | None], total: int, limit: int, embargo: list[str], allowed: frozenset[int]
+    states: dict[str, MaskSeedInfo | None], total: int, limit: int, embargo: list[str], space: ActionSpace,
+    data: st.DataObject
 ) -> None:
-    full = compute_action_validity(states, total_seeds=total, max_seeds=limit, embargoed=embargo)
+    allowed = data.draw(st.frozensets(st.integers(1, space.num_blueprints - 1)))
+    full = compute_action_validity(states, total_seeds=total, max_seeds=limit, embargoed=embargo, space=space)
     restricted = full.restricted_to_blueprints(allowed)
-    for index in range(NUM_JOINT_ACTIONS):
-        action = from_joint_index(index)
+    for index in range(space.num_joint_actions):
+        action = space.from_joint_index(index)
         keeps = not action.is_germinate or action.blueprint in allowed
         assert restricted.is_valid(action) == (full.is_valid(action) and keeps)
     germinable = [any(row) for row in restricted.slot_blueprint]

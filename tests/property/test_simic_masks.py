@@ -18,11 +18,12 @@ from esper.leyline import (
     MaskSeedInfo,
     SeedStage,
     compute_action_validity,
-    from_joint_index,
 )
-from esper.leyline.constants import NUM_JOINT_ACTIONS
+from esper.runtime.tasks import get_task_spec
 from esper.simic.ppo.distributions import InvalidStateMachineError, MaskedCategorical
 from esper.simic.ppo.network import FactoredActorCritic
+
+CNN = get_task_spec("synthetic").action_space
 
 SEED_STAGES = (SeedStage.GERMINATED, SeedStage.TRAINING, SeedStage.BLENDING, SeedStage.PROBATIONARY,
                SeedStage.FOSSILIZED)
@@ -46,19 +47,19 @@ def random_lifecycle(rng: random.Random) -> tuple[dict[str, MaskSeedInfo | None]
 
 def validity_of(rng: random.Random) -> ActionValidity:
     states, present, max_seeds, embargoed = random_lifecycle(rng)
-    return compute_action_validity(states, total_seeds=present, max_seeds=max_seeds, embargoed=embargoed)
+    return compute_action_validity(states, total_seeds=present, max_seeds=max_seeds, embargoed=embargoed, space=CNN)
 
 
 def sampled_actions(validities: list[ActionValidity], seed: int) -> list[FactoredAction]:
     torch.manual_seed(seed)
-    network = FactoredActorCritic(STATE_DIM, hidden_dim=32)
+    network = FactoredActorCritic(STATE_DIM, num_blueprints=CNN.num_blueprints, hidden_dim=32)
     states = torch.randn(len(validities), STATE_DIM) * 3
     actions, log_probs, _, _ = network.get_action_batch(
         states, compute_batch_masks(validities), generator=torch.Generator().manual_seed(seed)
     )
     assert torch.isfinite(log_probs).all()
     columns = [actions[h].tolist() for h in ("slot", "blueprint", "blend", "op")]
-    return [FactoredAction.from_indices(*row) for row in zip(*columns)]
+    return [CNN.action(*row) for row in zip(*columns)]
 
 
 def test_5000_random_lifecycle_states_only_sample_valid_actions() -> None:
@@ -69,7 +70,7 @@ def test_5000_random_lifecycle_states_only_sample_valid_actions() -> None:
         for validity, action in zip(validities, sampled_actions(validities, seed)):
             assert validity.is_valid(action), f"{action} sampled under {validity}"
             if action.op != LifecycleOp.WAIT:
-                assert validity.is_valid_command(action.to_command("cnn"), "cnn")
+                assert validity.is_valid_command(action.to_command(CNN))
             op_counts[action.op] += 1
     assert all(count > 100 for count in op_counts.values()), op_counts  # every op is exercised
 
@@ -89,14 +90,14 @@ def test_joint_validity_agrees_with_factored_masks(seed: int) -> None:
     validity = validity_of(random.Random(seed))
     masks = masks_from_validity(validity)
     for index, valid in enumerate(validity.joint_mask()):
-        a = from_joint_index(index)
+        a = CNN.from_joint_index(index)
         ok = bool(masks["op"][a.op])
         if a.op != LifecycleOp.WAIT:
             ok = ok and bool(masks["op_slot"][a.op, a.slot]) and bool(masks["slot"][a.slot])
         if a.op == LifecycleOp.GERMINATE:
             ok = ok and bool(masks["slot_blueprint"][a.slot, a.blueprint]) and bool(masks["blend"][a.blend])
         assert ok == valid, f"joint action {index} ({a})"
-    assert len(validity.joint_mask()) == NUM_JOINT_ACTIONS
+    assert len(validity.joint_mask()) == CNN.num_joint_actions
     # op mask ⇔ some slot valid for that op; WAIT always
     assert masks["op"][LifecycleOp.WAIT]
     assert torch.equal(masks["op"][1:], masks["op_slot"][1:].any(dim=-1))

@@ -10,7 +10,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
@@ -35,8 +35,8 @@ from esper.runtime.actors import WorkerFailed, WorkerOptions
 from esper.runtime.devices import DeviceError
 from esper.runtime.optim import LR_SCHEDULES
 from esper.runtime.readers import DatasetFormatError, Split
-from esper.runtime.rundir import RunDirectory
-from esper.runtime.tasks import TASKS, DataCache, DataOptions, TaskSpec, data_source
+from esper.runtime.rundir import RUN_DIR_NAME, RunDirectory
+from esper.runtime.tasks import TASKS, DataCache, DataOptions, TaskSpec, data_source, get_task_spec
 from esper.simic.ppo.config import MAX_BATCH, MAX_EPISODE_LENGTH, MAX_EPISODES, MAX_SAMPLES
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -51,7 +51,21 @@ err_console = Console(stderr=True, soft_wrap=True)
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with one-line usage errors (problem and where to look) instead of the usage block."""
+    """argparse with one-line usage errors (problem and where to look) instead of the usage block, and no
+    abbreviated flags: a prefix that happens to be unique today (`--run` for `--runs-root`) would silently change
+    meaning when a flag is added. Subparsers are of this class too (argparse makes them of their parent's)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+    def parse_known_args(self, args: Iterable[str] | None = None, namespace: Any = None) -> tuple[Any, list[str]]:
+        """Unknown arguments are refused by the (sub)command that met them, so the error points to the help that
+        lists its flags (`esper study --help`, not `esper --help`)."""
+        parsed, unknown = super().parse_known_args(args, namespace)
+        if unknown:
+            self.error(f"unrecognized arguments: {' '.join(unknown)}")
+        return parsed, unknown
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"error: {message} (see '{self.prog} --help')\n")
@@ -103,9 +117,48 @@ def parse_sets(items: Sequence[str]) -> dict[str, Any]:
     return changes
 
 
-def add_shared_options(p: argparse.ArgumentParser, *, seed_default: int | None = 42) -> None:
+def add_plugin_option(p: argparse.ArgumentParser) -> None:
+    """`--plugin MODULE`: every command loads the user's modules (and the installed `esper.plugins` entry points)
+    before it reads its other arguments, so their blueprints and tasks can be named anywhere."""
+    p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                   help="a module that registers blueprints or tasks: an importable name or a .py file (repeatable; "
+                        "installed 'esper.plugins' entry points load always)")
+
+
+def plugin_arguments(argv: Sequence[str]) -> argparse.Namespace:
+    """The --plugin (and --debug) arguments of a command line, read before its parser exists: the parser's task
+    names and the controllers' blueprints depend on what the plugins register."""
+    early = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    early.add_argument("--plugin", action="append", default=[])
+    early.add_argument("--debug", action="store_true")
+    return early.parse_known_args(argv)[0]
+
+
+def task_name(text: str) -> str:
+    """argparse type: a task (a registered name in any case, a plugin's included, or a form such as npz:PATH.npz),
+    as its canonical name."""
+    try:
+        return get_task_spec(text).name
+    except UserInputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def task_help(default: str | None = None) -> str:
+    shown = f" (default {default})" if default is not None else ""
+    return f"the task: {', '.join(TASKS.usages())}{shown}; a plugin's tasks with --plugin"
+
+
+def add_shared_options(p: argparse.ArgumentParser, *, seed_default: int | None = 42,
+                       run_dir_name: tuple[str, str]) -> None:
+    """Plugin, run-directory, data and telemetry flags. `run_dir_name`: (command, what names the run) as the default
+    run directory spells them, e.g. ("compare", "<task>"), so --help shows the name the command really chooses."""
+    add_plugin_option(p)
+    command, named_by = run_dir_name
+    default_name = RUN_DIR_NAME.format(command=command, task=named_by, seed="<seed>", digest="<digest>")
     g = p.add_argument_group("run and telemetry")
-    g.add_argument("--run-dir", type=Path, help="run directory (default: <runs-root>/<command>_<task>_<time>_s<seed>)")
+    g.add_argument("--run-dir", type=Path,
+                   help=f"run directory (default: <runs-root>/{default_name}; the digest names every setting that "
+                        f"changes the results, so rerunning the same command finds the same directory)")
     g.add_argument("--runs-root", type=Path, default=Path("runs"), help="parent of default run directories")
     g.add_argument("--overwrite", action="store_true",
                    help="replace an existing run directory instead of resuming or refusing it")
@@ -122,19 +175,36 @@ def add_shared_options(p: argparse.ArgumentParser, *, seed_default: int | None =
     g.add_argument("--debug", action="store_true", help="show tracebacks on errors")
 
 
+SCALE_FIELDS = ("task", "max_epochs", "max_train_samples", "max_val_samples")
+"""The scale-down flags every command that trains or evaluates episodes takes (`--task`, `--max-epochs`,
+`--max-train-samples`, `--max-val-samples`): each flag's dest is the TrainingConfig field it sets, so one name
+carries a setting from the flag through the config to the logs."""
+
+
+def add_scale_options(p: argparse.ArgumentParser, *, defaults: tuple[str, int] | None, task_note: str = "") -> None:
+    """The SCALE_FIELDS flags. `defaults`: the task and episode length of a command without a preset (it uses all of
+    every split unless capped); None: the command's preset decides all four. `task_note` qualifies the tasks a
+    command accepts."""
+    task, max_epochs = defaults if defaults is not None else (None, None)
+    preset = "the preset's"
+    g = p.add_argument_group("task and scale")
+    g.add_argument("--task", type=task_name, default=task, metavar="TASK",
+                   help=task_help(task or preset) + task_note)
+    g.add_argument("--max-epochs", type=int_in(2, MAX_EPISODE_LENGTH), default=max_epochs,
+                   help=f"episode length; decisions follow epochs 1 .. T-1 (default: {max_epochs or preset})")
+    for split in ("train", "val"):
+        g.add_argument(f"--max-{split}-samples", type=SAMPLES,
+                       help=f"use a subset of the {split} split, drawn per episode from its data seed (default: "
+                            f"{preset if defaults is None else 'all of it'})")
+
+
 def add_episode_options(p: argparse.ArgumentParser, *, episodes: int, task: str = "synthetic") -> None:
-    p.add_argument("--task", choices=sorted(TASKS), default=task, type=str.lower)
+    add_scale_options(p, defaults=(task, 25))
     p.add_argument("--episodes", type=EPISODES, default=episodes)
-    p.add_argument("--max-epochs", type=int_in(2, MAX_EPISODE_LENGTH), default=25,
-                   help="episode length (decisions follow epochs 1 .. T-1)")
     p.add_argument("--slots", nargs="+", choices=CANONICAL_SLOTS, default=list(CANONICAL_SLOTS))
     p.add_argument("--max-seeds", type=int_in(1, len(CANONICAL_SLOTS)),
                    help="seed budget (default: one per enabled slot)")
     p.add_argument("--device", default="auto", help="'auto', 'cpu' or 'cuda:N'")
-    p.add_argument("--max-train-samples", type=SAMPLES,
-                   help="train on a subset of the train split, drawn per paired episode from its data seed")
-    p.add_argument("--max-val-samples", type=SAMPLES,
-                   help="validate on a subset of the val split, drawn per paired episode from its data seed")
     p.add_argument("--max-test-samples", type=SAMPLES,
                    help="score final models on a subset of the test split (default: all of it)")
     p.add_argument("--batch-size", type=int_in(1, MAX_BATCH),
@@ -292,6 +362,12 @@ def run_guarded(fn: Callable[[argparse.Namespace], int], args: argparse.Namespac
             f"{type(exc).__name__}: {message}. This is a bug in esper, not in your input; the traceback is in "
             f"{path} (please attach it to a bug report)"))
         return EXIT_ERROR
+
+
+def print_run_start(run_dir: Path, *, tensorboard: bool) -> None:
+    """Where a run writes, printed before it starts, so a long run can be watched (TensorBoard) from its start."""
+    watch = f" (watch it: tensorboard --logdir {run_dir / 'tb'})" if tensorboard else ""
+    console.print(f"Run directory: [bold]{run_dir}[/bold]{watch}", soft_wrap=True)  # one line, to copy as is
 
 
 def print_next_steps(run_dir: Path, *, tensorboard: bool, plots: Path | None) -> None:

@@ -19,6 +19,7 @@ from esper.cli.common import (
     float_in,
     make_hub,
     print_next_steps,
+    print_run_start,
     run_settings,
 )
 from esper.cli.episodes import episode_plan, load_data, open_episode_run, runtime_info
@@ -51,7 +52,7 @@ def add_compare_parser(sub: Any) -> None:
     p.add_argument("--tie-threshold", type=float_in(0.0, 100.0),
                    help="|Δ final accuracy| in pp below which a paired difference is a tie (default: one test sample)")
     add_worker_options(p)
-    add_shared_options(p)
+    add_shared_options(p, run_dir_name=("compare", "<task>"))
     p.set_defaults(func=cmd_compare)
 
 
@@ -61,13 +62,16 @@ VERDICTS = {"no significant difference": "n.s.", "reference": "ref"}
 
 def comparison_table(result: ComparisonResult) -> Table:
     """Per controller: final test and validation accuracy, parameters, seeds fossilized/created, and the paired Δ
-    against the reference on the primary metric (test accuracy when every episode has a test score). Controller
-    names are never cut (other cells wrap instead), so the table reads at 80 columns."""
+    against the reference on the primary metric (test accuracy when every episode has a test score), under an
+    "incomplete: k of n paired episodes" line while the run is unfinished. Controller names are never cut (other
+    cells wrap instead), so the table reads at 80 columns."""
     ref = result.reference
     pairs = [result.pairwise[c][ref] for c in result.controllers if c != ref]
     metric = "test" if not pairs or pairs[0]["metric"] == "test_accuracy" else "val"
-    table = Table(title=f"{result.per_controller[ref]['episodes']} paired episode(s); Δ: final {metric} accuracy vs "
-                        f"{ref} (pp, 95% t-interval)",
+    note = result.incomplete_note()
+    table = Table(title=("" if note is None else f"{note}\n")
+                  + f"{result.per_controller[ref]['episodes']} paired episode(s); Δ: final {metric} accuracy vs "
+                    f"{ref} (pp, 95% t-interval)",
                   caption="f/c: seeds fossilized/created per episode; W/L/T: wins/losses/ties; n.s.: no significant "
                           "difference (the interval holds 0, or |Δ| is below one sample)",
                   box=None, padding=(0, 1, 0, 0), header_style="bold underline")
@@ -112,6 +116,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     path = args.run_dir or default_run_dir(args.runs_root, "compare", plan.task.name, args.seed, run_settings(args))
     run_dir, resume = open_episode_run(path, "compare", overwrite=args.overwrite, argv=args.argv, config=config,
                                        runtime=runtime_info(args, plan), phases=phases, plan=plan)
+    print_run_start(run_dir.path, tensorboard=not args.no_tensorboard)
     with discard_on_error(run_dir, fresh=resume is None, errors=USER_ERRORS):
         hub, progress = make_hub(args, run_dir, config)
         with closing_hub(hub, run_dir):

@@ -22,12 +22,22 @@ from typing import Any
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from esper.cli.common import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, SAMPLES, SEED, console, float_in, int_in
+from esper.cli.common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_PARTIAL,
+    SEED,
+    add_plugin_option,
+    add_scale_options,
+    console,
+    float_in,
+    int_in,
+)
 from esper.cli.datagen_summary import print_summary
 from esper.datagen.configs import ENVIRONMENT_PRESETS, POLICY_PRESETS
 from esper.datagen.executors import EpisodeExecutor, ProcessPoolEpisodeExecutor, RayEpisodeExecutor, SerialExecutor
 from esper.datagen.export import EXPORT_FORMATS, export_minari
-from esper.datagen.generate import DATAGEN_TASKS, GenerateOptions, generate_episode, generate_twin
+from esper.datagen.generate import DEFAULT_MAX_EPOCHS, GenerateOptions, generate_episode, generate_twin
 from esper.datagen.health import DatasetHealthCheck, save_report
 from esper.datagen.orchestrator import GenerationOrchestrator
 from esper.datagen.plans import GenerationPlan, TwinPlan, create_generation_matrix
@@ -56,11 +66,8 @@ def add_datagen_parser(sub: Any) -> None:
                    help="ε-greedy variants of every greedy policy (default: ε = 0 only)")
     g.add_argument("--base-seed", type=SEED, default=42,
                    help="base of the paired seeds (one per environment config and episode, shared by all policies)")
+    add_scale_options(p, defaults=("cifar10", DEFAULT_MAX_EPOCHS), task_note=" (image tasks only)")
     g = p.add_argument_group("episodes")
-    g.add_argument("--task", choices=DATAGEN_TASKS, default="cifar10", type=str.lower)
-    g.add_argument("--max-epochs", type=int_in(2, 1000), default=25)
-    g.add_argument("--max-train-samples", type=SAMPLES, help="a subset of the train split drawn per episode")
-    g.add_argument("--max-val-samples", type=SAMPLES, help="a subset of the val split drawn per episode")
     g.add_argument("--param-cost", type=float_in(0.0, 1e6),
                    help="gap reward's cost of added parameters, pp per 100 %% "
                         "(default: the task's value measured at the nearest --max-train-samples)")
@@ -80,10 +87,11 @@ def add_datagen_parser(sub: Any) -> None:
     g.add_argument("--retry-failed", action="store_true", help="retry episodes that failed permanently before")
     g.add_argument("--dry-run", action="store_true", help="print the matrix and exit")
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    add_plugin_option(p)
     p.set_defaults(func=cmd_datagen)
     export = p.add_subparsers(dest="datagen_command", metavar="export", required=False).add_parser(
         "export", help="export a dataset (e.g. to Minari)",
-        description="Export a datagen directory. Minari: observations (80 floats), actions (joint index), rewards "
+        description="Export a datagen directory. Minari: observations (the features), actions (joint index), rewards "
                     "(gap), terminations, truncations, infos with the behaviour probabilities and action masks.")
     export.add_argument("directory", type=Path)
     export.add_argument("--format", choices=EXPORT_FORMATS, default="minari")
@@ -91,14 +99,18 @@ def add_datagen_parser(sub: Any) -> None:
     export.add_argument("--minari-root", type=Path, help="Minari datasets root (default: $MINARI_DATASETS_PATH or "
                         "~/.minari/datasets)")
     export.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    add_plugin_option(export)
     export.set_defaults(func=cmd_export)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     dataset = export_minari(args.directory, args.out, root=args.minari_root)
-    console.print(f"Wrote Minari dataset [bold]{args.out}[/bold]: {dataset.total_episodes} episodes, "
-                  f"{dataset.total_steps} steps. Load it with minari.load_dataset('{args.out}')"
-                  + (f" and MINARI_DATASETS_PATH={args.minari_root}" if args.minari_root else ""))
+    where = Path(dataset.storage.data_path).parent  # the dataset's own folder under Minari's datasets root
+    console.print(f"Wrote Minari dataset [bold]{args.out}[/bold] to [bold]{where}[/bold]"
+                  + ("" if args.minari_root else " (Minari's datasets root; --minari-root DIR writes elsewhere)")
+                  + f": {dataset.total_episodes} episodes, {dataset.total_steps} steps. Load it with "
+                  f"minari.load_dataset('{args.out}')"
+                  + (f" and MINARI_DATASETS_PATH={args.minari_root.resolve()}" if args.minari_root else ""))
     return EXIT_OK
 
 

@@ -17,10 +17,11 @@ from typing import Any
 
 from rich.table import Table
 
-from esper.cli.common import EXIT_OK, SEED, console, float_in, int_in, parse_sets, phase_progress
+from esper.cli.common import EXIT_OK, SEED, add_plugin_option, console, float_in, int_in, parse_sets, phase_progress
 from esper.datagen.loader import REWARD_SOURCES, load_transitions
 from esper.evaluation.controllers import all_controllers
 from esper.evaluation.ope import OfflineEvaluation, OPEConfig, TargetPolicy, evaluate_offline
+from esper.leyline.actions import ActionSpace
 from esper.leyline.errors import UserInputError
 from esper.nissa import ProgressBackend
 from esper.runtime.rundir import write_json_atomic
@@ -40,12 +41,13 @@ def add_evaluate_offline_parser(sub: Any) -> None:
     p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--out", type=Path, help="also write the estimates as JSON here")
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    add_plugin_option(p)
     p.set_defaults(func=cmd_evaluate_offline)
 
 
-def target_policy(spec: str, topology: str, slots: tuple[str, ...]) -> TargetPolicy:
+def target_policy(spec: str, space: ActionSpace, slots: tuple[str, ...]) -> TargetPolicy:
     """The controller's probabilities over joint actions from raw features (learned controllers only)."""
-    controller = all_controllers().build(spec, ControllerContext(topology=topology, slots=slots))
+    controller = all_controllers().build(spec, ControllerContext(space=space, slots=slots))
     action_probs = getattr(controller, "action_probs", None)
     if action_probs is None:
         raise UserInputError(f"{spec} decides from live observations only, so it cannot be evaluated from stored "
@@ -84,7 +86,7 @@ def cmd_evaluate_offline(args: argparse.Namespace) -> int:
     config = OPEConfig.from_dict({"gamma": args.gamma, "n_bootstrap": args.bootstrap, "seed": args.seed,
                                   **parse_sets(args.set)})
     dataset = load_transitions(args.data, args.reward_source)
-    target = target_policy(args.controller, dataset.topology, tuple(dataset.slots))
+    target = target_policy(args.controller, dataset.space, tuple(dataset.slots))
     progress = ProgressBackend("bar" if console.is_terminal else "lines", console)
     try:
         result = evaluate_offline(dataset, target, config, phase_progress(progress))

@@ -20,7 +20,7 @@ import argparse
 import sys
 
 import esper
-from esper.cli.common import Parser, run_guarded
+from esper.cli.common import EXIT_OK, Parser, plugin_arguments, run_guarded
 from esper.cli.compare import add_compare_parser
 from esper.cli.datagen import add_datagen_parser
 from esper.cli.evaluate_offline import add_evaluate_offline_parser
@@ -29,6 +29,7 @@ from esper.cli.study import add_study_parser
 from esper.cli.train_heuristic import add_heuristic_parser
 from esper.cli.train_iql import add_iql_parser
 from esper.cli.train_ppo import add_ppo_parser
+from esper.runtime.plugins import load_plugins
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,8 +50,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _load_plugins(early: argparse.Namespace) -> int:
+    """Load the --plugin modules and installed entry points before the parser is built: it lists their tasks."""
+    load_plugins(early.plugin)
+    return EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    early = plugin_arguments(argv)
+    status = run_guarded(_load_plugins, early)
+    if status != EXIT_OK:
+        return status
     args = build_parser().parse_args(argv)
     args.argv = argv  # recorded in config.json
     return run_guarded(args.func, args)

@@ -21,7 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, TypeVar
 
-from esper.cli.common import EXIT_OK, console
+from esper.cli.common import EXIT_OK, add_plugin_option, console
 from esper.datagen.reader import MANIFEST_FILE
 from esper.env.logs import EpisodeResult, StepRow
 from esper.evaluation.comparison import ComparisonResult
@@ -57,6 +57,7 @@ def add_report_parser(sub: Any) -> None:
                    "directory written by esper datagen")
     p.add_argument("--out", type=Path, help="output folder for the PNGs (default: RUN_DIR/report)")
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    add_plugin_option(p)
     p.set_defaults(func=cmd_report)
 
 
@@ -130,7 +131,11 @@ def render_report(run_dir: Path, out: Path | None = None) -> list[Path]:
     if kind == "heuristic":
         draw = partial(heuristic_report, steps, load_rows(run_dir, EpisodeResult))
     elif kind == "compare":
-        draw = partial(compare_report, load_results(run_dir), steps)
+        results = load_results(run_dir)
+        note = results.incomplete_note()
+        if note is not None:
+            console.print(f"[yellow]{run_dir / ComparisonResult.FILE}: {note}[/yellow]")
+        draw = partial(compare_report, results, steps)
     else:
         draw = partial(ppo_report, load_rows(run_dir, PPOHistoryRow), steps, load_rows(run_dir, EpisodeResult))
     _make_dir(out)

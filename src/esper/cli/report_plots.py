@@ -36,6 +36,12 @@ THOUSANDS = FuncFormatter(lambda v, _pos: f"{v:,.0f}")
 MANY_BARS = 40  # above this many x positions, stacked bars become stacked areas / lines
 LEGEND_ROW_INCHES = 0.16  # one side-legend entry at font size 8
 BAND_ALPHA = 0.18  # shaded spread bands; low enough that overlapping bands stay readable
+MAX_PIXELS = 2000
+"""No report image is wider or taller than this, however many controllers a run compares: per-controller figures
+draw one row per controller, at most MAX_ROWS of them, and line plots at most MAX_LINES controllers."""
+MAX_ROWS = 36
+MAX_LINES = 12
+ROW_INCHES = 0.3  # one controller's row of bars
 K = TypeVar("K", bound=Hashable)
 
 
@@ -85,6 +91,12 @@ def note(ax: Axes, text: str, x: float = 0.5, y: float = 0.5, *, data_coords: bo
     ax.text(x, y, text, transform=ax.transData if data_coords else ax.transAxes, ha="center", va="center",
             fontsize=10, style="italic", color="#555555", zorder=7,
             bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "#aaaaaa"})
+
+
+def footnote(fig: Figure, text: str) -> None:
+    """A remark under the whole figure (e.g. which controllers it leaves out); nothing when `text` is empty."""
+    if text:
+        fig.supxlabel(text, fontsize=8, style="italic", color="#555555")
 
 
 def series_colors(n: int) -> list[Any]:
@@ -210,8 +222,9 @@ def mean_components(groups: Sequence[Sequence[StepRow]]) -> tuple[dict[str, list
 # ---------------------------------------------------------------------------------------------- lines and intervals
 
 
-def loss_figure(groups: Mapping[str, Sequence[StepRow]], title: str, path: Path) -> Path:
-    """Per group, the mean validation loss (solid) and training loss (dashed) at each epoch over the group's rows."""
+def loss_figure(groups: Mapping[str, Sequence[StepRow]], title: str, path: Path, *, note: str = "") -> Path:
+    """Per group, the mean validation loss (solid) and training loss (dashed) at each epoch over the group's rows
+    (`note`: a footnote, e.g. which groups were left out)."""
     fig, axes = new_figure(10, max(5.2, 1.0 + LEGEND_ROW_INCHES * 2 * len(groups)))  # the legend must fit beside
     ax = axes[0, 0]
     for (label, rows), color in zip(groups.items(), series_colors(len(groups))):
@@ -224,6 +237,7 @@ def loss_figure(groups: Mapping[str, Sequence[StepRow]], title: str, path: Path)
                     linewidth=1.6 if dash == "-" else 1.1, label=f"{label} · {what}")
     style(ax, title, "epoch", "loss")
     side_legend(ax)
+    footnote(fig, note)
     return save(fig, path)
 
 
@@ -246,43 +260,53 @@ class Estimate:
     caption: str = ""
 
 
-def _interval_panel(ax: Axes, estimates: Sequence[Estimate], colors: Sequence[Any]) -> None:
+def _interval_rows(ax: Axes, estimates: Sequence[Estimate], colors: Sequence[Any]) -> None:
+    """One row per estimate, top down: whiskers for the interval, a thick tick at the mean, the points beneath; the
+    label and caption (on one line) name the row. Rows, not columns, so any number of them stays readable."""
     for i, (e, color) in enumerate(zip(estimates, colors)):
-        ax.plot([i, i], [e.low, e.high], color="black", linewidth=1.6, zorder=3)
-        ax.plot([i - 0.12, i + 0.12, math.nan, i - 0.12, i + 0.12], [e.low, e.low, math.nan, e.high, e.high],
+        ax.plot([e.low, e.high], [i, i], color="black", linewidth=1.6, zorder=3)
+        ax.plot([e.low, e.low, math.nan, e.high, e.high], [i - 0.15, i + 0.15, math.nan, i - 0.15, i + 0.15],
                 color="black", linewidth=1.6, zorder=3)
-        ax.plot([i - 0.28, i + 0.28], [e.mean, e.mean], color=color, linewidth=4, solid_capstyle="butt", zorder=4)
+        ax.plot([e.mean, e.mean], [i - 0.3, i + 0.3], color=color, linewidth=4, solid_capstyle="butt", zorder=4)
         n = len(e.points)
-        ax.scatter([i + 0.36 + 0.1 * (j / max(n - 1, 1)) for j in range(n)], e.points, s=16, color=color,
+        ax.scatter(e.points, [i + 0.3 + 0.1 * (j / max(n - 1, 1)) for j in range(n)], s=14, color=color,
                    edgecolor="black", linewidth=0.5, alpha=0.8, zorder=5)
-    ax.set_xlim(-0.6, len(estimates) - 0.4)
-    ax.set_xticks(range(len(estimates)), [f"{e.label}\n{e.caption}" for e in estimates], fontsize=9)
+    ax.set_ylim(len(estimates) - 0.4, -0.6)  # the first estimate on top
+    ax.set_yticks(range(len(estimates)), [f"{e.label}\n{e.caption.replace(chr(10), ' · ')}" for e in estimates],
+                  fontsize=8)
+
+
+def rows_height(rows: int, *, row_inches: float = ROW_INCHES, minimum: float = 4.5) -> float:
+    """A figure's height for `rows` labelled rows plus titles and axes (at most MAX_ROWS rows are ever drawn)."""
+    return max(minimum, 2.2 + row_inches * rows)
 
 
 def final_accuracy_figure(controllers: Sequence[Estimate], deltas: Sequence[Estimate], *, reference: str,
-                          tie_threshold: float, colors: Mapping[str, Any], metric: Literal["test", "validation"]
-                          ) -> Figure:
+                          tie_threshold: float, colors: Mapping[str, Any], metric: Literal["test", "validation"],
+                          note: str = "") -> Figure:
     """Left: each controller's mean final `metric` ("test" or "validation") accuracy and its 95 % t-interval; right:
-    Δ vs the reference with its paired 95 % t-interval, and the tie band (|Δ| below `tie_threshold`).
+    Δ vs the reference with its paired 95 % t-interval, and the tie band (|Δ| below `tie_threshold`). One row per
+    controller (`note` says which were left out, if any).
 
     The intervals are exactly those in results.json. Means are drawn as ticks, not bars, because the accuracy axis
     is zoomed and a bar's length would exaggerate small differences.
     """
-    fig, axes = new_figure(max(7.0, 1.7 * len(controllers) + 2) + (max(5.0, 1.7 * len(deltas) + 2) if deltas else 0),
-                           5.6, 1, 2 if deltas else 1, width_ratios=[len(controllers), len(deltas)] if deltas else None)
+    height = rows_height(len(controllers), row_inches=0.42)  # two lines per row: label and caption
+    fig, axes = new_figure(15.0 if deltas else 8.0, height, 1, 2 if deltas else 1)
     ax = axes[0, 0]
-    _interval_panel(ax, controllers, [colors[e.label] for e in controllers])
+    _interval_rows(ax, controllers, [colors[e.label] for e in controllers])
     style(ax, f"Final {metric} accuracy per controller\ntick: mean · whiskers: 95 % t-interval of the mean\n"
-          "dots: episodes", "", f"final {metric} accuracy (%)", int_x=False)
+          "dots: episodes", f"final {metric} accuracy (%)", "", int_x=False)
     if deltas:
         ax = axes[0, 1]
-        ax.axhspan(-tie_threshold, tie_threshold, color="#7f7f7f", alpha=0.15, linewidth=0,
+        ax.axvspan(-tie_threshold, tie_threshold, color="#7f7f7f", alpha=0.15, linewidth=0,
                    label=f"tie (|Δ| < {tie_threshold:g} pp)")
-        ax.axhline(0.0, color="black", linewidth=0.8)
-        _interval_panel(ax, deltas, [colors[e.label] for e in deltas])
+        ax.axvline(0.0, color="black", linewidth=0.8)
+        _interval_rows(ax, deltas, [colors[e.label] for e in deltas])
         style(ax, f"Δ final {metric} accuracy vs {reference} (paired by episode)\ntick: mean Δ · whiskers: 95 % "
-              "paired t-interval\ndots: per-episode Δ", "", f"Δ final {metric} accuracy (pp)", int_x=False)
+              "paired t-interval\ndots: per-episode Δ", f"Δ final {metric} accuracy (pp)", "", int_x=False)
         ax.legend(fontsize=8, loc="best")
+    footnote(fig, note)
     return fig
 
 

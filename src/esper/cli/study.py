@@ -38,6 +38,7 @@ from esper.cli.common import (
     EXIT_OK,
     USER_ERRORS,
     WORKER_FIELDS,
+    add_scale_options,
     add_shared_options,
     add_worker_options,
     closing_hub,
@@ -72,7 +73,7 @@ from esper.evaluation.study import (
     study_controllers,
     study_results,
 )
-from esper.evaluation.study_report import convergence_line, summary_markdown
+from esper.evaluation.study_report import SUMMARY_FILE, convergence_line, demo_note, mark_rerun, summary_markdown
 from esper.leyline import TelemetryEventType
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import SeedStream
@@ -108,6 +109,7 @@ def add_study_parser(sub: Any) -> None:
     p.add_argument("--selection-seeds", type=int_in(0, MAX_STUDY_SEEDS),
                    help="seeds that choose best-fixed and best-rule and that replays are read from; 0 skips the "
                         "selection (default: the preset's)")
+    add_scale_options(p, defaults=None)
     p.add_argument("--max-test-samples", type=int_in(1, 10**9),
                    help="score final models on a subset of the test split (default: all of it)")
     p.add_argument("--controller", action="append", default=[], metavar="SPEC",
@@ -125,9 +127,8 @@ def add_study_parser(sub: Any) -> None:
     p.add_argument("--tie-threshold", type=float_in(0.0, 100.0),
                    help="|Δ final accuracy| in pp below which a paired difference is a tie (default: one test sample)")
     add_worker_options(p)
-    add_shared_options(p, seed_default=None)
-    p.set_defaults(func=cmd_study, task=None, amp=None, reward_family=None, episodes=None, resume=None,
-                   config_json=None)
+    add_shared_options(p, seed_default=None, run_dir_name=("study", "<preset>"))
+    p.set_defaults(func=cmd_study, amp=None, reward_family=None, episodes=None, resume=None, config_json=None)
 
 
 _PLACEMENT = ("device", "devices", *WORKER_FIELDS.values())
@@ -208,7 +209,7 @@ def _settings(args: argparse.Namespace, seeds: int, selection_seeds: int, runs: 
     return {"preset": args.preset, "seeds": seeds, "selection_seeds": selection_seeds, "runs": runs,
             "controllers": args.controller, "ppo": None if args.ppo is None else [str(p) for p in args.ppo],
             "tie_threshold": args.tie_threshold, "max_test_samples": args.max_test_samples,
-            "blueprints_from_selection": args.blueprints_from_selection}
+            "blueprints_from_selection": args.blueprints_from_selection, "plugins": args.plugin}
 
 
 def _open_study(path: Path, args: argparse.Namespace, settings: dict[str, Any]) -> tuple[RunDirectory, bool]:
@@ -230,7 +231,7 @@ def _train(args: argparse.Namespace, config: TrainingConfig, checkpoint: Path | 
         console.print(f"Training run {run}: finished ({episodes_done} episodes in {train_path}).")
         return True
     console.print(f"Training run {run} ({train_path}):")
-    train_dir = open_training_dir(train_path, config, args, checkpoint, cache)
+    train_dir = open_training_dir(train_path, config, args, checkpoint, cache, STUDY_PRESETS[args.preset].training)
     hub, progress = make_hub(args, train_dir, config.to_dict())
     stop = StopAfterStep()
     with closing_hub(hub, train_dir):
@@ -308,7 +309,7 @@ def _select(args: argparse.Namespace, path: Path, config: TrainingConfig, settin
         return _run_phase(args, _Phase(f"selection round {n}", path / f"round-{n}", plan, candidates, candidates,
                                        seeds), config, settings, cache)
 
-    selection = greedy_selection(plan.task.topology, plan.slots, plan.max_seeds or len(plan.slots), run_round)
+    selection = greedy_selection(plan.task.action_space, plan.slots, plan.max_seeds or len(plan.slots), run_round)
     write_text_atomic(path / "summary.md", selection_markdown(selection.rounds, selection.chosen))
     return selection
 
@@ -349,6 +350,7 @@ def cmd_study(args: argparse.Namespace) -> int:
     config = configs[0][0]  # the base: selection and evaluation seeds come from its seed
     cache = preload_data(args, get_task_spec(config.task), resolve_devices(config.device, config.devices), SPLITS)
     study, fresh = _open_study(path, args, settings)
+    mark_rerun(path, seeds, runs)
     console.print(f"Study directory: [bold]{path}[/bold] ({runs} training run(s); "
                   f"tensorboard --logdir {path})")
     with discard_on_error(study, fresh=fresh, errors=USER_ERRORS):
@@ -383,7 +385,7 @@ def cmd_study(args: argparse.Namespace) -> int:
     comparison.write(study, {"study": {"preset": args.preset, "seeds": seeds, "selection_seeds": selection_seeds,
                                        "reward": reward, "training": _measured_setting(config), "chosen": chosen,
                                        **results.to_dict()}})
-    summary = path / "summary.md"
+    summary = path / SUMMARY_FILE
     write_text_atomic(summary, summary_markdown(comparison, results, title=title,
                                                 command="esper " + " ".join(args.argv), chosen=chosen,
                                                 policy_blueprints=config.blueprints))
@@ -395,4 +397,7 @@ def cmd_study(args: argparse.Namespace) -> int:
                   f"Plots:           {path / 'report'} ({len(plots)} PNGs)")
     if not args.no_tensorboard:
         console.print(f"TensorBoard:     tensorboard --logdir {path}")
+    if preset.workflow_demo:
+        console.print("\n" + demo_note(preset), highlight=False)
     return EXIT_OK
+

@@ -18,6 +18,7 @@ from esper.cli.common import (
     emit,
     make_hub,
     print_next_steps,
+    print_run_start,
     run_settings,
 )
 from esper.cli.episodes import episode_plan, load_data, open_episode_run, runtime_info
@@ -35,7 +36,7 @@ def add_heuristic_parser(sub: Any) -> None:
     p = sub.add_parser("heuristic", help="run episodes under the rule-based HeuristicTamiyo controller")
     add_episode_options(p, episodes=1)
     add_worker_options(p)
-    add_shared_options(p)
+    add_shared_options(p, run_dir_name=("heuristic", "<task>"))
     p.set_defaults(func=cmd_train_heuristic)
 
 
@@ -63,6 +64,7 @@ def cmd_train_heuristic(args: argparse.Namespace) -> int:
     path = args.run_dir or default_run_dir(args.runs_root, "heuristic", plan.task.name, args.seed, run_settings(args))
     run_dir, resume = open_episode_run(path, "heuristic", overwrite=args.overwrite, argv=args.argv, config=config,
                                        runtime=runtime_info(args, plan), phases=[["heuristic"]], plan=plan)
+    print_run_start(run_dir.path, tensorboard=not args.no_tensorboard)
     done = resume.done(0) if resume is not None else []
     with discard_on_error(run_dir, fresh=resume is None, errors=USER_ERRORS):
         hub, progress = make_hub(args, run_dir, config)

@@ -30,6 +30,7 @@ from esper.cli.common import (
     make_hub,
     parse_sets,
     print_next_steps,
+    print_run_start,
     run_settings,
 )
 from esper.cli.compare import comparison_table
@@ -37,23 +38,16 @@ from esper.cli.datagen import HEALTH_FILE
 from esper.cli.rundirs import check_same_arguments, discard_on_error, prepare_run_dir
 from esper.cli.train_ppo import StopAfterStep
 from esper.datagen.loader import REWARD_SOURCES, load_transitions
-from esper.datagen.reader import MANIFEST_FILE
+from esper.datagen.reader import MANIFEST_FILE, require_not_run_directory
 from esper.evaluation.comparison import parse_controllers, run_comparison
 from esper.evaluation.episodes import EpisodePlan
 from esper.leyline import TelemetryEventType
 from esper.leyline.errors import UserInputError
 from esper.runtime.devices import resolve_devices
-from esper.runtime.rundir import (
-    RunDirectory,
-    checkpoints_dir,
-    default_run_dir,
-    read_jsonl,
-    recorded_config,
-    rewrite_jsonl,
-)
+from esper.runtime.rundir import RunDirectory, checkpoints_dir, default_run_dir, recorded_config
 from esper.runtime.tasks import DataCache, get_task_spec
 from esper.simic.iql import IQLConfig, IQLLearner, load_iql_checkpoint, train_iql
-from esper.simic.iql.history import IQLHistoryRow
+from esper.simic.iql.history import IQLHistoryRow, trim_history
 
 
 def add_iql_parser(sub: Any) -> None:
@@ -63,13 +57,15 @@ def add_iql_parser(sub: Any) -> None:
                    help="one or more `esper datagen` output directories")
     p.add_argument("--reward-source", choices=REWARD_SOURCES, default="gap",
                    help="the stored reward to learn from (gap: growth's lead over the static twin, the default)")
-    p.add_argument("--config-json", type=Path, help="JSON object of IQLConfig fields (unknown keys rejected)")
+    p.add_argument("--config-json", metavar="JSON|FILE",
+                   help="IQLConfig fields as a JSON object, inline ('{\"seed\": 7}') or in a file (unknown keys "
+                        "rejected)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override one IQLConfig field; VALUE is parsed as JSON (repeatable)")
     p.add_argument("--device", help="'auto', 'cpu' or 'cuda:N' (default: the config's)")
     p.add_argument("--eval-episodes", type=int_in(0, 10_000), default=2,
                    help="paired live episodes comparing static, heuristic and the IQL policy (0: skip)")
-    add_shared_options(p, seed_default=None)
+    add_shared_options(p, seed_default=None, run_dir_name=("iql", "<task>"))
     p.set_defaults(func=cmd_train_iql)
 
 
@@ -77,7 +73,7 @@ def iql_config(args: argparse.Namespace) -> IQLConfig:
     """Defaults → --config-json → --set, --device and --seed."""
     config = IQLConfig()
     if args.config_json is not None:
-        config = IQLConfig.from_json_path(args.config_json, base=config)
+        config = IQLConfig.from_json(args.config_json, base=config)
     changes = parse_sets(args.set)
     if args.device is not None:
         changes["device"] = args.device
@@ -90,6 +86,7 @@ def dataset_settings(dirs: list[Path]) -> dict[str, Any]:
     """The generation settings the datasets share (task, episode length, sample caps, parameter cost)."""
     found = []
     for directory in dirs:
+        require_not_run_directory(directory, "pass a directory written by `esper datagen --output-dir DIR`")
         path = directory / MANIFEST_FILE
         try:
             found.append(json.loads(path.read_text(encoding="utf-8"))["settings"])
@@ -132,14 +129,13 @@ def cmd_train_iql(args: argparse.Namespace) -> int:
         check_same_arguments(path, recorded_config(path), record, may_differ=("config", "eval_episodes"))
         learner = IQLLearner.from_checkpoint(load_iql_checkpoint(latest), config=config)
         run_dir = RunDirectory(path, resume=True)
-        history = path / IQLHistoryRow.FILE  # an epoch logged but not checkpointed is trained again
-        if history.exists():
-            rewrite_jsonl(history, [r for r in read_jsonl(history) if r["epoch"] <= learner.epochs_completed])
+        trim_history(path, latest, learner.epochs_completed)  # an epoch logged but not checkpointed is trained again
         run_dir.record_resume(args.argv, record, {"from_epoch": learner.epochs_completed})
         console.print(f"Resuming {path} from epoch {learner.epochs_completed}")
     else:
         run_dir = RunDirectory(path)
         run_dir.write_config("train iql", args.argv, record, {"data_dir": str(args.data_dir)})
+    print_run_start(run_dir.path, tensorboard=not args.no_tensorboard)
     with discard_on_error(run_dir, fresh=claim == "new", errors=USER_ERRORS):
         hub, progress = make_hub(args, run_dir, config.to_dict())
         stop = StopAfterStep()
@@ -157,6 +153,7 @@ def cmd_train_iql(args: argparse.Namespace) -> int:
                 row = IQLHistoryRow.from_metrics(metrics, time.perf_counter() - started)
                 started = time.perf_counter()
                 run_dir.append(IQLHistoryRow.FILE, row.to_dict())
+                run_dir.sync()  # the checkpoint never counts an epoch whose row a crash could still lose
                 current.save(run_dir.checkpoints / "latest.pt")
                 emit(hub, TelemetryEventType.IQL_EPOCH_COMPLETED,
                      f"IQL epoch {row.epoch}/{config.epochs}: agreement {row.agreement:.2f}, "

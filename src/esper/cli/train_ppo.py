@@ -17,8 +17,10 @@ from esper.cli.common import (
     EPISODES,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    SCALE_FIELDS,
     USER_ERRORS,
     WORKER_FIELDS,
+    add_scale_options,
     add_shared_options,
     add_worker_options,
     closing_hub,
@@ -29,6 +31,7 @@ from esper.cli.common import (
     phase_progress,
     preload_data,
     print_next_steps,
+    print_run_start,
     run_settings,
 )
 from esper.cli.param_cost import resolve_auto_param_cost
@@ -38,9 +41,10 @@ from esper.leyline import TelemetryEventType
 from esper.leyline.errors import UserInputError
 from esper.nissa import ProgressBackend, trim_event_log
 from esper.runtime.devices import env_device_map, resolve_device, resolve_devices
+from esper.runtime.plugins import loaded_plugins
 from esper.runtime.rundir import RunDirectory, checkpoint_file, checkpoints_dir, default_run_dir
-from esper.runtime.tasks import TASKS, DataCache, data_source, get_task_spec
-from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config
+from esper.runtime.tasks import DataCache, data_source, get_task_spec
+from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config, trim_logs
 from esper.simic.ppo.config import PRESETS, TrainingConfig
 from esper.simic.ppo.train import PPORun, PPOTrainingResult, train_ppo
 
@@ -49,10 +53,12 @@ def add_ppo_parser(sub: Any) -> None:
     p = sub.add_parser("ppo", help="train the Tamiyo policy with PPO on vectorized environments")
     p.add_argument("--preset", choices=sorted(PRESETS),
                    help="hyperparameter preset (default: the preset named after --task if there is one, else cifar10)")
-    p.add_argument("--config-json", type=Path, help="JSON object of TrainingConfig fields (unknown keys rejected)")
+    p.add_argument("--config-json", metavar="JSON|FILE",
+                   help="TrainingConfig fields as a JSON object, inline ('{\"seed\": 7}') or in a file (unknown keys "
+                        "rejected)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override one config field; VALUE is parsed as JSON (repeatable)")
-    p.add_argument("--task", choices=sorted(TASKS), type=str.lower)
+    add_scale_options(p, defaults=None)
     p.add_argument("--device", help="policy device: 'auto', 'cpu' or 'cuda:N'")
     p.add_argument("--devices", nargs="+", help="env devices, round-robin (default: --device)")
     p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None,
@@ -65,13 +71,17 @@ def add_ppo_parser(sub: Any) -> None:
     p.add_argument("--init-dataset", nargs="+", metavar="DIR",
                    help="datagen directories to distill on (default: the IQL run's datasets)")
     add_worker_options(p)
-    add_shared_options(p, seed_default=None)
+    add_shared_options(p, seed_default=None, run_dir_name=("ppo", "<task>"))
     p.set_defaults(func=cmd_train_ppo)
 
 
 def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The TrainingConfig fields the flags set (a flag wins over --set of the same field)."""
     changes = parse_sets(args.set)
-    for field, value in (("task", args.task), ("device", args.device), ("devices", args.devices), ("amp", args.amp),
+    for field in SCALE_FIELDS:
+        if getattr(args, field) is not None:
+            changes[field] = getattr(args, field)
+    for field, value in (("device", args.device), ("devices", args.devices), ("amp", args.amp),
                          ("reward_family", args.reward_family), ("n_episodes", args.episodes),
                          ("init_from", getattr(args, "init_from", None)),
                          ("init_datasets", getattr(args, "init_dataset", None))):
@@ -89,14 +99,15 @@ def preset_of(args: argparse.Namespace) -> str:
     """--preset, or the preset made for --task (a synthetic run must not inherit CIFAR-10's settings)."""
     if args.preset is not None:
         return str(args.preset)
-    return str(args.task) if args.task in PRESETS else "cifar10"
+    task = (args.task or "").lower()
+    return task if task in PRESETS else "cifar10"
 
 
 def effective_config(args: argparse.Namespace) -> TrainingConfig:
     """preset → --config-json → flags and --set (a param_cost of "auto" measured, or reused from the cache)."""
     config = TrainingConfig.preset(preset_of(args))
     if args.config_json is not None:
-        config = TrainingConfig.from_json_path(args.config_json, base=config)
+        config = TrainingConfig.from_json(args.config_json, base=config)
     return resolve_auto_param_cost(config.with_overrides(**flag_overrides(args)), args)
 
 
@@ -129,6 +140,16 @@ def _config_for_resume(args: argparse.Namespace, checkpoint: Path, requested: Tr
     if requested is None:
         requested = resolve_auto_param_cost(saved.with_overrides(**flag_overrides(args)), args)
     return resume_config(saved, requested)
+
+
+def recorded_preset(run_dir: Path) -> str | None:
+    """The preset a PPO run directory's config.json says its run started from (a resume reports that one, whatever
+    flags it was given)."""
+    try:
+        preset = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))["runtime"]["preset"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return preset if isinstance(preset, str) else None
 
 
 def config_table(config: TrainingConfig) -> Table:
@@ -177,12 +198,15 @@ class StopAfterStep:
 
 
 def open_training_dir(path: Path, config: TrainingConfig, args: argparse.Namespace, checkpoint: Path | None,
-                      cache: DataCache) -> RunDirectory:
-    """The PPO run directory: reopened for a checkpoint (the resume logged, events of the interrupted batch dropped),
-    else started afresh with config.json (a directory left by an attempt that never finished a batch is reused)."""
+                      cache: DataCache, preset: str | None) -> RunDirectory:
+    """The PPO run directory: reopened for a checkpoint (logs and events cut back to it, the resume logged),
+    else started afresh with config.json, which records `preset` (a directory left by an attempt that never
+    finished a batch is reused)."""
     if checkpoint is not None:
         run_dir = RunDirectory(path, resume=True)
-        batches = int(read_policy_checkpoint(checkpoint)["batches_completed"])
+        saved = read_policy_checkpoint(checkpoint)
+        batches = int(saved["batches_completed"])
+        trim_logs(path, checkpoint, batches, int(saved["episodes_completed"]))
         console.print(f"Resuming from [bold]{checkpoint}[/bold] (after batch {batches})")
         trim_event_log(path / "events.jsonl", lambda event: _batch_finished(event, batches))
         run_dir.record_resume(args.argv, config.to_dict(), {"from_batch": batches})
@@ -193,7 +217,7 @@ def open_training_dir(path: Path, config: TrainingConfig, args: argparse.Namespa
     run_dir.write_config("ppo", args.argv, config.to_dict(), {
         "data_dir": str(cache.options.data_dir), "data_source": data_source(config.task, cache.options),
         "devices": [str(d) for d in devices],
-        "policy_device": str(resolve_device(config.device)), "preset": preset_of(args),
+        "policy_device": str(resolve_device(config.device)), "preset": preset,
         "telemetry_level": args.telemetry_level,
         "param_cost": resolved_param_cost(config.reward_family, get_task_spec(config.task), config.charged_param_cost(),
                                           max_train_samples=config.max_train_samples)})
@@ -239,8 +263,10 @@ def train_with_stop(config: TrainingConfig, run: PPORun, stop: StopAfterStep, pr
 
 def compare_hint(config: TrainingConfig, run: Path) -> str:
     """An `esper compare` of the trained policy in exactly the setting it learned in (every setting that changes the
-    result), on the held-out evaluation seeds of its base seed (a seed stream its training never draws from)."""
+    result, the plugins it was trained with included), on the held-out evaluation seeds of its base seed (a seed stream
+    its training never draws from)."""
     parts = ["esper compare --controllers static heuristic", f"ppo:{run}", f"--task {config.task}",
+             *(f"--plugin {p}" for p in loaded_plugins() if not p.startswith("ep:")),
              f"--max-epochs {config.max_epochs}", f"--slots {' '.join(config.slots)}",
              f"--reward-family {config.reward_family.value}", f"--seed {config.seed}",
              f"--batch-size {config.batch_size}", f"--lr-schedule {config.lr_schedule}"]
@@ -263,16 +289,17 @@ def cmd_train_ppo(args: argparse.Namespace) -> int:
     cache = preload_data(args, get_task_spec(config.task), resolve_devices(config.device, config.devices),
                          ("train", "val"))
     path = checkpoint.parent.parent if checkpoint is not None else args.run_dir
-    run_dir = open_training_dir(path, config, args, checkpoint, cache)
+    preset = recorded_preset(path) if checkpoint is not None else preset_of(args)
+    run_dir = open_training_dir(path, config, args, checkpoint, cache, preset)
+    print_run_start(run_dir.path, tensorboard=not args.no_tensorboard)
     stop = StopAfterStep()
     with discard_on_error(run_dir, fresh=checkpoint is None, errors=USER_ERRORS):
         hub, progress = make_hub(args, run_dir, config.to_dict())
         with closing_hub(hub, run_dir):
             run = PPORun(run_dir, sink=hub, data=cache, resume_from=checkpoint, should_stop=lambda: stop.requested,
                          progress=phase_progress(progress))
-            result = train_with_stop(config, run, stop, progress,
-                                     preset=preset_of(args), debug=args.telemetry_level == "debug",
-                                     episodes_done=episodes_done)
+            result = train_with_stop(config, run, stop, progress, preset=preset,
+                                     debug=args.telemetry_level == "debug", episodes_done=episodes_done)
     if stop.requested:
         if (run_dir.checkpoints / "latest.pt").exists():
             console.print(f"Stopped. Resume with: esper train ppo --resume {run_dir.path}")

@@ -26,7 +26,8 @@ from typing import Any, Protocol, TypeVar
 import torch
 
 from esper.leyline.errors import UserInputError
-from esper.runtime.actors import ensure_ray, import_ray
+from esper.runtime.plugins import load_plugins, loaded_plugins
+from esper.runtime.ray_cluster import ensure_ray, import_ray
 
 __all__ = [
     "EpisodeExecutor",
@@ -62,11 +63,14 @@ def _check_threads(threads: int) -> None:
         raise UserInputError(f"threads_per_episode must be >= 1, got {threads}")
 
 
-def _call(fn: JobFn[J, Opt, R], job: J, options: Opt, device: str, threads: int) -> tuple[bool, Any]:
-    """Run one job with a fixed intra-op thread count; (True, result) or (False, formatted traceback)."""
+def _call(fn: JobFn[J, Opt, R], job: J, options: Opt, device: str, threads: int, plugins: tuple[str, ...]
+          ) -> tuple[bool, Any]:
+    """Run one job with a fixed intra-op thread count, in a process that has loaded the orchestrator's plugins (their
+    tasks and blueprints); (True, result) or (False, formatted traceback)."""
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
+        load_plugins(plugins, installed=False)
         return True, fn(job, options, device)
     except Exception as error:
         return False, f"{type(error).__name__}: {error}\n{traceback.format_exc()}"
@@ -84,12 +88,12 @@ class SerialExecutor:
 
     def run(self, jobs: Sequence[J], fn: JobFn[J, Opt, R], options: Opt) -> Iterator[tuple[J, R | Exception]]:
         for job in jobs:
-            ok, payload = _call(fn, job, options, self.device, self.threads_per_episode)
+            ok, payload = _call(fn, job, options, self.device, self.threads_per_episode, loaded_plugins())
             yield job, payload if ok else WorkerError(payload)
 
 
 def _worker_main(device: str, threads: int, fn: JobFn[Any, Any, Any], options: Any, conn: Connection,
-                 parent_pid: int) -> None:
+                 parent_pid: int, plugins: tuple[str, ...]) -> None:
     """Pool worker: run the jobs its parent sends until told to stop, or until the parent is gone. Ctrl+C is the
     orchestrator's to handle (it stops the pool): a worker ignores it, so an interrupt prints no worker tracebacks."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -106,7 +110,7 @@ def _worker_main(device: str, threads: int, fn: JobFn[Any, Any, Any], options: A
         if item is None:
             return
         index, job = item
-        ok, payload = _call(fn, job, options, device, threads)
+        ok, payload = _call(fn, job, options, device, threads, plugins)
         try:
             data = pickle.dumps((index, ok, payload))
         except Exception as error:
@@ -155,7 +159,8 @@ class ProcessPoolEpisodeExecutor:
             parent_end, child_end = ctx.Pipe()
             process = ctx.Process(
                 target=_worker_main, daemon=True,
-                args=(self.device_of(slot), self.threads_per_episode, fn, options, child_end, os.getpid()),
+                args=(self.device_of(slot), self.threads_per_episode, fn, options, child_end, os.getpid(),
+                      loaded_plugins()),
             )
             process.start()
             child_end.close()
@@ -280,7 +285,7 @@ class RayEpisodeExecutor:
         ray = self._ensure_started()
         options_ref = ray.put(options)
         refs = {
-            self._remote.remote(fn, job, options_ref, self.device, self.threads_per_episode): i
+            self._remote.remote(fn, job, options_ref, self.device, self.threads_per_episode, loaded_plugins()): i
             for i, job in enumerate(jobs)
         }
         try:

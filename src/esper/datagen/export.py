@@ -24,8 +24,8 @@ import numpy as np
 
 from esper.datagen.configs import OP_NAMES
 from esper.datagen.reader import read_episodes
-from esper.datagen.schema import SCHEMA_VERSION
-from esper.leyline import NUM_JOINT_ACTIONS, OBS_DIM
+from esper.datagen.schema import SCHEMA_VERSION, recorded_space
+from esper.env.features import obs_dim
 from esper.leyline.errors import UserInputError
 
 __all__ = ["EXPORT_FORMATS", "export_minari", "import_minari"]
@@ -76,7 +76,7 @@ def _buffer(minari: ModuleType, index: int, episode: Mapping[str, Any]) -> Any:
 
     observations = np.array([[number(v) for v in d["observation"]["features"]] for d in decisions]
                             + [[number(v) for v in episode["final_features"]]], dtype=np.float32)
-    masks = np.zeros((n + 1, NUM_JOINT_ACTIONS), dtype=np.bool_)
+    masks = np.zeros((n + 1, recorded_space(episode).num_joint_actions), dtype=np.bool_)
     masks[:n] = np.array([d["valid_joint_actions"] for d in decisions], dtype=np.bool_)
     op_probs = np.zeros((n + 1, len(OP_NAMES)), dtype=np.float64)
     op_probs[:n] = [_op_probs(d) for d in decisions]
@@ -129,6 +129,7 @@ def export_minari(directory: Path, dataset_id: str, *, root: Path | None = None)
             raise UserInputError(f"Minari dataset '{dataset_id}' already exists under {where}; choose another --out, "
                                  f"or delete it first (minari delete {dataset_id})")
         policies = sorted({str(e["behavior_policy"]["policy_id"]) for e in episodes})
+        space = recorded_space(episodes[0])
         with warnings.catch_warnings():
             # Minari nags about metadata a generated dataset has no use for (permalink, e-mail, evaluation env).
             warnings.filterwarnings("ignore", category=UserWarning, module=r"minari\.")
@@ -136,8 +137,8 @@ def export_minari(directory: Path, dataset_id: str, *, root: Path | None = None)
                 dataset_id=dataset_id,
                 env=_env_spec(episodes[0]),
                 buffer=[_buffer(minari, i, e) for i, e in enumerate(episodes)],
-                observation_space=spaces.Box(-np.inf, np.inf, shape=(OBS_DIM,), dtype=np.float32),
-                action_space=spaces.Discrete(NUM_JOINT_ACTIONS),
+                observation_space=spaces.Box(-np.inf, np.inf, shape=(obs_dim(space),), dtype=np.float32),
+                action_space=spaces.Discrete(space.num_joint_actions),
                 author="esper datagen",
                 algorithm_name=f"esper datagen behaviour policies: {', '.join(policies)}",
                 description=f"esper morphogenetic-training lifecycle decisions from {directory.name} "

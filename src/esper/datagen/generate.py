@@ -38,11 +38,20 @@ from esper.runtime.param_costs import measured_param_cost
 from esper.runtime.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
 from esper.tamiyo import StaticPolicy
 
-__all__ = ["DATAGEN_TASKS", "EpisodeSetup", "GenerateOptions", "datagen_task", "episode_setup", "generate_episode",
-           "generate_twin"]
+__all__ = ["EpisodeSetup", "GenerateOptions", "datagen_task", "datagen_task_name", "episode_setup",
+           "generate_episode", "generate_twin"]
 
-DATAGEN_TASKS: tuple[str, ...] = ("cifar10", "fashion_mnist", "synthetic")
 DEFAULT_MAX_EPOCHS = 25
+
+
+def datagen_task_name(task: str) -> str:
+    """The canonical name of an image-classification task (any registered one, a plugin's or an `npz:` form
+    included): datagen's environment presets are image CNNs."""
+    spec = get_task_spec(task)
+    if spec.topology != "cnn" or spec.task_type != "classification":
+        raise UserInputError(f"Datagen's environment presets are image CNNs, and task '{spec.name}' is a "
+                             f"{spec.topology} {spec.task_type} task: choose an image-classification task")
+    return spec.name
 
 
 @dataclass(frozen=True)
@@ -62,8 +71,7 @@ class GenerateOptions:
     data_dir: str = "data"
 
     def __post_init__(self) -> None:
-        if self.task not in DATAGEN_TASKS:
-            raise UserInputError(f"Unknown datagen task '{self.task}'. Available: {', '.join(DATAGEN_TASKS)}")
+        object.__setattr__(self, "task", datagen_task_name(self.task))
         if not (math.isfinite(self.param_cost) and self.param_cost >= 0):
             raise UserInputError(f"param_cost must be finite and >= 0, got {self.param_cost}")
         if self.max_epochs < 2:
@@ -77,8 +85,7 @@ class GenerateOptions:
     def for_task(cls, task: str, param_cost: float | None = None, **kwargs: Any) -> GenerateOptions:
         """Options whose λ_p is `param_cost`, or the task's one measured nearest their training-sample cap; a
         task without one needs it given."""
-        if task not in DATAGEN_TASKS:
-            raise UserInputError(f"Unknown datagen task '{task}'. Available: {', '.join(DATAGEN_TASKS)}")
+        task = datagen_task_name(task)
         cost = param_cost if param_cost is not None else measured_param_cost(task, kwargs.get("max_train_samples"))
         if cost is None:
             raise UserInputError(f"Task '{task}' has no measured parameter cost for the gap reward: pass one "
@@ -159,7 +166,7 @@ def generate_episode(job: EpisodeTask, options: GenerateOptions, device: str) ->
     plan = job.plan
     started = now_iso()
     setup = episode_setup(plan.env_config_id, plan.seed, options, device, episode=plan.episode_idx)
-    policy = plan.create_policy(setup.task.topology)
+    policy = plan.create_policy(setup.task.action_space)
     env = MorphoEnv(setup.spec, policy.name, twin=job.twin)
     recorder = EpisodeRecorder(env)
     run_episodes([env], [policy], setup.data, setup.reward_fn, on_step=recorder.record)
@@ -172,7 +179,7 @@ def generate_episode(job: EpisodeTask, options: GenerateOptions, device: str) ->
         "enabled_slots": list(setup.spec.slots),
         "dataset_name": options.task,
         "model_name": setup.config.architecture,
-        "feature_schema": feature_schema(),
+        "feature_schema": feature_schema(setup.task.action_space),
         "behavior_policy": plan.get_policy_config().to_dict(),
         "environment": setup.config.to_dict(),
         "initial_lr": setup.config.learning_rate,

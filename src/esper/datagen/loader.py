@@ -20,8 +20,9 @@ import torch
 
 from esper.datagen.configs import RewardComponents
 from esper.datagen.reader import read_episodes
+from esper.datagen.schema import recorded_space
 from esper.datagen.transitions import TransitionDataset
-from esper.leyline import NUM_JOINT_ACTIONS, OBS_SCHEMA
+from esper.leyline import OBS_SCHEMA
 from esper.leyline.constants import DEFAULT_GAMMA
 from esper.leyline.errors import UserInputError
 
@@ -73,12 +74,18 @@ def load_transitions(
     """Every decision of the episodes in `dirs` as one validated dataset (episodes numbered in reading order).
 
     `reward_scale` multiplies the chosen reward; `gamma` and `shaping_weight` only shape the `accuracy` source.
-    Episodes of another observation schema, topology or slot set than the others are rejected.
+    Episodes of another observation schema, action space (topology and blueprint head) or slot set than the others
+    are rejected.
     """
     if reward_source not in REWARD_SOURCES:
         raise UserInputError(f"Unknown reward_source '{reward_source}'. Available: {', '.join(REWARD_SOURCES)}")
     episodes = read_episodes(dirs)
-    topology = _common(episodes, "topology")
+    spaces = {recorded_space(e) for e in episodes}
+    if len(spaces) != 1:
+        raise UserInputError(f"The episodes come from {len(spaces)} action spaces "
+                             f"{sorted((s.topology, list(s.head)) for s in spaces)}; load datasets of one topology and "
+                             f"blueprint set together")
+    space = spaces.pop()
     slots = tuple(_common(episodes, "enabled_slots"))
     states: list[list[float]] = []
     next_states: list[list[float]] = []
@@ -92,7 +99,7 @@ def load_transitions(
     steps: list[int] = []
     policies: dict[int, str] = {}
     names: dict[int, str] = {}
-    no_action = [False] * NUM_JOINT_ACTIONS
+    no_action = [False] * space.num_joint_actions
     for index, episode in enumerate(episodes):
         decisions = episode["decisions"]
         features = [[_number(v) for v in d["observation"]["features"]] for d in decisions]
@@ -127,7 +134,7 @@ def load_transitions(
         episode_ids=torch.tensor(episode_ids, dtype=torch.long, device=device),
         step_indices=torch.tensor(steps, dtype=torch.long, device=device),
         feature_schema=OBS_SCHEMA,
-        topology=str(topology),
+        space=space,
         slots=slots,
         behavior_policies=policies,
         episode_names=names,

@@ -17,6 +17,7 @@ from typing import Any
 from esper.datagen.configs import ENVIRONMENT_PRESETS, POLICY_PRESETS, BehaviorPolicyConfig, EnvironmentConfig
 from esper.datagen.policies import BehaviorPolicy
 from esper.env import StoredTwin
+from esper.leyline.actions import ActionSpace
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import SeedStream, derive_seed
 
@@ -133,9 +134,9 @@ class GenerationPlan:
         config = BehaviorPolicyConfig.from_preset(self.policy_config_id)
         return config.with_epsilon(self.epsilon) if self.epsilon > 0 else config
 
-    def create_policy(self, topology: str = "cnn") -> BehaviorPolicy:
+    def create_policy(self, space: ActionSpace) -> BehaviorPolicy:
         """The episode's behaviour policy, with a random stream of its own (distinct per policy variant)."""
-        return BehaviorPolicy(self.get_policy_config(), derive_seed(self.seed, self.episode_id), topology=topology)
+        return BehaviorPolicy(self.get_policy_config(), derive_seed(self.seed, self.episode_id), space=space)
 
 
 @dataclass(frozen=True)

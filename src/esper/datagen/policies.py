@@ -19,15 +19,13 @@ from dataclasses import dataclass
 
 from esper.datagen.configs import OP_TIE_ORDER, ActionProbabilities, BehaviorPolicyConfig
 from esper.leyline import (
-    BLUEPRINT_HEAD,
+    ActionSpace,
     BlendAction,
-    BlueprintAction,
     EnvObservation,
     FactoredAction,
     LifecycleOp,
     SeedStateReport,
     SlotAction,
-    joint_index,
 )
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import derive_seed
@@ -37,11 +35,12 @@ __all__ = ["BehaviorPolicy", "DecisionAnalysis", "create_policy", "parse_behavio
 
 _UNSCORED = -10.0  # an op whose rule does not fire
 _PREFERRED_BLEND = BlendAction.SIGMOID
-_WAIT_ACTION = FactoredAction(SlotAction.EARLY, BlueprintAction.NOOP, BlendAction.LINEAR, LifecycleOp.WAIT)
+_NOOP = 0  # the noop blueprint's head index: the placeholder of every non-GERMINATE action
+_WAIT_ACTION = FactoredAction(SlotAction.EARLY, _NOOP, BlendAction.LINEAR, LifecycleOp.WAIT)
 
 
 def _slot_action(op: LifecycleOp, slot: SlotAction) -> FactoredAction:
-    return FactoredAction(slot, BlueprintAction.NOOP, BlendAction.LINEAR, op)
+    return FactoredAction(slot, _NOOP, BlendAction.LINEAR, op)
 
 
 @dataclass(frozen=True)
@@ -53,7 +52,7 @@ class DecisionAnalysis:
     greedy_probs: dict[LifecycleOp, float]
     greedy_targets: dict[LifecycleOp, FactoredAction]
     slots: dict[LifecycleOp, tuple[SlotAction, ...]]  # valid slots per non-WAIT valid op
-    blueprints: dict[SlotAction, tuple[BlueprintAction, ...]]  # valid blueprints per germinable slot
+    blueprints: dict[SlotAction, tuple[int, ...]]  # valid blueprint head indices per germinable slot
     blends: tuple[BlendAction, ...]
     epsilon: float
 
@@ -94,26 +93,25 @@ def _softmax(scores: dict[LifecycleOp, float], temperature: float) -> dict[Lifec
 
 
 class BehaviorPolicy:
-    """A datagen behaviour policy (implements tamiyo's controller protocol) for one topology.
+    """A datagen behaviour policy (implements tamiyo's controller protocol) for one action space.
 
     Its randomness comes from its own `random.Random`, so it is reproducible from its seed and never touches the
     global RNG. Keep one instance per environment: the blueprint rotation is per-episode state.
     """
 
-    def __init__(self, config: BehaviorPolicyConfig, seed: int = 0, *, topology: str = "cnn") -> None:
-        if topology not in BLUEPRINT_HEAD:
-            raise UserInputError(f"Unknown topology '{topology}'. Available: {sorted(BLUEPRINT_HEAD)}")
-        head = BLUEPRINT_HEAD[topology][1:]
+    def __init__(self, config: BehaviorPolicyConfig, seed: int = 0, *, space: ActionSpace) -> None:
+        head = space.head[1:]
         preference = config.blueprint_preference if config.blueprint_preference is not None else head[:1]
         outside = [b for b in preference if b not in head]
         if outside:
             raise UserInputError(
-                f"Behaviour policy '{config.policy_id}' prefers {outside}, which are not {topology} head blueprints "
-                f"{list(head)}; use head blueprints so every action has a joint index"
+                f"Behaviour policy '{config.policy_id}' prefers {outside}, which are not {space.topology} head "
+                f"blueprints {list(head)}; use head blueprints so every action has a joint index"
             )
         self.config = config
-        self.topology = topology
-        self._preference = tuple(BlueprintAction(BLUEPRINT_HEAD[topology].index(b)) for b in preference)
+        self.space = space
+        self.topology = space.topology
+        self._preference = tuple(space.head.index(b) for b in preference)
         self._rng = random.Random(seed)
         self._rotation = 0
 
@@ -133,7 +131,7 @@ class BehaviorPolicy:
             op: tuple(s for s in SlotAction if validity.op_slot[op][s]) for op in ops if op != LifecycleOp.WAIT
         }
         germinable = slots.get(LifecycleOp.GERMINATE, ())
-        blueprints = {s: tuple(b for b in BlueprintAction if validity.slot_blueprint[s][b]) for s in germinable}
+        blueprints = {s: tuple(b for b, ok in enumerate(validity.slot_blueprint[s]) if ok) for s in germinable}
         blends = tuple(b for b in BlendAction if validity.blend[b])
         scores: dict[LifecycleOp, float] = {}
         targets: dict[LifecycleOp, FactoredAction] = {}
@@ -157,7 +155,7 @@ class BehaviorPolicy:
         self,
         obs: EnvObservation,
         slots: dict[LifecycleOp, tuple[SlotAction, ...]],
-        blueprints: dict[SlotAction, tuple[BlueprintAction, ...]],
+        blueprints: dict[SlotAction, tuple[int, ...]],
         blends: tuple[BlendAction, ...],
     ) -> dict[LifecycleOp, tuple[float, FactoredAction]]:
         """Score and greedy target of every valid non-WAIT op."""
@@ -173,7 +171,7 @@ class BehaviorPolicy:
             scored[LifecycleOp.CULL] = self._cull_choice(obs, slots[LifecycleOp.CULL])
         return scored
 
-    def _preferred_blueprint(self, valid: tuple[BlueprintAction, ...]) -> BlueprintAction:
+    def _preferred_blueprint(self, valid: tuple[int, ...]) -> int:
         """The next preferred blueprint in rotation that the slot accepts, else the slot's first valid one."""
         n = len(self._preference)
         for k in range(n):
@@ -222,7 +220,7 @@ class BehaviorPolicy:
             # The rotation moves on whenever a preferred blueprint is planted, whichever branch chose it.
             self._rotation = (self._preference.index(action.blueprint) + 1) % len(self._preference)
         probabilities = analysis.op_probabilities(action.op, explored=explored)
-        command = action.to_command(self.topology)
+        command = action.to_command(self.space)
         branch = "explore" if explored else f"score {analysis.scores[action.op]:+.2f}"
         return TamiyoDecision(
             command=command,
@@ -233,7 +231,7 @@ class BehaviorPolicy:
                 "action_probabilities": probabilities.to_dict(),
                 "joint_behavior_prob": p,
                 "joint_behavior_logp": math.log(p),
-                "joint_index": joint_index(action),
+                "joint_index": self.space.joint_index(action),
             },
         )
 
@@ -273,14 +271,12 @@ def _epochs_in_stage(obs: EnvObservation, slot: SlotAction) -> int:
     return 0 if report is None else report.metrics.epochs_in_current_stage
 
 
-def create_policy(
-    preset_id: str, epsilon: float | None = None, *, seed: int = 0, topology: str = "cnn"
-) -> BehaviorPolicy:
+def create_policy(preset_id: str, epsilon: float | None = None, *, seed: int = 0, space: ActionSpace) -> BehaviorPolicy:
     """A behaviour policy from a preset, optionally as its ε-greedy variant (`{preset}-eps{ε}`)."""
     config = BehaviorPolicyConfig.from_preset(preset_id)
     if epsilon is not None:
         config = config.with_epsilon(epsilon)
-    return BehaviorPolicy(config, seed, topology=topology)
+    return BehaviorPolicy(config, seed, space=space)
 
 
 _EPS_MARK = "-eps"
@@ -310,4 +306,4 @@ def _behavior(argument: str | None, context: ControllerContext) -> BehaviorPolic
         raise UserInputError("behavior needs a preset: behavior:PRESET[-epsE]")
     preset, epsilon = parse_behavior_spec(argument)
     seed = derive_seed(context.seed, "controller", context.index)
-    return create_policy(preset, epsilon, seed=seed, topology=context.topology)
+    return create_policy(preset, epsilon, seed=seed, space=context.space)

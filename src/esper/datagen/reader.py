@@ -15,9 +15,10 @@ from typing import Any
 from esper.datagen.schema import READABLE_SCHEMA_VERSIONS, SCHEMA_VERSION, validate_episode
 from esper.leyline import OBS_SCHEMA
 from esper.leyline.errors import UserInputError
+from esper.runtime.rundir import recorded_command
 
 __all__ = ["MANIFEST_FILE", "NOT_EPISODES", "EpisodeFormatError", "check_resumable", "episode_files",
-           "read_episode_file", "read_episodes"]
+           "read_episode_file", "read_episodes", "require_not_run_directory"]
 
 MANIFEST_FILE = "manifest.json"
 NOT_EPISODES = frozenset({MANIFEST_FILE, "health_report.json"})
@@ -30,6 +31,14 @@ class EpisodeFormatError(UserInputError):
 def episode_files(directory: Path) -> list[Path]:
     """The episode files of a datagen directory (top-level JSON files other than its manifest and reports)."""
     return sorted(p for p in directory.glob("*.json") if not p.name.startswith(".") and p.name not in NOT_EPISODES)
+
+
+def require_not_run_directory(directory: Path, fix: str) -> None:
+    """Refuse the run directory of another esper command (its config.json and results.json are no episodes), saying
+    what it is and `fix`, instead of failing on its first JSON file."""
+    command = recorded_command(directory)
+    if command is not None and not (directory / MANIFEST_FILE).is_file():
+        raise UserInputError(f"{directory} is the run directory of `esper {command}`, not a datagen dataset: {fix}")
 
 
 def read_episode_file(path: Path, versions: Iterable[str] = READABLE_SCHEMA_VERSIONS) -> dict[str, Any]:
@@ -71,6 +80,7 @@ def read_episodes(directories: Path | str | Sequence[Path | str],
     for directory in dirs:
         if not directory.is_dir():
             raise FileNotFoundError(f"Datagen directory {directory} does not exist")
+        require_not_run_directory(directory, "pass a directory written by `esper datagen --output-dir DIR`")
         files = episode_files(directory)
         if not files:
             raise UserInputError(f"{directory} holds no episode files; generate some with `esper datagen --output-dir "
@@ -90,5 +100,6 @@ def check_resumable(directory: Path) -> None:
     """Generation writes into a directory only if every episode file there is one it could have written itself:
     it never silently overwrites a foreign, truncated or older-schema file."""
     if directory.is_dir():
+        require_not_run_directory(directory, "choose another --output-dir for the dataset")
         for path in episode_files(directory):
             read_episode_file(path, (SCHEMA_VERSION,))

@@ -1,6 +1,6 @@
 """Episode records: the JSON of one datagen episode (schema 2.1.0), built from the episode layer's transitions.
 
-A decision made after epoch e is logged with what it saw (the observation and the 80 features of epoch e, the valid
+A decision made after epoch e is logged with what it saw (the observation and the features of epoch e, the valid
 joint actions), what it did (the factored action, its joint index and the behaviour probabilities it was drawn
 with) and what followed in epoch e + 1 (the outcome and every reward view). The stored reward is the `gap` family's:
 growth's accuracy lead over the static twin, minus the cost of the parameters added and of the intervention, so an
@@ -17,10 +17,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from esper.datagen.configs import OP_NAMES, RewardComponents, StepMetadata, stagnation_potential, state_hash
-from esper.env import FEATURE_NAMES, EnvStep, MorphoEnv, observation_features
+from esper.env import EnvStep, MorphoEnv, feature_names, observation_features
 from esper.env.contribution import ContributionRewardConfig
 from esper.env.rewards import SparseRewardConfig, compute_reward
-from esper.leyline import OBS_SCHEMA, EnvObservation, joint_index
+from esper.leyline import OBS_SCHEMA, ActionSpace, EnvObservation
 from esper.leyline.constants import DEFAULT_GAMMA
 from esper.leyline.stages import is_live_stage
 
@@ -34,7 +34,7 @@ def now_iso() -> str:
 
 
 def _observation(obs: EnvObservation) -> dict[str, Any]:
-    """The decision-time snapshot: the tracker's signals, every enabled slot, and the 80 features."""
+    """The decision-time snapshot: the tracker's signals, every enabled slot, and the features."""
     s, m = obs.signals, obs.signals.metrics
     slots: dict[str, Any] = {}
     for slot in obs.enabled_slots:
@@ -130,7 +130,7 @@ class EpisodeRecorder:
                 "action": op, "slot": decision.command.slot_id, "blueprint_id": decision.command.blueprint_id,
                 "blend_id": decision.command.blend_id,
                 "factored": [int(factored.slot), int(factored.blueprint), int(factored.blend), int(factored.op)],
-                "joint_index": joint_index(factored),
+                "joint_index": obs.action_space.joint_index(factored),
                 "action_probabilities": info["action_probabilities"],
                 "joint_behavior_prob": info["joint_behavior_prob"],
                 "joint_behavior_logp": info["joint_behavior_logp"],
@@ -210,6 +210,8 @@ class EpisodeRecorder:
         }
 
 
-def feature_schema() -> dict[str, Any]:
-    """What the 80 features are: readers reject episodes whose features mean something else."""
-    return {"name": FEATURE_SCHEMA_NAME, "dim": len(FEATURE_NAMES), "names": list(FEATURE_NAMES)}
+def feature_schema(space: ActionSpace) -> dict[str, Any]:
+    """What the features are, and the blueprint head that sizes them and the joint actions: readers reject episodes
+    whose features mean something else."""
+    names = feature_names(space)
+    return {"name": FEATURE_SCHEMA_NAME, "dim": len(names), "names": list(names), "blueprints": list(space.head)}

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from esper.datagen.configs import OP_NAMES
-from esper.leyline import NUM_JOINT_ACTIONS, OBS_DIM
+from esper.env.features import obs_dim
+from esper.leyline import UNRECORDED_HEADS, ActionSpace
 from esper.leyline.errors import UserInputError
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "TEMP_SUFFIX",
     "finite_or_none",
     "read_json",
+    "recorded_space",
     "remove_stale_temp_files",
     "validate_episode",
     "write_json_atomic",
@@ -84,6 +86,24 @@ def read_json(path: Path) -> Any | None:
         return None
 
 
+def recorded_space(episode: Mapping[str, Any]) -> ActionSpace:
+    """The action space an episode was generated in: its topology and the blueprint head its feature schema records
+    (an episode written before heads were recorded has its topology's built-in head, the only one there was)."""
+    topology = episode.get("topology")
+    schema = episode.get("feature_schema")
+    head = schema.get("blueprints") if isinstance(schema, Mapping) else None
+    if not isinstance(topology, str):
+        raise UserInputError("the episode names no topology; regenerate it with this esper version")
+    if head is None:
+        if topology not in UNRECORDED_HEADS:
+            raise UserInputError(f"the episode's feature schema records no blueprint head for topology {topology!r}; "
+                                 f"regenerate it with this esper version")
+        return ActionSpace(topology, UNRECORDED_HEADS[topology])
+    if not isinstance(head, list) or not all(isinstance(b, str) for b in head):
+        raise UserInputError("feature_schema.blueprints must be a list of blueprint names")
+    return ActionSpace(topology, tuple(head))
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
@@ -96,7 +116,7 @@ def _check_vector(problems: list[str], where: str, value: Any, length: int) -> N
         problems.append(f"{where} holds non-numeric entries")
 
 
-def _check_decision(problems: list[str], i: int, decision: Any, *, gap: bool) -> None:
+def _check_decision(problems: list[str], i: int, decision: Any, space: ActionSpace, *, gap: bool) -> None:
     where = f"decisions[{i}]"
     if not isinstance(decision, Mapping):
         problems.append(f"{where} is not an object")
@@ -105,15 +125,15 @@ def _check_decision(problems: list[str], i: int, decision: Any, *, gap: bool) ->
     if not isinstance(observation, Mapping):
         problems.append(f"{where}.observation is missing")
     else:
-        _check_vector(problems, f"{where}.observation.features", observation.get("features"), OBS_DIM)
+        _check_vector(problems, f"{where}.observation.features", observation.get("features"), obs_dim(space))
     if not isinstance(action, Mapping):
         problems.append(f"{where}.action is missing")
         return
     if action.get("action") not in OP_NAMES:
         problems.append(f"{where}.action.action must be one of {list(OP_NAMES)}")
-    index = action.get("joint_index")
-    if not isinstance(index, int) or not 0 <= index < NUM_JOINT_ACTIONS:
-        problems.append(f"{where}.action.joint_index must be an int in [0, {NUM_JOINT_ACTIONS})")
+    index, joint = action.get("joint_index"), space.num_joint_actions
+    if not isinstance(index, int) or not 0 <= index < joint:
+        problems.append(f"{where}.action.joint_index must be an int in [0, {joint})")
     for key in ("action_probabilities", "reward_components"):
         if not isinstance(action.get(key), Mapping):
             problems.append(f"{where}.action.{key} is missing")
@@ -121,8 +141,8 @@ def _check_decision(problems: list[str], i: int, decision: Any, *, gap: bool) ->
         if key not in action:
             problems.append(f"{where}.action.{key} is missing")
     mask = decision.get("valid_joint_actions")
-    if not isinstance(mask, list) or len(mask) != NUM_JOINT_ACTIONS or not all(isinstance(v, bool) for v in mask):
-        problems.append(f"{where}.valid_joint_actions must be {NUM_JOINT_ACTIONS} booleans")
+    if not isinstance(mask, list) or len(mask) != joint or not all(isinstance(v, bool) for v in mask):
+        problems.append(f"{where}.valid_joint_actions must be {joint} booleans")
     if not isinstance(outcome, Mapping) or "reward" not in outcome:
         problems.append(f"{where}.outcome.reward is missing")
         return
@@ -159,8 +179,13 @@ def validate_episode(episode: Any, schema_version: str = SCHEMA_VERSION) -> list
         block = episode.get(key)
         if not isinstance(block, Mapping) or not isinstance(block.get(id_key), str):
             problems.append(f"{key}.{id_key} is missing")
+    try:
+        space = recorded_space(episode)
+    except UserInputError as error:
+        problems.append(str(error))
+        return problems
     if with_gap:
-        _check_twin(problems, episode)
+        _check_twin(problems, episode, space)
     decisions = episode.get("decisions")
     if not isinstance(decisions, list) or not decisions:
         problems.append("decisions must be a non-empty list")
@@ -168,11 +193,11 @@ def validate_episode(episode: Any, schema_version: str = SCHEMA_VERSION) -> list
     if episode.get("episode_length") != len(decisions):
         problems.append(f"episode_length {episode.get('episode_length')} != {len(decisions)} decisions")
     for i, decision in enumerate(decisions):
-        _check_decision(problems, i, decision, gap=with_gap)
+        _check_decision(problems, i, decision, space, gap=with_gap)
     return problems
 
 
-def _check_twin(problems: list[str], episode: Mapping[str, Any]) -> None:
+def _check_twin(problems: list[str], episode: Mapping[str, Any], space: ActionSpace) -> None:
     twin = episode.get("twin")
     if not isinstance(twin, Mapping) or not isinstance(twin.get("twin_id"), str):
         problems.append("twin.twin_id is missing")
@@ -180,4 +205,4 @@ def _check_twin(problems: list[str], episode: Mapping[str, Any]) -> None:
         for key in ("val_accuracy_curve", "val_loss_curve"):
             if not isinstance(twin.get(key), list):
                 problems.append(f"twin.{key} must be a list")
-    _check_vector(problems, "final_features", episode.get("final_features"), OBS_DIM)
+    _check_vector(problems, "final_features", episode.get("final_features"), obs_dim(space))

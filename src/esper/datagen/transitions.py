@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from esper.leyline import CANONICAL_SLOTS, NUM_JOINT_ACTIONS, OBS_DIM, OBS_SCHEMA, ordered_slots
+from esper.env.features import obs_dim
+from esper.kasmina.blueprints import DEFAULT_REGISTRY
+from esper.leyline import CANONICAL_SLOTS, OBS_SCHEMA, ActionSpace, ordered_slots
 from esper.leyline.errors import UserInputError
 
 __all__ = ["EpisodeIndex", "TransitionBatch", "TransitionDataset"]
@@ -57,8 +59,9 @@ class EpisodeIndex:
 class TransitionDataset:
     """Logged transitions; the constructor validates everything and raises one ValueError naming the problem.
 
-    Shapes: states and next_states [N, 80] float32, actions [N] long joint indices, rewards [N] float32, dones [N]
-    bool, valid and next_valid [N, 43] bool, behavior_logp [N] float32 (log of the joint behaviour probability of
+    Shapes: states and next_states [N, F] float32, actions [N] long joint indices, rewards [N] float32, dones [N]
+    bool, valid and next_valid [N, J] bool (F features and J joint actions of `space`: 80 and 43 for the built-in
+    CNN blueprints), behavior_logp [N] float32 (log of the joint behaviour probability of
     the logged action), episode_ids and step_indices [N] long. Every episode holds steps 0 … L-1 and ends with its
     only terminal transition; a non-terminal row's next state and next mask are those of the episode's next row.
     `behavior_policies` optionally maps each episode id to the id of the behaviour policy that logged it, and
@@ -76,7 +79,7 @@ class TransitionDataset:
     episode_ids: torch.Tensor
     step_indices: torch.Tensor
     feature_schema: str = OBS_SCHEMA
-    topology: str = "cnn"
+    space: ActionSpace = field(default_factory=lambda: DEFAULT_REGISTRY.action_space("cnn"))
     slots: tuple[str, ...] = CANONICAL_SLOTS
     behavior_policies: Mapping[int, str] = field(default_factory=dict)
     episode_names: Mapping[int, str] = field(default_factory=dict)
@@ -86,6 +89,10 @@ class TransitionDataset:
         if problem is not None:
             raise UserInputError(f"Invalid transition dataset: {problem}")
         object.__setattr__(self, "slots", ordered_slots(self.slots))
+
+    @property
+    def topology(self) -> str:
+        return self.space.topology
 
     # ------------------------------------------------------------------------------------------------ validation
     def _problem(self) -> str | None:
@@ -98,16 +105,17 @@ class TransitionDataset:
         n = int(self.actions.shape[0])
         if n == 0:
             return "it is empty (no transitions); point it at a directory holding episode files"
+        features, joint = obs_dim(self.space), self.space.num_joint_actions
         shapes = {
-            "states": (n, OBS_DIM), "actions": (n,), "rewards": (n,), "next_states": (n, OBS_DIM), "dones": (n,),
-            "valid": (n, NUM_JOINT_ACTIONS), "next_valid": (n, NUM_JOINT_ACTIONS), "behavior_logp": (n,),
+            "states": (n, features), "actions": (n,), "rewards": (n,), "next_states": (n, features), "dones": (n,),
+            "valid": (n, joint), "next_valid": (n, joint), "behavior_logp": (n,),
             "episode_ids": (n,), "step_indices": (n,),
         }
         for name, shape in shapes.items():
             tensor: torch.Tensor = getattr(self, name)
             if tuple(tensor.shape) != shape:
-                return (f"{name} has shape {tuple(tensor.shape)}, expected {shape} (schema {OBS_SCHEMA}: "
-                        f"{OBS_DIM} features, {NUM_JOINT_ACTIONS} joint actions)")
+                return (f"{name} has shape {tuple(tensor.shape)}, expected {shape} (schema {OBS_SCHEMA} with blueprint "
+                        f"head {list(self.space.head)}: {features} features, {joint} joint actions)")
         kinds = {name: torch.float32 for name in _FLOAT_FIELDS}
         kinds.update(actions=torch.long, episode_ids=torch.long, step_indices=torch.long,
                      dones=torch.bool, valid=torch.bool, next_valid=torch.bool)
@@ -121,8 +129,8 @@ class TransitionDataset:
                 return f"{name} holds NaN or infinite values ({int(bad.sum())} of them, first in row {row})"
         if bool((self.behavior_logp > 1e-6).any()):
             return "behavior_logp must be log-probabilities (<= 0)"
-        if bool(((self.actions < 0) | (self.actions >= NUM_JOINT_ACTIONS)).any()):
-            return f"actions must be joint indices in [0, {NUM_JOINT_ACTIONS})"
+        if bool(((self.actions < 0) | (self.actions >= joint)).any()):
+            return f"actions must be joint indices in [0, {joint})"
         if not bool(self.valid.any(dim=1).all()):
             row = int((~self.valid.any(dim=1)).nonzero()[0])
             return f"valid has rows with no valid action (first: row {row}); every state allows at least WAIT"

@@ -7,7 +7,7 @@ heuristic, datagen and every learner run episodes through exactly the same code.
 """
 
 from esper.env.env import EnvSpec, MorphoEnv, StoredTwin
-from esper.env.features import FEATURE_NAMES, obs_dim, observation_features, signals_to_features
+from esper.env.features import feature_names, obs_dim, observation_features, signals_to_features
 from esper.env.lockstep import EnvStep, EpochData, EpochOrderError, Lockstep, MeasuredEpoch
 from esper.env.logs import EpisodeResult
 from esper.env.loop import run_episodes, run_epoch
@@ -15,7 +15,6 @@ from esper.env.masks import build_slot_states, compute_action_masks, compute_bat
 from esper.env.rewards import RewardFamily, ShapedRewardComponents, StepRecord, compute_reward, make_reward_fn
 
 __all__ = [
-    "FEATURE_NAMES",
     "EnvSpec",
     "EnvStep",
     "EpisodeResult",
@@ -33,6 +32,7 @@ __all__ = [
     "compute_batch_masks",
     "compute_reward",
     "condition_on_action",
+    "feature_names",
     "make_reward_fn",
     "obs_dim",
     "observation_features",

@@ -336,7 +336,7 @@ class MorphoEnv:
         )
         validity = compute_action_validity(
             build_slot_states(reports, model.slot_ids, spec.task.lifecycle.min_fossilize_contribution),
-            total_seeds=model.seeds_present(), max_seeds=self.max_seeds, topology=model.topology,
+            total_seeds=model.seeds_present(), max_seeds=self.max_seeds, space=model.action_space,
         )
         self.last_observation = EnvObservation(
             env_id=spec.env_id, epoch=epoch, max_epochs=spec.max_epochs, task=spec.task.name,

@@ -2,7 +2,9 @@
 
 Every feature is scaled explicitly to roughly [-1, 1] or [0, 5] here, so the very first rollout batch (running
 normalizer still at mean 0, var 1) already sees sane inputs. The layout is fixed at three slots in canonical order;
-disabled or empty slots give zeros, so positions never shift with the enabled subset.
+disabled or empty slots give zeros, so positions never shift with the enabled subset. Each slot block one-hot encodes
+its seed's blueprint over the topology's blueprint head, so the size follows the registered blueprints: 23 global
+features, 3 slot blocks of 4 + |head| and 3 telemetry blocks of 10 (80 with the five built-in CNN blueprints).
 """
 
 from __future__ import annotations
@@ -10,19 +12,18 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 
-from esper.leyline.actions import BlueprintAction, ordered_slots
-from esper.leyline.constants import BASE_FEATURE_DIM, CANONICAL_SLOTS, NUM_BLUEPRINTS, OBS_DIM, SEED_TELEMETRY_DIM
+from esper.leyline.actions import ActionSpace, ordered_slots
+from esper.leyline.constants import CANONICAL_SLOTS, SEED_TELEMETRY_DIM
 from esper.leyline.errors import UserInputError
 from esper.leyline.reports import SeedStateReport
 from esper.leyline.signals import EnvObservation, TrainingSignals
 
-__all__ = ["FEATURE_NAMES", "FEATURE_RANGE", "obs_dim", "safe", "signals_to_features"]
+__all__ = ["FEATURE_RANGE", "feature_names", "obs_dim", "safe", "signals_to_features"]
 
 HISTORY_LEN = 5
 # Every feature lies in this range (the widest clamps below: loss deltas and accuracy deltas at ±5, parameter growth
 # at 10), so observation spaces can state finite bounds.
 FEATURE_RANGE = (-5.0, 10.0)
-SLOT_BLOCK_DIM = 4 + NUM_BLUEPRINTS
 
 _GLOBAL_NAMES: tuple[str, ...] = (
     "epoch",
@@ -41,13 +42,7 @@ _GLOBAL_NAMES: tuple[str, ...] = (
     "param_growth",
     "slot_occupancy",
 )
-_SLOT_NAMES: tuple[str, ...] = (
-    "occupied",
-    "stage",
-    "alpha",
-    "improvement",
-    *(f"blueprint_{b.name.lower()}" for b in BlueprintAction),
-)
+_SLOT_STATE_NAMES: tuple[str, ...] = ("occupied", "stage", "alpha", "improvement")
 _TELEMETRY_NAMES: tuple[str, ...] = (
     "tel_gradient_norm",
     "tel_gradient_health",
@@ -61,18 +56,20 @@ _TELEMETRY_NAMES: tuple[str, ...] = (
     "tel_temporal",
 )
 
-FEATURE_NAMES: tuple[str, ...] = (
-    *_GLOBAL_NAMES,
-    *(f"{slot}_{name}" for slot in CANONICAL_SLOTS for name in _SLOT_NAMES),
-    *(f"{slot}_{name}" for slot in CANONICAL_SLOTS for name in _TELEMETRY_NAMES),
-)
-assert len(_GLOBAL_NAMES) + len(CANONICAL_SLOTS) * SLOT_BLOCK_DIM == BASE_FEATURE_DIM
-assert len(FEATURE_NAMES) == OBS_DIM
 assert len(_TELEMETRY_NAMES) == SEED_TELEMETRY_DIM
 
 
-def obs_dim(use_telemetry: bool = True) -> int:
-    return OBS_DIM if use_telemetry else BASE_FEATURE_DIM
+def feature_names(space: ActionSpace, use_telemetry: bool = True) -> tuple[str, ...]:
+    """What each observation feature is, in order (its blueprint one-hots named after `space`'s head)."""
+    slot_names = (*_SLOT_STATE_NAMES, *(f"blueprint_{b}" for b in space.head))
+    telemetry = tuple(f"{slot}_{name}" for slot in CANONICAL_SLOTS for name in _TELEMETRY_NAMES)
+    return (*_GLOBAL_NAMES, *(f"{slot}_{name}" for slot in CANONICAL_SLOTS for name in slot_names),
+            *(telemetry if use_telemetry else ()))
+
+
+def obs_dim(space: ActionSpace, use_telemetry: bool = True) -> int:
+    """The observation's size for `space`: 80 (50 without telemetry) for the five built-in CNN blueprints."""
+    return len(feature_names(space, use_telemetry))
 
 
 def safe(v: float | int | None, default: float) -> float:
@@ -93,11 +90,11 @@ def _history(scaled: list[float]) -> list[float]:
     return [0.0] * (HISTORY_LEN - len(out)) + out
 
 
-def _slot_block(report: SeedStateReport | None, topology: str) -> list[float]:
+def _slot_block(report: SeedStateReport | None, space: ActionSpace) -> list[float]:
     if report is None:
-        return [0.0] * SLOT_BLOCK_DIM
-    one_hot = [0.0] * NUM_BLUEPRINTS
-    head_index = BlueprintAction.from_blueprint_id(report.blueprint_id, topology)
+        return [0.0] * (len(_SLOT_STATE_NAMES) + space.num_blueprints)
+    one_hot = [0.0] * space.num_blueprints
+    head_index = space.blueprint_index(report.blueprint_id)
     if head_index is not None:
         one_hot[head_index] = 1.0
     return [
@@ -120,7 +117,7 @@ def signals_to_features(
     *,
     slot_reports: Mapping[str, SeedStateReport],
     enabled_slots: Iterable[str],
-    topology: str,
+    space: ActionSpace,
     max_epochs: int,
     host_param_count: int,
     seed_param_count_total: int,
@@ -129,7 +126,8 @@ def signals_to_features(
     random_guess_loss: float,
     use_telemetry: bool = True,
 ) -> list[float]:
-    """The observation: 80 floats (50 without the per-slot telemetry blocks)."""
+    """The observation: `obs_dim(space, use_telemetry)` floats (80, or 50 without the per-slot telemetry blocks, for
+    the built-in CNN blueprints)."""
     enabled = ordered_slots(enabled_slots)
     stray = sorted(set(slot_reports) - set(enabled))
     if stray:
@@ -165,11 +163,11 @@ def signals_to_features(
     ]
     reports = [slot_reports.get(slot) if slot in enabled else None for slot in CANONICAL_SLOTS]
     for report in reports:
-        features.extend(_slot_block(report, topology))
+        features.extend(_slot_block(report, space))
     if use_telemetry:
         for report in reports:
             features.extend(_telemetry_block(report))
-    assert len(features) == obs_dim(use_telemetry)
+    assert len(features) == obs_dim(space, use_telemetry)
     return features
 
 
@@ -179,7 +177,7 @@ def observation_features(obs: EnvObservation, *, use_telemetry: bool = True) -> 
         obs.signals,
         slot_reports=obs.slot_reports,
         enabled_slots=obs.enabled_slots,
-        topology=obs.topology,
+        space=obs.action_space,
         max_epochs=obs.max_epochs,
         host_param_count=obs.host_param_count,
         seed_param_count_total=obs.total_param_count - obs.host_param_count,

@@ -3,21 +3,25 @@
     import gymnasium
     env = gymnasium.make("esper.env.gym:esper/Morpho-v0", task="synthetic", max_epochs=10)  # imports, then makes
     obs, info = env.reset(seed=0)                       # trains and observes epoch 1
-    obs, reward, terminated, truncated, info = env.step(int(np.flatnonzero(env.unwrapped.action_masks())[0]))
+    obs, reward, terminated, truncated, info = env.step(int(np.flatnonzero(env.action_masks())[0]))
     envs = gymnasium.make_vec("esper.env.gym:esper/Morpho-v0", num_envs=4, vectorization_mode="async",
                               vector_kwargs={"context": "spawn"}, task="synthetic")
 
 A thin adapter over a `Lockstep` of one `MorphoEnv` and its twin, which takes the agent's action between the two
 halves of every epoch (`measure`, `apply`), so an episode here is exactly the episode esper's own controllers run:
-`reset` trains epoch 1 and returns its 80 features; each `step(a)` executes the decision `a` (a joint action index),
-trains the next epoch and returns its features and the decision's `gap` reward (the change in the accuracy gap to the
-static twin that trains beside the env, minus the parameter and intervention costs). An episode of T epochs has T − 1
-steps; the last one is `terminated`.
+`reset` trains epoch 1 and returns its features (80 with the built-in CNN blueprints); each `step(a)` executes the
+decision `a` (a joint action index), trains the next epoch and returns its features and the decision's `gap` reward
+(the change in the accuracy gap to the static twin that trains beside the env, minus the parameter and intervention
+costs). An episode of T epochs has T − 1 steps; the last one is `terminated`.
 
 Invalid actions raise `InvalidActionError`, naming the action and the valid ones: silently replacing them (with a
 WAIT, say) would hide a masking bug in the agent. Because of that, the action space samples among the actions valid
 right now (`action_space.sample()` is a valid random action); `action_masks()` gives the same booleans to agents
 that mask their own policy (sb3-contrib's MaskablePPO calls it by that name).
+
+Gymnasium's wrappers do not pass methods through (`gymnasium.make` wraps the env in its checkers), so the registered
+id ends with `ActionMasks`, a wrapper whose `action_masks()` asks the env beneath it: `gymnasium.make(...)` returns an
+env with `action_masks()`. Under wrappers of your own, call `env.get_wrapper_attr("action_masks")()`.
 
 Importing this module registers the id `esper/Morpho-v0` with Gymnasium (`"esper.env.gym:esper/Morpho-v0"` makes
 Gymnasium import it first, so a spec recreates the env in a fresh process); its keyword arguments are
@@ -48,20 +52,21 @@ except ImportError as error:  # pragma: no cover - exercised by a subprocess tes
     raise ImportError("MorphoGymEnv needs the optional [gym] extra: pip install 'esper[gym]'") from error
 
 from esper.env.env import EnvSpec, MorphoEnv
-from esper.env.features import FEATURE_RANGE, observation_features
+from esper.env.features import FEATURE_RANGE, obs_dim, observation_features
 from esper.env.lockstep import EpochData, Lockstep, MeasuredEpoch
 from esper.env.rewards import RewardFamily, RewardFn, make_reward_fn
-from esper.leyline import CANONICAL_SLOTS, EnvObservation, SeedStage, from_joint_index, ordered_slots
-from esper.leyline.constants import DEFAULT_BATCH_SIZE_TRAINING, DEFAULT_GAMMA, NUM_JOINT_ACTIONS, OBS_DIM
+from esper.leyline import CANONICAL_SLOTS, ActionSpace, EnvObservation, SeedStage, ordered_slots
+from esper.leyline.constants import DEFAULT_BATCH_SIZE_TRAINING, DEFAULT_GAMMA
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import derive_seed
 from esper.runtime.actors import intra_op_threads
 from esper.runtime.devices import resolve_device
+from esper.runtime.plugins import load_plugins
 from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 from esper.tamiyo import TamiyoDecision
 
-__all__ = ["ENV_ID", "GymEnvConfig", "InvalidActionError", "MorphoGymEnv", "ValidActionSpace", "describe_actions",
-           "register_envs"]
+__all__ = ["ENV_ID", "ActionMasks", "GymEnvConfig", "InvalidActionError", "MorphoGymEnv", "ValidActionSpace",
+           "describe_actions", "register_envs"]
 
 ENV_ID = "esper/Morpho-v0"
 
@@ -74,6 +79,8 @@ class GymEnvConfig:
 
     `param_cost` is the `gap` reward's λ_p (pp of accuracy per 100 % of added parameters); None takes the task's
     value measured at the sample cap nearest `max_train_samples`. `max_seeds` None allows one seed per enabled slot.
+    `plugins` (module names or `.py` paths) register tasks and blueprints of one's own; they load with the config, so
+    every process of a vector env loads them before it resolves the task.
     """
 
     task: str = "synthetic"
@@ -85,11 +92,13 @@ class GymEnvConfig:
     max_val_samples: int | None = 512
     device: str = "cpu"
     param_cost: float | None = None
+    plugins: tuple[str, ...] = ()
     data: DataOptions = field(default_factory=DataOptions)
 
     def __post_init__(self) -> None:
-        get_task_spec(self.task)  # an unknown task is an error naming the known ones
-        object.__setattr__(self, "task", self.task.lower())
+        object.__setattr__(self, "plugins", tuple(self.plugins))
+        load_plugins(self.plugins)
+        object.__setattr__(self, "task", get_task_spec(self.task).name)  # an unknown task names the known ones
         if not self.slots:
             raise UserInputError(f"Enable at least one slot (of {list(CANONICAL_SLOTS)})")
         object.__setattr__(self, "slots", ordered_slots(self.slots))
@@ -111,7 +120,8 @@ class InvalidActionError(UserInputError):
 
 
 class ValidActionSpace(spaces.Discrete):
-    """`Discrete(43)` over the joint action index whose `sample()` draws among the actions valid right now.
+    """`Discrete(n)` over the joint action index (n = 43 with the built-in CNN blueprints) whose `sample()` draws
+    among the actions valid right now.
 
     The env refreshes `valid` after every reset and step. Passing a `mask` or `probability` samples exactly as
     `Discrete` does. Generic tools that only know `action_space.sample()` (random agents, Gymnasium's env checker)
@@ -128,11 +138,11 @@ class ValidActionSpace(spaces.Discrete):
         return super().sample(mask=mask, probability=probability)
 
 
-def describe_actions(indices: Any, topology: str) -> str:
+def describe_actions(indices: Any, space: ActionSpace) -> str:
     """Joint indices as readable runs of one op and slot, e.g. `0 WAIT; 1-12 GERMINATE early; 37 CULL early`."""
     runs: list[tuple[int, int, str]] = []
     for index in (int(i) for i in indices):
-        command = from_joint_index(index).to_command(topology)
+        command = space.from_joint_index(index).to_command(space)
         label = command.op.name if command.slot_id is None else f"{command.op.name} {command.slot_id}"
         if runs and runs[-1][2] == label and runs[-1][1] == index - 1:
             runs[-1] = (runs[-1][0], index, label)
@@ -153,8 +163,9 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
         if config is not None and (settings or data_dir is not None or data_path is not None):
             raise UserInputError("Pass either a GymEnvConfig or its fields as keywords, not both")
         if config is None:
-            if "slots" in settings:
-                settings["slots"] = tuple(settings["slots"])
+            for key in ("slots", "plugins"):
+                if key in settings:
+                    settings[key] = tuple(settings[key])
             data = DataOptions(data_dir=Path("data") if data_dir is None else Path(data_dir),
                                data_path=None if data_path is None else Path(data_path))
             try:
@@ -166,15 +177,16 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
         self.config = config
         self.task = get_task_spec(self.config.task)
         self.device = resolve_device(self.config.device)
-        self.observation_space = spaces.Box(*FEATURE_RANGE, shape=(OBS_DIM,), dtype=np.float32)
-        self.action_space: ValidActionSpace = ValidActionSpace(NUM_JOINT_ACTIONS)
+        self.esper_actions = self.task.action_space  # the task's action space, which the joint index enumerates
+        self.observation_space = spaces.Box(*FEATURE_RANGE, shape=(obs_dim(self.esper_actions),), dtype=np.float32)
+        self.action_space: ValidActionSpace = ValidActionSpace(self.esper_actions.num_joint_actions)
         self._reward_fn: RewardFn = make_reward_fn(
             RewardFamily.GAP, self.task, DEFAULT_GAMMA, param_cost=self.config.param_cost,
             max_train_samples=self.config.max_train_samples)
         self._cache = DataCache(self.config.data)
         self._episode: Lockstep | None = None
         self._measured: MeasuredEpoch | None = None  # the episode's latest epoch
-        self._mask = np.zeros(NUM_JOINT_ACTIONS, dtype=bool)  # validity of the joint actions after this epoch
+        self._mask = np.zeros(self.esper_actions.num_joint_actions, dtype=bool)  # validity of the joint actions now
         self.env_seed: int | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -225,8 +237,8 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
             return self._step(index, episode)
 
     def _step(self, index: int, episode: Lockstep) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
-        factored = from_joint_index(index)
-        decision = TamiyoDecision(factored.to_command(self.task.topology), factored, reason="gym action",
+        factored = self.esper_actions.from_joint_index(index)
+        decision = TamiyoDecision(factored.to_command(self.esper_actions), factored, reason="gym action",
                                   confidence=1.0)
         episode.apply([decision])
         following = episode.measure()
@@ -242,7 +254,7 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
         return self._observe(following), float(step.reward.total()), following.last, False, info
 
     def action_masks(self) -> np.ndarray:
-        """Which of the 43 joint actions are valid now (the sb3-contrib MaskablePPO convention)."""
+        """Which joint actions are valid now (the sb3-contrib MaskablePPO convention)."""
         if self._measured is None:
             raise RuntimeError("Call reset() before action_masks(): there is no episode yet")
         return self._mask.copy()
@@ -251,20 +263,21 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
 
     def _check_action(self, action: Any, obs: EnvObservation) -> int:
         def valid() -> str:
-            return describe_actions(np.flatnonzero(self._mask), obs.topology)
+            return describe_actions(np.flatnonzero(self._mask), obs.action_space)
 
+        last = self.esper_actions.num_joint_actions - 1
         try:
             if isinstance(action, bool | np.bool_):
                 raise TypeError
             index = operator.index(action)
         except TypeError:
             raise InvalidActionError(f"Action {action!r} is not an integer: actions are joint indices "
-                                     f"0-{NUM_JOINT_ACTIONS - 1}; valid after epoch {obs.epoch}: {valid()}") from None
-        if not 0 <= index < NUM_JOINT_ACTIONS:
-            raise InvalidActionError(f"Action {index} is out of range 0-{NUM_JOINT_ACTIONS - 1}; valid after epoch "
-                                     f"{obs.epoch}: {valid()}")
+                                     f"0-{last}; valid after epoch {obs.epoch}: {valid()}") from None
+        if not 0 <= index <= last:
+            raise InvalidActionError(f"Action {index} is out of range 0-{last}; valid after epoch {obs.epoch}: "
+                                     f"{valid()}")
         if not self._mask[index]:
-            command = from_joint_index(index).to_command(obs.topology)
+            command = self.esper_actions.from_joint_index(index).to_command(self.esper_actions)
             raise InvalidActionError(f"Action {index} ({command.describe()}) is not valid after epoch {obs.epoch}: "
                                      f"valid actions are {valid()} (see action_masks())")
         return index
@@ -290,10 +303,27 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
         }
 
 
+class ActionMasks(gymnasium.Wrapper[np.ndarray, np.int64, np.ndarray, np.int64],
+                  gymnasium.utils.RecordConstructorArgs):
+    """`action_masks()` on the outside of a wrapped `MorphoGymEnv`: Gymnasium's wrappers do not forward methods, and
+    maskable agents (sb3-contrib's MaskablePPO) call this one by name on the env they are given. `gymnasium.make`
+    applies it last, so the env it returns has the method; it changes nothing else."""
+
+    def __init__(self, env: gymnasium.Env[np.ndarray, np.int64]) -> None:
+        gymnasium.utils.RecordConstructorArgs.__init__(self)  # its spec records it: Minari recreates it too
+        gymnasium.Wrapper.__init__(self, env)
+
+    def action_masks(self) -> np.ndarray:
+        """`MorphoGymEnv.action_masks()` of the env beneath, through any wrappers between."""
+        masks: np.ndarray = self.env.get_wrapper_attr("action_masks")()
+        return masks
+
+
 def register_envs() -> None:
     """Register `esper/Morpho-v0` with Gymnasium (importing this module does; calling it again is harmless)."""
     if ENV_ID not in gymnasium.registry:
-        gymnasium.register(ENV_ID, entry_point="esper.env.gym:MorphoGymEnv")
+        gymnasium.register(ENV_ID, entry_point="esper.env.gym:MorphoGymEnv",
+                           additional_wrappers=(ActionMasks.wrapper_spec(),))
 
 
 register_envs()

@@ -112,3 +112,8 @@ class EpisodeResult:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    @property
+    def decisions(self) -> int:
+        """How many decisions the episode took: its rows in steps.jsonl (every decision counts its op once)."""
+        return sum(self.action_counts.values())

@@ -1,8 +1,9 @@
 """Action masks as tensors, and the conditioning used by dependent sampling.
 
 All rules live in `leyline.compute_action_validity`; this module only turns an `ActionValidity` into bool tensors.
-A full mask dict has six keys: `op` [4], `slot` [3], `blueprint` [5], `blend` [3] and the joint `op_slot` [4, 3] and
-`slot_blueprint` [3, 5] (each optionally with a leading batch dimension). Hand-built dicts with only the four head
+A full mask dict has six keys: `op` [4], `slot` [3], `blueprint` [B], `blend` [3] and the joint `op_slot` [4, 3] and
+`slot_blueprint` [3, B] (each optionally with a leading batch dimension), B being the size of the topology's blueprint
+head (5 for the built-in CNN blueprints). Hand-built dicts with only the four head
 keys are accepted everywhere: the joint keys then broadcast `slot` over the non-WAIT ops and `blueprint` over slots.
 """
 
@@ -13,18 +14,16 @@ from collections.abc import Iterable, Mapping, Sequence
 import torch
 
 from esper.leyline.actions import (
+    ActionSpace,
     ActionValidity,
     LifecycleOp,
     MaskSeedInfo,
     compute_action_validity,
-    from_joint_index,
     ordered_slots,
 )
 from esper.leyline.constants import (
     DEFAULT_MIN_FOSSILIZE_CONTRIBUTION,
     NUM_BLENDS,
-    NUM_BLUEPRINTS,
-    NUM_JOINT_ACTIONS,
     NUM_OPS,
     NUM_SLOTS,
 )
@@ -43,14 +42,13 @@ __all__ = [
 ]
 
 HEAD_KEYS: tuple[str, ...] = ("op", "slot", "blueprint", "blend")
-_HEAD_SIZES: dict[str, tuple[int, ...]] = {
-    "op": (NUM_OPS,),
-    "slot": (NUM_SLOTS,),
-    "blueprint": (NUM_BLUEPRINTS,),
-    "blend": (NUM_BLENDS,),
-    "op_slot": (NUM_OPS, NUM_SLOTS),
-    "slot_blueprint": (NUM_SLOTS, NUM_BLUEPRINTS),
-}
+MASK_KEYS: tuple[str, ...] = (*HEAD_KEYS, "op_slot", "slot_blueprint")
+
+
+def _mask_sizes(num_blueprints: int) -> dict[str, tuple[int, ...]]:
+    """The shape of each mask (without the batch dimension) for a blueprint head of `num_blueprints`."""
+    return {"op": (NUM_OPS,), "slot": (NUM_SLOTS,), "blueprint": (num_blueprints,), "blend": (NUM_BLENDS,),
+            "op_slot": (NUM_OPS, NUM_SLOTS), "slot_blueprint": (NUM_SLOTS, num_blueprints)}
 
 
 def build_slot_states(
@@ -102,24 +100,26 @@ def compute_action_masks(
     max_seeds: int = 0,
     device: str | torch.device | None = None,
     *,
-    topology: str = "cnn",
+    space: ActionSpace,
     embargoed: Iterable[str] = (),
 ) -> dict[str, torch.Tensor]:
     """Masks for one environment; keys of `slot_states` are the enabled slots."""
     validity = compute_action_validity(
-        slot_states, total_seeds=total_seeds, max_seeds=max_seeds, topology=topology, embargoed=embargoed
+        slot_states, total_seeds=total_seeds, max_seeds=max_seeds, space=space, embargoed=embargoed
     )
     return masks_from_validity(validity, device)
 
 
 def full_masks(masks: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Validate shapes and add the joint keys to a hand-built dict (by broadcasting), as bool tensors."""
+    """Validate shapes and add the joint keys to a hand-built dict (by broadcasting), as bool tensors; the blueprint
+    head's size is read from the `blueprint` mask."""
     missing = [k for k in HEAD_KEYS if k not in masks]
     if missing:
         raise KeyError(f"Mask dict lacks heads {missing}; got keys {sorted(masks)}")
     batch = tuple(masks["op"].shape[:-1])
+    num_blueprints = int(masks["blueprint"].shape[-1])
     out: dict[str, torch.Tensor] = {}
-    for key, size in _HEAD_SIZES.items():
+    for key, size in _mask_sizes(num_blueprints).items():
         if key not in masks:
             continue
         value = masks[key].to(torch.bool)
@@ -131,7 +131,7 @@ def full_masks(masks: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         non_wait[LifecycleOp.WAIT] = False
         out["op_slot"] = out["slot"].unsqueeze(-2) & non_wait
     if "slot_blueprint" not in out:
-        out["slot_blueprint"] = out["blueprint"].unsqueeze(-2).expand(*batch, NUM_SLOTS, NUM_BLUEPRINTS).clone()
+        out["slot_blueprint"] = out["blueprint"].unsqueeze(-2).expand(*batch, NUM_SLOTS, num_blueprints).clone()
     return out
 
 
@@ -144,7 +144,7 @@ def compute_batch_masks(
     per_env = [
         masks_from_validity(item, device) if isinstance(item, ActionValidity) else full_masks(item) for item in items
     ]
-    return {key: torch.stack([m[key].to(device) for m in per_env]) for key in _HEAD_SIZES}
+    return {key: torch.stack([m[key].to(device) for m in per_env]) for key in MASK_KEYS}
 
 
 def condition_on_action(
@@ -174,21 +174,22 @@ def condition_on_action(
     return used if batched else {k: v.squeeze(0) for k, v in used.items()}
 
 
-def masks_from_joint(valid: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The six [B, ...] head masks from the 43-entry joint validity [B, 43] that datasets store.
+def masks_from_joint(valid: torch.Tensor, space: ActionSpace) -> dict[str, torch.Tensor]:
+    """The six [N, ...] head masks from the joint validity [N, joint actions of `space`] that datasets store.
 
     Exact for esper's rules, where the valid blends do not depend on the slot or blueprint chosen.
     """
-    if valid.dim() != 2 or valid.shape[1] != NUM_JOINT_ACTIONS:
-        raise ValueError(f"Expected joint validity of shape [B, {NUM_JOINT_ACTIONS}], got {tuple(valid.shape)}")
+    joint = space.num_joint_actions
+    if valid.dim() != 2 or valid.shape[1] != joint:
+        raise ValueError(f"Expected joint validity of shape [N, {joint}], got {tuple(valid.shape)}")
     valid = valid.to(torch.bool)
     n, device = valid.shape[0], valid.device
     op = torch.zeros(n, NUM_OPS, dtype=torch.bool, device=device)
     op_slot = torch.zeros(n, NUM_OPS, NUM_SLOTS, dtype=torch.bool, device=device)
-    slot_blueprint = torch.zeros(n, NUM_SLOTS, NUM_BLUEPRINTS, dtype=torch.bool, device=device)
+    slot_blueprint = torch.zeros(n, NUM_SLOTS, space.num_blueprints, dtype=torch.bool, device=device)
     blend = torch.zeros(n, NUM_BLENDS, dtype=torch.bool, device=device)
-    for index in range(NUM_JOINT_ACTIONS):
-        a, column = from_joint_index(index), valid[:, index]
+    for index in range(joint):
+        a, column = space.from_joint_index(index), valid[:, index]
         op[:, a.op] |= column
         if a.op != LifecycleOp.WAIT:
             op_slot[:, a.op, a.slot] |= column

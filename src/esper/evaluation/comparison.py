@@ -137,7 +137,7 @@ def run_comparison(specs: Sequence[ControllerSpec], plan: EpisodePlan, episodes:
     `labels` (default: `controller_labels(specs)`) name the controllers in results, tables and plots. `resume`
     (from `resume_point`) continues an interrupted run past its finished episodes. With a `run_dir`, results.json is
     rewritten after every paired episode of the first phase, so an interrupted comparison still has results for its
-    finished episodes; the final one follows the last phase.
+    finished episodes, marked incomplete (`ComparisonResult.incomplete_note`); the final one follows the last phase.
     """
     check_controllers(specs, plan)
     tie_threshold = one_test_sample(plan, cache) if tie_threshold is None else tie_threshold
@@ -147,12 +147,18 @@ def run_comparison(specs: Sequence[ControllerSpec], plan: EpisodePlan, episodes:
     first = [(s, n) for s, n in zip(specs, names, strict=True) if not _is_matched(s)]
     first_names = [n for _, n in first]
     results = list(resume.done(0)) if resume is not None else []
+    pending = [n for n in names if n not in first_names]
+
+    def write_partial() -> None:
+        if run_dir is not None and results:
+            ComparisonResult.from_episodes(first_names, results, tie_threshold=tie_threshold, seed=plan.seed,
+                                           planned=episodes, pending=pending).write(run_dir)
 
     def partial_results(episode: int, finished: list[EpisodeResult], models: object) -> None:
         results.extend(finished)
-        if run_dir is not None:
-            partial = ComparisonResult.from_episodes(first_names, results, tie_threshold=tie_threshold, seed=plan.seed)
-            partial.write(run_dir)
+        write_partial()
+
+    write_partial()  # a resumed run asked for more episodes is unfinished again from its start
 
     matched: dict[str, Any] = {}
     with EnvPool(plan.workers, cache, role="episode worker") as pool:
@@ -170,7 +176,8 @@ def run_comparison(specs: Sequence[ControllerSpec], plan: EpisodePlan, episodes:
             results += run_controller_episodes([spec], plan, episodes, pool, sink=sink, run_dir=run_dir,
                                                labels=[f"static:{MATCHED}"],
                                                start=resume.completed[1] if resume is not None else 0)
-    comparison = ComparisonResult.from_episodes(names, results, tie_threshold=tie_threshold, seed=plan.seed)
+    comparison = ComparisonResult.from_episodes(names, results, tie_threshold=tie_threshold, seed=plan.seed,
+                                                planned=episodes)
     comparison.matched = matched
     if run_dir is not None:
         comparison.write(run_dir)

@@ -81,7 +81,7 @@ def paired_seeds(plan: EpisodePlan, episode: int) -> tuple[int, int]:
 def build_controller(spec: ControllerSpec, plan: EpisodePlan, *, episode: int, index: int) -> TamiyoPolicy:
     """A controller ready for episode `episode`, seeded from (plan seed, episode, its position among the specs)."""
     lifecycle = plan.task.lifecycle
-    context = ControllerContext(topology=plan.task.topology, slots=plan.slots, max_epochs=plan.max_epochs,
+    context = ControllerContext(space=plan.task.action_space, slots=plan.slots, max_epochs=plan.max_epochs,
                                 seed=paired_seeds(plan, episode)[0], index=index,
                                 seed_training_epochs=lifecycle.min_training_epochs,
                                 seed_blending_epochs=max(lifecycle.blending_steps, lifecycle.min_blending_epochs),

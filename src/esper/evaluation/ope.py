@@ -13,9 +13,9 @@ Confidence intervals come from a seeded bootstrap over whole episodes (decisions
 FQE's bootstrap fits one Q-network per resample, all trained side by side as one batched network, so its interval
 includes the fitting noise, not just the spread of initial states.
 
-A target policy is any function `(states, valid) -> probabilities`: states are the **raw** 80 features as stored in
-the dataset (each controller applies its own input scaling), valid the [n, 43] joint-action masks, and the result
-[n, 43] probabilities that sum to 1 over the valid actions (one-hot for a deterministic controller).
+A target policy is any function `(states, valid) -> probabilities`: states are the **raw** features as stored in
+the dataset (each controller applies its own input scaling), valid the [n, J] joint-action masks, and the result
+[n, J] probabilities that sum to 1 over the valid actions (one-hot for a deterministic controller).
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ __all__ = ["OPEConfig", "OPEEstimate", "OfflineEvaluation", "ReturnSummary", "Ta
            "episode_returns", "evaluate_offline", "fqe", "pdwis", "target_probabilities"]
 
 TargetPolicy = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-"""(raw states [n, 80] float32, valid [n, 43] bool), both on CPU → action probabilities [n, 43]."""
+"""(raw states [n, F] float32, valid [n, J] bool), both on CPU → action probabilities [n, J] (F features and J joint
+actions of the dataset's action space: 80 and 43 for the built-in blueprints)."""
 
 
 class OPEConfig(BaseModel):

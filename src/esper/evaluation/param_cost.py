@@ -28,7 +28,7 @@ from esper.evaluation.stats import bootstrap_counts, percentile_interval
 from esper.leyline import CANONICAL_SLOTS, UserInputError
 from esper.leyline.seeding import SeedStream
 from esper.runtime.optim import LRSchedule
-from esper.runtime.rundir import write_json_atomic
+from esper.runtime.rundir import task_slug, write_json_atomic
 from esper.runtime.tasks import DataCache, TaskSpec
 
 __all__ = ["WIDTHS", "ParamCostMeasurement", "ParamCostSetting", "cached_param_cost", "measure_param_cost"]
@@ -57,8 +57,8 @@ class ParamCostSetting:
 
     def cache_file(self, data_dir: Path, host_parameters: int) -> Path:
         caps = f"train{self.max_train_samples or 'all'}_val{self.max_val_samples or 'all'}"
-        name = (f"{self.task}_h{host_parameters}_e{self.max_epochs}_{caps}_b{self.batch_size}_{self.lr_schedule}"
-                f"_n{self.episodes}_s{self.seed}_v{CACHE_VERSION}.json")
+        name = (f"{task_slug(self.task)}_h{host_parameters}_e{self.max_epochs}_{caps}_b{self.batch_size}_"
+                f"{self.lr_schedule}_n{self.episodes}_s{self.seed}_v{CACHE_VERSION}.json")
         return data_dir / CACHE_DIR / name
 
 

@@ -51,16 +51,15 @@ class ReplayPolicy:
     """Takes its schedule's command at each epoch when the env allows it, else WAIT; never looks at anything else."""
 
     schedule: Mapping[int, LifecycleCommand]
-    topology: str
     source: str
     name: str = REPLAY
 
     def decide(self, obs: EnvObservation) -> TamiyoDecision:
         command = self.schedule.get(obs.epoch, LifecycleCommand(LifecycleOp.WAIT))
-        if command.op != LifecycleOp.WAIT and not obs.validity.is_valid_command(command, obs.topology):
-            return TamiyoDecision.from_command(LifecycleCommand(LifecycleOp.WAIT), topology=self.topology,
+        if command.op != LifecycleOp.WAIT and not obs.validity.is_valid_command(command):
+            return TamiyoDecision.from_command(LifecycleCommand(LifecycleOp.WAIT), space=obs.action_space,
                                                reason=f"Replay: {command.describe()} not allowed now", confidence=1.0)
-        return TamiyoDecision.from_command(command, topology=self.topology, reason=f"Replay of {self.source}",
+        return TamiyoDecision.from_command(command, space=obs.action_space, reason=f"Replay of {self.source}",
                                            confidence=1.0)
 
 
@@ -75,7 +74,7 @@ def load_replay(path: Path, context: ControllerContext) -> ReplayPolicy:
     if context.max_epochs is not None and last != context.max_epochs:
         raise UserInputError(f"replay:{path} holds {last}-epoch episodes, not {context.max_epochs}: replay it in "
                              f"episodes of its own length (--max-epochs {last})")
-    return ReplayPolicy(replay_schedule(rows), context.topology, str(path))
+    return ReplayPolicy(replay_schedule(rows), str(path))
 
 
 @register_controller(REPLAY, argument="RUN", summary="a policy's most frequent action per epoch in RUN, replayed open "

@@ -1,5 +1,10 @@
 """Comparison results: per-controller summaries and paired statistics; `results.json` written and read back.
 
+An unfinished comparison's results say so: results.json has `complete` (false), `episodes_done` and
+`episodes_planned` (paired episodes) and `pending_controllers` (those still to run, e.g. static:matched, which needs
+the others' results first); results.csv starts with an "# incomplete: k of n paired episodes" line and the printed
+table's title with the same words.
+
 The primary metric is final accuracy on the held-out test split, which no controller, reward or gate has seen; the
 validation accuracy the controllers acted on is reported beside it. Episodes without a test score (logs from before
 test scores, PPO training episodes) fall back to validation accuracy, and `pairwise[a][b]["metric"]` says which.
@@ -65,6 +70,8 @@ class PairComparison(PairStats):
 _ADDED_STATS = frozenset({"final_test_accuracy", "final_test_loss", "train_flops", "wall_seconds"})
 _ADDED_PAIR = frozenset({"metric", "val"})
 """Keys results.json gained with test scores; a file without them is read as validation-only."""
+_PROGRESS = frozenset({"complete", "episodes_done", "episodes_planned", "pending_controllers"})
+"""Keys results.json gained to say whether the run is finished (derived, except the plan and what is pending)."""
 
 
 @dataclass
@@ -80,15 +87,20 @@ class ComparisonResult:
     per_controller: dict[str, ControllerStats] = field(default_factory=dict)
     pairwise: dict[str, dict[str, PairComparison]] = field(default_factory=dict)
     matched: dict[str, Any] = field(default_factory=dict)  # how static:matched was widened, when it ran
+    planned: int = 0  # paired episodes the run was asked for
+    pending: list[str] = field(default_factory=list)  # controllers of the run that have not run yet
 
     @classmethod
     def from_episodes(cls, controllers: list[str], episodes: list[EpisodeResult], *, tie_threshold: float,
-                      seed: int) -> ComparisonResult:
+                      seed: int, planned: int | None = None, pending: Sequence[str] = ()) -> ComparisonResult:
         """Summaries and paired statistics of `episodes`; an episode difference is a tie when |Δ| < `tie_threshold`
         (pass one test sample's worth, `stats.one_sample_pp`). `seed` is the comparison's seed, kept for the record:
-        the statistics themselves are deterministic."""
-        result = cls(controllers, episodes, tie_threshold, seed)
+        the statistics themselves are deterministic. An unfinished run passes the paired episodes it was asked for
+        (`planned`; default: those it holds) and the controllers it has not run yet (`pending`)."""
         by = _by_controller(controllers, episodes)
+        done = min((len(eps) for eps in by.values()), default=0)
+        result = cls(controllers, episodes, tie_threshold, seed, planned=done if planned is None else planned,
+                     pending=list(pending))
         for c, eps in by.items():
             actions = {op.name: statistics.fmean(e.action_counts[op.name] / max(1, sum(e.action_counts.values()))
                                                  for e in eps) for op in LifecycleOp}
@@ -122,6 +134,23 @@ class ComparisonResult:
     def reference(self) -> str:
         return self.controllers[0]
 
+    @property
+    def episodes_done(self) -> int:
+        """Paired episodes that every controller of the results has finished."""
+        return min((len(eps) for eps in _by_controller(self.controllers, self.episodes).values()), default=0)
+
+    @property
+    def complete(self) -> bool:
+        return self.episodes_done >= self.planned and not self.pending
+
+    def incomplete_note(self) -> str | None:
+        """"incomplete: k of n paired episodes" (and what has not run) while the run is unfinished; None after."""
+        if self.complete:
+            return None
+        waiting = f"; {', '.join(self.pending)} still to run" if self.pending else ""
+        return (f"incomplete: {self.episodes_done} of {self.planned} paired episodes{waiting} (rerun the command "
+                f"that wrote it to finish)")
+
     CSV_FILE: ClassVar[str] = "results.csv"
     CSV_COLUMNS: ClassVar[tuple[str, ...]] = (
         "controller", "episode", "env_seed", "final_test_accuracy", "final_test_loss", "final_accuracy",
@@ -131,7 +160,11 @@ class ComparisonResult:
     with pandas (`pd.read_csv`) or a spreadsheet."""
 
     def to_csv(self) -> str:
+        """The table; an unfinished run's starts with a "# incomplete: …" line (`pd.read_csv(path, comment="#")`)."""
         out = io.StringIO()
+        note = self.incomplete_note()
+        if note is not None:
+            out.write(f"# {note}\n")
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(self.CSV_COLUMNS)
         for e in self.episodes:
@@ -140,15 +173,18 @@ class ComparisonResult:
         return out.getvalue()
 
     def write(self, run_dir: RunDirectory, extra: Mapping[str, Any] | None = None) -> None:
-        """results.json (with `extra` keys beside the statistics) and results.csv, each written atomically."""
-        run_dir.write_json(self.FILE, {**self.to_dict(), **(extra or {})})
+        """results.csv, then results.json (with `extra` keys beside the statistics), each written atomically: a
+        results.json never has an older CSV beside it."""
         write_text_atomic(run_dir.path / self.CSV_FILE, self.to_csv())
+        run_dir.write_json(self.FILE, {**self.to_dict(), **(extra or {})})
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "reference": self.reference, "controllers": self.controllers, "tie_threshold": self.tie_threshold,
             "seed": self.seed, "per_controller": self.per_controller, "pairwise": self.pairwise,
-            "matched": self.matched, "episodes": [e.to_dict() for e in self.episodes],
+            "matched": self.matched, "complete": self.complete, "episodes_done": self.episodes_done,
+            "episodes_planned": self.planned, "pending_controllers": self.pending,
+            "episodes": [e.to_dict() for e in self.episodes],
         }
 
     @classmethod
@@ -157,10 +193,12 @@ class ComparisonResult:
 
         A results.json from before test scores (none of the `_ADDED_STATS`/`_ADDED_PAIR` keys) still reads: its test
         and cost summaries are computed from its episodes (so: no test scores) and its pairs are marked validation
-        accuracy, with `val` a copy of them.
+        accuracy, with `val` a copy of them. One from before the completeness keys (`_PROGRESS`) reads as the
+        paired episodes it holds.
         """
+        progress = _PROGRESS if _PROGRESS & set(data) else set()
         _check_keys(data, {"reference", "controllers", "tie_threshold", "seed", "per_controller", "pairwise",
-                           "matched", "episodes"}, source)
+                           "matched", "episodes", *progress}, source)
         if not isinstance(data["controllers"], list) or not isinstance(data["episodes"], list):
             raise LogFormatError(f"{source}: 'controllers' and 'episodes' must be lists")
         controllers = [str(c) for c in data["controllers"]]
@@ -198,8 +236,17 @@ class ComparisonResult:
                     pair = {**pair, "metric": "val_accuracy", "val": dict(pair)}
                 _check_typed(pair, PairComparison, f"{source} pairwise[{c!r}][{other!r}]")
                 pairwise[c][other] = pair
-        return cls(controllers, episodes, float(data["tie_threshold"]), int(data["seed"]), per_controller, pairwise,
-                   dict(data["matched"]))
+        result = cls(controllers, episodes, float(data["tie_threshold"]), int(data["seed"]), per_controller, pairwise,
+                     dict(data["matched"]))
+        if progress:
+            planned, pending = data["episodes_planned"], data["pending_controllers"]
+            if not isinstance(planned, int) or not isinstance(pending, list):
+                raise LogFormatError(f"{source}: 'episodes_planned' must be an integer and 'pending_controllers' a "
+                                     f"list; was it written by another esper version?")
+            result.planned, result.pending = planned, [str(c) for c in pending]
+        else:
+            result.planned = result.episodes_done
+        return result
 
 
 def _by_controller(controllers: Sequence[str], episodes: Sequence[EpisodeResult]) -> dict[str, list[EpisodeResult]]:

@@ -2,7 +2,9 @@
 
 Paired episodes are independent given their index (every env, controller and data order is seeded from the run's
 seed, its seed stream and the episode index), so a rerun can keep the episodes every controller finished and run the
-rest: the result equals an uninterrupted run's. A comparison runs in phases (the controllers side by side, then
+rest: the result equals an uninterrupted run's. An episode counts as finished only when its result and every one of
+its steps are logged (`esper.env.episode_logs`): one whose rows were torn or lost is run again, like an interrupted
+one, so the logs never have a gap. A comparison runs in phases (the controllers side by side, then
 `static:matched`, whose width depends on the first phase's results); a later phase's episodes only count once every
 earlier phase is complete, because its setting would otherwise change.
 """
@@ -13,8 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from esper.env import EpisodeResult
-from esper.runtime.rows import read_rows
-from esper.runtime.rundir import RunDirectory, RunDirectoryError, read_jsonl, rewrite_jsonl
+from esper.env.episode_logs import EpisodeLogs
+from esper.runtime.rundir import RunDirectory, RunDirectoryError
 
 __all__ = ["ResumePoint", "resume_point"]
 
@@ -54,17 +56,18 @@ def _complete_prefix(results: Sequence[EpisodeResult], labels: Sequence[str]) ->
 
 def resume_point(run_dir: RunDirectory, phases: Sequence[Sequence[str]], episodes: int,
                  host_seed: Callable[[int], int]) -> ResumePoint:
-    """What `run_dir` already holds of a run of `episodes` paired episodes in `phases`; steps.jsonl and
-    episodes.jsonl are cut back to it, so the rerun appends where the finished work ends. A phase may hold more
-    than `episodes` (the run was asked for fewer this time): callers refuse that. Episodes that ran on another host
-    seed than `host_seed(episode)` (another esper's seed rule) are refused before anything is cut."""
-    stored = read_rows(run_dir.path / EpisodeResult.FILE, EpisodeResult)
-    foreign = next((r for r in stored if r.env_seed != host_seed(r.episode)), None)
+    """What `run_dir` already holds of a run of `episodes` paired episodes in `phases` (its whole episodes);
+    steps.jsonl and episodes.jsonl are cut back to it, so the rerun appends where the finished work ends. A phase may
+    hold more than `episodes` (the run was asked for fewer this time): callers refuse that. Episodes that ran on
+    another host seed than `host_seed(episode)` (another esper's seed rule) are refused before anything is cut."""
+    logs = EpisodeLogs.read(run_dir.path)
+    foreign = next((r for r in logs.rows if r.env_seed != host_seed(r.episode)), None)
     if foreign is not None:
         raise RunDirectoryError(
             f"{run_dir.path} holds episode {foreign.episode} on host seed {foreign.env_seed}, not the seed this run "
             f"draws ({host_seed(foreign.episode)}): it was made by an esper with another seed rule. Pass --overwrite "
             f"to start over, or use another --run-dir")
+    stored = logs.whole()
     completed: list[int] = []
     for labels in phases:
         earlier_complete = all(k >= episodes for k in completed)
@@ -72,10 +75,5 @@ def resume_point(run_dir: RunDirectory, phases: Sequence[Sequence[str]], episode
     point = ResumePoint(tuple(tuple(p) for p in phases), tuple(completed), [])
     point.results.extend(r for r in stored if r.controller in {c for p in phases for c in p}
                          and point.keeps(r.controller, r.episode))
-    kept = {(r.controller, r.episode) for r in point.results}
-    for name in (EpisodeResult.FILE, "steps.jsonl"):
-        path = run_dir.path / name
-        if path.exists():
-            rows = read_jsonl(path)
-            rewrite_jsonl(path, [row for row in rows if (row.get("controller"), row.get("episode")) in kept])
+    logs.cut({(r.controller, r.episode) for r in point.results})
     return point

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from esper.datagen.configs import POLICY_PRESETS
 from esper.evaluation.results import ComparisonResult
+from esper.leyline import ActionSpace
 from esper.tamiyo import FIXED, GROW, fixed_variants, module_extensions
 from esper.tamiyo.fixed import parse_fixed_modules
 
@@ -23,18 +24,18 @@ __all__ = ["BEST_FIXED", "BEST_RULE", "Selection", "choose_best", "chosen_bluepr
 BEST_FIXED, BEST_RULE = "best-fixed", "best-rule"
 
 
-def rule_candidates(topology: str, slots: Sequence[str]) -> list[str]:
+def rule_candidates(space: ActionSpace, slots: Sequence[str]) -> list[str]:
     """The scripted rules best-rule's first selection round tries: every behaviour preset (random is a baseline of
     its own, not a rule) and every single-module `grow:` rule, which gives the module of each `fixed:` variant the
     earliest lifecycle a controller can."""
     return [*(f"behavior:{preset}" for preset in POLICY_PRESETS if preset != "random"),
-            *fixed_variants(topology, tuple(slots), kind=GROW)]
+            *fixed_variants(space, tuple(slots), kind=GROW)]
 
 
-def selection_candidates(topology: str, slots: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(fixed variants, rules) of the first selection round: every single-module `fixed:` variant of the topology's
+def selection_candidates(space: ActionSpace, slots: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(fixed variants, rules) of the first selection round: every single-module `fixed:` variant of the space's
     slots, and every rule."""
-    return fixed_variants(topology, tuple(slots)), rule_candidates(topology, slots)
+    return fixed_variants(space, tuple(slots)), rule_candidates(space, slots)
 
 
 def choose_best(means: Mapping[str, float], candidates: Sequence[str]) -> str:
@@ -43,7 +44,7 @@ def choose_best(means: Mapping[str, float], candidates: Sequence[str]) -> str:
     return max(candidates, key=lambda c: means[c])
 
 
-def greedy_extensions(means: Mapping[str, float], family: Sequence[str], latest: Sequence[str], topology: str,
+def greedy_extensions(means: Mapping[str, float], family: Sequence[str], latest: Sequence[str], space: ActionSpace,
                       slots: Sequence[str], max_modules: int) -> list[str]:
     """The next selection round's candidates of one family (the fixed variants, or the rules) evaluated so far: its
     best `fixed:` or `grow:` spec with one module more, while the round that found it (`latest`) improved on the
@@ -56,9 +57,9 @@ def greedy_extensions(means: Mapping[str, float], family: Sequence[str], latest:
     kind, _, argument = best.partition(":")
     if best not in latest or kind not in (FIXED, GROW):
         return []
-    if len(parse_fixed_modules(argument, topology, slots, kind)) >= max_modules:
+    if len(parse_fixed_modules(argument, space, slots, kind)) >= max_modules:
         return []
-    return module_extensions(best, topology, slots)
+    return module_extensions(best, space, slots)
 
 
 def chosen_blueprints(best_fixed: str) -> list[str]:
@@ -80,16 +81,16 @@ RunRound = Callable[[int, list[str]], ComparisonResult]
 """Runs (or continues) selection round n on the given candidates and returns its comparison."""
 
 
-def greedy_selection(topology: str, slots: Sequence[str], max_modules: int, run_round: RunRound) -> Selection:
+def greedy_selection(space: ActionSpace, slots: Sequence[str], max_modules: int, run_round: RunRound) -> Selection:
     """The greedy rounds (see the module docstring), each run by `run_round`, and best-fixed and best-rule."""
-    fixed, rules = selection_candidates(topology, slots)
+    fixed, rules = selection_candidates(space, slots)
     candidates = [*fixed, *rules]
     rounds: list[ComparisonResult] = []
     means: dict[str, float] = {}
     while candidates:
         rounds.append(run_round(len(rounds) + 1, candidates))
         means.update({c: rounds[-1].per_controller[c]["final_accuracy"]["mean"] for c in candidates})
-        more_fixed, more_rules = (greedy_extensions(means, family, candidates, topology, slots, max_modules)
+        more_fixed, more_rules = (greedy_extensions(means, family, candidates, space, slots, max_modules)
                                   for family in (fixed, rules))
         fixed, rules, candidates = [*fixed, *more_fixed], [*rules, *more_rules], [*more_fixed, *more_rules]
     return Selection(rounds, {BEST_FIXED: choose_best(means, fixed), BEST_RULE: choose_best(means, rules)})

@@ -45,20 +45,22 @@ __all__ = ["REFERENCES", "STUDY_PRESETS", "StudyPreset", "StudyResults", "evalua
 @dataclass(frozen=True)
 class StudyPreset:
     """A training preset, the baselines its controller is compared with, how many paired evaluation seeds, how many
-    selection seeds choose best-fixed and best-rule (0: no selection), and how many training runs."""
+    selection seeds choose best-fixed and best-rule (0: no selection), how many training runs, and whether it is a
+    workflow demo (episodes too short to measure growth: the study says so when it ends)."""
 
     training: str
     baselines: tuple[str, ...]
     seeds: int
     selection_seeds: int = 0
     runs: int = 1
+    workflow_demo: bool = False
 
 
 REPLAY_SEEDS_WITHOUT_SELECTION = 2
 """Selection-stream seeds a replay is read from when a study runs no selection (the quick demo)."""
 _BASELINES = (*static_width_labels(), "static:matched", "heuristic", "random")
 STUDY_PRESETS: dict[str, StudyPreset] = {
-    "quick": StudyPreset("quick", ("static", "static:2", "heuristic"), 3),
+    "quick": StudyPreset("quick", ("static", "static:2", "heuristic"), 3, workflow_demo=True),
     "synthetic": StudyPreset("synthetic", _BASELINES, 20, selection_seeds=5, runs=5),
     "fashion_mnist": StudyPreset("fashion_mnist", _BASELINES, 20, selection_seeds=5, runs=5),
 }

@@ -3,16 +3,25 @@ training run's policy, the aggregates over runs, the static frontier, and the tw
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from esper.evaluation.regime import HEADROOM_PP, SLOPE_THRESHOLD
 from esper.evaluation.results import ComparisonResult
 from esper.evaluation.runs import FINAL, INIT, REPLAY_ROLE
-from esper.evaluation.study import REFERENCES, StudyResults
+from esper.evaluation.study import REFERENCES, StudyPreset, StudyResults
+from esper.runtime.rows import LogFormatError
+from esper.runtime.rundir import write_json_atomic, write_text_atomic
+from esper.simic.ppo.config import TrainingConfig
 
-__all__ = ["convergence_line", "summary_markdown"]
+__all__ = ["REFERENCE_STUDY", "SUMMARY_FILE", "convergence_line", "demo_note", "mark_rerun", "summary_markdown"]
+
+SUMMARY_FILE = "summary.md"
+REFERENCE_STUDY = "esper study --preset synthetic --workers 2"
+"""The study whose numbers are results: the CPU reference preset, its env groups on two cores."""
 
 
 def _interval(mean: float | None, ci: Sequence[float] | None) -> str:
@@ -41,6 +50,14 @@ def convergence_line(regime: Mapping[str, Any]) -> str:
         if not regime.get("has_headroom", True):
             verdict += f" — **both ≤ {HEADROOM_PP:g} pp: growth has nothing to add in this setting**"
     return verdict + "."
+
+
+def demo_note(preset: StudyPreset) -> str:
+    """What a workflow-demo study shows and what it cannot, and the command that gives a result instead."""
+    epochs = TrainingConfig.preset(preset.training).max_epochs
+    return (f"This was a workflow demo, not a result: its {epochs}-epoch episodes are too short for any seed to finish "
+            f"its lifecycle, so the heuristic ends where static does and the policy is not expected to beat static.\n"
+            f"For a result, run the reference study (hours on a 2-core CPU): {REFERENCE_STUDY}")
 
 
 def _cost(cost: Mapping[str, Any] | None) -> str:
@@ -156,3 +173,30 @@ def summary_markdown(result: ComparisonResult, study: StudyResults, *, title: st
                   "controllers keep every blueprint."]
     lines += ["", "Command:", "", f"    {command}", ""]
     return "\n".join(lines)
+
+
+def mark_rerun(path: Path, seeds: int, runs: int) -> None:
+    """A finished study rerun with other `seeds` or `runs` is unfinished again: until its new finish replaces them,
+    its results.json (`complete`: false), results.csv and summary.md (a first line) say that they describe the
+    earlier finish."""
+    results = path / ComparisonResult.FILE
+    if not results.is_file():
+        return
+    try:
+        data = json.loads(results.read_text(encoding="utf-8"))
+        earlier = int(data["study"]["seeds"]), int(data["study"]["runs"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise LogFormatError(f"{results} is not a study's results ({exc}): pass --overwrite to start the study "
+                             f"over") from exc
+    if earlier == (seeds, runs):
+        return
+    note = (f"incomplete: this study now runs {seeds} paired evaluation seeds and {runs} training run(s); these "
+            f"results are from its earlier finish ({earlier[0]} seeds, {earlier[1]} runs) (rerun the command to "
+            f"finish it)")
+    write_json_atomic(results, {**data, "complete": False, "episodes_planned": seeds})
+    for name, prefix in ((ComparisonResult.CSV_FILE, "# "), (SUMMARY_FILE, "> ")):
+        file = path / name
+        if file.is_file():
+            lines = file.read_text(encoding="utf-8").splitlines(keepends=True)
+            kept = lines[1:] if lines and lines[0].startswith(f"{prefix}incomplete:") else lines
+            write_text_atomic(file, f"{prefix}{note}\n" + "".join(kept))

@@ -1,7 +1,7 @@
 """Kasmina: the body. Hosts, blueprints, blending, isolation, the seed lifecycle and MorphogeneticModel."""
 
 from esper.kasmina.blending import BLEND_IDS, GatedBlend, schedule_alpha
-from esper.kasmina.blueprints import DEFAULT_REGISTRY, BlueprintRegistry, BlueprintSpec, default_registry
+from esper.kasmina.blueprints import DEFAULT_REGISTRY, BlueprintRegistry, BlueprintSpec, register_blueprint
 from esper.kasmina.fixed import FixedModulesHost, build_fixed_host
 from esper.kasmina.hosts import CNNHost, HostProtocol, TransformerHost, slot_boundaries
 from esper.kasmina.isolation import blend_lerp
@@ -28,7 +28,7 @@ __all__ = [
     "TransformerHost",
     "blend_lerp",
     "build_fixed_host",
-    "default_registry",
+    "register_blueprint",
     "schedule_alpha",
     "slot_boundaries",
 ]

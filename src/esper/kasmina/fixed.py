@@ -13,7 +13,7 @@ from typing import cast
 import torch
 from torch import Tensor, nn
 
-from esper.kasmina.blueprints import BlueprintRegistry, default_registry
+from esper.kasmina.blueprints import DEFAULT_REGISTRY, BlueprintRegistry
 from esper.kasmina.hosts import HostProtocol
 from esper.kasmina.isolation import blend_lerp
 from esper.leyline import CANONICAL_SLOTS
@@ -99,7 +99,7 @@ def build_fixed_host(host: nn.Module, fixed_modules: Sequence[tuple[str, str]], 
     if len(set(segments)) != len(segments):
         raise UserInputError(f"A segment holds one fixed module, got {list(fixed_modules)}")
     channels = _segment_channels(host, segments)
-    registry = registry if registry is not None else default_registry()
+    registry = registry if registry is not None else DEFAULT_REGISTRY
     modules: dict[str, nn.Module] = {}
     for segment, blueprint in fixed_modules:
         with torch.random.fork_rng(devices=[]):

@@ -9,11 +9,11 @@ from typing import Any, NamedTuple, cast
 import torch
 from torch import nn
 
-from esper.kasmina.blueprints import BlueprintRegistry
+from esper.kasmina.blueprints import DEFAULT_REGISTRY, BlueprintRegistry
 from esper.kasmina.hosts import HostProtocol
 from esper.kasmina.slot import EventCallback, SeedSlot, StageChange
 from esper.kasmina.state import LifecycleConfig
-from esper.leyline import GateResult, SeedStage, SeedStateReport, ordered_slots
+from esper.leyline import ActionSpace, GateResult, SeedStage, SeedStateReport, ordered_slots
 from esper.leyline.errors import UserInputError
 
 
@@ -65,11 +65,17 @@ class MorphogeneticModel(nn.Module):
         self.host = host
         self.topology: str = host.topology
         self.lifecycle = lifecycle
+        self.registry = registry if registry is not None else DEFAULT_REGISTRY
         self.seed_slots = nn.ModuleDict({
-            s: SeedSlot(s, host.segment_channels[s], host.topology, lifecycle=lifecycle, registry=registry,
+            s: SeedSlot(s, host.segment_channels[s], host.topology, lifecycle=lifecycle, registry=self.registry,
                         on_event=on_event)
             for s in self.slot_ids
         })
+
+    @property
+    def action_space(self) -> ActionSpace:
+        """What a controller may do to this model: its topology's blueprint head, from the registry it grows from."""
+        return self.registry.action_space(self.topology)
 
     @property
     def segments(self) -> HostProtocol:

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from esper.kasmina.blending import BLEND_IDS, GatedBlend, schedule_alpha
-from esper.kasmina.blueprints import BlueprintRegistry, default_registry
+from esper.kasmina.blueprints import DEFAULT_REGISTRY, BlueprintRegistry
 from esper.kasmina.isolation import blend_lerp
 from esper.kasmina.state import LifecycleConfig, QualityGates, SeedState
 from esper.leyline import (
@@ -60,7 +60,7 @@ class SeedSlot(nn.Module):
         self.topology = topology
         self.lifecycle = lifecycle
         self.gates = QualityGates(lifecycle)
-        self.registry = registry if registry is not None else default_registry()
+        self.registry = registry if registry is not None else DEFAULT_REGISTRY
         self.on_event = on_event
         self.seed: nn.Module | None = None
         self.gate: GatedBlend | None = None

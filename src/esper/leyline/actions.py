@@ -1,6 +1,8 @@
-"""Factored actions, the joint action index and the pure validity rules.
+"""Factored actions, the action space of each topology, the joint action index and the pure validity rules.
 
-Heads (op, slot, blueprint, blend) are factored; there is no flat action enum. `compute_action_validity` is the one
+Heads (op, slot, blueprint, blend) are factored; there is no flat action enum. The blueprint head is not fixed here:
+an `ActionSpace` is built from the blueprints registered for a topology (`esper.kasmina.register_blueprint`), and
+every size follows from it. `compute_action_validity` is the one
 set of rules shared by policy masks, the heuristic, the random controller and the environment's execution checks.
 """
 
@@ -14,8 +16,6 @@ from esper.leyline.constants import (
     CANONICAL_SLOTS,
     MIN_CULL_AGE,
     NUM_BLENDS,
-    NUM_BLUEPRINTS,
-    NUM_JOINT_ACTIONS,
     NUM_OPS,
     NUM_SLOTS,
 )
@@ -24,19 +24,18 @@ from esper.leyline.stages import SeedStage
 
 __all__ = [
     "BLEND_IDS",
-    "BLUEPRINT_HEAD",
     "CANONICAL_SLOTS",
+    "NOOP_BLUEPRINT",
+    "UNRECORDED_HEADS",
+    "ActionSpace",
     "ActionValidity",
     "BlendAction",
-    "BlueprintAction",
     "FactoredAction",
     "LifecycleCommand",
     "LifecycleOp",
     "MaskSeedInfo",
     "SlotAction",
     "compute_action_validity",
-    "from_joint_index",
-    "joint_index",
     "ordered_slots",
 ]
 
@@ -66,36 +65,6 @@ class SlotAction(IntEnum):
         if slot_id not in CANONICAL_SLOTS:
             raise UserInputError(f"Unknown slot: {slot_id}. Available: {list(CANONICAL_SLOTS)}")
         return cls(CANONICAL_SLOTS.index(slot_id))
-
-
-BLUEPRINT_HEAD: dict[str, tuple[str, ...]] = {
-    "cnn": ("noop", "conv_light", "attention", "norm", "depthwise"),
-    "transformer": ("noop", "lora", "attention", "norm", "mlp"),
-}
-
-
-def _check_topology(topology: str) -> None:
-    if topology not in BLUEPRINT_HEAD:
-        raise UserInputError(f"Unknown topology '{topology}'. Available: {sorted(BLUEPRINT_HEAD)}")
-
-
-class BlueprintAction(IntEnum):
-    NOOP = 0
-    CONV_LIGHT = 1
-    ATTENTION = 2
-    NORM = 3
-    DEPTHWISE = 4
-
-    def to_blueprint_id(self, topology: str = "cnn") -> str:
-        _check_topology(topology)
-        return BLUEPRINT_HEAD[topology][self.value]
-
-    @classmethod
-    def from_blueprint_id(cls, blueprint_id: str, topology: str = "cnn") -> BlueprintAction | None:
-        """Head index of a blueprint, or None when the blueprint is outside the policy head."""
-        _check_topology(topology)
-        head = BLUEPRINT_HEAD[topology]
-        return cls(head.index(blueprint_id)) if blueprint_id in head else None
 
 
 BLEND_IDS: tuple[str, ...] = ("linear", "sigmoid", "gated")
@@ -153,12 +122,121 @@ class LifecycleCommand:
         return f"{self.op.name} {self.slot_id}"
 
 
+NOOP_BLUEPRINT = "noop"
+"""Index 0 of every blueprint head: the placeholder a non-GERMINATE action carries, never a germination."""
+
+UNRECORDED_HEADS: dict[str, tuple[str, ...]] = {
+    "cnn": (NOOP_BLUEPRINT, "conv_light", "attention", "norm", "depthwise"),
+    "transformer": (NOOP_BLUEPRINT, "lora", "attention", "norm", "mlp"),
+}
+"""The heads of policy checkpoints and datasets written before they recorded their blueprint head: the built-in
+blueprints, the only ones there were then. Only readers of such files use this."""
+
+
+@dataclass(frozen=True, slots=True)
+class ActionSpace:
+    """The action space of one topology, derived from its registered blueprints.
+
+    `head` is the blueprint head of learned policies: "noop" first, then every blueprint a policy may choose, in
+    registration order; `others` are blueprints registered outside the head (`fixed:`, `grow:` and scripted rules may
+    build them, a policy never chooses them). Every size (the blueprint head, the joint actions, the observation's
+    blueprint one-hots) follows from `head`, so registering a blueprint needs no count changed anywhere.
+    """
+
+    topology: str
+    head: tuple[str, ...]
+    others: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if len(self.head) < 2 or self.head[0] != NOOP_BLUEPRINT:
+            raise UserInputError(f"The {self.topology} blueprint head must be '{NOOP_BLUEPRINT}' followed by at least "
+                                 f"one blueprint, got {list(self.head)}: register a blueprint for '{self.topology}'")
+        names = self.head + self.others
+        if len(set(names)) != len(names):
+            raise UserInputError(f"Blueprint names repeat in {list(names)}: give each blueprint one name")
+
+    @property
+    def num_blueprints(self) -> int:
+        return len(self.head)
+
+    @property
+    def buildable(self) -> tuple[str, ...]:
+        """Every blueprint a module can be built from: the head's (less noop) and the others."""
+        return self.head[1:] + self.others
+
+    @property
+    def num_joint_actions(self) -> int:
+        """WAIT, GERMINATE per (slot, head blueprint but noop, blend), CULL and FOSSILIZE per slot."""
+        return self._fossilize_base + NUM_SLOTS
+
+    @property
+    def _germinate_per_slot(self) -> int:
+        return (self.num_blueprints - 1) * NUM_BLENDS
+
+    @property
+    def _cull_base(self) -> int:
+        return 1 + NUM_SLOTS * self._germinate_per_slot
+
+    @property
+    def _fossilize_base(self) -> int:
+        return self._cull_base + NUM_SLOTS
+
+    def blueprint_id(self, index: int) -> str:
+        if not 0 <= index < self.num_blueprints:
+            raise ValueError(f"blueprint index {index} out of range [0, {self.num_blueprints})")
+        return self.head[index]
+
+    def blueprint_index(self, blueprint_id: str) -> int | None:
+        """Head index of a blueprint, or None when the blueprint is outside the head."""
+        return self.head.index(blueprint_id) if blueprint_id in self.head else None
+
+    def action(self, slot: int, blueprint: int, blend: int, op: int) -> FactoredAction:
+        """The factored action of head indices, each checked against its head's size."""
+        for name, value, size in (
+            ("slot", slot, NUM_SLOTS),
+            ("blueprint", blueprint, self.num_blueprints),
+            ("blend", blend, NUM_BLENDS),
+            ("op", op, NUM_OPS),
+        ):
+            if not 0 <= int(value) < size:
+                raise ValueError(f"{name} index {value} out of range [0, {size})")
+        return FactoredAction(SlotAction(slot), int(blueprint), BlendAction(blend), LifecycleOp(op))
+
+    def joint_index(self, action: FactoredAction) -> int:
+        """Index of a factored action among the joint actions (IQL, datasets, the Gymnasium action)."""
+        if action.op == LifecycleOp.WAIT:
+            return 0
+        s = int(action.slot)
+        if action.op == LifecycleOp.GERMINATE:
+            if action.blueprint == 0:
+                raise ValueError("GERMINATE with the noop blueprint has no joint index")
+            return 1 + self._germinate_per_slot * s + NUM_BLENDS * (action.blueprint - 1) + int(action.blend)
+        if action.op == LifecycleOp.CULL:
+            return self._cull_base + s
+        return self._fossilize_base + s
+
+    def from_joint_index(self, index: int) -> FactoredAction:
+        """Inverse of `joint_index`; placeholders (index 0) fill the heads an op does not use."""
+        if not 0 <= index < self.num_joint_actions:
+            raise ValueError(f"joint index {index} out of range [0, {self.num_joint_actions})")
+        if index == 0:
+            return self.action(0, 0, 0, LifecycleOp.WAIT)
+        if index < self._cull_base:
+            s, rest = divmod(index - 1, self._germinate_per_slot)
+            b, blend = divmod(rest, NUM_BLENDS)
+            return self.action(s, b + 1, blend, LifecycleOp.GERMINATE)
+        if index < self._fossilize_base:
+            return self.action(index - self._cull_base, 0, 0, LifecycleOp.CULL)
+        return self.action(index - self._fossilize_base, 0, 0, LifecycleOp.FOSSILIZE)
+
+
 @dataclass(frozen=True, slots=True)
 class FactoredAction:
-    """One choice per head. Heads irrelevant to the op carry placeholders (index 0)."""
+    """One choice per head. Heads irrelevant to the op carry placeholders (index 0); `blueprint` indexes the
+    topology's blueprint head (`ActionSpace.head`)."""
 
     slot: SlotAction
-    blueprint: BlueprintAction
+    blueprint: int
     blend: BlendAction
     op: LifecycleOp
 
@@ -174,81 +252,29 @@ class FactoredAction:
     def blend_algorithm_id(self) -> str:
         return self.blend.to_algorithm_id()
 
-    def blueprint_id(self, topology: str = "cnn") -> str:
-        return self.blueprint.to_blueprint_id(topology)
-
-    @classmethod
-    def from_indices(cls, slot_idx: int, blueprint_idx: int, blend_idx: int, op_idx: int) -> FactoredAction:
-        for name, value, size in (
-            ("slot", slot_idx, NUM_SLOTS),
-            ("blueprint", blueprint_idx, NUM_BLUEPRINTS),
-            ("blend", blend_idx, NUM_BLENDS),
-            ("op", op_idx, NUM_OPS),
-        ):
-            if not 0 <= int(value) < size:
-                raise ValueError(f"{name} index {value} out of range [0, {size})")
-        return cls(SlotAction(slot_idx), BlueprintAction(blueprint_idx), BlendAction(blend_idx), LifecycleOp(op_idx))
-
-    def to_command(self, topology: str = "cnn") -> LifecycleCommand:
+    def to_command(self, space: ActionSpace) -> LifecycleCommand:
         if self.op == LifecycleOp.WAIT:
             return LifecycleCommand(LifecycleOp.WAIT)
         if self.op == LifecycleOp.GERMINATE:
-            if self.blueprint == BlueprintAction.NOOP:
+            if self.blueprint == 0:
                 raise ValueError("GERMINATE with the noop blueprint is not an action")
-            return LifecycleCommand(
-                self.op, self.slot_id, self.blueprint_id(topology), self.blend_algorithm_id
-            )
+            return LifecycleCommand(self.op, self.slot_id, space.blueprint_id(self.blueprint), self.blend_algorithm_id)
         return LifecycleCommand(self.op, self.slot_id)
 
     @classmethod
-    def from_command(cls, cmd: LifecycleCommand, topology: str = "cnn") -> FactoredAction | None:
+    def from_command(cls, cmd: LifecycleCommand, space: ActionSpace) -> FactoredAction | None:
         """Factored form of a command; None when its blueprint is outside the policy head."""
         if cmd.op == LifecycleOp.WAIT:
-            return cls(SlotAction.EARLY, BlueprintAction.NOOP, BlendAction.LINEAR, LifecycleOp.WAIT)
+            return cls(SlotAction.EARLY, 0, BlendAction.LINEAR, LifecycleOp.WAIT)
         assert cmd.slot_id is not None
         slot = SlotAction.from_slot_id(cmd.slot_id)
         if cmd.op != LifecycleOp.GERMINATE:
-            return cls(slot, BlueprintAction.NOOP, BlendAction.LINEAR, cmd.op)
+            return cls(slot, 0, BlendAction.LINEAR, cmd.op)
         assert cmd.blueprint_id is not None and cmd.blend_id is not None
-        blueprint = BlueprintAction.from_blueprint_id(cmd.blueprint_id, topology)
-        if blueprint is None or blueprint == BlueprintAction.NOOP:
+        blueprint = space.blueprint_index(cmd.blueprint_id)
+        if blueprint is None or blueprint == 0:
             return None
         return cls(slot, blueprint, BlendAction.from_algorithm_id(cmd.blend_id), cmd.op)
-
-
-_GERMINATE_BASE = 1
-_CULL_BASE = 1 + NUM_SLOTS * (NUM_BLUEPRINTS - 1) * NUM_BLENDS  # 37
-_FOSSILIZE_BASE = _CULL_BASE + NUM_SLOTS  # 40
-assert _FOSSILIZE_BASE + NUM_SLOTS == NUM_JOINT_ACTIONS
-
-
-def joint_index(action: FactoredAction) -> int:
-    """Index of a factored action among the 43 joint actions (IQL, datasets)."""
-    if action.op == LifecycleOp.WAIT:
-        return 0
-    s = int(action.slot)
-    if action.op == LifecycleOp.GERMINATE:
-        if action.blueprint == BlueprintAction.NOOP:
-            raise ValueError("GERMINATE with the noop blueprint has no joint index")
-        return _GERMINATE_BASE + 12 * s + 3 * (int(action.blueprint) - 1) + int(action.blend)
-    if action.op == LifecycleOp.CULL:
-        return _CULL_BASE + s
-    return _FOSSILIZE_BASE + s
-
-
-def from_joint_index(index: int) -> FactoredAction:
-    """Inverse of `joint_index`; placeholders (index 0) fill the heads an op does not use."""
-    if not 0 <= index < NUM_JOINT_ACTIONS:
-        raise ValueError(f"joint index {index} out of range [0, {NUM_JOINT_ACTIONS})")
-    if index == 0:
-        return FactoredAction.from_indices(0, 0, 0, LifecycleOp.WAIT)
-    if index < _CULL_BASE:
-        s, rest = divmod(index - _GERMINATE_BASE, 12)
-        b, blend = divmod(rest, 3)
-        return FactoredAction.from_indices(s, b + 1, blend, LifecycleOp.GERMINATE)
-    if index < _FOSSILIZE_BASE:
-        return FactoredAction.from_indices(index - _CULL_BASE, 0, 0, LifecycleOp.CULL)
-    return FactoredAction.from_indices(index - _FOSSILIZE_BASE, 0, 0, LifecycleOp.FOSSILIZE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,11 +293,12 @@ _CULLABLE = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class ActionValidity:
-    """Joint validity of every head combination; slots are indexed in canonical order."""
+    """Joint validity of every head combination of `space`; slots are indexed in canonical order."""
 
+    space: ActionSpace
     op_slot: tuple[tuple[bool, ...], ...]  # [NUM_OPS][NUM_SLOTS]
     op: tuple[bool, ...]  # [NUM_OPS]
-    slot_blueprint: tuple[tuple[bool, ...], ...]  # [NUM_SLOTS][NUM_BLUEPRINTS]
+    slot_blueprint: tuple[tuple[bool, ...], ...]  # [NUM_SLOTS][space.num_blueprints]
     blend: tuple[bool, ...]  # [NUM_BLENDS]
 
     def is_valid(self, action: FactoredAction) -> bool:
@@ -285,16 +312,16 @@ class ActionValidity:
             return self.slot_blueprint[action.slot][action.blueprint] and self.blend[action.blend]
         return True
 
-    def is_valid_command(self, cmd: LifecycleCommand, topology: str) -> bool:
+    def is_valid_command(self, cmd: LifecycleCommand) -> bool:
         """Validity of a command; germinating a blueprint outside the head needs only a valid slot."""
         if cmd.op == LifecycleOp.WAIT:
             return True
         assert cmd.slot_id is not None
         if cmd.slot_id not in CANONICAL_SLOTS or not self.op_slot[cmd.op][CANONICAL_SLOTS.index(cmd.slot_id)]:
             return False
-        if cmd.op == LifecycleOp.GERMINATE and cmd.blueprint_id == BLUEPRINT_HEAD[topology][0]:
+        if cmd.op == LifecycleOp.GERMINATE and cmd.blueprint_id == NOOP_BLUEPRINT:
             return False  # the noop blueprint is never a germination
-        action = FactoredAction.from_command(cmd, topology)
+        action = FactoredAction.from_command(cmd, self.space)
         return action is None or self.is_valid(action)
 
     def restricted_to_blueprints(self, allowed: frozenset[int]) -> ActionValidity:
@@ -307,14 +334,15 @@ class ActionValidity:
                                                                                             strict=True))
         op = tuple(any(germinate) if o == LifecycleOp.GERMINATE else ok for o, ok in zip(LifecycleOp, self.op,
                                                                                           strict=True))
-        return ActionValidity(op_slot=op_slot, op=op, slot_blueprint=slot_blueprint, blend=self.blend)
+        return ActionValidity(self.space, op_slot=op_slot, op=op, slot_blueprint=slot_blueprint, blend=self.blend)
 
     def valid_slots(self, op: LifecycleOp) -> tuple[str, ...]:
         return tuple(s for i, s in enumerate(CANONICAL_SLOTS) if self.op_slot[op][i])
 
     def joint_mask(self) -> tuple[bool, ...]:
-        """Validity of each of the 43 joint actions."""
-        return tuple(self.is_valid(from_joint_index(i)) for i in range(NUM_JOINT_ACTIONS))
+        """Validity of each joint action of the space."""
+        space = self.space
+        return tuple(self.is_valid(space.from_joint_index(i)) for i in range(space.num_joint_actions))
 
 
 def compute_action_validity(
@@ -322,11 +350,10 @@ def compute_action_validity(
     *,
     total_seeds: int = 0,
     max_seeds: int = 0,
-    topology: str = "cnn",
+    space: ActionSpace,
     embargoed: Iterable[str] = (),
 ) -> ActionValidity:
     """Apply the validity rules. Keys of `slot_states` are the enabled slots (None = empty)."""
-    _check_topology(topology)
     enabled = ordered_slots(slot_states.keys())
     blocked = set(embargoed)
     budget_full = max_seeds > 0 and total_seeds >= max_seeds
@@ -342,5 +369,5 @@ def compute_action_validity(
         fossilize[i] = stage == SeedStage.PROBATIONARY and info.fossilize_ready
     op_slot = ((False,) * NUM_SLOTS, tuple(germinate), tuple(cull), tuple(fossilize))
     op = (True, any(germinate), any(cull), any(fossilize))
-    slot_blueprint = tuple(tuple(b != 0 for b in range(NUM_BLUEPRINTS)) for _ in range(NUM_SLOTS))
-    return ActionValidity(op_slot=op_slot, op=op, slot_blueprint=slot_blueprint, blend=(True,) * NUM_BLENDS)
+    slot_blueprint = tuple(tuple(b != 0 for b in range(space.num_blueprints)) for _ in range(NUM_SLOTS))
+    return ActionValidity(space, op_slot=op_slot, op=op, slot_blueprint=slot_blueprint, blend=(True,) * NUM_BLENDS)

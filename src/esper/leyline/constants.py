@@ -5,14 +5,12 @@ from __future__ import annotations
 CANONICAL_SLOTS: tuple[str, ...] = ("early", "mid", "late")
 
 NUM_SLOTS = 3
-NUM_BLUEPRINTS = 5
 NUM_BLENDS = 3
 NUM_OPS = 4
-NUM_JOINT_ACTIONS = 43
+# The blueprint head, and with it the joint actions and the observation's size, is derived from the registered
+# blueprints (`esper.leyline.actions.ActionSpace`); nothing here counts them.
 
-BASE_FEATURE_DIM = 50
 SEED_TELEMETRY_DIM = 10
-OBS_DIM = 80
 OBS_SCHEMA = "esper-obs-v1"
 
 MIN_CULL_AGE = 1

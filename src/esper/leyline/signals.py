@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from esper.leyline.actions import ActionValidity
+from esper.leyline.actions import ActionSpace, ActionValidity
 from esper.leyline.reports import SeedStateReport
 
 
@@ -58,3 +58,8 @@ class EnvObservation:
     max_seeds: int
     random_guess_loss: float
     batches_per_epoch: int
+
+    @property
+    def action_space(self) -> ActionSpace:
+        """The env's action space (its topology's blueprint head), which the validity is expressed in."""
+        return self.validity.space

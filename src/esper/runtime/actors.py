@@ -10,6 +10,9 @@ Every process of a run computes with the same number of torch intra-op threads (
 default): CPU kernels split their work by thread count, so their floats depend on it, and a run's numbers must not
 depend on how many workers computed them. More cores are put to use by more workers, not more threads.
 
+Every worker loads the plugins this process has loaded (`esper.runtime.plugins`), in the same order, before it builds
+its object, so user blueprints and tasks exist wherever the work runs.
+
 A worker process ignores Ctrl+C (the caller decides when to stop), exits on its own when its parent disappears (so a
 killed run leaves no orphan), and a worker that dies makes the pending `result` raise `WorkerFailed` at once, naming
 the worker.
@@ -32,8 +35,10 @@ from typing import Any, Literal
 import torch
 
 from esper.leyline.errors import UserInputError
+from esper.runtime.plugins import load_plugins, loaded_plugins
+from esper.runtime.ray_cluster import ensure_ray
 
-__all__ = ["Actor", "ActorPool", "WorkerFailed", "WorkerOptions", "ensure_ray", "import_ray", "intra_op_threads"]
+__all__ = ["Actor", "ActorPool", "WorkerFailed", "WorkerOptions", "intra_op_threads"]
 
 Executor = Literal["process", "ray"]
 _POLL_S = 0.5
@@ -159,11 +164,14 @@ class LocalActor(Actor):
         raise value
 
 
-def _serve(factory: Callable[..., Any], args: tuple[Any, ...], threads: int, conn: Connection, parent: int) -> None:
-    """A worker process: build the object, then answer calls until told to stop or orphaned."""
+def _serve(factory: Callable[..., Any], args: tuple[Any, ...], threads: int, conn: Connection, parent: int,
+           plugins: tuple[str, ...]) -> None:
+    """A worker process: load the run's plugins, build the object, then answer calls until told to stop or
+    orphaned."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops its workers; Ctrl+C is for it alone
     torch.set_num_threads(threads)
     try:
+        load_plugins(plugins, installed=False)
         obj = factory(*args)
         conn.send((True, None))
     except Exception as error:
@@ -197,8 +205,8 @@ class ProcessActor(Actor):
         self.name = name
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe()
-        self._process = ctx.Process(target=_serve, args=(factory, args, threads, child, os.getpid()), daemon=True,
-                                    name=f"esper-{name}")
+        self._process = ctx.Process(target=_serve, args=(factory, args, threads, child, os.getpid(), loaded_plugins()),
+                                    daemon=True, name=f"esper-{name}")
         self._process.start()
         child.close()
         self._waiting = True  # for the constructor's answer
@@ -241,34 +249,13 @@ class ProcessActor(Actor):
         self._conn.close()
 
 
-def import_ray() -> ModuleType:
-    try:
-        import ray
-    except ImportError as error:
-        raise ImportError("Ray executors need the optional [dist] extra: pip install 'esper[dist]' (or run without "
-                          "--executor ray)") from error
-    return ray
-
-
-def ensure_ray(address: str | None, num_cpus: int | None = None) -> tuple[ModuleType, bool]:
-    """Ray, connected to the cluster at `address` or to a local cluster started here (never Ray's local mode);
-    True when this call started it (the caller then shuts it down)."""
-    ray = import_ray()
-    if ray.is_initialized():
-        return ray, False
-    if address is not None:
-        ray.init(address=address)
-    else:
-        ray.init(num_cpus=num_cpus if num_cpus is not None else os.cpu_count() or 1,
-                 num_gpus=torch.cuda.device_count(), include_dashboard=False)
-    return ray, True
-
-
 class _RayHosted:
     """What a Ray actor holds: the object, answering calls as `_serve` does."""
 
-    def __init__(self, factory: Callable[..., Any], args: tuple[Any, ...], threads: int) -> None:
+    def __init__(self, factory: Callable[..., Any], args: tuple[Any, ...], threads: int,
+                 plugins: tuple[str, ...]) -> None:
         torch.set_num_threads(threads)
+        load_plugins(plugins, installed=False)
         self.obj = factory(*args)
 
     def call(self, method: str, args: tuple[Any, ...]) -> tuple[bool, Any]:
@@ -286,7 +273,7 @@ class RayActor(Actor):
         self.name = name
         self._ray = ray
         remote = ray.remote(num_cpus=threads, num_gpus=gpus, max_restarts=0)(_RayHosted)
-        self._handle = remote.remote(factory, args, threads)
+        self._handle = remote.remote(factory, args, threads, loaded_plugins())
         self._ref: Any = None
 
     def submit(self, method: str, *args: Any) -> None:

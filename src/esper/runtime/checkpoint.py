@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +17,40 @@ import torch
 
 import esper
 from esper.kasmina.model import MorphogeneticModel
+from esper.leyline.actions import UNRECORDED_HEADS, ActionSpace
 from esper.leyline.errors import UserInputError
+from esper.runtime.plugins import loaded_plugins
 
 MODEL_FORMAT = "esper-model-v1"
 
 
 class CheckpointFormatError(UserInputError):
     """A checkpoint file is unreadable, corrupt or of another format."""
+
+
+def blueprint_record(space: ActionSpace) -> dict[str, Any]:
+    """What a policy checkpoint records of the action space it was trained in: its blueprint head (in head order) and
+    the plugins that were loaded, so that loading it elsewhere can name the plugins it needs."""
+    return {"blueprints": list(space.head), "plugins": list(loaded_plugins())}
+
+
+def check_blueprint_head(path: str | Path, data: Mapping[str, Any], current: ActionSpace) -> None:
+    """Refuse a policy checkpoint whose blueprint head is not `current`'s: its heads, masks and features would mean
+    other blueprints. A checkpoint that records no head was trained on its topology's built-in one."""
+    recorded = data.get("blueprints")
+    head = tuple(recorded) if isinstance(recorded, list) else UNRECORDED_HEADS.get(current.topology)
+    if head == current.head:
+        return
+    raise CheckpointFormatError(f"{path} was trained with the {current.topology} blueprints {list(head or ())} (in "
+                                f"policy head order), but this run has {list(current.head)}: {plugin_fix(data)} and "
+                                f"no others, or retrain the policy")
+
+
+def plugin_fix(data: Mapping[str, Any]) -> str:
+    """How to load what a checkpoint was trained with: its recorded plugins as flags."""
+    plugins = [str(p) for p in data.get("plugins") or [] if not str(p).startswith("ep:")]
+    flags = " ".join(f"--plugin {p}" for p in plugins) if plugins else "--plugin MODULE"
+    return f"run it with the plugins it was trained with ({flags})"
 
 
 def detached_copy(obj: Any, device: str | None) -> Any:
@@ -55,17 +83,25 @@ def load_checkpoint(path: str | Path, expected_format: str, map_location: str | 
     """Load a checkpoint safely and check its format; errors name the file and what was wrong."""
     path = Path(path)
     if not path.is_file():
-        raise CheckpointFormatError(f"Checkpoint not found: {path} (an interrupted run has only "
-                                    f"checkpoints/latest.pt; pass that file instead)")
+        raise CheckpointFormatError(f"Checkpoint not found: {path}; {_instead(path)}")
     try:
         data = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:  # torch raises many types for truncated or foreign files; its text suggests unsafe loads
         raise CheckpointFormatError(f"Cannot read checkpoint {path} ({type(exc).__name__}): the file is corrupt or "
-                                    f"not an esper checkpoint; use another file (e.g. checkpoints/latest.pt)") from exc
+                                    f"not an esper checkpoint; {_instead(path)}") from exc
     found = data.get("format") if isinstance(data, dict) else None
     if found != expected_format:
         raise CheckpointFormatError(f"Checkpoint {path} has format {found!r}, expected {expected_format!r}")
     return data
+
+
+def _instead(path: Path) -> str:
+    """What to use in place of a missing or unreadable checkpoint: the other checkpoints beside it, if there are."""
+    others = sorted(p.name for p in path.parent.glob("*.pt") if p.name != path.name) if path.parent.is_dir() else []
+    if others:
+        return (f"use another checkpoint of the run ({', '.join(others)} in {path.parent}; a PPO run resumes from one "
+                f"with --resume FILE), or rerun the command that wrote it with --overwrite")
+    return "pass a checkpoint an esper run saved (RUN/checkpoints/*.pt), or rerun the command that writes it"
 
 
 def non_finite_tensors(obj: Any, prefix: str = "") -> list[str]:

@@ -45,11 +45,11 @@ class Augmentation:
 
     @classmethod
     def for_image_size(cls, size: int) -> Augmentation:
-        """The usual setting: padding 4 for 32×32 images, 2 for 28×28."""
-        if size not in _CROP_PADDING_BY_SIZE:
-            known = sorted(_CROP_PADDING_BY_SIZE)
-            raise ValueError(f"no standard crop padding for {size}x{size} images (known sizes: {known})")
-        return cls(_CROP_PADDING_BY_SIZE[size])
+        """The usual setting for images whose shorter side is `size`: padding 4 for 32×32 (CIFAR), 2 for 28×28
+        (MNIST-like), an eighth of the side otherwise (2 for 16×16)."""
+        if size < 1:
+            raise UserInputError(f"an image side must be >= 1 pixel, got {size}")
+        return cls(_CROP_PADDING_BY_SIZE.get(size, size // 8))
 
     def draw(self, batch_size: int, generator: torch.Generator) -> AugmentDraw:
         """Draw per-sample parameters on CPU so that every device applies the same augmentation."""

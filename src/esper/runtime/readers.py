@@ -41,12 +41,16 @@ CIFAR10_MD5 = "c58f30108f718f92721af3b95e74349a"
 CIFAR10_DIRNAME = "cifar-10-batches-py"
 _CIFAR10_TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
 _CIFAR10_TEST_FILES = ("test_batch",)
+CIFAR10_IMAGE_SHAPE = (3, 32, 32)
+CIFAR10_CLASSES = 10
 CIFAR10_VAL_SIZE = 5000
 """`val` is the last 5,000 of CIFAR-10's 50,000 training images; `train` the first 45,000."""
 
 FASHION_MNIST_SYSTEM_DIR = Path("/usr/share/datasets/fashion-mnist")
 _FASHION_TRAIN_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte")
 _FASHION_TEST_FILES = ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+FASHION_MNIST_IMAGE_SHAPE = (1, 28, 28)
+FASHION_MNIST_CLASSES = 10
 FASHION_MNIST_VAL_SIZE = 10000
 """`val` is the last 10,000 of Fashion-MNIST's 60,000 training images; `train` the first 50,000."""
 IDX_IMAGES_MAGIC = 2051
@@ -123,9 +127,9 @@ def read_cifar_batch(path: Path) -> tuple[Tensor, Tensor]:
         raise DatasetFormatError(f"{path}: expected a uint8 array of shape (N, 3072) under b'data'")
     if not isinstance(labels, list) or len(labels) != data.shape[0]:
         raise DatasetFormatError(f"{path}: expected a list of {data.shape[0]} labels under b'labels'")
-    if not all(isinstance(v, int) and 0 <= v < 10 for v in labels):
-        raise DatasetFormatError(f"{path}: labels must be integers in [0, 10)")
-    images = torch.from_numpy(data.reshape(-1, 3, 32, 32).copy())
+    if not all(isinstance(v, int) and 0 <= v < CIFAR10_CLASSES for v in labels):
+        raise DatasetFormatError(f"{path}: labels must be integers in [0, {CIFAR10_CLASSES})")
+    images = torch.from_numpy(data.reshape(-1, *CIFAR10_IMAGE_SHAPE).copy())
     return images, torch.tensor(labels, dtype=torch.int64)
 
 

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import platform
+import re
 import shutil
 import sys
 from datetime import UTC, datetime
@@ -21,6 +22,7 @@ import torch
 
 import esper
 from esper.leyline.errors import UserInputError
+from esper.runtime.rows import jsonl_lines
 
 
 class RunDirectoryError(UserInputError):
@@ -129,18 +131,10 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     write_text_atomic(path, json.dumps(json_safe(obj), indent=2) + "\n")
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """All complete lines of a JSONL file (a torn last line from a crash is ignored)."""
-    rows: list[dict[str, Any]] = []
-    if not path.exists():
-        return rows
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                break
-    return rows
+def read_jsonl(path: Path) -> list[Any]:
+    """The values of every complete line of a JSONL file (`esper.runtime.rows.jsonl_lines`: a torn last line is left
+    out, any other invalid line is an error naming it and the fix)."""
+    return [line.value for line in jsonl_lines(path)]
 
 
 def rewrite_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -159,12 +153,27 @@ def checkpoint_file(path: Path, name: str) -> Path:
     return checkpoints_dir(path) / name if path.is_dir() else path
 
 
+RUN_DIR_NAME = "{command}_{task}_s{seed}_{digest}"
+"""A default run directory's name (the command line's help spells it from this pattern too)."""
+
+
 def default_run_dir(runs_root: Path, command: str, task: str, seed: int, settings: dict[str, Any]) -> Path:
     """`runs_root/<command>_<task>_s<seed>_<digest>`, the digest naming every setting of the command: rerunning the
     same command finds its own directory (and continues it, or shows its finished results), while a command with
     any other setting gets a directory of its own."""
     text = json.dumps(json_safe(settings), sort_keys=True)
-    return runs_root / f"{command}_{task}_s{seed}_{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+    return runs_root / RUN_DIR_NAME.format(command=command, task=task_slug(task), seed=seed, digest=digest)
+
+
+def task_slug(task: str) -> str:
+    """A task's name as a file name: a task on files (`npz:data/digits.npz`) is its form, file stem and a digest of
+    the whole name (`npz-digits-1c2f3a4b`), so two files of one stem never share a run directory or a cache file."""
+    form, sep, argument = task.partition(":")
+    if not sep:
+        return task
+    digest = hashlib.sha256(task.encode()).hexdigest()[:8]
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{form}-{Path(argument).stem}-{digest}")
 
 
 class RunDirectory:
@@ -233,6 +242,12 @@ class RunDirectory:
             f = self._logs[name] = open(self.path / name, "a", encoding="utf-8")  # noqa: SIM115
         f.write(json.dumps(json_safe(row)) + "\n")
         f.flush()
+
+    def sync(self) -> None:
+        """Force every line appended so far onto the disk (a checkpoint that counts them is saved after this)."""
+        for f in self._logs.values():
+            f.flush()
+            os.fsync(f.fileno())
 
     def write_json(self, name: str, obj: Any) -> None:
         write_json_atomic(self.path / name, obj)

@@ -36,17 +36,26 @@ class StrictConfig(BaseModel):
             raise UserInputError(describe_validation_error(exc)) from None
 
     @classmethod
-    def from_json_path(cls, path: str | Path, base: Self | None = None) -> Self:
-        path = Path(path)
+    def from_json(cls, source: str | Path, base: Self | None = None) -> Self:
+        """Build from a JSON object given inline (text starting with `{`, e.g. `'{"seed": 7}'`) or as the path of a
+        file holding one, on top of `base`: what a command's --config-json takes."""
+        text, where = str(source), "The inline JSON object"
+        if not text.lstrip().startswith("{"):
+            path, where = Path(source), f"Config file {source}"
+            fix = f"pass a JSON file of {cls.__name__} fields, or an inline JSON object such as '{{\"seed\": 7}}'"
+            if path.is_dir():
+                raise UserInputError(f"Config {path} is a directory: {fix}")
+            try:
+                text = path.read_text(encoding="utf-8")
+            except FileNotFoundError:
+                raise UserInputError(f"Config file not found: {path}, and it is not an inline JSON object: {fix}"
+                                     ) from None
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise UserInputError(f"Config file not found: {path}; pass an existing JSON file of {cls.__name__} fields"
-                                 ) from None
+            data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise UserInputError(f"Config file {path} is not valid JSON ({exc}): check its syntax") from None
+            raise UserInputError(f"{where} is not valid JSON ({exc}): check its syntax") from None
         if not isinstance(data, dict):
-            raise UserInputError(f"Config file {path} must hold a JSON object at the top level: use "
+            raise UserInputError(f"{where} must hold a JSON object at the top level: use "
                                  f'{{"field": value, ...}}')
         return cls.from_dict(data, base)
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from esper.leyline import (
-    BLUEPRINT_HEAD,
     CANONICAL_SLOTS,
+    NOOP_BLUEPRINT,
+    ActionSpace,
     EnvObservation,
     LifecycleCommand,
     LifecycleOp,
@@ -30,18 +31,15 @@ FIXED = "fixed"
 FixedModules = tuple[tuple[str, str], ...]
 """(slot, blueprint) pairs in canonical slot order."""
 
-_NOOP = "noop"
-
 
 def _example(kind: str) -> str:
     return f"e.g. {kind}:norm@early or {kind}:conv_light@mid,attention@late"
 
 
-def _blueprints(topology: str) -> tuple[str, ...]:
-    """The blueprints a fixed module can be: the policy head's, less noop (which would make it `static`)."""
-    if topology not in BLUEPRINT_HEAD:
-        raise UserInputError(f"Unknown topology '{topology}'. Available: {sorted(BLUEPRINT_HEAD)}")
-    return tuple(b for b in BLUEPRINT_HEAD[topology] if b != _NOOP)
+def _searched(space: ActionSpace) -> tuple[str, ...]:
+    """The blueprints a search for the best fixed network (or `grow:` rule) tries: those a policy can choose (the
+    head's, less noop), so a search's candidates are networks a learned controller could have grown."""
+    return space.head[1:]
 
 
 def fixed_spec(modules: FixedModules, kind: str = FIXED) -> str:
@@ -49,15 +47,15 @@ def fixed_spec(modules: FixedModules, kind: str = FIXED) -> str:
     return f"{kind}:" + ",".join(f"{blueprint}@{slot}" for slot, blueprint in modules)
 
 
-def parse_fixed_modules(argument: str, topology: str, slots: Sequence[str], kind: str = FIXED) -> FixedModules:
+def parse_fixed_modules(argument: str, space: ActionSpace, slots: Sequence[str], kind: str = FIXED) -> FixedModules:
     """`BLUEPRINT@SLOT[,BLUEPRINT@SLOT...]` as (slot, blueprint) pairs in canonical slot order.
 
-    Only the topology's head blueprints and the run's enabled slots are accepted, so a fixed baseline is always a
-    network a controller could have grown in that run; each error names the problem and what to write instead.
-    `kind` is the controller the argument belongs to (`fixed` or `grow`), for the messages.
+    Every blueprint registered for the topology (a plugin's included) and the run's enabled slots are accepted; each
+    error names the problem and what to write instead. `kind` is the controller the argument belongs to (`fixed` or
+    `grow`), for the messages.
     """
     where = f"'{kind}:{argument}'"
-    blueprints = _blueprints(topology)
+    topology, blueprints = space.topology, space.buildable
     pairs: dict[str, str] = {}
     for item in argument.split(","):
         blueprint, at, slot = item.strip().partition("@")
@@ -65,7 +63,8 @@ def parse_fixed_modules(argument: str, topology: str, slots: Sequence[str], kind
             raise UserInputError(f"{where}: '{item}' is not BLUEPRINT@SLOT; write one BLUEPRINT@SLOT per module, "
                                  f"separated by commas ({_example(kind)})")
         if blueprint not in blueprints:
-            hint = " (noop builds nothing: use static)" if blueprint == _NOOP else ""
+            hint = (" (noop builds nothing: use static)" if blueprint == NOOP_BLUEPRINT
+                    else " (a plugin's blueprint needs --plugin MODULE)")
             raise UserInputError(f"{where}: unknown blueprint '{blueprint}' for topology '{topology}'{hint}; "
                                  f"choose one of {', '.join(blueprints)}")
         if slot not in slots:
@@ -79,21 +78,21 @@ def parse_fixed_modules(argument: str, topology: str, slots: Sequence[str], kind
     return tuple((s, pairs[s]) for s in CANONICAL_SLOTS if s in pairs)
 
 
-def fixed_variants(topology: str, slots: Sequence[str], kind: str = FIXED) -> list[str]:
-    """Every single-module spec (each head blueprint of `topology` at each enabled slot), for a best-fixed baseline
+def fixed_variants(space: ActionSpace, slots: Sequence[str], kind: str = FIXED) -> list[str]:
+    """Every single-module spec (each head blueprint of `space` at each enabled slot), for a best-fixed baseline
     (or, with `kind="grow"`, the rules best-rule is chosen from)."""
-    return [fixed_spec(((slot, blueprint),), kind) for blueprint in _blueprints(topology)
+    return [fixed_spec(((slot, blueprint),), kind) for blueprint in _searched(space)
             for slot in ordered_slots(slots)]
 
 
-def module_extensions(spec: str, topology: str, slots: Sequence[str]) -> list[str]:
+def module_extensions(spec: str, space: ActionSpace, slots: Sequence[str]) -> list[str]:
     """Every spec of `spec`'s kind with one module more (each head blueprint at each enabled slot `spec` leaves
     free): the next step of a greedy search for the best fixed architecture or `grow:` rule."""
     kind, _, argument = spec.partition(":")
-    modules = parse_fixed_modules(argument, topology, slots, kind)
+    modules = parse_fixed_modules(argument, space, slots, kind)
     taken = {slot for slot, _ in modules}
     return [fixed_spec(tuple(sorted((*modules, (slot, blueprint)), key=lambda m: CANONICAL_SLOTS.index(m[0]))), kind)
-            for blueprint in _blueprints(topology) for slot in ordered_slots(slots) if slot not in taken]
+            for blueprint in _searched(space) for slot in ordered_slots(slots) if slot not in taken]
 
 
 class FixedPolicy:
@@ -105,15 +104,15 @@ class FixedPolicy:
 
     name = FIXED
 
-    def __init__(self, argument: str, *, topology: str, slots: Sequence[str]) -> None:
-        self.topology = topology
-        self.fixed_modules: FixedModules = parse_fixed_modules(argument, topology, slots)
+    def __init__(self, argument: str, *, space: ActionSpace, slots: Sequence[str]) -> None:
+        self.topology = space.topology
+        self.fixed_modules: FixedModules = parse_fixed_modules(argument, space, slots)
         self.label = fixed_spec(self.fixed_modules)
 
     def decide(self, obs: EnvObservation) -> TamiyoDecision:
         if obs.topology != self.topology:
             raise ValueError(f"{self.label} was built for '{self.topology}', got a '{obs.topology}' observation")
-        return TamiyoDecision.from_command(LifecycleCommand(LifecycleOp.WAIT), topology=obs.topology,
+        return TamiyoDecision.from_command(LifecycleCommand(LifecycleOp.WAIT), space=obs.action_space,
                                            reason=f"Fixed: {self.label} built in", confidence=1.0)
 
 
@@ -121,7 +120,7 @@ class FixedPolicy:
                      summary="always WAIT, on the host with those blueprint modules built in from the start")
 def _fixed(argument: str | None, context: ControllerContext) -> FixedPolicy:
     assert argument is not None  # the registry rejects `fixed` without modules
-    return FixedPolicy(argument, topology=context.topology, slots=context.slots)
+    return FixedPolicy(argument, space=context.space, slots=context.slots)
 
 
 def host_variant(controller: TamiyoPolicy) -> tuple[float, FixedModules]:

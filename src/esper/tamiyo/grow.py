@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from esper.leyline import EnvObservation, LifecycleCommand, LifecycleOp
+from esper.leyline import ActionSpace, EnvObservation, LifecycleCommand, LifecycleOp
 from esper.tamiyo.fixed import FixedModules, fixed_spec, parse_fixed_modules
 from esper.tamiyo.heuristic import HeuristicPolicyConfig
 from esper.tamiyo.protocol import TamiyoDecision
@@ -29,9 +29,9 @@ class GrowPolicy:
 
     name = GROW
 
-    def __init__(self, argument: str, *, topology: str, slots: Sequence[str]) -> None:
-        self.topology = topology
-        self.modules: FixedModules = parse_fixed_modules(argument, topology, slots, kind=GROW)
+    def __init__(self, argument: str, *, space: ActionSpace, slots: Sequence[str]) -> None:
+        self.topology = space.topology
+        self.modules: FixedModules = parse_fixed_modules(argument, space, slots, kind=GROW)
         self.label = fixed_spec(self.modules, kind=GROW)
 
     def decide(self, obs: EnvObservation) -> TamiyoDecision:
@@ -39,20 +39,21 @@ class GrowPolicy:
             raise ValueError(f"{self.label} was built for '{self.topology}', got a '{obs.topology}' observation")
         for slot, _ in self.modules:
             fossilize = LifecycleCommand(LifecycleOp.FOSSILIZE, slot)
-            if slot in obs.slot_reports and obs.validity.is_valid_command(fossilize, obs.topology):
-                return self._decision(fossilize, f"Grow: fossilize {slot} at the first chance")
+            if slot in obs.slot_reports and obs.validity.is_valid_command(fossilize):
+                return self._decision(obs, fossilize, f"Grow: fossilize {slot} at the first chance")
         for slot, blueprint in self.modules:
             germinate = LifecycleCommand(LifecycleOp.GERMINATE, slot, blueprint, GROW_BLEND)
-            if slot not in obs.slot_reports and obs.validity.is_valid_command(germinate, obs.topology):
-                return self._decision(germinate, f"Grow: germinate {blueprint} in {slot} at the first chance")
-        return self._decision(LifecycleCommand(LifecycleOp.WAIT), f"Grow: {self.label} under way")
+            if slot not in obs.slot_reports and obs.validity.is_valid_command(germinate):
+                return self._decision(obs, germinate, f"Grow: germinate {blueprint} in {slot} at the first chance")
+        return self._decision(obs, LifecycleCommand(LifecycleOp.WAIT), f"Grow: {self.label} under way")
 
-    def _decision(self, command: LifecycleCommand, reason: str) -> TamiyoDecision:
-        return TamiyoDecision.from_command(command, topology=self.topology, reason=reason, confidence=1.0)
+    @staticmethod
+    def _decision(obs: EnvObservation, command: LifecycleCommand, reason: str) -> TamiyoDecision:
+        return TamiyoDecision.from_command(command, space=obs.action_space, reason=reason, confidence=1.0)
 
 
 @register_controller(GROW, argument="BLUEPRINT@SLOT[,...]",
                      summary="germinate those blueprint modules at the first chance and fossilize them at the first")
 def _grow(argument: str | None, context: ControllerContext) -> GrowPolicy:
     assert argument is not None  # the registry rejects `grow` without modules
-    return GrowPolicy(argument, topology=context.topology, slots=context.slots)
+    return GrowPolicy(argument, space=context.space, slots=context.slots)

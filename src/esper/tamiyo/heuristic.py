@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 
 from esper.leyline import (
     BLEND_IDS,
-    BLUEPRINT_HEAD,
     EnvObservation,
     LifecycleCommand,
     LifecycleOp,
@@ -115,10 +114,10 @@ class HeuristicTamiyo:
 
     def __init__(self, config: HeuristicPolicyConfig | None = None, *, topology: str) -> None:
         self.config = config if config is not None else HeuristicPolicyConfig()
-        if topology not in BLUEPRINT_HEAD:
-            raise UserInputError(f"Unknown topology '{topology}'. Available: {sorted(BLUEPRINT_HEAD)}")
         if topology not in self.config.blueprint_rotation:
-            raise UserInputError(f"No blueprint rotation configured for topology '{topology}'")
+            raise UserInputError(f"No blueprint rotation configured for topology '{topology}': give "
+                                 f"HeuristicPolicyConfig.blueprint_rotation one (configured: "
+                                 f"{sorted(self.config.blueprint_rotation)})")
         self.topology = topology
         self._rotation = self.config.blueprint_rotation[topology]
         # Per-episode state (a heuristic is built for one episode): rotation, penalties, embargoes and counters.
@@ -195,7 +194,7 @@ class HeuristicTamiyo:
         best = max(ready, key=lambda r: _contribution(r, missing=float("-inf")))
         c = _contribution(best, missing=float("nan"))
         return self._decision(
-            LifecycleCommand(LifecycleOp.FOSSILIZE, best.slot_id),
+            obs, LifecycleCommand(LifecycleOp.FOSSILIZE, best.slot_id),
             f"Fossilizing {best.slot_id} ({best.blueprint_id}): counterfactual {c:+.2f} pp",
         )
 
@@ -223,9 +222,8 @@ class HeuristicTamiyo:
             return None
         worst, rule = min(failing, key=lambda item: item[0].improvement)
         self._record_cull(worst.slot_id, worst.blueprint_id, obs.epoch)
-        return self._decision(
-            LifecycleCommand(LifecycleOp.CULL, worst.slot_id), f"Culling {worst.slot_id} ({worst.blueprint_id}): {rule}"
-        )
+        return self._decision(obs, LifecycleCommand(LifecycleOp.CULL, worst.slot_id),
+                              f"Culling {worst.slot_id} ({worst.blueprint_id}): {rule}")
 
     def _germination_trigger(self, obs: EnvObservation) -> str | None:
         """Why the host is ready for a seed at this epoch (see the module docstring), or None."""
@@ -258,7 +256,7 @@ class HeuristicTamiyo:
             if command is not None:
                 self._last_germination = obs.epoch
                 self._decay_penalties()
-                return self._decision(command, f"Germinating {command.blueprint_id} in {slot}: {trigger}")
+                return self._decision(obs, command, f"Germinating {command.blueprint_id} in {slot}: {trigger}")
         return None
 
     def _next_germination(self, obs: EnvObservation, slot: str) -> LifecycleCommand | None:
@@ -271,7 +269,7 @@ class HeuristicTamiyo:
         for k in range(n):
             i = (self._rotation_index + k) % n
             cmd = LifecycleCommand(LifecycleOp.GERMINATE, slot, self._rotation[i], self.config.blend_id)
-            if obs.validity.is_valid_command(cmd, obs.topology):
+            if obs.validity.is_valid_command(cmd):
                 candidates.append((i, cmd))
         if not candidates:
             return None
@@ -284,10 +282,11 @@ class HeuristicTamiyo:
     def _wait(self, obs: EnvObservation) -> TamiyoDecision:
         live = any(is_live_stage(r.stage) for r in obs.slot_reports.values())
         reason = "Seeds progressing normally" if live else "Training progressing normally"
-        return self._decision(LifecycleCommand(LifecycleOp.WAIT), reason)
+        return self._decision(obs, LifecycleCommand(LifecycleOp.WAIT), reason)
 
-    def _decision(self, command: LifecycleCommand, reason: str) -> TamiyoDecision:
-        return TamiyoDecision.from_command(command, topology=self.topology, reason=reason, confidence=1.0)
+    @staticmethod
+    def _decision(obs: EnvObservation, command: LifecycleCommand, reason: str) -> TamiyoDecision:
+        return TamiyoDecision.from_command(command, space=obs.action_space, reason=reason, confidence=1.0)
 
 
 @register_controller("heuristic", summary="rules: germinate early, fossilize proven seeds, cull failing ones")

@@ -6,7 +6,6 @@ import random
 
 from esper.leyline import (
     BlendAction,
-    BlueprintAction,
     EnvObservation,
     FactoredAction,
     LifecycleCommand,
@@ -42,7 +41,7 @@ class StaticPolicy:
 
     def decide(self, obs: EnvObservation) -> TamiyoDecision:
         return TamiyoDecision.from_command(
-            _WAIT, topology=obs.topology, reason="Static policy: host only", confidence=1.0
+            _WAIT, space=obs.action_space, reason="Static policy: host only", confidence=1.0
         )
 
 
@@ -79,19 +78,19 @@ class RandomPolicy:
         prob = 1.0 / len(ops)
         if op == LifecycleOp.WAIT:
             return TamiyoDecision.from_command(
-                _WAIT, topology=obs.topology, reason="Random: WAIT", confidence=prob, info={"behavior_prob": prob}
+                _WAIT, space=obs.action_space, reason="Random: WAIT", confidence=prob, info={"behavior_prob": prob}
             )
         slots = [s for s in SlotAction if validity.op_slot[op][s]]
         slot = self._rng.choice(slots)
         prob /= len(slots)
-        blueprint, blend = BlueprintAction.NOOP, BlendAction.LINEAR
+        blueprint, blend = 0, BlendAction.LINEAR
         if op == LifecycleOp.GERMINATE:
-            blueprints = [b for b in BlueprintAction if validity.slot_blueprint[slot][b]]
+            blueprints = [b for b, ok in enumerate(validity.slot_blueprint[slot]) if ok]
             blends = [b for b in BlendAction if validity.blend[b]]
             blueprint, blend = self._rng.choice(blueprints), self._rng.choice(blends)
             prob /= len(blueprints) * len(blends)
         factored = FactoredAction(slot=slot, blueprint=blueprint, blend=blend, op=op)
-        command = factored.to_command(obs.topology)
+        command = factored.to_command(obs.action_space)
         return TamiyoDecision(command, factored, f"Random: {command.describe()}", prob, {"behavior_prob": prob})
 
 

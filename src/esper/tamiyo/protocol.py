@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from esper.leyline import EnvObservation, FactoredAction, LifecycleCommand
+from esper.leyline import ActionSpace, EnvObservation, FactoredAction, LifecycleCommand
 
 __all__ = ["BatchTamiyoPolicy", "InvalidDecisionError", "TamiyoDecision", "TamiyoPolicy", "check_decision"]
 
@@ -36,13 +36,13 @@ class TamiyoDecision:
         cls,
         command: LifecycleCommand,
         *,
-        topology: str,
+        space: ActionSpace,
         reason: str,
         confidence: float,
         info: dict[str, Any] | None = None,
     ) -> TamiyoDecision:
         """Build a decision whose `factored` form is derived from the command (None outside the policy head)."""
-        return cls(command, FactoredAction.from_command(command, topology), reason, confidence, info or {})
+        return cls(command, FactoredAction.from_command(command, space), reason, confidence, info or {})
 
 
 @runtime_checkable
@@ -78,13 +78,13 @@ def check_decision(decision: TamiyoDecision, obs: EnvObservation) -> None:
     """
     cmd = decision.command
     where = f"env {obs.env_id}, epoch {obs.epoch}"
-    if not obs.validity.is_valid_command(cmd, obs.topology):
+    if not obs.validity.is_valid_command(cmd):
         raise InvalidDecisionError(f"{cmd.describe()} is invalid under the observation's validity ({where})")
     if decision.factored is None:
-        if FactoredAction.from_command(cmd, obs.topology) is not None:
+        if FactoredAction.from_command(cmd, obs.action_space) is not None:
             raise InvalidDecisionError(f"{cmd.describe()} maps to the policy head but has no factored action ({where})")
         return
     if not obs.validity.is_valid(decision.factored):
         raise InvalidDecisionError(f"factored action {decision.factored} is invalid ({where})")
-    if decision.factored.to_command(obs.topology) != cmd:
+    if decision.factored.to_command(obs.action_space) != cmd:
         raise InvalidDecisionError(f"factored action {decision.factored} does not match {cmd.describe()} ({where})")

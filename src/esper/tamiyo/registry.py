@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from esper.leyline.actions import ActionSpace
 from esper.leyline.errors import UserInputError
 from esper.tamiyo.protocol import TamiyoPolicy
 
@@ -38,7 +39,7 @@ class ControllerContext:
     position among those run side by side, so stochastic controllers get independent, reproducible streams.
     """
 
-    topology: str
+    space: ActionSpace  # the topology's action space (its registered blueprints)
     slots: tuple[str, ...]
     max_epochs: int | None = None  # episode length, so learned policies can refuse another horizon
     seed: int = 0
@@ -52,6 +53,10 @@ class ControllerContext:
     # split), so a learned policy can refuse one it was not trained for; None: unknown, not checked.
     setting: Mapping[str, Any] | None = None
     allow_setting_change: bool = False  # evaluate learned policies outside their training setting on purpose
+
+    @property
+    def topology(self) -> str:
+        return self.space.topology
 
 
 class SettingChangeError(UserInputError):

@@ -26,7 +26,12 @@ from esper.datagen.orchestrator import GenerationOrchestrator
 from esper.datagen.plans import EpisodeTask, TwinPlan
 from esper.datagen.policies import BehaviorPolicy
 from esper.datagen.schema import SCHEMA_VERSION
-from esper.leyline import NUM_JOINT_ACTIONS, OBS_DIM, EnvObservation, from_joint_index
+from esper.env.features import obs_dim
+from esper.leyline import EnvObservation
+from esper.runtime.tasks import get_task_spec
+
+CNN = get_task_spec("synthetic").action_space
+NUM_JOINT_ACTIONS, OBS_DIM = CNN.num_joint_actions, obs_dim(CNN)  # 43 and 80 with the built-in blueprints
 
 JOINT_OF_OP = {"WAIT": 0, "GERMINATE": 2, "CULL": 37, "FOSSILIZE": 40}
 TIMESTAMP_KEYS = ("started_at", "ended_at", "timestamp")
@@ -82,6 +87,7 @@ def make_episode(
                  for t, op in enumerate(ops)]
     return {
         "schema_version": SCHEMA_VERSION, "episode_id": episode_id, "random_seed": seed, "task": task,
+        "topology": "cnn",
         "max_epochs": len(ops) + 1, "episode_length": len(ops), "decisions": decisions,
         "behavior_policy": {"policy_id": policy_id}, "environment": {"config_id": env_id},
         "twin": {"twin_id": twin_id, "val_accuracy_curve": [10.0] * (len(ops) + 1),
@@ -183,4 +189,4 @@ if __name__ == "__main__":
 def joint_probabilities(policy: BehaviorPolicy, obs: EnvObservation) -> list[float]:
     """Behaviour probability of each joint action under `obs`, from the policy's own analysis (sums to 1)."""
     analysis = policy.analyse(obs)
-    return [analysis.joint_prob(from_joint_index(i)) for i in range(NUM_JOINT_ACTIONS)]
+    return [analysis.joint_prob(CNN.from_joint_index(i)) for i in range(NUM_JOINT_ACTIONS)]

@@ -17,10 +17,13 @@ from esper.datagen.plans import EpisodeTask, GenerationPlan
 from esper.datagen.records import EpisodeRecorder
 from esper.datagen.schema import SCHEMA_VERSION, validate_episode, write_json_atomic
 from esper.env import MorphoEnv, StoredTwin, run_episodes
-from esper.leyline import NUM_JOINT_ACTIONS, OBS_DIM
+from esper.env.features import obs_dim
 from esper.leyline.constants import DEFAULT_GOVERNOR_DEATH_PENALTY
 from esper.runtime.param_costs import measured_param_cost
 from esper.runtime.tasks import get_task_spec
+
+CNN = get_task_spec("synthetic").action_space
+NUM_JOINT_ACTIONS, OBS_DIM = CNN.num_joint_actions, obs_dim(CNN)  # 43 and 80 with the built-in blueprints
 
 OPTIONS = GenerateOptions.for_task("synthetic", max_epochs=5, max_train_samples=96, max_val_samples=64)
 # Uniformly random over valid actions: germinates, culls, and exercises every reward term within five epochs.
@@ -94,7 +97,8 @@ def test_the_stored_twin_is_the_live_twin_bit_for_bit(twin_result: dict[str, Any
     live = MorphoEnv(dataclasses.replace(setup.spec, env_id=1), "twin")
     env = MorphoEnv(setup.spec, "random", twin=live)
     recorder = EpisodeRecorder(env)
-    run_episodes([env], [PLAN.create_policy()], setup.data, setup.reward_fn, on_step=recorder.record)
+    run_episodes([env], [PLAN.create_policy(setup.task.action_space)], setup.data, setup.reward_fn,
+                 on_step=recorder.record)
     assert live.accuracy_curve == twin_result["val_accuracy_curve"]
     assert live.loss_curve == twin_result["val_loss_curve"]
     rewards = [d["action"]["reward_components"]["gap"] for d in recorder.decisions()]
@@ -134,5 +138,7 @@ def test_options_need_a_parameter_cost_where_the_task_has_none() -> None:
     assert GenerateOptions.for_task("synthetic").param_cost == measured_param_cost("synthetic", None)
     capped = GenerateOptions.for_task("synthetic", max_train_samples=192)
     assert capped.param_cost == measured_param_cost("synthetic", 192) != measured_param_cost("synthetic", None)
-    with pytest.raises(ValueError, match="Unknown datagen task"):
+    with pytest.raises(ValueError, match="'tinystories' is a transformer lm task: choose an image-classification task"):
         GenerateOptions.for_task("tinystories", 1.0)
+    with pytest.raises(ValueError, match="Unknown task 'nope'"):
+        GenerateOptions.for_task("nope", 1.0)

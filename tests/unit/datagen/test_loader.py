@@ -131,7 +131,7 @@ def test_mixed_topologies_are_rejected(tmp_path: Path) -> None:
     b = _with_final(make_episode("b_0000", OPS_B))
     b["topology"] = "transformer"
     _write(tmp_path, a, b)
-    with pytest.raises(ValueError, match="mix topology"):
+    with pytest.raises(ValueError, match="come from 2 action spaces"):
         load_transitions(tmp_path)
 
 

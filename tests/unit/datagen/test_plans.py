@@ -16,6 +16,7 @@ from esper.datagen.plans import (
     paired_seed,
 )
 from esper.leyline.seeding import SeedStream, derive_seed
+from esper.runtime.tasks import get_task_spec
 
 
 def test_matrix_sizes() -> None:
@@ -70,9 +71,10 @@ def test_plan_ids_configs_and_dict() -> None:
 
 def test_plan_policies_are_seeded_per_episode() -> None:
     a, b = GenerationPlan("baseline", "random", 1.0, 0), GenerationPlan("baseline", "random", 1.0, 1)
-    assert a.create_policy().name == "behavior:random-eps1.0"
-    assert a.create_policy()._rng.random() == a.create_policy()._rng.random()
-    assert a.create_policy()._rng.random() != b.create_policy()._rng.random()
+    space = get_task_spec("synthetic").action_space
+    assert a.create_policy(space).name == "behavior:random-eps1.0"
+    assert a.create_policy(space)._rng.random() == a.create_policy(space)._rng.random()
+    assert a.create_policy(space)._rng.random() != b.create_policy(space)._rng.random()
 
 
 @pytest.mark.parametrize(

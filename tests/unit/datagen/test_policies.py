@@ -9,17 +9,25 @@ from dataclasses import replace
 
 import pytest
 
+from esper.datagen import policies
 from esper.datagen.configs import POLICY_PRESETS, BehaviorPolicyConfig
-from esper.datagen.policies import BehaviorPolicy, create_policy, parse_behavior_spec
-from esper.leyline import EnvObservation, LifecycleOp, SeedStage, from_joint_index, joint_index
+from esper.datagen.policies import BehaviorPolicy, parse_behavior_spec
+from esper.leyline import EnvObservation, LifecycleOp, SeedStage
 from esper.tamiyo import CONTROLLERS, ControllerContext, TamiyoPolicy, check_decision
 from unit.datagen.support import joint_probabilities
-from unit.tamiyo.helpers import make_obs, make_report
+from unit.tamiyo.helpers import make_obs, make_report, space_of
+
+CNN = space_of("cnn")
+
+
+def create_policy(preset: str, epsilon: float | None = None, *, seed: int = 0, topology: str = "cnn"
+                  ) -> BehaviorPolicy:
+    return policies.create_policy(preset, epsilon, seed=seed, space=space_of(topology))
 
 
 def sharp(preset: str, **changes: object) -> BehaviorPolicy:
     """A preset with a near-zero temperature: the greedy branch is effectively the argmax."""
-    return BehaviorPolicy(replace(BehaviorPolicyConfig.from_preset(preset), temperature=1e-3, **changes))
+    return BehaviorPolicy(replace(BehaviorPolicyConfig.from_preset(preset), temperature=1e-3, **changes), space=CNN)
 
 
 def decide_op(policy: BehaviorPolicy, obs: EnvObservation) -> str:
@@ -166,7 +174,7 @@ def test_decision_info_and_confidence() -> None:
     assert set(info) == {"action_probabilities", "joint_behavior_prob", "joint_behavior_logp", "joint_index"}
     assert info["joint_behavior_logp"] == pytest.approx(math.log(info["joint_behavior_prob"]))
     assert decision.confidence == info["joint_behavior_prob"]
-    assert info["joint_index"] == joint_index(decision.factored)  # type: ignore[arg-type]
+    assert info["joint_index"] == CNN.joint_index(decision.factored)  # type: ignore[arg-type]
 
 
 def test_sampling_frequencies_match_the_logged_joint_probabilities() -> None:
@@ -174,12 +182,12 @@ def test_sampling_frequencies_match_the_logged_joint_probabilities() -> None:
     policy = create_policy("aggressive", 0.3, seed=11)
     expected = joint_probabilities(policy, obs)
     n = 6000
-    counts = Counter(joint_index(policy.decide(obs).factored) for _ in range(n))  # type: ignore[arg-type]
+    counts = Counter(CNN.joint_index(policy.decide(obs).factored) for _ in range(n))  # type: ignore[arg-type]
     for index, p in enumerate(expected):
         if p == 0.0:
-            assert counts[index] == 0, from_joint_index(index)
+            assert counts[index] == 0, CNN.from_joint_index(index)
         else:
-            assert abs(counts[index] / n - p) <= 4.5 * math.sqrt(p * (1 - p) / n) + 1e-3, from_joint_index(index)
+            assert abs(counts[index] / n - p) <= 4.5 * math.sqrt(p * (1 - p) / n) + 1e-3, CNN.from_joint_index(index)
 
 
 def test_seeding_is_reproducible_and_private() -> None:
@@ -194,7 +202,7 @@ def test_seeding_is_reproducible_and_private() -> None:
 
 def test_topology_handling() -> None:
     lm_obs = make_obs(epoch=6, plateau=3, topology="transformer")
-    policy = BehaviorPolicy(replace(POLICY_PRESETS["baseline"], temperature=1e-3), topology="transformer")
+    policy = BehaviorPolicy(replace(POLICY_PRESETS["baseline"], temperature=1e-3), space=space_of("transformer"))
     assert policy.decide(lm_obs).command.blueprint_id == "lora"  # the topology's default head blueprint
     with pytest.raises(ValueError, match="got a 'cnn' observation"):
         policy.decide(make_obs())
@@ -221,7 +229,7 @@ def test_parse_behavior_spec_errors(argument: str, match: str) -> None:
 
 @pytest.mark.parametrize("preset", list(POLICY_PRESETS))
 def test_every_preset_is_a_registered_controller(preset: str) -> None:
-    context = ControllerContext(topology="cnn", slots=("early", "mid", "late"), seed=7, index=1)
+    context = ControllerContext(space=CNN, slots=("early", "mid", "late"), seed=7, index=1)
     policy = CONTROLLERS.build(f"behavior:{preset}", context)
     assert isinstance(policy, BehaviorPolicy) and policy.config == POLICY_PRESETS[preset]
     check_decision(policy.decide(all_ops_valid_obs()), all_ops_valid_obs())
@@ -229,7 +237,7 @@ def test_every_preset_is_a_registered_controller(preset: str) -> None:
 
 def test_registry_specs_are_seeded_per_context() -> None:
     obs = all_ops_valid_obs()
-    context = ControllerContext(topology="cnn", slots=("early", "mid", "late"), seed=7, index=1)
+    context = ControllerContext(space=CNN, slots=("early", "mid", "late"), seed=7, index=1)
 
     def run(spec: str, ctx: ControllerContext) -> list[str]:
         policy = CONTROLLERS.build(spec, ctx)

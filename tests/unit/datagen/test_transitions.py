@@ -12,8 +12,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from esper.datagen import TransitionDataset
-from esper.leyline import NUM_JOINT_ACTIONS, OBS_DIM
+from esper.env.features import obs_dim
+from esper.runtime.tasks import get_task_spec
 from unit.offline_toy import toy_dataset
+
+CNN = get_task_spec("synthetic").action_space
+NUM_JOINT_ACTIONS, OBS_DIM = CNN.num_joint_actions, obs_dim(CNN)  # 43 and 80 with the built-in blueprints
 
 
 @pytest.fixture(scope="module")

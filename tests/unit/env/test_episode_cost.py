@@ -28,7 +28,7 @@ class GerminateOnce:
         cmd = LifecycleCommand(LifecycleOp.WAIT)
         if self.grow and obs.epoch == 1:
             cmd = LifecycleCommand(LifecycleOp.GERMINATE, "mid", "conv_light", "linear")
-        return TamiyoDecision.from_command(cmd, topology=obs.topology, reason="script", confidence=1.0)
+        return TamiyoDecision.from_command(cmd, space=obs.action_space, reason="script", confidence=1.0)
 
 
 def _env(twin: MorphoEnv | None = None) -> MorphoEnv:

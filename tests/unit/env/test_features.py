@@ -9,11 +9,23 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from esper.env.features import FEATURE_NAMES, FEATURE_RANGE, obs_dim, safe, signals_to_features
-from esper.leyline import SeedMetrics, SeedStage, SeedStateReport, SeedTelemetry, TrainingMetrics, TrainingSignals
-from esper.leyline.constants import OBS_DIM
+from esper.env.features import FEATURE_RANGE, feature_names, obs_dim, safe, signals_to_features
+from esper.leyline import (
+    UNRECORDED_HEADS,
+    ActionSpace,
+    SeedMetrics,
+    SeedStage,
+    SeedStateReport,
+    SeedTelemetry,
+    TrainingMetrics,
+    TrainingSignals,
+)
 
 L10 = math.log(10)
+CNN = ActionSpace("cnn", UNRECORDED_HEADS["cnn"])
+TRANSFORMER = ActionSpace("transformer", UNRECORDED_HEADS["transformer"])
+PLUGIN = ActionSpace("cnn", (*UNRECORDED_HEADS["cnn"], "pointwise"))
+FEATURE_NAMES = feature_names(CNN)
 
 
 def report(
@@ -51,7 +63,7 @@ def features(
     kwargs: dict[str, Any] = {
         "slot_reports": reports or {},
         "enabled_slots": enabled,
-        "topology": "cnn",
+        "space": CNN,
         "max_epochs": 25,
         "host_param_count": 1000,
         "seed_param_count_total": 0,
@@ -64,8 +76,8 @@ def features(
 
 
 def test_lengths_and_names() -> None:
-    assert len(features()) == 80 == obs_dim(True) == OBS_DIM
-    assert len(features(use_telemetry=False)) == 50 == obs_dim(False)
+    assert len(features()) == 80 == obs_dim(CNN, True)
+    assert len(features(use_telemetry=False)) == 50 == obs_dim(CNN, False) == len(feature_names(CNN, False))
     assert len(FEATURE_NAMES) == 80 and len(set(FEATURE_NAMES)) == 80
     assert FEATURE_NAMES[23] == "early_occupied"
     assert FEATURE_NAMES[32] == "mid_occupied"
@@ -94,8 +106,20 @@ def test_empty_slots_are_zero_and_early_block_starts_at_23() -> None:
 def test_blueprint_outside_head_gives_zero_one_hot_and_topology_head() -> None:
     f = features(reports={"early": report("early", "lora")})
     assert f[23] == 1.0 and f[27:32] == [0.0] * 5
-    t = features(reports={"early": report("early", "lora")}, topology="transformer")
+    t = features(reports={"early": report("early", "lora")}, space=TRANSFORMER)
     assert t[28] == 1.0
+
+
+def test_a_plugin_blueprint_widens_every_slot_block_by_one() -> None:
+    """Six head blueprints: slot blocks of 10 (83 features, 53 without telemetry); the plugin's one-hot is last."""
+    names = feature_names(PLUGIN)
+    assert (len(names), obs_dim(PLUGIN), obs_dim(PLUGIN, False)) == (83, 83, 53)
+    assert names[23:33] == tuple(f"early_{n}" for n in ("occupied", "stage", "alpha", "improvement", "blueprint_noop",
+                                                         "blueprint_conv_light", "blueprint_attention",
+                                                         "blueprint_norm", "blueprint_depthwise",
+                                                         "blueprint_pointwise"))
+    f = features(reports={"mid": report("mid", "pointwise")}, space=PLUGIN)
+    assert len(f) == 83 and f[33] == 1.0 and f[37:43] == [0.0, 0.0, 0.0, 0.0, 0.0, 1.0]
 
 
 def test_stage_alpha_and_improvement_scaling() -> None:

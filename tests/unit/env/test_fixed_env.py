@@ -23,7 +23,7 @@ def _env(controller: TamiyoPolicy, env_id: int) -> MorphoEnv:
 
 
 def test_a_fixed_episode_trains_the_module_as_host_and_never_touches_the_seed_slots() -> None:
-    fixed_policy = CONTROLLERS.build("fixed:norm@early", ControllerContext(topology=TASK.topology, slots=SLOTS))
+    fixed_policy = CONTROLLERS.build("fixed:norm@early", ControllerContext(space=TASK.action_space, slots=SLOTS))
     fixed, static = _env(fixed_policy, 0), _env(StaticPolicy(), 1)
     host = fixed.model.host
     assert isinstance(host, FixedModulesHost) and list(host.fixed) == ["early"]

@@ -46,13 +46,12 @@ from esper.leyline import (  # noqa: E402
     EnvObservation,
     LifecycleOp,
     compute_action_validity,
-    from_joint_index,
 )
-from esper.leyline.constants import NUM_JOINT_ACTIONS, OBS_DIM  # noqa: E402
 from esper.leyline.seeding import derive_seed  # noqa: E402
 from esper.runtime.tasks import TASKS, DataCache, DataOptions, get_task_spec  # noqa: E402
 from esper.tamiyo import TamiyoDecision  # noqa: E402
 
+CNN = get_task_spec("synthetic").action_space
 TINY = GymEnvConfig(max_epochs=3, max_train_samples=32, max_val_samples=16, batch_size=32, param_cost=1.0)
 # Seeds train one epoch, blend in two and reach probation quickly, so CULL and FOSSILIZE masks are exercised.
 FAST_LIFECYCLE = LifecycleConfig(min_training_epochs=1, min_probe_contribution=-100.0, min_seed_gradient_ratio=0.0,
@@ -62,8 +61,9 @@ FAST_LIFECYCLE = LifecycleConfig(min_training_epochs=1, min_probe_contribution=-
 @pytest.fixture
 def fast_task(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """`synthetic` with a fast lifecycle, registered under its own name for the test's duration."""
-    monkeypatch.setitem(TASKS, "synthetic_fast", dataclasses.replace(get_task_spec("synthetic"),
-                                                                     lifecycle=FAST_LIFECYCLE))
+    spec = dataclasses.replace(get_task_spec("synthetic"), name="synthetic_fast", lifecycle=FAST_LIFECYCLE)
+    monkeypatch.setitem(TASKS._factories, "synthetic_fast", lambda: spec)
+    monkeypatch.setitem(TASKS._built, "synthetic_fast", spec)
     yield "synthetic_fast"
 
 
@@ -106,8 +106,8 @@ def test_check_env_passes_without_warnings() -> None:
 
 def test_spaces_and_episode_shape() -> None:
     env = MorphoGymEnv(TINY)
-    assert env.observation_space.shape == (OBS_DIM,) and env.observation_space.dtype == np.float32
-    assert isinstance(env.action_space, gymnasium.spaces.Discrete) and env.action_space.n == NUM_JOINT_ACTIONS
+    assert env.observation_space.shape == (80,) and env.observation_space.dtype == np.float32
+    assert isinstance(env.action_space, gymnasium.spaces.Discrete) and env.action_space.n == 43
     seen = _play(env, seed=1, actions_seed=0)
     assert len(seen) == TINY.max_epochs  # reset observes epoch 1; T − 1 steps follow
     assert [s[3]["epoch"] for s in seen[1:]] == list(range(2, TINY.max_epochs + 1))
@@ -122,9 +122,9 @@ def test_info_names_action_stages_accuracy_and_parameters() -> None:
     assert info["stages"] == {"mid": None, "late": None} and info["seed_params"] == 0
     assert info["val_accuracy"] == info["twin_val_accuracy"]  # nothing has grown yet
     germinate_late = next(i for i in np.flatnonzero(env.action_masks())
-                          if from_joint_index(int(i)).to_command("cnn").slot_id == "late")
+                          if CNN.from_joint_index(int(i)).to_command(CNN).slot_id == "late")
     _, reward, _, _, info = env.step(germinate_late)
-    command = from_joint_index(int(germinate_late)).to_command("cnn")
+    command = CNN.from_joint_index(int(germinate_late)).to_command(CNN)
     assert info["action"] == {"index": germinate_late, "op": "GERMINATE", "slot": "late",
                               "blueprint": command.blueprint_id, "blend": command.blend_id}
     assert info["action_success"] is True
@@ -142,17 +142,17 @@ def _independent_joint_mask(obs: EnvObservation, env: MorphoEnv) -> np.ndarray:
     model = env.model
     validity = compute_action_validity(
         build_slot_states(model.get_slot_reports(), model.slot_ids, env.spec.task.lifecycle.min_fossilize_contribution),
-        total_seeds=model.seeds_present(), max_seeds=env.max_seeds, topology=model.topology)
+        total_seeds=model.seeds_present(), max_seeds=env.max_seeds, space=model.action_space)
     masks = masks_from_validity(validity)
     joint = []
-    for i in range(NUM_JOINT_ACTIONS):
-        a = from_joint_index(i)
+    for i in range(CNN.num_joint_actions):
+        a = CNN.from_joint_index(i)
         ok = bool(masks["op"][a.op])
         if ok and a.op != LifecycleOp.WAIT:
             ok = bool(masks["op_slot"][a.op, a.slot])
         if ok and a.op == LifecycleOp.GERMINATE:
             ok = bool(masks["slot_blueprint"][a.slot, a.blueprint]) and bool(masks["blend"][a.blend])
-        joint.append(ok and obs.validity.is_valid_command(a.to_command(obs.topology), obs.topology))
+        joint.append(ok and obs.validity.is_valid_command(a.to_command(obs.action_space)))
     return np.array(joint)
 
 
@@ -165,11 +165,11 @@ def test_action_masks_equal_the_envs_validity_and_masked_actions_raise(fast_task
         terminated = False
         while not terminated:
             mask = env.action_masks()
-            assert mask.dtype == np.bool_ and mask.shape == (NUM_JOINT_ACTIONS,)
+            assert mask.dtype == np.bool_ and mask.shape == (CNN.num_joint_actions,)
             assert env._episode is not None and env._measured is not None
             obs = env._measured.observations[0]
             assert np.array_equal(mask, _independent_joint_mask(obs, env._episode.envs[0]))
-            valid_ops |= {from_joint_index(int(i)).op for i in np.flatnonzero(mask)}
+            valid_ops |= {CNN.from_joint_index(int(i)).op for i in np.flatnonzero(mask)}
             epoch = obs.epoch
             for invalid in rng.permutation(np.flatnonzero(~mask))[:3]:
                 with pytest.raises(InvalidActionError, match=rf"Action {invalid} \(.*\) is not valid"):
@@ -248,8 +248,8 @@ class _Script:
         self.actions = actions
 
     def decide(self, obs: EnvObservation) -> TamiyoDecision:
-        factored = from_joint_index(self.actions[obs.epoch])
-        return TamiyoDecision(factored.to_command(obs.topology), factored, reason="script", confidence=1.0)
+        factored = obs.action_space.from_joint_index(self.actions[obs.epoch])
+        return TamiyoDecision(factored.to_command(obs.action_space), factored, reason="script", confidence=1.0)
 
 
 def test_a_gym_episode_is_the_episode_esper_runs_itself() -> None:
@@ -325,9 +325,9 @@ def test_config_orders_slots_canonically() -> None:
 
 
 def test_describe_actions_groups_runs_of_one_op_and_slot() -> None:
-    assert describe_actions([0, 1, 2, 3, 13, 37, 39, 42], "cnn") == \
+    assert describe_actions([0, 1, 2, 3, 13, 37, 39, 42], CNN) == \
         "0 WAIT; 1-3 GERMINATE early; 13 GERMINATE mid; 37 CULL early; 39 CULL late; 42 FOSSILIZE late"
-    assert describe_actions([], "cnn") == "none"
+    assert describe_actions([], CNN) == "none"
 
 
 def test_without_gymnasium_the_adapter_names_the_extra_and_esper_still_imports() -> None:
@@ -376,6 +376,18 @@ def test_gymnasium_make_builds_the_registered_env_from_keywords_and_its_spec_rec
     assert [o.tolist() for o in _first_observations(env, [3])] == [o.tolist() for o in _first_observations(again, [3])]
     with pytest.raises(ValueError, match=r"takes .*max_epochs"):
         gymnasium.make(ENV_ID, max_epoch=3)
+
+
+def test_action_masks_is_reachable_through_gymnasium_make_and_further_wrappers() -> None:
+    """`gymnasium.make` wraps the env in checkers that do not forward methods: its outermost wrapper is ActionMasks,
+    so `env.action_masks()` works as maskable agents call it; under wrappers of one's own, `get_wrapper_attr`."""
+    env = gymnasium.make(ENV_ID, **KEYWORDS)
+    env.reset(seed=3)
+    masks = env.action_masks()  # type: ignore[attr-defined]
+    assert masks.dtype == bool and masks.tolist() == env.unwrapped.action_masks().tolist()  # type: ignore[attr-defined]
+    env.step(int(np.flatnonzero(masks)[-1]))
+    wrapped = gymnasium.wrappers.RecordEpisodeStatistics(env)
+    assert wrapped.get_wrapper_attr("action_masks")().tolist() == env.unwrapped.action_masks().tolist()  # type: ignore[attr-defined]
 
 
 def test_the_env_pickles_as_its_configuration_and_generator() -> None:

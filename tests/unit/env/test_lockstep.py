@@ -16,7 +16,7 @@ from esper.env.groups import EpisodeSetting, GroupPlan, MemberPlan, StepOutcome
 from esper.env.logs import EpisodeResult
 from esper.env.rewards import ContributionRewardConfig, compute_reward
 from esper.env.step_record import StepRecord
-from esper.leyline import EnvObservation, from_joint_index
+from esper.leyline import EnvObservation
 from esper.runtime.actors import WorkerOptions
 from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 from esper.tamiyo import InvalidDecisionError, RandomPolicy, StaticPolicy, TamiyoDecision
@@ -50,8 +50,8 @@ def _wait(obs: EnvObservation) -> TamiyoDecision:
 
 def _invalid(obs: EnvObservation) -> TamiyoDecision:
     index = int(np.flatnonzero(~np.array(obs.validity.joint_mask()))[0])
-    factored = from_joint_index(index)
-    return TamiyoDecision(factored.to_command(obs.topology), factored, reason="invalid on purpose", confidence=1.0)
+    factored = obs.action_space.from_joint_index(index)
+    return TamiyoDecision(factored.to_command(obs.action_space), factored, reason="invalid on purpose", confidence=1.0)
 
 
 def _clock_free(results: list[EpisodeResult]) -> list[EpisodeResult]:

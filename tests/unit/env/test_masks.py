@@ -5,23 +5,38 @@ from __future__ import annotations
 import pytest
 import torch
 
+from esper.env import masks as masks_module
 from esper.env.masks import (
     MaskSeedInfo,
     build_slot_states,
-    compute_action_masks,
     compute_batch_masks,
     condition_on_action,
     full_masks,
     masks_from_validity,
 )
 from esper.leyline import (
+    UNRECORDED_HEADS,
+    ActionSpace,
+    ActionValidity,
     LifecycleOp,
     SeedMetrics,
     SeedStage,
     SeedStateReport,
-    compute_action_validity,
 )
 from esper.leyline import MaskSeedInfo as LeylineMaskSeedInfo
+from esper.leyline import compute_action_validity as leyline_validity
+
+CNN = ActionSpace("cnn", UNRECORDED_HEADS["cnn"])
+TRANSFORMER = ActionSpace("transformer", UNRECORDED_HEADS["transformer"])
+
+
+def compute_action_masks(states: dict[str, MaskSeedInfo | None], total_seeds: int = 0, max_seeds: int = 0, *,
+                         space: ActionSpace = CNN, **kwargs: object) -> dict[str, torch.Tensor]:
+    return masks_module.compute_action_masks(states, total_seeds, max_seeds, space=space, **kwargs)  # type: ignore
+
+
+def compute_action_validity(states: dict[str, MaskSeedInfo | None], **kwargs: object) -> ActionValidity:
+    return leyline_validity(states, space=CNN, **kwargs)  # type: ignore[arg-type]
 
 WAIT, GERMINATE, CULL, FOSSILIZE = LifecycleOp.WAIT, LifecycleOp.GERMINATE, LifecycleOp.CULL, LifecycleOp.FOSSILIZE
 SHAPES = {"op": (4,), "slot": (3,), "blueprint": (5,), "blend": (3,), "op_slot": (4, 3), "slot_blueprint": (3, 5)}
@@ -93,11 +108,15 @@ def test_disabled_slots_are_masked() -> None:
     assert masks["op_slot"][GERMINATE].tolist() == [False, True, False]
 
 
-def test_embargo_and_topology_are_passed_through() -> None:
-    masks = compute_action_masks({"early": None, "mid": None}, embargoed=("early",), topology="transformer")
+def test_embargo_and_space_are_passed_through() -> None:
+    masks = compute_action_masks({"early": None, "mid": None}, embargoed=("early",), space=TRANSFORMER)
     assert masks["op_slot"][GERMINATE].tolist() == [False, True, False]
-    with pytest.raises(ValueError, match="topology"):
-        compute_action_masks({"early": None}, topology="rnn")
+    plugin = ActionSpace("cnn", (*UNRECORDED_HEADS["cnn"], "pointwise"))
+    wide = compute_action_masks({"early": None}, space=plugin)
+    assert wide["blueprint"].tolist() == [False, True, True, True, True, True]
+    assert tuple(wide["slot_blueprint"].shape) == (3, 6)
+    assert tuple(full_masks({k: wide[k] for k in ("op", "slot", "blueprint", "blend")})["slot_blueprint"].shape) == (
+        3, 6)
 
 
 def test_fossilized_seed_enables_nothing() -> None:

@@ -7,19 +7,32 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from esper.env.masks import masks_from_joint, masks_from_validity
-from esper.leyline import CANONICAL_SLOTS, LifecycleOp, MaskSeedInfo, SeedStage, compute_action_validity
+from esper.leyline import (
+    CANONICAL_SLOTS,
+    UNRECORDED_HEADS,
+    ActionSpace,
+    LifecycleOp,
+    MaskSeedInfo,
+    SeedStage,
+    compute_action_validity,
+)
 
 STAGES = [None, SeedStage.TRAINING, SeedStage.BLENDING, SeedStage.PROBATIONARY, SeedStage.FOSSILIZED]
 
 
+SPACES = [ActionSpace("cnn", UNRECORDED_HEADS["cnn"]), ActionSpace("cnn", (*UNRECORDED_HEADS["cnn"], "pointwise"))]
+
+
 @given(st.lists(st.sampled_from(STAGES), min_size=3, max_size=3), st.lists(st.integers(0, 12), min_size=3,
-                                                                            max_size=3), st.booleans())
+                                                                            max_size=3), st.booleans(),
+       st.sampled_from(SPACES))
 def test_masks_from_joint_equal_masks_from_validity(stages: list[SeedStage | None], ages: list[int],
-                                                    ready: bool) -> None:
+                                                    ready: bool, space: ActionSpace) -> None:
     states = {slot: None if stage is None else MaskSeedInfo(stage, age, fossilize_ready=ready)
               for slot, stage, age in zip(CANONICAL_SLOTS, stages, ages, strict=True)}
-    validity = compute_action_validity(states, total_seeds=sum(s is not None for s in stages), max_seeds=3)
-    rebuilt = masks_from_joint(torch.tensor([validity.joint_mask()]))
+    validity = compute_action_validity(states, total_seeds=sum(s is not None for s in stages), max_seeds=3,
+                                       space=space)
+    rebuilt = masks_from_joint(torch.tensor([validity.joint_mask()]), space)
     direct = masks_from_validity(validity)
     for key in ("op", "op_slot", "slot"):
         assert torch.equal(rebuilt[key][0], direct[key]), key

@@ -37,7 +37,16 @@ from esper.env.rewards import (
     reward_summary,
 )
 from esper.env.step_record import Measurement, SlotRewardInfo
-from esper.leyline import FactoredAction, LifecycleCommand, LifecycleOp, SeedStage
+from esper.leyline import (
+    UNRECORDED_HEADS,
+    ActionSpace,
+    BlendAction,
+    FactoredAction,
+    LifecycleCommand,
+    LifecycleOp,
+    SeedStage,
+    SlotAction,
+)
 from esper.runtime.param_costs import PARAM_COSTS
 from esper.runtime.tasks import get_task_spec
 
@@ -221,7 +230,8 @@ def test_simple_action_costs() -> None:
 def test_wait_reward_ignores_the_slot_head() -> None:
     slots = {"early": seed(B, 2, ti=-0.5, c=1.5), "mid": seed(P, 3, ti=1.0, c=2.0, ready=True), "late": None}
     totals = {
-        contribution(record(slots, FactoredAction.from_indices(s, b, blend, LifecycleOp.WAIT).to_command()),
+        contribution(record(slots, FactoredAction(SlotAction(s), b, BlendAction(blend), LifecycleOp.WAIT)
+                            .to_command(ActionSpace("cnn", UNRECORDED_HEADS["cnn"]))),
                      gamma=0.99).total()
         for s in range(3)
         for b in range(5)

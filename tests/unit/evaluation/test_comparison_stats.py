@@ -182,6 +182,34 @@ def test_results_json_reads_back_into_the_same_typed_result(tested: tuple[str, .
     assert ComparisonResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result
 
 
+def test_an_unfinished_comparison_says_so_in_every_file() -> None:
+    """Four of ten paired episodes, heuristic not run yet: results.json, results.csv and the note say so, and the
+    flags read back; the finished run says nothing."""
+    done = _result()
+    unfinished = ComparisonResult.from_episodes(list(CONTROLLERS[:2]), [e for e in done.episodes
+                                                                        if e.controller != "heuristic"],
+                                                tie_threshold=done.tie_threshold, seed=11, planned=10,
+                                                pending=["heuristic"])
+    data = json.loads(json.dumps(unfinished.to_dict()))
+    assert (data["complete"], data["episodes_done"], data["episodes_planned"]) == (False, 4, 10)
+    assert data["pending_controllers"] == ["heuristic"]
+    note = "incomplete: 4 of 10 paired episodes; heuristic still to run"
+    assert (unfinished.incomplete_note() or "").startswith(note)
+    assert unfinished.to_csv().startswith(f"# {note}")
+    assert ComparisonResult.from_dict(data) == unfinished
+    assert done.incomplete_note() is None and done.to_dict()["complete"] is True
+    assert done.to_csv().startswith("controller,")
+    assert ComparisonResult.from_episodes(list(CONTROLLERS), done.episodes, tie_threshold=done.tie_threshold,
+                                          seed=11, planned=5).incomplete_note() is not None
+
+
+def test_a_results_json_from_before_the_completeness_keys_reads_as_what_it_holds() -> None:
+    data = json.loads(json.dumps(_result().to_dict()))
+    for key in ("complete", "episodes_done", "episodes_planned", "pending_controllers"):
+        del data[key]
+    assert ComparisonResult.from_dict(data) == _result()
+
+
 def _before_test_scores(data: dict[str, Any]) -> dict[str, Any]:
     """A results.json as written before test scores and costs: none of their keys, anywhere."""
     for stats in data["per_controller"].values():
@@ -193,6 +221,8 @@ def _before_test_scores(data: dict[str, Any]) -> dict[str, Any]:
     for episode in data["episodes"]:
         for key in ("final_test_accuracy", "final_test_loss", "train_flops", "wall_seconds"):
             del episode[key]
+    for key in ("complete", "episodes_done", "episodes_planned", "pending_controllers"):
+        del data[key]
     return data
 
 
@@ -210,7 +240,7 @@ def test_a_results_json_from_before_test_scores_still_reads() -> None:
 
 
 @pytest.mark.parametrize("damage", ["top", "controller", "ci", "test ci", "half new", "pair", "val", "metric",
-                                   "episode", "reference"])
+                                   "episode", "reference", "progress", "plan"])
 def test_a_different_results_schema_is_named(damage: str) -> None:
     data = json.loads(json.dumps(_result(tested=CONTROLLERS).to_dict()))
     if damage == "top":
@@ -231,6 +261,10 @@ def test_a_different_results_schema_is_named(damage: str) -> None:
         data["pairwise"]["ppo"]["static"]["metric"] = "loss"
     elif damage == "episode":
         del data["episodes"][0]["rollbacks"]
+    elif damage == "progress":
+        del data["episodes_done"]
+    elif damage == "plan":
+        data["episodes_planned"] = "ten"
     else:
         data["reference"] = "ppo"
     with pytest.raises(LogFormatError, match=r"results\.json"):

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from esper.datagen import TransitionDataset
+from esper.env.features import obs_dim
 from esper.evaluation.ope import (
     OPEConfig,
     TargetPolicy,
@@ -21,9 +22,12 @@ from esper.evaluation.ope import (
     fqe,
     pdwis,
 )
-from esper.leyline import NUM_JOINT_ACTIONS, OBS_DIM
+from esper.runtime.tasks import get_task_spec
 from esper.simic.iql import IQLConfig, IQLPolicy, train_iql
 from unit.offline_toy import VALUE, behavior_probs, episodes_subset, fixed_policy, toy_dataset
+
+CNN = get_task_spec("synthetic").action_space
+NUM_JOINT_ACTIONS, OBS_DIM = CNN.num_joint_actions, obs_dim(CNN)  # 43 and 80 with the built-in blueprints
 
 CONFIG = OPEConfig(gamma=1.0, n_bootstrap=300, fqe_bootstrap=10, fqe_iterations=3, fqe_steps_per_iteration=150,
                    fqe_batch_size=128, fqe_lr=3e-3, fqe_hidden_sizes=(32, 32), device="cpu")

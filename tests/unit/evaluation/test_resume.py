@@ -19,8 +19,8 @@ def _row(controller: str, episode: int) -> EpisodeResult:
                          host_width=1.0, host_params=1000, final_accuracy=50.0, final_loss=1.0,
                          twin_final_accuracy=None, twin_final_loss=None, best_accuracy=50.0, seeds_created=0,
                          seeds_fossilized=0, seeds_culled=0, params_added=0,
-                         action_counts={"WAIT": 1, "GERMINATE": 0, "FOSSILIZE": 0, "CULL": 0},
-                         accuracy_curve=[50.0], total_reward=0.0, rollbacks=0)
+                         action_counts={"WAIT": 2, "GERMINATE": 0, "FOSSILIZE": 0, "CULL": 0},
+                         accuracy_curve=[50.0, 50.0, 50.0], total_reward=0.0, rollbacks=0)
 
 
 def _seed(episode: int) -> int:
@@ -47,6 +47,18 @@ def test_keeps_the_complete_prefix_and_cuts_the_logs(tmp_path: Path) -> None:
         [("a", 0), ("b", 0), ("a", 1), ("b", 1)]
     assert len(read_jsonl(run.path / "steps.jsonl")) == 8
     assert point.keeps("a", 1) and not point.keeps("a", 2) and point.keeps("twin", 0)
+
+
+def test_an_episode_whose_result_is_logged_but_a_step_is_not_is_run_again(tmp_path: Path) -> None:
+    """Episode 0 of `a` lost its second step row (its result row is intact): episode 0 is not finished, so it and
+    everything after it run again (a prefix is kept)."""
+    run = _run(tmp_path, [("a", 0), ("b", 0), ("a", 1), ("b", 1)])
+    steps = run.path / "steps.jsonl"
+    lines = steps.read_text().splitlines(keepends=True)
+    steps.write_text("".join(lines[:1] + lines[2:]))
+    point = resume_point(run, [["a", "b"]], episodes=2, host_seed=_seed)
+    assert point.completed == (0,) and point.results == []
+    assert read_jsonl(run.path / "episodes.jsonl") == [] and read_jsonl(steps) == []
 
 
 def test_episodes_on_other_seeds_are_refused_and_left_as_they_were(tmp_path: Path) -> None:

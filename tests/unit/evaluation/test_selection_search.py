@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from esper.evaluation.selection import choose_best, greedy_extensions, rule_candidates, selection_candidates
+from esper.runtime.tasks import get_task_spec
+
+CNN = get_task_spec("synthetic").action_space
 
 SLOTS = ("early", "mid", "late")
 
 
 def _extend(means: dict[str, float], family: list[str], latest: list[str], max_modules: int = 3) -> list[str]:
-    return greedy_extensions(means, family, latest, "cnn", SLOTS, max_modules)
+    return greedy_extensions(means, family, latest, CNN, SLOTS, max_modules)
 
 
 def test_the_best_spec_of_the_latest_round_is_extended_by_one_module_in_each_free_slot() -> None:
-    fixed, _ = selection_candidates("cnn", SLOTS)
+    fixed, _ = selection_candidates(CNN, SLOTS)
     means = {c: 30.0 for c in fixed} | {"fixed:norm@early": 40.0}
     grown = _extend(means, fixed, fixed)
     assert len(grown) == 4 * 2 and all(c.startswith("fixed:norm@early,") for c in grown)
@@ -25,7 +28,7 @@ def test_the_best_spec_of_the_latest_round_is_extended_by_one_module_in_each_fre
 
 
 def test_the_search_stops_when_a_round_finds_nothing_better() -> None:
-    fixed, _ = selection_candidates("cnn", SLOTS)
+    fixed, _ = selection_candidates(CNN, SLOTS)
     means = {c: 30.0 for c in fixed} | {"fixed:norm@early": 40.0}
     grown = _extend(means, fixed, fixed)
     means |= {c: 39.0 for c in grown}
@@ -34,7 +37,7 @@ def test_the_search_stops_when_a_round_finds_nothing_better() -> None:
 
 
 def test_a_behaviour_preset_is_never_extended_and_ties_keep_the_first() -> None:
-    rules = rule_candidates("cnn", SLOTS)
+    rules = rule_candidates(CNN, SLOTS)
     means = {c: 30.0 for c in rules} | {"behavior:baseline": 50.0}
     assert _extend(means, rules, rules) == []
     means = {c: 30.0 for c in rules}

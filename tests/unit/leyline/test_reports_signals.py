@@ -8,6 +8,8 @@ import math
 import pytest
 
 from esper.leyline import (
+    UNRECORDED_HEADS,
+    ActionSpace,
     EnvObservation,
     SeedMetrics,
     SeedStage,
@@ -129,7 +131,8 @@ def test_training_signals_defaults() -> None:
 
 
 def test_env_observation_holds_contract_fields() -> None:
-    validity = compute_action_validity({"early": None, "mid": None, "late": None})
+    space = ActionSpace("cnn", UNRECORDED_HEADS["cnn"])
+    validity = compute_action_validity({"early": None, "mid": None, "late": None}, space=space)
     obs = EnvObservation(
         env_id=0,
         epoch=1,
@@ -148,4 +151,5 @@ def test_env_observation_holds_contract_fields() -> None:
         batches_per_epoch=4,
     )
     assert obs.validity.op[0] is True
+    assert obs.action_space is space
     assert obs.slot_reports["mid"].slot_id == "mid"

@@ -113,6 +113,26 @@ def test_truncated_file_raises_naming_it(tmp_path: Path) -> None:
     assert "weights_only" not in str(info.value) and "\n" not in str(info.value)  # no advice to load unsafely
 
 
+def test_an_unreadable_checkpoint_suggests_the_others_beside_it_never_itself(tmp_path: Path) -> None:
+    """A corrupt latest.pt used to say "use another file (e.g. checkpoints/latest.pt)"."""
+    checkpoints = tmp_path / "run" / "checkpoints"
+    for name in ("init.pt", "best.pt"):
+        atomic_save({"format": MODEL_FORMAT}, checkpoints / name)
+    latest = checkpoints / "latest.pt"
+    latest.write_bytes(b"torn")
+    with pytest.raises(CheckpointFormatError) as info:
+        load_checkpoint(latest, MODEL_FORMAT)
+    fix = str(info.value).split("; ", 1)[1]
+    assert f"(best.pt, init.pt in {checkpoints}" in fix and "latest.pt" not in fix and "--overwrite" in fix
+    with pytest.raises(CheckpointFormatError) as info:
+        load_checkpoint(checkpoints / "final.pt", MODEL_FORMAT)
+    assert "best.pt, init.pt, latest.pt in" in str(info.value)  # a missing file: every one that is there
+    alone = tmp_path / "alone.pt"
+    alone.write_bytes(b"torn")
+    with pytest.raises(CheckpointFormatError, match=r"pass a checkpoint an esper run saved \(RUN/checkpoints/"):
+        load_checkpoint(alone, MODEL_FORMAT)
+
+
 def test_wrong_format_names_expected_and_found(tmp_path: Path) -> None:
     path = tmp_path / "ppo.pt"
     atomic_save({"format": "esper-ppo-v1"}, path)

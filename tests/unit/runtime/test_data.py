@@ -61,8 +61,10 @@ def test_augmentation_extremes() -> None:
 def test_standard_paddings() -> None:
     assert Augmentation.for_image_size(32) == Augmentation(4, horizontal_flip=True)
     assert Augmentation.for_image_size(28).crop_padding == 2
-    with pytest.raises(ValueError, match="64"):
-        Augmentation.for_image_size(64)
+    assert Augmentation.for_image_size(16).crop_padding == 2  # an eighth of the side at any other size
+    assert Augmentation.for_image_size(64).crop_padding == 8
+    with pytest.raises(ValueError, match=">= 1 pixel"):
+        Augmentation.for_image_size(0)
     no_flip = Augmentation(4, horizontal_flip=False).draw(50, torch.Generator().manual_seed(1))
     assert not no_flip.flips.any()
 

@@ -23,7 +23,7 @@ from esper.env import groups as groups_module
 from esper.evaluation.comparison import parse_controllers, run_comparison
 from esper.evaluation.episodes import EpisodePlan
 from esper.leyline import ordered_slots
-from esper.runtime import readers, tasks
+from esper.runtime import builtin_tasks, readers
 from esper.runtime.data import DeviceDataset
 from esper.runtime.readers import SPLITS, Split, TokenWindows, encode_stories, tinystories_stories
 from esper.runtime.rundir import RunDirectory, read_jsonl
@@ -324,13 +324,13 @@ def test_relabeling_the_test_split_changes_test_scores_only(tmp_path: Path, monk
     """Two paired comparisons that differ only in the test split's labels (every test label moved to the next
     class): decisions, rewards and validation numbers are bit-identical; the test scores are not."""
     _compare(tmp_path / "plain")
-    generate = tasks.generate_synthetic_images
+    generate = builtin_tasks.generate_synthetic_images
 
     def relabeled(seed: int, split: Split) -> tuple[torch.Tensor, torch.Tensor]:
         x, y = generate(seed, split)
         return (x, (y + 1) % 10) if split == "test" else (x, y)
 
-    monkeypatch.setattr(tasks, "generate_synthetic_images", relabeled)
+    monkeypatch.setattr(builtin_tasks, "generate_synthetic_images", relabeled)
     _compare(tmp_path / "relabeled")
 
     plain, changed = tmp_path / "plain", tmp_path / "relabeled"

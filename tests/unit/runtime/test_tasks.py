@@ -11,7 +11,7 @@ import torch
 
 from esper.kasmina.hosts import CNNHost, TransformerHost
 from esper.leyline.seeding import derive_seed
-from esper.runtime import readers, tasks
+from esper.runtime import builtin_tasks, readers, tasks
 from esper.runtime.data import DeviceDataset
 from esper.runtime.readers import VOCAB_SIZE, DatasetNotFoundError, TokenWindows
 from esper.runtime.tasks import TASKS, DataCache, DataOptions, draw_subset, get_task_spec
@@ -75,7 +75,7 @@ def test_cnn_hosts_and_optimizers() -> None:
         spec = get_task_spec(name)
         h = spec.host_optimizer
         assert (h.name, h.lr, h.momentum, h.weight_decay) == ("sgd", 0.01, 0.9, 5e-4)
-    syn = get_task_spec("synthetic").host_optimizer  # lr deliberately differs from the other CNN tasks (see tasks.py)
+    syn = get_task_spec("synthetic").host_optimizer  # lr differs from the other CNN tasks on purpose (builtin_tasks.py)
     assert (syn.name, syn.momentum, syn.weight_decay) == ("sgd", 0.9, 5e-4)
     for name in ("synthetic", "cifar10", "cifar10_deep", "fashion_mnist"):
         s = get_task_spec(name).seed_optimizer
@@ -94,6 +94,7 @@ def test_get_task_spec_is_case_insensitive_and_lists_tasks() -> None:
     with pytest.raises(ValueError, match="Unknown task 'imagenet'") as info:
         get_task_spec("imagenet")
     assert all(name in str(info.value) for name in TASKS)
+    assert "npz:PATH.npz" in str(info.value) and "folder:DIR" in str(info.value) and "--plugin" in str(info.value)
 
 
 # ------------------------------------------------------------------------------------------------ data
@@ -213,7 +214,8 @@ def test_missing_cifar_names_path_and_download(tmp_path: Path) -> None:
 
 def test_missing_fashion_mnist_raises_without_system_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     absent = tmp_path / "no-system-dir"
-    monkeypatch.setattr(tasks, "load_fashion_mnist", functools.partial(readers.load_fashion_mnist, system_dir=absent))
+    monkeypatch.setattr(builtin_tasks, "load_fashion_mnist",
+                        functools.partial(readers.load_fashion_mnist, system_dir=absent))
     with pytest.raises(DatasetNotFoundError) as info:
         get_task_spec("fashion_mnist").load(DataOptions(data_dir=tmp_path / "data"), "train")
     message = str(info.value)

@@ -9,6 +9,8 @@ from collections.abc import Iterable, Mapping
 
 from esper.leyline import (
     CANONICAL_SLOTS,
+    UNRECORDED_HEADS,
+    ActionSpace,
     EnvObservation,
     MaskSeedInfo,
     SeedMetrics,
@@ -23,6 +25,15 @@ from esper.leyline import (
 )
 
 MIN_FOSSILIZE_CONTRIBUTION = 1.0
+SPACES = {"cnn": ActionSpace("cnn", UNRECORDED_HEADS["cnn"], others=("conv_heavy",)),
+          "transformer": ActionSpace("transformer", UNRECORDED_HEADS["transformer"])}
+"""The built-in action spaces (what the blueprint registry derives with no plugin loaded)."""
+PLUGIN_SPACE = ActionSpace("cnn", (*UNRECORDED_HEADS["cnn"], "pointwise"), others=("conv_heavy",))
+"""The CNN space with a plugin's blueprint in its head."""
+
+
+def space_of(topology: str) -> ActionSpace:
+    return SPACES[topology]
 _DEFAULT_ALPHA = {SeedStage.BLENDING: 0.5, SeedStage.PROBATIONARY: 1.0, SeedStage.FOSSILIZED: 1.0}
 _PREVIOUS = {
     SeedStage.TRAINING: SeedStage.GERMINATED,
@@ -93,15 +104,18 @@ def make_obs(
     topology: str = "cnn",
     max_epochs: int = 25,
     env_id: int = 0,
+    space: ActionSpace | None = None,
 ) -> EnvObservation:
-    """An observation whose validity is computed by Leyline from the given reports (keyed by their slot_id)."""
+    """An observation whose validity is computed by Leyline from the given reports (keyed by their slot_id), in
+    `space` (default: the topology's built-in space)."""
     by_slot = {r.slot_id: r for r in reports}
     enabled_slots = ordered_slots(enabled)
     unknown = set(by_slot) - set(enabled_slots)
     if unknown:
         raise ValueError(f"Reports for disabled slots: {sorted(unknown)}")
     validity = compute_action_validity(
-        slot_states(by_slot, enabled_slots), total_seeds=len(by_slot), max_seeds=max_seeds, topology=topology
+        slot_states(by_slot, enabled_slots), total_seeds=len(by_slot), max_seeds=max_seeds,
+        space=space if space is not None else space_of(topology),
     )
     signals = TrainingSignals(
         metrics=TrainingMetrics(epoch=epoch, plateau_epochs=plateau, host_stabilized=int(stabilized)),

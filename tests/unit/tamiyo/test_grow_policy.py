@@ -13,7 +13,7 @@ from esper.evaluation.selection import rule_candidates
 from esper.leyline import LifecycleCommand, LifecycleOp, SeedStage, SeedStateReport
 from esper.tamiyo import CONTROLLERS, GROW, ControllerContext, GrowPolicy, check_decision, host_variant
 from esper.tamiyo.grow import GROW_BLEND
-from unit.tamiyo.helpers import make_obs, make_report
+from unit.tamiyo.helpers import make_obs, make_report, space_of
 
 ALL = ("early", "mid", "late")
 LIVE_OR_FOSSILIZED = [SeedStage.GERMINATED, SeedStage.TRAINING, SeedStage.BLENDING, SeedStage.PROBATIONARY,
@@ -21,7 +21,7 @@ LIVE_OR_FOSSILIZED = [SeedStage.GERMINATED, SeedStage.TRAINING, SeedStage.BLENDI
 
 
 def _build(text: str, topology: str = "cnn", slots: tuple[str, ...] = ALL) -> GrowPolicy:
-    policy = CONTROLLERS.build(text, ControllerContext(topology=topology, slots=slots))
+    policy = CONTROLLERS.build(text, ControllerContext(space=space_of(topology), slots=slots))
     assert isinstance(policy, GrowPolicy)
     return policy
 
@@ -88,7 +88,7 @@ def test_every_decision_is_valid_whatever_the_slots_hold(slots: list[str], stage
 
 
 def test_best_rule_is_chosen_among_the_behaviour_presets_and_every_single_module_grow_rule() -> None:
-    rules = rule_candidates("cnn", ("early", "late"))
+    rules = rule_candidates(space_of("cnn"), ("early", "late"))
     grown = [r for r in rules if r.startswith("grow:")]
     blueprints = ("conv_light", "attention", "norm", "depthwise")
     assert grown == [f"grow:{b}@{s}" for b in blueprints for s in ("early", "late")]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from esper.leyline import BLUEPRINT_HEAD, EnvObservation, LifecycleOp, SeedStage, SeedStateReport
+from esper.leyline import UNRECORDED_HEADS, EnvObservation, LifecycleOp, SeedStage, SeedStateReport
 from esper.tamiyo import HeuristicPolicyConfig, HeuristicTamiyo, TamiyoDecision, TamiyoPolicy, check_decision
 from unit.tamiyo.helpers import make_obs, make_report
 
@@ -93,7 +93,7 @@ def test_config_rejects_invalid_values(bad: dict[str, Any]) -> None:
 
 
 def test_topology_is_checked() -> None:
-    with pytest.raises(ValueError, match="Unknown topology"):
+    with pytest.raises(ValueError, match="No blueprint rotation configured for topology 'rnn'"):
         HeuristicTamiyo(topology="rnn")
     with pytest.raises(ValueError, match="No blueprint rotation"):
         _heuristic(blueprint_rotation={"cnn": ("norm",)}, topology="transformer")
@@ -252,7 +252,7 @@ def test_transformer_topology_uses_transformer_blueprints() -> None:
     policy = HeuristicTamiyo(topology="transformer")
     decisions = [_decide(policy, _ready(epoch=10 + 3 * k, topology="transformer")) for k in range(4)]
     assert [d.command.blueprint_id for d in decisions] == ["norm", "mlp", "attention", "lora"]
-    assert all(d.factored is not None and d.command.blueprint_id in BLUEPRINT_HEAD["transformer"] for d in decisions)
+    assert all(d.factored is not None and d.command.blueprint_id in UNRECORDED_HEADS["transformer"] for d in decisions)
 
 
 # -- fossilize and cull -------------------------------------------------------------------------------------------

@@ -11,7 +11,6 @@ import pytest
 
 from esper.leyline import (
     BlendAction,
-    BlueprintAction,
     EnvObservation,
     FactoredAction,
     LifecycleCommand,
@@ -28,7 +27,7 @@ from esper.tamiyo import (
     TamiyoPolicy,
     check_decision,
 )
-from unit.tamiyo.helpers import make_obs, make_report
+from unit.tamiyo.helpers import PLUGIN_SPACE, make_obs, make_report, space_of
 
 WAIT = LifecycleCommand(LifecycleOp.WAIT)
 
@@ -44,7 +43,7 @@ def _all_ops_obs() -> EnvObservation:
 
 
 def _decision(command: LifecycleCommand, topology: str = "cnn") -> TamiyoDecision:
-    return TamiyoDecision.from_command(command, topology=topology, reason="test", confidence=1.0)
+    return TamiyoDecision.from_command(command, space=space_of(topology), reason="test", confidence=1.0)
 
 
 # -- TamiyoDecision -----------------------------------------------------------------------------------------------
@@ -62,13 +61,14 @@ def test_decision_is_frozen_and_validated() -> None:
 
 def test_from_command_derives_the_factored_action() -> None:
     germinate = LifecycleCommand(LifecycleOp.GERMINATE, "mid", "attention", "gated")
-    assert _decision(germinate).factored == FactoredAction(
-        SlotAction.MID, BlueprintAction.ATTENTION, BlendAction.GATED, LifecycleOp.GERMINATE
-    )
+    assert _decision(germinate).factored == FactoredAction(SlotAction.MID, 2, BlendAction.GATED, LifecycleOp.GERMINATE)
     assert _decision(LifecycleCommand(LifecycleOp.GERMINATE, "mid", "mlp", "linear"), "transformer").factored == (
-        FactoredAction(SlotAction.MID, BlueprintAction.DEPTHWISE, BlendAction.LINEAR, LifecycleOp.GERMINATE)
+        FactoredAction(SlotAction.MID, 4, BlendAction.LINEAR, LifecycleOp.GERMINATE)
     )
     assert _decision(LifecycleCommand(LifecycleOp.GERMINATE, "mid", "conv_heavy", "sigmoid")).factored is None
+    plugin = LifecycleCommand(LifecycleOp.GERMINATE, "mid", "pointwise", "sigmoid")
+    assert TamiyoDecision.from_command(plugin, space=PLUGIN_SPACE, reason="r", confidence=1.0).factored == (
+        FactoredAction(SlotAction.MID, 5, BlendAction.SIGMOID, LifecycleOp.GERMINATE))
 
 
 # -- check_decision -----------------------------------------------------------------------------------------------
@@ -110,12 +110,12 @@ def test_check_decision_rejects_disabled_slots_and_unfossilizable_seeds() -> Non
 def test_check_decision_rejects_inconsistent_factored_actions() -> None:
     obs = _all_ops_obs()
     cull_early = LifecycleCommand(LifecycleOp.CULL, "early")
-    cull_mid = FactoredAction.from_command(LifecycleCommand(LifecycleOp.CULL, "mid"))
+    cull_mid = FactoredAction.from_command(LifecycleCommand(LifecycleOp.CULL, "mid"), space_of("cnn"))
     with pytest.raises(InvalidDecisionError, match="does not match"):
         check_decision(TamiyoDecision(cull_early, cull_mid, "r", 1.0), obs)
     with pytest.raises(InvalidDecisionError, match="no factored action"):
         check_decision(TamiyoDecision(cull_early, None, "r", 1.0), obs)
-    fossilize_early = FactoredAction(SlotAction.EARLY, BlueprintAction.NOOP, BlendAction.LINEAR, LifecycleOp.FOSSILIZE)
+    fossilize_early = FactoredAction(SlotAction.EARLY, 0, BlendAction.LINEAR, LifecycleOp.FOSSILIZE)
     with pytest.raises(InvalidDecisionError, match="factored action"):
         check_decision(TamiyoDecision(WAIT, fossilize_early, "r", 1.0), obs)
 
@@ -219,3 +219,13 @@ def test_random_policy_reports_the_probability_of_its_action() -> None:
 def test_random_policy_waits_when_nothing_else_is_valid() -> None:
     obs = make_obs([make_report("early", SeedStage.FOSSILIZED)], enabled=["early"])
     assert {RandomPolicy(0).decide(obs).command for _ in range(20)} == {WAIT}
+
+
+def test_random_policy_draws_a_plugin_blueprint_like_any_head_blueprint() -> None:
+    obs = make_obs(space=PLUGIN_SPACE)
+    policy = RandomPolicy(0)
+    decisions = [policy.decide(obs) for _ in range(600)]
+    for decision in decisions:
+        check_decision(decision, obs)
+    germinated = Counter(d.command.blueprint_id for d in decisions if d.command.op == LifecycleOp.GERMINATE)
+    assert set(germinated) == {"conv_light", "attention", "norm", "depthwise", "pointwise"}

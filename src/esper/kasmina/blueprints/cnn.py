@@ -12,8 +12,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from esper.kasmina.blueprints.registry import BlueprintRegistry, BlueprintSpec
-from esper.leyline import BLUEPRINT_HEAD
+from esper.kasmina.blueprints.registry import register_blueprint
 
 _GROUP_CANDIDATES = (32, 16, 8, 4, 2, 1)
 
@@ -119,24 +118,18 @@ def _identity(channels: int) -> nn.Module:
     return nn.Identity()
 
 
-def register_cnn_blueprints(registry: BlueprintRegistry) -> None:
-    """Adds the CNN catalog to `registry`; `in_head` follows Leyline's BLUEPRINT_HEAD."""
-    catalog: tuple[tuple[str, Callable[[int], nn.Module], Callable[[int], int], str], ...] = (
-        ("noop", _identity, lambda c: 0, "Identity: a placeholder seed with no parameters"),
-        ("conv_light", ConvLight, lambda c: 9 * c * c + 2 * c, "Residual 3x3 conv block"),
-        ("attention", SqueezeExcitation, lambda c: 2 * c * _se_reduction(c), "Squeeze-excitation channel attention"),
-        ("norm", GroupNormSeed, lambda c: 2 * c + 1, "Learnable pull towards GroupNorm"),
-        ("depthwise", DepthwiseSeparable, lambda c: c * c + 11 * c, "Residual depthwise-separable conv"),
-        ("conv_heavy", ConvHeavy, lambda c: 18 * c * c + 4 * c, "Residual stack of two 3x3 conv blocks"),
-    )
-    for name, factory, param_count, description in catalog:
-        registry.register(
-            BlueprintSpec(
-                name=name,
-                topology="cnn",
-                factory=factory,
-                param_count=param_count,
-                description=description,
-                in_head=name in BLUEPRINT_HEAD["cnn"],
-            )
-        )
+_CATALOG: tuple[tuple[str, Callable[[int], nn.Module], Callable[[int], int], str, bool], ...] = (
+    ("noop", _identity, lambda c: 0, "Identity: a placeholder seed with no parameters", True),
+    ("conv_light", ConvLight, lambda c: 9 * c * c + 2 * c, "Residual 3x3 conv block", True),
+    ("attention", SqueezeExcitation, lambda c: 2 * c * _se_reduction(c), "Squeeze-excitation channel attention", True),
+    ("norm", GroupNormSeed, lambda c: 2 * c + 1, "Learnable pull towards GroupNorm", True),
+    ("depthwise", DepthwiseSeparable, lambda c: c * c + 11 * c, "Residual depthwise-separable conv", True),
+    ("conv_heavy", ConvHeavy, lambda c: 18 * c * c + 4 * c, "Residual stack of two 3x3 conv blocks", False),
+)
+"""The built-in CNN blueprints, registered in this order through the same `register_blueprint` a plugin uses (the
+order is the policy head's; `conv_heavy` stays out of the head, so policies never choose it, while `fixed:` and
+`grow:` can build it)."""
+
+for _name, _factory, _param_count, _description, _in_head in _CATALOG:
+    register_blueprint(_name, topology="cnn", param_count=_param_count, description=_description,
+                       in_head=_in_head)(_factory)

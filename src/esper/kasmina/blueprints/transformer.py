@@ -12,9 +12,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from esper.kasmina.blueprints.registry import BlueprintRegistry, BlueprintSpec
+from esper.kasmina.blueprints.registry import register_blueprint
 from esper.kasmina.hosts import CausalSelfAttention, FeedForward
-from esper.leyline import BLUEPRINT_HEAD
 
 LORA_RANK = 8
 ATTENTION_HEADS = 4
@@ -84,23 +83,14 @@ def _identity(dim: int) -> nn.Module:
     return nn.Identity()
 
 
-def register_transformer_blueprints(registry: BlueprintRegistry) -> None:
-    """Adds the transformer catalog to `registry`; `in_head` follows Leyline's BLUEPRINT_HEAD."""
-    catalog: tuple[tuple[str, Callable[[int], nn.Module], Callable[[int], int], str], ...] = (
-        ("noop", _identity, lambda d: 0, "Identity: a placeholder seed with no parameters"),
-        ("lora", LoRAAdapter, lambda d: 2 * LORA_RANK * d, "Rank-8 low-rank residual adapter"),
-        ("attention", AttentionSeed, lambda d: 4 * d * d + 4 * d, "Residual 4-head causal self-attention"),
-        ("norm", LayerNormSeed, lambda d: 2 * d + 1, "Learnable pull towards LayerNorm"),
-        ("mlp", MLPSeed, lambda d: 8 * d * d + 5 * d, "Residual position-wise MLP"),
-    )
-    for name, factory, param_count, description in catalog:
-        registry.register(
-            BlueprintSpec(
-                name=name,
-                topology="transformer",
-                factory=factory,
-                param_count=param_count,
-                description=description,
-                in_head=name in BLUEPRINT_HEAD["transformer"],
-            )
-        )
+_CATALOG: tuple[tuple[str, Callable[[int], nn.Module], Callable[[int], int], str], ...] = (
+    ("noop", _identity, lambda d: 0, "Identity: a placeholder seed with no parameters"),
+    ("lora", LoRAAdapter, lambda d: 2 * LORA_RANK * d, "Rank-8 low-rank residual adapter"),
+    ("attention", AttentionSeed, lambda d: 4 * d * d + 4 * d, "Residual 4-head causal self-attention"),
+    ("norm", LayerNormSeed, lambda d: 2 * d + 1, "Learnable pull towards LayerNorm"),
+    ("mlp", MLPSeed, lambda d: 8 * d * d + 5 * d, "Residual position-wise MLP"),
+)
+"""The built-in transformer blueprints, registered in this order (the policy head's) through `register_blueprint`."""
+
+for _name, _factory, _param_count, _description in _CATALOG:
+    register_blueprint(_name, topology="transformer", param_count=_param_count, description=_description)(_factory)

@@ -1,6 +1,6 @@
 """IQLPolicy: a trained IQL policy as a Tamiyo controller (`iql:PATH`), and as a target policy for offline evaluation.
 
-It scales the observation's 80 features with the statistics stored at training time, restricts the policy's logits
+It scales the observation's features with the statistics stored at training time, restricts the policy's logits
 to the joint actions valid right now, and takes the argmax: deployment is deterministic, and the executed action is
 always one the environment accepts.
 """
@@ -16,8 +16,9 @@ import torch
 from torch import nn
 
 from esper.env.features import observation_features
-from esper.leyline import OBS_SCHEMA, EnvObservation, from_joint_index, ordered_slots
+from esper.leyline import OBS_SCHEMA, ActionSpace, EnvObservation, ordered_slots
 from esper.leyline.errors import UserInputError
+from esper.runtime.checkpoint import check_blueprint_head
 from esper.simic.iql.iql import FeatureScaler, IQLLearner, load_iql_checkpoint, masked_argmax
 from esper.simic.masking import masked_logits
 from esper.tamiyo import ControllerContext, TamiyoDecision, check_trained_setting, register_controller
@@ -30,27 +31,31 @@ class IQLPolicy:
 
     name = "iql"
 
-    def __init__(self, policy: nn.Module, scaler: FeatureScaler, *, topology: str, slots: Sequence[str]) -> None:
+    def __init__(self, policy: nn.Module, scaler: FeatureScaler, *, space: ActionSpace, slots: Sequence[str]) -> None:
         self.policy = policy.eval()
         self.scaler = scaler
-        self.topology = topology
+        self.space = space
+        self.topology = space.topology
         self.slots = ordered_slots(slots)
         self.device = next(policy.parameters()).device
 
     @classmethod
     def from_learner(cls, learner: IQLLearner) -> IQLPolicy:
-        return cls(learner.policy, learner.scaler, topology=learner.topology, slots=learner.slots)
+        return cls(learner.policy, learner.scaler, space=learner.space, slots=learner.slots)
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path, *, device: str | torch.device = "cpu", topology: str | None = None,
+    def from_checkpoint(cls, path: str | Path, *, device: str | torch.device = "cpu", space: ActionSpace | None = None,
                         slots: Sequence[str] | None = None) -> IQLPolicy:
-        """Load an `esper-iql-v1` checkpoint (file or run directory), refusing one trained for another setup."""
+        """Load an `esper-iql-v1` checkpoint (file or run directory), refusing one trained for another setup (another
+        topology, blueprint head or slots than `space` and `slots`)."""
         data = load_iql_checkpoint(path)
         if data["feature_schema"] != OBS_SCHEMA:
             raise UserInputError(f"{path} was trained on feature schema {data['feature_schema']!r}, this version "
                                  f"observes {OBS_SCHEMA!r}; retrain on data of this version")
-        if topology is not None and data["topology"] != topology:
-            raise UserInputError(f"{path} was trained for topology {data['topology']!r}, not {topology!r}")
+        if space is not None:
+            if data["topology"] != space.topology:
+                raise UserInputError(f"{path} was trained for topology {data['topology']!r}, not {space.topology!r}")
+            check_blueprint_head(path, data, space)
         trained = list(ordered_slots(data["slots"]))
         if slots is not None and list(ordered_slots(slots)) != trained:
             raise UserInputError(f"{path} was trained with slots {trained}, not {list(ordered_slots(slots))}")
@@ -62,9 +67,10 @@ class IQLPolicy:
     @torch.no_grad()
     def decide_batch(self, observations: Sequence[EnvObservation]) -> list[TamiyoDecision]:
         for obs in observations:
-            if obs.topology != self.topology or ordered_slots(obs.enabled_slots) != self.slots:
-                raise UserInputError(f"IQL policy trained for {self.topology} with slots {list(self.slots)} cannot "
-                                     f"drive env {obs.env_id} ({obs.topology}, slots {list(obs.enabled_slots)})")
+            if obs.action_space.head != self.space.head or ordered_slots(obs.enabled_slots) != self.slots:
+                raise UserInputError(f"IQL policy trained for {self.topology} blueprints {list(self.space.head)} with "
+                                     f"slots {list(self.slots)} cannot drive env {obs.env_id} ({obs.topology} "
+                                     f"blueprints {list(obs.action_space.head)}, slots {list(obs.enabled_slots)})")
         raw = torch.tensor([observation_features(o) for o in observations], dtype=torch.float32)
         valid = torch.tensor([o.validity.joint_mask() for o in observations], dtype=torch.bool)
         logits = self._logits(raw, valid)
@@ -73,9 +79,9 @@ class IQLPolicy:
         choice = masked_argmax(logits, valid)
         probs = masked_logits(logits, valid).softmax(-1).gather(1, choice.unsqueeze(1)).squeeze(1)
         decisions = []
-        for obs, j, p in zip(observations, choice.tolist(), probs.tolist(), strict=True):
-            factored = from_joint_index(j)
-            command = factored.to_command(obs.topology)
+        for j, p in zip(choice.tolist(), probs.tolist(), strict=True):
+            factored = self.space.from_joint_index(j)
+            command = factored.to_command(self.space)
             decisions.append(TamiyoDecision(command, factored, reason=f"IQL argmax: {command.describe()} (π={p:.2f})",
                                             confidence=min(1.0, max(0.0, p)), info={"joint_index": j}))
         return decisions
@@ -98,8 +104,7 @@ class IQLPolicy:
                      "over the valid joint actions")
 def _iql(argument: str | None, context: ControllerContext) -> IQLPolicy:
     assert argument is not None  # the registry rejects `iql` without a path
-    policy = IQLPolicy.from_checkpoint(argument, device=context.device, topology=context.topology,
-                                       slots=context.slots)
+    policy = IQLPolicy.from_checkpoint(argument, device=context.device, space=context.space, slots=context.slots)
     trained = trained_setting(Path(argument))
     if trained is not None:
         check_trained_setting(argument, trained, context)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
-__all__ = ["IQLHistoryRow"]
+from esper.runtime.logcut import UnitLog
+
+__all__ = ["IQLHistoryRow", "trim_history"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,3 +39,15 @@ class IQLHistoryRow:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def trim_history(run_dir: Path, checkpoint: Path, epochs: int) -> None:
+    """Cut history.jsonl back to `checkpoint`, which completed epochs 1 .. `epochs` (`esper.runtime.logcut`): rows of
+    later epochs, a torn last line among them, are dropped and trained again; an epoch the checkpoint counts but the
+    log lacks is refused, before anything is cut."""
+    history = UnitLog.read(run_dir / IQLHistoryRow.FILE, lambda row: row.get("epoch"))
+    kept = range(1, epochs + 1)
+    epoch = history.first_incomplete(dict.fromkeys(kept, 1))
+    if epoch is not None:
+        raise history.refuse(f"the row of epoch {epoch}", checkpoint, run_dir)
+    history.cut(set(kept))

@@ -26,11 +26,18 @@ from torch.nn import functional as F
 
 import esper
 from esper.datagen.transitions import TransitionBatch, TransitionDataset
-from esper.leyline import NUM_JOINT_ACTIONS, OBS_DIM, OBS_SCHEMA, ordered_slots
+from esper.env.features import obs_dim
+from esper.leyline import OBS_SCHEMA, UNRECORDED_HEADS, ActionSpace, ordered_slots
 from esper.leyline.constants import OBS_CLIP, OBS_EPSILON
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import derive_seed
-from esper.runtime.checkpoint import CheckpointFormatError, atomic_save, detached_copy, load_checkpoint
+from esper.runtime.checkpoint import (
+    CheckpointFormatError,
+    atomic_save,
+    blueprint_record,
+    detached_copy,
+    load_checkpoint,
+)
 from esper.runtime.devices import resolve_device
 from esper.runtime.rundir import checkpoint_file
 from esper.simic.iql.config import RESUMABLE_FIELDS, IQLConfig
@@ -134,23 +141,25 @@ def polyak_update(target: nn.Module, online: nn.Module, rate: float) -> None:
 class IQLLearner:
     """Twin Q (with Polyak targets), V and policy networks, their optimizers and the minibatch generator."""
 
-    def __init__(self, config: IQLConfig, scaler: FeatureScaler, *, topology: str, slots: Sequence[str],
+    def __init__(self, config: IQLConfig, scaler: FeatureScaler, *, space: ActionSpace, slots: Sequence[str],
                  feature_schema: str = OBS_SCHEMA, device: str | torch.device | None = None) -> None:
         if feature_schema != OBS_SCHEMA:
             raise UserInputError(f"IQL reads feature schema {OBS_SCHEMA!r}, got {feature_schema!r}")
         self.config = config
-        self.topology = topology
+        self.space = space
+        self.topology = space.topology
         self.slots = ordered_slots(slots)
         self.feature_schema = feature_schema
-        self.state_dim, self.action_dim = OBS_DIM, NUM_JOINT_ACTIONS
+        self.state_dim, self.action_dim = obs_dim(space), space.num_joint_actions
         self.device = resolve_device(config.device) if device is None else torch.device(device)
         self.scaler = scaler.to(self.device)
         with torch.random.fork_rng(devices=[]):  # weights depend on the seed only; global RNG is left untouched
             torch.manual_seed(config.seed)
             hidden = config.hidden_sizes
-            self.q1, self.q2 = mlp(OBS_DIM, hidden, NUM_JOINT_ACTIONS), mlp(OBS_DIM, hidden, NUM_JOINT_ACTIONS)
-            self.v = mlp(OBS_DIM, hidden, 1)
-            self.policy = mlp(OBS_DIM, hidden, NUM_JOINT_ACTIONS)
+            states, actions = self.state_dim, self.action_dim
+            self.q1, self.q2 = mlp(states, hidden, actions), mlp(states, hidden, actions)
+            self.v = mlp(states, hidden, 1)
+            self.policy = mlp(states, hidden, actions)
         self.q1_target, self.q2_target = copy.deepcopy(self.q1), copy.deepcopy(self.q2)
         for net in self.networks().values():
             net.to(self.device)
@@ -165,7 +174,7 @@ class IQLLearner:
 
     @classmethod
     def for_dataset(cls, config: IQLConfig, dataset: TransitionDataset) -> IQLLearner:
-        return cls(config, FeatureScaler.from_states(dataset.states), topology=dataset.topology,
+        return cls(config, FeatureScaler.from_states(dataset.states), space=dataset.space,
                    slots=dataset.slots, feature_schema=dataset.feature_schema)
 
     def networks(self) -> dict[str, nn.Module]:
@@ -237,6 +246,7 @@ class IQLLearner:
             "state_dim": self.state_dim,
             "action_dim": self.action_dim,
             "topology": self.topology,
+            **blueprint_record(self.space),
             "slots": list(self.slots),
             "config": self.config.to_dict(),
             **{name: detached_copy(net.state_dict(), "cpu") for name, net in self.networks().items()},
@@ -279,11 +289,22 @@ class IQLLearner:
             if conflicts:
                 raise UserInputError(f"Cannot resume with changed {conflicts}: only {sorted(RESUMABLE_FIELDS)} "
                                      f"may change")
-        learner = cls(config or saved, FeatureScaler(data["obs_mean"], data["obs_var"]), topology=data["topology"],
+        learner = cls(config or saved, FeatureScaler(data["obs_mean"], data["obs_var"]), space=recorded_space(data),
                       slots=data["slots"], feature_schema=data["feature_schema"], device=device)
         learner.load_state_dict(data)
         return learner
 
+
+
+def recorded_space(data: dict[str, Any]) -> ActionSpace:
+    """The action space an IQL checkpoint was trained in (one that records no head: its topology's built-in one)."""
+    topology = str(data.get("topology"))
+    recorded = data.get("blueprints")
+    head = tuple(recorded) if isinstance(recorded, list) else UNRECORDED_HEADS.get(topology)
+    if head is None:
+        raise CheckpointFormatError(f"The IQL checkpoint records no blueprint head for topology {topology!r}: retrain "
+                                    f"it with this esper version")
+    return ActionSpace(topology, head)
 
 
 def load_iql_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -291,9 +312,11 @@ def load_iql_checkpoint(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     path = checkpoint_file(path, "final.pt")
     data = load_checkpoint(path, IQL_FORMAT)
-    if data.get("state_dim") != OBS_DIM or data.get("action_dim") != NUM_JOINT_ACTIONS:
+    space = recorded_space(data)
+    if data.get("state_dim") != obs_dim(space) or data.get("action_dim") != space.num_joint_actions:
         raise CheckpointFormatError(f"{path} has state_dim {data.get('state_dim')} and action_dim "
-                                    f"{data.get('action_dim')}; this version uses {OBS_DIM} and {NUM_JOINT_ACTIONS}")
+                                    f"{data.get('action_dim')}, but its blueprint head {list(space.head)} makes "
+                                    f"{obs_dim(space)} and {space.num_joint_actions}: the file was altered")
     bad = _non_finite(data)
     if bad:
         raise CheckpointFormatError(f"{path} holds non-finite values in {bad[:3]}: the run diverged; use an earlier "
@@ -359,6 +382,9 @@ def _check_resume(learner: IQLLearner, config: IQLConfig, dataset: TransitionDat
     if conflicts:
         raise UserInputError(f"Cannot continue training with changed {conflicts}: only {sorted(RESUMABLE_FIELDS)} "
                              f"may change")
+    if learner.space.head != dataset.space.head:
+        raise UserInputError(f"The learner was trained on the blueprints {list(learner.space.head)}, the dataset has "
+                             f"{list(dataset.space.head)}: continue on data of the same blueprints")
     for key in ("feature_schema", "topology", "slots"):
         if getattr(learner, key) != getattr(dataset, key):
             raise UserInputError(f"The learner was trained on {key} {getattr(learner, key)!r}, the dataset has "

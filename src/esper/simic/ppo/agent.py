@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from esper.leyline.actions import BLUEPRINT_HEAD
+from esper.leyline.actions import ActionSpace
 from esper.leyline.constants import ANOMALY_RATIO_COLLAPSE, ANOMALY_RATIO_EXPLOSION
 from esper.leyline.seeding import derive_seed
 from esper.runtime.checkpoint import detached_copy
@@ -30,19 +30,17 @@ __all__ = ["PPOAgent"]
 class PPOAgent:
     """Everything PPO owns for one policy, built from the run's `TrainingConfig` (so a checkpoint rebuilds it)."""
 
-    def __init__(self, config: TrainingConfig, *, state_dim: int, topology: str,
+    def __init__(self, config: TrainingConfig, *, state_dim: int, space: ActionSpace,
                  device: str | torch.device = "cpu") -> None:
-        if topology not in BLUEPRINT_HEAD:
-            raise ValueError(f"Unknown topology '{topology}'. Available: {sorted(BLUEPRINT_HEAD)}")
         self.config = config
         self.state_dim = state_dim
-        self.topology = topology
+        self.space = space
         self.device = torch.device(device)
         # The entropy bonus anneals per update call; a rollout batch runs `ppo_updates_per_batch` of them.
         self.entropy_anneal_steps = (math.ceil(config.entropy_anneal_episodes / config.n_envs)
                                      * config.ppo_updates_per_batch)
-        self.network = FactoredActorCritic(state_dim, hidden_dim=config.hidden_dim,
-                                           op_bias=config.op_bias()).to(self.device)
+        self.network = FactoredActorCritic(state_dim, num_blueprints=space.num_blueprints,
+                                           hidden_dim=config.hidden_dim, op_bias=config.op_bias()).to(self.device)
         self.optimizer = torch.optim.Adam(self.network.parameters(), lr=config.lr, eps=1e-5)
         self.buffer = FactoredRolloutBuffer()
         self.train_steps = 0
@@ -125,7 +123,7 @@ class PPOAgent:
                 )
                 if ratio_diagnostic is None and (r_max > ANOMALY_RATIO_EXPLOSION or r_min < ANOMALY_RATIO_COLLAPSE):
                     ratio_diagnostic = RatioExplosionDiagnostic.from_batch(
-                        ratio.detach(), old_log_probs, new.log_probs.detach(), actions, topology=self.topology
+                        ratio.detach(), old_log_probs, new.log_probs.detach(), actions, space=self.space
                     ).to_dict()
                 if c.target_kl is not None and kl > 1.5 * c.target_kl:
                     early_stop_epoch = epoch

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from esper.leyline.actions import BLEND_IDS, BLUEPRINT_HEAD, LifecycleOp
+from esper.leyline.actions import BLEND_IDS, ActionSpace, LifecycleOp
 from esper.leyline.constants import ANOMALY_RATIO_COLLAPSE, ANOMALY_RATIO_EXPLOSION, CANONICAL_SLOTS
 
 __all__ = [
@@ -111,12 +111,12 @@ class AnomalyDetector:
         return report
 
 
-def _action_names(indices: list[int], topology: str) -> dict[str, str]:
+def _action_names(indices: list[int], space: ActionSpace) -> dict[str, str]:
     op, slot, blueprint, blend = indices
     return {
         "op": LifecycleOp(op).name,
         "slot": CANONICAL_SLOTS[slot],
-        "blueprint": BLUEPRINT_HEAD[topology][blueprint],
+        "blueprint": space.blueprint_id(blueprint),
         "blend": BLEND_IDS[blend],
     }
 
@@ -142,15 +142,14 @@ class RatioExplosionDiagnostic:
         actions: dict[str, torch.Tensor],
         max_ratio: float = ANOMALY_RATIO_EXPLOSION,
         min_ratio: float = ANOMALY_RATIO_COLLAPSE,
-        topology: str = "cnn",
+        *,
+        space: ActionSpace,
     ) -> RatioExplosionDiagnostic:
         """`ratio`, log-probs and each `actions[head]` (op/slot/blueprint/blend) are aligned 1-D batches.
 
         `worst_*` list the out-of-range (or non-finite) ratios only, most extreme |log ratio| first.
         `logp_diff_*` are over new − old log-probs (max of the absolute difference). One host transfer.
         """
-        if topology not in BLUEPRINT_HEAD:
-            raise ValueError(f"Unknown topology '{topology}'. Available: {sorted(BLUEPRINT_HEAD)}")
         missing = [h for h in ACTION_HEADS if h not in actions]
         if missing:
             raise ValueError(f"actions lacks heads {missing}")
@@ -176,7 +175,7 @@ class RatioExplosionDiagnostic:
             n_collapsed=int(host[1]),
             worst_indices=tuple(int(row[0]) for row in picked),
             worst_ratios=tuple(row[2] for row in picked),
-            worst_actions=tuple(_action_names([int(v) for v in row[3:]], topology) for row in picked),
+            worst_actions=tuple(_action_names([int(v) for v in row[3:]], space) for row in picked),
             logp_diff_mean=host[2],
             logp_diff_max=host[3],
         )

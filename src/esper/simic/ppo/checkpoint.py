@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 import esper
+from esper.env.episode_logs import EpisodeLogs
 from esper.env.features import obs_dim
 from esper.leyline import OBS_SCHEMA
 from esper.leyline.errors import UserInputError
@@ -21,25 +22,31 @@ from esper.leyline.seeding import SEED_RULE
 from esper.runtime.checkpoint import (
     CheckpointFormatError,
     atomic_save,
+    blueprint_record,
     capture_rng_state,
+    check_blueprint_head,
     load_checkpoint,
     load_error_summary,
+    plugin_fix,
     require_finite,
     require_keys,
     restore_rng_state,
 )
-from esper.runtime.rundir import RunDirectory, read_jsonl, rewrite_jsonl
-from esper.runtime.tasks import get_task_spec
+from esper.runtime.logcut import UnitLog
+from esper.runtime.tasks import TASKS, get_task_spec
 from esper.simic.normalization import RewardNormalizer, RunningMeanStd
 from esper.simic.ppo.agent import PPOAgent
 from esper.simic.ppo.config import TrainingConfig
+from esper.simic.ppo.history import PPOHistoryRow
 
-__all__ = ["PPO_FORMAT", "RESUMABLE_FIELDS", "PPOLearnerState", "load_policy_state", "read_policy_checkpoint",
-           "resume_config", "seed_everything", "trim_logs"]
+__all__ = ["PPO_FORMAT", "RESUMABLE_FIELDS", "TRAINING_LABEL", "PPOLearnerState", "load_policy_state",
+           "read_policy_checkpoint", "resume_config", "seed_everything", "trim_logs"]
 
 PPO_FORMAT = "esper-ppo-v2"
 RESUMABLE_FIELDS = frozenset({"n_episodes", "device", "devices", "amp", "n_workers", "executor", "ray_address"})
 """The only config fields a resume may change: extend the run, or move it to other hardware or other workers."""
+TRAINING_LABEL = "ppo"
+"""The controller label of training episodes in steps.jsonl and episodes.jsonl."""
 
 
 def seed_everything(seed: int) -> None:
@@ -64,8 +71,9 @@ class PPOLearnerState:
     def new(cls, config: TrainingConfig, device: torch.device) -> PPOLearnerState:
         """A fresh learner; the policy's initial weights depend only on `config.seed`."""
         seed_everything(config.seed)
-        dim = obs_dim(config.use_telemetry)
-        agent = PPOAgent(config, state_dim=dim, topology=get_task_spec(config.task).topology, device=device)
+        space = get_task_spec(config.task).action_space
+        dim = obs_dim(space, config.use_telemetry)
+        agent = PPOAgent(config, state_dim=dim, space=space, device=device)
         return cls(agent, RunningMeanStd(dim, device=device), RewardNormalizer())
 
     @property
@@ -82,6 +90,7 @@ class PPOLearnerState:
             "format": PPO_FORMAT,
             "esper_version": esper.__version__,
             "obs_schema": OBS_SCHEMA,
+            **blueprint_record(self.agent.space),
             "seed_rule": SEED_RULE,
             "config": self.agent.config.to_dict(),
             "agent": agent_state,
@@ -120,8 +129,8 @@ POLICY_KEYS = ("config", "agent", "obs_normalizer", "reward_normalizer", "batche
 
 
 def read_policy_checkpoint(path: Path) -> dict[str, Any]:
-    """A PPO checkpoint's contents, refusing another format or observation schema, missing entries, an invalid
-    config and non-finite weights, so nothing downstream meets a half-usable policy."""
+    """A PPO checkpoint's contents, refusing another format, observation schema or blueprint head, missing entries,
+    an invalid config and non-finite weights, so nothing downstream meets a half-usable policy."""
     data = load_checkpoint(path, PPO_FORMAT, map_location="cpu")
     if data.get("obs_schema") != OBS_SCHEMA:
         raise CheckpointFormatError(f"Checkpoint {path} uses observation schema {data.get('obs_schema')!r}, expected "
@@ -135,10 +144,15 @@ def read_policy_checkpoint(path: Path) -> dict[str, Any]:
     require_finite(data, path, ("agent", "obs_normalizer"))
     if not isinstance(data["config"], dict):
         raise CheckpointFormatError(f"Checkpoint {path}: 'config' must be a dict of TrainingConfig fields")
+    task = data["config"].get("task")
+    if isinstance(task, str) and task.lower() not in TASKS and ":" not in task:
+        raise CheckpointFormatError(f"{path} was trained on task '{task}', which no loaded plugin registers: "
+                                    f"{plugin_fix(data)}")
     try:
-        TrainingConfig.from_dict(data["config"])
+        config = TrainingConfig.from_dict(data["config"])
     except ValueError as exc:
         raise CheckpointFormatError(f"Checkpoint {path} holds an invalid config ({exc})") from exc
+    check_blueprint_head(path, data, get_task_spec(config.task).action_space)
     return data
 
 
@@ -165,9 +179,20 @@ def resume_config(saved: TrainingConfig, requested: TrainingConfig) -> TrainingC
     return saved.with_overrides(**{k: requested_dict[k] for k in RESUMABLE_FIELDS})
 
 
-def trim_logs(run_dir: RunDirectory, batches_completed: int) -> None:
-    """Drop log lines of a batch that was interrupted, so the resumed batch is not recorded twice."""
-    for name in ("steps.jsonl", "episodes.jsonl", "history.jsonl"):
-        path = run_dir.path / name
-        if path.exists():
-            rewrite_jsonl(path, [row for row in read_jsonl(path) if row.get("batch", 0) < batches_completed])
+def trim_logs(run_dir: Path, checkpoint: Path, batches: int, episodes: int) -> None:
+    """Cut the run's logs back to `checkpoint`, which completed `batches` batches and `episodes` episodes
+    (`esper.runtime.logcut`): rows of later batches, a torn last line among them, are dropped and run again. A batch
+    or episode the checkpoint counts but a log lacks is refused before anything is cut: the checkpoint has learned
+    from it and cannot run it again."""
+    history = UnitLog.read(run_dir / PPOHistoryRow.FILE, lambda row: row.get("batch"))
+    episode_logs = EpisodeLogs.read(run_dir)
+    batch = history.first_incomplete(dict.fromkeys(range(batches), 1))
+    if batch is not None:
+        raise history.refuse(f"the row of batch {batch}", checkpoint, run_dir)
+    kept = [(TRAINING_LABEL, k) for k in range(episodes)]
+    lacking = episode_logs.lacking(kept)
+    if lacking is not None:
+        log, (_, episode) = lacking
+        raise log.refuse(f"rows of episode {episode}", checkpoint, run_dir)
+    history.cut(set(range(batches)))
+    episode_logs.cut(set(kept))

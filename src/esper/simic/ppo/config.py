@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from esper.env.rewards import AUTO_PARAM_COST, RewardFamily, SparseRewardConfig
-from esper.leyline import BLUEPRINT_HEAD, CANONICAL_SLOTS, LifecycleOp, ordered_slots
+from esper.leyline import CANONICAL_SLOTS, LifecycleOp, ordered_slots
 from esper.leyline.constants import (
     DEFAULT_BATCH_SIZE_TRAINING,
     DEFAULT_CLIP_RATIO,
@@ -37,7 +37,7 @@ from esper.leyline.seeding import MAX_BASE_SEED
 from esper.runtime.actors import WorkerOptions
 from esper.runtime.optim import LRSchedule
 from esper.runtime.strict_config import StrictConfig
-from esper.runtime.tasks import TASKS
+from esper.runtime.tasks import get_task_spec
 
 _SPARSE_DEFAULTS = SparseRewardConfig()
 
@@ -168,9 +168,7 @@ class TrainingConfig(StrictConfig):
     @field_validator("task")
     @classmethod
     def _task(cls, v: str) -> str:
-        if v.lower() not in TASKS:
-            raise UserInputError(f"unknown task '{v}'. Available: {sorted(TASKS)}")
-        return v.lower()
+        return get_task_spec(v).name
 
     @field_validator("slots")
     @classmethod
@@ -260,7 +258,7 @@ class TrainingConfig(StrictConfig):
         """`blueprints` as indices of the topology's blueprint head (None: all of them); unknown names are refused."""
         if self.blueprints is None:
             return None
-        head = BLUEPRINT_HEAD[TASKS[self.task].topology]
+        head = get_task_spec(self.task).action_space.head
         germinable = head[1:]  # index 0 is the noop blueprint, never a germination
         unknown = sorted(set(self.blueprints) - set(germinable))
         if unknown or not self.blueprints:

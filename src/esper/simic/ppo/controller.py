@@ -16,15 +16,7 @@ import torch
 
 from esper.env.features import obs_dim, observation_features
 from esper.env.masks import compute_batch_masks, masks_from_joint
-from esper.leyline import (
-    NUM_JOINT_ACTIONS,
-    EnvObservation,
-    FactoredAction,
-    LifecycleOp,
-    from_joint_index,
-    joint_index,
-    ordered_slots,
-)
+from esper.leyline import ActionSpace, EnvObservation, FactoredAction, LifecycleOp, ordered_slots
 from esper.leyline.errors import UserInputError
 from esper.runtime.rundir import checkpoint_file
 from esper.runtime.tasks import get_task_spec
@@ -47,22 +39,29 @@ class PPOPolicy:
     def __init__(self, agent: PPOAgent, obs_normalizer: RunningMeanStd, *, use_telemetry: bool,
                  deterministic: bool = False, blueprints: frozenset[int] | None = None) -> None:
         """`blueprints`: the blueprint indices the policy may germinate (None: every one the env allows)."""
-        if obs_normalizer.shape != (obs_dim(use_telemetry),) or agent.state_dim != obs_dim(use_telemetry):
+        space = agent.space
+        dim = obs_dim(space, use_telemetry)
+        if obs_normalizer.shape != (dim,) or agent.state_dim != dim:
             raise ValueError(f"Policy expects {agent.state_dim} features, normalizer {obs_normalizer.shape}, "
-                             f"observation has {obs_dim(use_telemetry)}")
+                             f"observation has {dim}")
         self.agent = agent
         self.obs_normalizer = obs_normalizer
         self.use_telemetry = use_telemetry
         self.deterministic = deterministic
         self.blueprints = blueprints
-        self._joint_allowed = torch.tensor([_allows(from_joint_index(i), blueprints) for i in range(NUM_JOINT_ACTIONS)],
-                                           device=agent.device)
+        self._joint_allowed = torch.tensor([_allows(space.from_joint_index(i), blueprints)
+                                            for i in range(space.num_joint_actions)], device=agent.device)
 
     def decide(self, obs: EnvObservation) -> TamiyoDecision:
         return self.decide_batch([obs])[0]
 
     def decide_batch(self, observations: Sequence[EnvObservation]) -> list[TamiyoDecision]:
-        device = self.agent.device
+        device, space = self.agent.device, self.agent.space
+        for obs in observations:
+            if obs.action_space.head != space.head:
+                raise UserInputError(f"The policy chooses among the {space.topology} blueprints {list(space.head)}, "
+                                     f"env {obs.env_id} offers {list(obs.action_space.head)}: load the same plugins "
+                                     f"(--plugin MODULE) in every process")
         raw = torch.tensor([observation_features(o, use_telemetry=self.use_telemetry) for o in observations],
                            dtype=torch.float32, device=device)
         states = self.obs_normalizer.normalize(raw)
@@ -86,53 +85,57 @@ class PPOPolicy:
         rows = torch.stack([actions["slot"], actions["blueprint"], actions["blend"], actions["op"]], 1).tolist()
         lp, v = log_probs.tolist(), values.tolist()
         decisions = []
-        for i, (obs, (slot, blueprint, blend, op)) in enumerate(zip(observations, rows, strict=True)):
-            factored = FactoredAction.from_indices(slot, blueprint, blend, op)
+        for i, (slot, blueprint, blend, op) in enumerate(rows):
+            factored = space.action(slot, blueprint, blend, op)
             info: dict[str, Any] = {
                 "raw_features": raw[i], "state": states[i],
                 "action": {"slot": slot, "blueprint": blueprint, "blend": blend, "op": op},
                 "log_prob": lp[i], "value": v[i], "used_masks": {k: m[i] for k, m in used.items()},
             }
-            decisions.append(TamiyoDecision(factored.to_command(obs.topology), factored,
+            decisions.append(TamiyoDecision(factored.to_command(space), factored,
                                             reason=f"policy (value {v[i]:+.2f})",
                                             confidence=min(1.0, math.exp(lp[i])), info=info))
         return decisions
 
     @torch.no_grad()
     def action_probs(self, raw_states: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        """The greedy policy as target-policy probabilities over the 43 joint actions, for offline evaluation: one-hot
+        """The greedy policy as target-policy probabilities over the joint actions, for offline evaluation: one-hot
         at the action each head's mode gives (what `esper compare` evaluates), from raw features and the joint
         validity that datasets store."""
         states = self.obs_normalizer.normalize(raw_states.to(self.agent.device, torch.float32))
         allowed = valid.to(self.agent.device) & self._joint_allowed
-        actions, _, _, _ = self.agent.act(states, masks_from_joint(allowed), deterministic=True)
+        space = self.agent.space
+        actions, _, _, _ = self.agent.act(states, masks_from_joint(allowed, space), deterministic=True)
         rows = torch.stack([actions["slot"], actions["blueprint"], actions["blend"], actions["op"]], 1).tolist()
-        joint = [joint_index(FactoredAction.from_indices(*row)) for row in rows]
-        return torch.nn.functional.one_hot(torch.tensor(joint), NUM_JOINT_ACTIONS).to(torch.float32)
+        joint = [space.joint_index(space.action(*row)) for row in rows]
+        return torch.nn.functional.one_hot(torch.tensor(joint), space.num_joint_actions).to(torch.float32)
 
     @classmethod
     def from_checkpoint(cls, path: Path, *, device: str | torch.device = "cpu", deterministic: bool = True,
-                        topology: str | None = None, slots: Sequence[str] | None = None,
+                        space: ActionSpace | None = None, slots: Sequence[str] | None = None,
                         context: ControllerContext | None = None) -> PPOPolicy:
-        """Load a trained policy, rejecting one trained for another topology, slots or schema, and (through
-        `context`) for another task, episode length or sample caps unless the context allows the change.
+        """Load a trained policy, rejecting one trained for another topology, blueprint set, slots or schema, and
+        (through `context`) for another task, episode length or sample caps unless the context allows the change.
 
         The episode length matters: the policy sees the fraction of the episode elapsed, and never saw the end of
         an episode come at another epoch; the caps decide how far a host gets in an episode.
         """
         data = read_policy_checkpoint(path)
         config = TrainingConfig.from_dict(data["config"])
-        trained_topology = get_task_spec(config.task).topology
-        if topology is not None and trained_topology != topology:
-            raise UserInputError(f"{path} was trained for topology '{trained_topology}' (task {config.task}), not "
-                                 f"'{topology}': evaluate it with --task {config.task}")
+        trained = get_task_spec(config.task).action_space
+        if space is not None and trained.topology != space.topology:
+            raise UserInputError(f"{path} was trained for topology '{trained.topology}' (task {config.task}), not "
+                                 f"'{space.topology}': evaluate it with --task {config.task}")
+        if space is not None and trained.head != space.head:
+            raise UserInputError(f"{path} chooses among the blueprints {list(trained.head)}, not {list(space.head)}: "
+                                 f"evaluate it where the same blueprints are registered (the same --plugin modules)")
         if slots is not None and list(ordered_slots(slots)) != config.slots:
             raise UserInputError(f"{path} was trained with slots {config.slots}, not {list(slots)}: evaluate it with "
                                  f"--slots {' '.join(config.slots)}")
         if context is not None:
             check_trained_setting(str(path), trained_setting(config), context)
-        dim = obs_dim(config.use_telemetry)
-        agent = PPOAgent(config, state_dim=dim, topology=trained_topology, device=device)
+        dim = obs_dim(trained, config.use_telemetry)
+        agent = PPOAgent(config, state_dim=dim, space=trained, device=device)
         normalizer = RunningMeanStd(dim, device=device)
         load_policy_state(agent, normalizer, data, path)
         return cls(agent, normalizer, use_telemetry=config.use_telemetry, deterministic=deterministic,
@@ -152,7 +155,7 @@ def _bad_rows(values: torch.Tensor) -> list[int]:
 def _ppo(argument: str | None, context: ControllerContext) -> PPOPolicy:
     assert argument is not None
     path = checkpoint_file(Path(argument), "final.pt")
-    return PPOPolicy.from_checkpoint(path, device=context.device, topology=context.topology, slots=context.slots,
+    return PPOPolicy.from_checkpoint(path, device=context.device, space=context.space, slots=context.slots,
                                      context=context)
 
 

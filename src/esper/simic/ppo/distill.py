@@ -17,7 +17,6 @@ from torch.nn import functional as F
 
 from esper.datagen.transitions import TransitionDataset
 from esper.env.masks import HEAD_KEYS, condition_on_action, masks_from_joint
-from esper.leyline import from_joint_index
 from esper.simic.iql.controller import IQLPolicy
 from esper.simic.ppo.checkpoint import PPOLearnerState
 from esper.simic.ppo.distributions import MaskedCategorical
@@ -48,7 +47,7 @@ class DistillResult:
 
 def _targets(teacher: IQLPolicy, dataset: TransitionDataset) -> dict[str, torch.Tensor]:
     joint = teacher.action_probs(dataset.states.cpu(), dataset.valid.cpu()).argmax(dim=1)
-    actions = [from_joint_index(int(i)) for i in joint]
+    actions = [dataset.space.from_joint_index(int(i)) for i in joint]
     return {"op": torch.tensor([int(a.op) for a in actions]), "slot": torch.tensor([int(a.slot) for a in actions]),
             "blueprint": torch.tensor([int(a.blueprint) for a in actions]),
             "blend": torch.tensor([int(a.blend) for a in actions]), "joint": joint}
@@ -72,7 +71,7 @@ def distill(learner: PPOLearnerState, teacher: IQLPolicy, dataset: TransitionDat
     raw = dataset.states.to(device, torch.float32)
     learner.obs_normalizer.update(raw)
     states = learner.obs_normalizer.normalize(raw)
-    masks = masks_from_joint(dataset.valid.to(device))
+    masks = masks_from_joint(dataset.valid.to(device), dataset.space)
     targets = _targets(teacher, dataset)
     action = {k: v.to(device) for k, v in targets.items() if k != "joint"}
     used = condition_on_action(masks, action)

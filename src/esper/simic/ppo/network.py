@@ -17,7 +17,7 @@ from torch import nn
 
 from esper.env.masks import HEAD_KEYS, condition_on_action, full_masks
 from esper.leyline.actions import LifecycleOp
-from esper.leyline.constants import DEFAULT_HIDDEN_DIM, NUM_BLENDS, NUM_BLUEPRINTS, NUM_OPS, NUM_SLOTS
+from esper.leyline.constants import DEFAULT_HIDDEN_DIM, NUM_BLENDS, NUM_OPS, NUM_SLOTS
 from esper.simic.ppo.distributions import MaskedCategorical
 
 __all__ = ["ActionEvaluation", "FactoredActorCritic", "head_relevance"]
@@ -67,8 +67,9 @@ class FactoredActorCritic(nn.Module):
     def __init__(
         self,
         state_dim: int,
+        *,
+        num_blueprints: int,
         num_slots: int = NUM_SLOTS,
-        num_blueprints: int = NUM_BLUEPRINTS,
         num_blends: int = NUM_BLENDS,
         num_ops: int = NUM_OPS,
         hidden_dim: int = DEFAULT_HIDDEN_DIM,

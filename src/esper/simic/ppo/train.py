@@ -51,11 +51,11 @@ from esper.runtime.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
 from esper.simic.iql.controller import IQLPolicy
 from esper.simic.ppo.anomaly import AnomalyDetector, AnomalyReport, collect_per_layer_gradients
 from esper.simic.ppo.checkpoint import (
+    TRAINING_LABEL,
     PPOLearnerState,
     read_policy_checkpoint,
     resume_config,
     seed_everything,
-    trim_logs,
 )
 from esper.simic.ppo.config import TrainingConfig
 from esper.simic.ppo.controller import PPOPolicy
@@ -73,7 +73,8 @@ ROLLING_WINDOW = 10
 class PPORun:
     """Everything `train_ppo` needs besides the config: where the run lives and how it reports.
 
-    `resume_from` continues a checkpoint whose config equals `config` up to the resumable fields.
+    `resume_from` continues a checkpoint whose config equals `config` up to the resumable fields, in a run directory
+    whose logs `checkpoint.trim_logs` has cut back to it.
     """
 
     run_dir: RunDirectory
@@ -179,7 +180,7 @@ def _start_from_iql(learner: PPOLearnerState, config: TrainingConfig, task: Task
     """Distill the IQL policy of `config.init_from` into the actor, on its datasets' states."""
     assert config.init_from is not None
     source = Path(config.init_from.removeprefix("iql:"))
-    teacher = IQLPolicy.from_checkpoint(checkpoint_file(source, "final.pt"), topology=task.topology,
+    teacher = IQLPolicy.from_checkpoint(checkpoint_file(source, "final.pt"), space=task.action_space,
                                         slots=config.slots)
     datasets = config.init_datasets or iql_datasets(source)
     # Distillation reads states and masks only; the `accuracy` reward exists in every schema version, `gap` does not.
@@ -207,7 +208,6 @@ def _resume(learner: PPOLearnerState, config: TrainingConfig, run: PPORun) -> No
     data = read_policy_checkpoint(run.resume_from)
     resume_config(TrainingConfig.from_dict(data["config"]), config)  # raises on a non-resumable difference
     learner.restore(data, run.resume_from)
-    trim_logs(run.run_dir, learner.batches_completed)
     run.emit(TelemetryEventType.CHECKPOINT_LOADED, f"resumed from {run.resume_from}",
              {"path": str(run.resume_from), "kind": "resume", "batch": learner.batches_completed})
 
@@ -218,7 +218,8 @@ def _announce(config: TrainingConfig, task: TaskSpec, env_devices: list[torch.de
     run.emit(TelemetryEventType.TRAINING_STARTED, f"PPO on {config.task}: {config.n_envs} envs, {n_batches} batches", {
         "command": "train ppo", "task": config.task, "topology": task.topology, "n_envs": config.n_envs,
         "env_devices": {i: str(device_of[i]) for i in range(config.n_envs)}, "total_batches": n_batches,
-        "n_episodes": config.n_episodes, "obs_dim": obs_dim(config.use_telemetry), "config": config.to_dict(),
+        "n_episodes": config.n_episodes, "obs_dim": obs_dim(task.action_space, config.use_telemetry),
+        "config": config.to_dict(),
         "reward": reward_summary(config.reward_family, task, config.charged_param_cost(),
                                  max_train_samples=config.max_train_samples),
         "envs_per_device": {str(d): sum(1 for x in device_of if x == d) for d in env_devices}})
@@ -290,7 +291,7 @@ def _groups(config: TrainingConfig, device_of: list[torch.device], n_b: int, lea
     twin = needs_twin(config.reward_family)
     return [GroupPlan(
         seed=host_seeds[g], data_seed=data_seed, batch=b,
-        members=tuple(MemberPlan(i, "ppo", str(device_of[i]), episode=learner.episodes_completed + i,
+        members=tuple(MemberPlan(i, TRAINING_LABEL, str(device_of[i]), episode=learner.episodes_completed + i,
                                  max_seeds=config.max_seeds) for i in range(g * k, (g + 1) * k)),
         twin=TwinPlan(n_b + g, str(device_of[g * k])) if twin else None)
         for g in range(n_b // k)]
@@ -392,6 +393,9 @@ def _log_batch(row: PPOHistoryRow, metrics: dict[str, Any], report: AnomalyRepor
 
 
 def _checkpoint(learner: PPOLearnerState, run: PPORun, kind: str) -> None:
+    """Save `kind`.pt once the logs of every batch it counts are on the disk, so a crash never leaves a checkpoint
+    past its logs (a resume could not rerun what they lost)."""
+    run.run_dir.sync()
     path = run.run_dir.checkpoints / f"{kind}.pt"
     learner.save(path)
     run.emit(TelemetryEventType.CHECKPOINT_SAVED, f"saved {kind} checkpoint {path}",

@@ -42,10 +42,10 @@ def test_round_trip_json_and_overrides(tmp_path: Path) -> None:
     cfg = IQLConfig(beta=0.0, hidden_sizes=[16])
     path = tmp_path / "c.json"
     path.write_text(json.dumps(cfg.to_dict()))
-    assert IQLConfig.from_json_path(path) == cfg
+    assert IQLConfig.from_json(path) == cfg
     assert cfg.with_overrides(epochs=5).epochs == 5
     with pytest.raises(ValueError, match="not found"):
-        IQLConfig.from_json_path(tmp_path / "missing.json")
+        IQLConfig.from_json(tmp_path / "missing.json")
 
 
 def test_resume_may_change_only_epochs_and_device() -> None:

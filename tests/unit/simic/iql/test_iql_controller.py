@@ -8,7 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from esper.leyline import LifecycleOp, SeedStage, joint_index
+from esper.leyline import LifecycleOp, SeedStage
+from esper.runtime.tasks import get_task_spec
 from esper.simic.iql import IQLConfig, IQLLearner, IQLPolicy
 from esper.tamiyo import CONTROLLERS, ControllerContext, TamiyoPolicy, check_decision
 from unit.offline_toy import toy_dataset
@@ -38,7 +39,8 @@ def test_decisions_are_the_best_valid_action(checkpoint: Path) -> None:
     empty = make_obs()  # no seed: CULL is invalid, so the second preference wins
     decision = policy.decide(empty)
     check_decision(decision, empty)
-    assert decision.factored is not None and joint_index(decision.factored) == GERMINATE_MID
+    cnn = get_task_spec("synthetic").action_space
+    assert decision.factored is not None and cnn.joint_index(decision.factored) == GERMINATE_MID
     assert decision.command.op == LifecycleOp.GERMINATE and decision.info["joint_index"] == GERMINATE_MID
     seeded = make_obs([make_report("early", SeedStage.TRAINING, epochs_in_stage=5, epochs_total=5)])
     decisions = policy.decide_batch([empty, seeded])
@@ -60,7 +62,9 @@ def test_action_probs_are_one_hot_on_valid_actions(checkpoint: Path) -> None:
 
 @pytest.mark.parametrize(("key", "value", "kwargs", "message"), [
     ("feature_schema", "esper-obs-v0", {}, "'esper-obs-v0'.*'esper-obs-v1'"),
-    ("topology", "cnn", {"topology": "transformer"}, "'cnn', not 'transformer'"),
+    ("topology", "cnn", {"space": get_task_spec("synthetic_text").action_space}, "'cnn', not 'transformer'"),
+    ("blueprints", ["noop", "conv_light"], {"space": get_task_spec("synthetic").action_space},
+     r"state_dim 80 and action_dim 43, but its blueprint head \['noop', 'conv_light'\] makes 71 and 16"),
     ("slots", ["early", "mid", "late"], {"slots": ["mid"]}, r"\['early', 'mid', 'late'\], not \['mid'\]"),
 ])
 def test_incompatible_checkpoints_are_refused_naming_both(checkpoint: Path, key: str, value: object,
@@ -72,6 +76,17 @@ def test_incompatible_checkpoints_are_refused_naming_both(checkpoint: Path, key:
         IQLPolicy.from_checkpoint(checkpoint, **kwargs)  # type: ignore[arg-type]
 
 
+def test_a_checkpoint_of_another_blueprint_set_names_both_sets_and_the_plugins(checkpoint: Path) -> None:
+    payload = torch.load(checkpoint, weights_only=True)
+    payload.update(blueprints=["noop", "conv_light", "attention", "norm", "depthwise", "pointwise"], state_dim=83,
+                   action_dim=52, plugins=["/home/me/my_plugin.py"])
+    torch.save(payload, checkpoint)
+    with pytest.raises(ValueError, match=r"trained with the cnn blueprints \[.*'pointwise'\] .* this run has \[.*"
+                                         r"'depthwise'\]: run it with the plugins it was trained with "
+                                         r"\(--plugin /home/me/my_plugin.py\)"):
+        IQLPolicy.from_checkpoint(checkpoint, space=get_task_spec("synthetic").action_space)
+
+
 def test_observation_from_another_setup_is_refused(checkpoint: Path) -> None:
     policy = IQLPolicy.from_checkpoint(checkpoint)
     with pytest.raises(ValueError, match="cannot drive"):
@@ -79,10 +94,11 @@ def test_observation_from_another_setup_is_refused(checkpoint: Path) -> None:
 
 
 def test_registry_builds_iql_specs(checkpoint: Path) -> None:
-    context = ControllerContext(topology="cnn", slots=("early", "mid", "late"))
+    context = ControllerContext(space=get_task_spec("synthetic").action_space, slots=("early", "mid", "late"))
     policy = CONTROLLERS.build(f"iql:{checkpoint}", context)
     assert isinstance(policy, IQLPolicy)
     with pytest.raises(ValueError, match="needs an argument"):
         CONTROLLERS.parse("iql")
     with pytest.raises(ValueError, match="topology"):
-        CONTROLLERS.build(f"iql:{checkpoint}", ControllerContext(topology="transformer", slots=("early",)))
+        CONTROLLERS.build(f"iql:{checkpoint}",
+                          ControllerContext(space=get_task_spec("synthetic_text").action_space, slots=("early",)))

@@ -10,7 +10,10 @@ import pytest
 import torch
 from torch import nn
 
+from esper.runtime.tasks import get_task_spec
 from esper.simic.ppo.anomaly import AnomalyDetector, RatioExplosionDiagnostic, collect_per_layer_gradients
+
+CNN = get_task_spec("synthetic").action_space
 
 
 @pytest.mark.parametrize(
@@ -84,7 +87,7 @@ def test_ratio_diagnostic_flags_mocked_outliers() -> None:
     ratio = torch.tensor([1.0, 6.0, 0.05])
     old = torch.zeros(3)
     new = ratio.log()
-    diag = RatioExplosionDiagnostic.from_batch(ratio, old, new, _actions(3))
+    diag = RatioExplosionDiagnostic.from_batch(ratio, old, new, _actions(3), space=CNN)
     assert set(diag.worst_indices) == {1, 2}
     assert diag.worst_indices == (2, 1)  # |log 0.05| = 3.0 > |log 6| = 1.79
     assert diag.worst_ratios == pytest.approx((0.05, 6.0))
@@ -101,7 +104,7 @@ def test_ratio_diagnostic_flags_mocked_outliers() -> None:
 def test_ratio_diagnostic_ranks_flagged_before_extreme_unflagged_and_caps_at_ten() -> None:
     # 0.15 is inside the band but has a larger |log| than 5.5; it must not displace a flagged ratio.
     ratio = torch.cat([torch.full((20,), 0.15), torch.full((15,), 5.5), torch.tensor([100.0])])
-    diag = RatioExplosionDiagnostic.from_batch(ratio, torch.zeros(36), ratio.log(), _actions(36))
+    diag = RatioExplosionDiagnostic.from_batch(ratio, torch.zeros(36), ratio.log(), _actions(36), space=CNN)
     assert len(diag.worst_indices) == 10
     assert diag.worst_indices[0] == 35
     assert all(i >= 20 for i in diag.worst_indices)
@@ -112,7 +115,8 @@ def test_ratio_diagnostic_ranks_flagged_before_extreme_unflagged_and_caps_at_ten
 def test_ratio_diagnostic_transformer_names_nan_and_strict_json() -> None:
     ratio = torch.tensor([math.nan, 1.0, math.inf])
     actions = {k: torch.tensor([1, 1, 1]) for k in ("op", "slot", "blueprint", "blend")}
-    diag = RatioExplosionDiagnostic.from_batch(ratio, torch.zeros(3), torch.zeros(3), actions, topology="transformer")
+    diag = RatioExplosionDiagnostic.from_batch(ratio, torch.zeros(3), torch.zeros(3), actions,
+                                               space=get_task_spec("synthetic_text").action_space)
     assert set(diag.worst_indices) == {0, 2}
     assert diag.worst_actions[0]["blueprint"] == "lora"
     encoded = json.dumps(diag.to_dict(), allow_nan=False)
@@ -121,10 +125,11 @@ def test_ratio_diagnostic_transformer_names_nan_and_strict_json() -> None:
 
 def test_ratio_diagnostic_empty_batch_and_missing_heads() -> None:
     empty = torch.zeros(0)
-    diag = RatioExplosionDiagnostic.from_batch(empty, empty, empty, _actions(0))
+    diag = RatioExplosionDiagnostic.from_batch(empty, empty, empty, _actions(0), space=CNN)
     assert diag.worst_indices == () and diag.n_exploded == 0
     with pytest.raises(ValueError, match="heads"):
-        RatioExplosionDiagnostic.from_batch(torch.ones(2), torch.zeros(2), torch.zeros(2), {"op": torch.zeros(2)})
+        RatioExplosionDiagnostic.from_batch(torch.ones(2), torch.zeros(2), torch.zeros(2), {"op": torch.zeros(2)},
+                                             space=CNN)
 
 
 def test_per_layer_gradient_stats() -> None:

@@ -7,6 +7,7 @@ import torch
 
 from esper.env.masks import compute_action_masks
 from esper.leyline import MaskSeedInfo, SeedStage
+from esper.runtime.tasks import get_task_spec
 from esper.simic.ppo.buffer import FactoredRolloutBuffer
 
 WAIT = {"slot": 0, "blueprint": 0, "blend": 0, "op": 0}
@@ -119,7 +120,8 @@ def test_envs_are_isolated_and_steps_are_env_major() -> None:
 
 # --- storage and batches -------------------------------------------------------------------------------------------
 def test_full_masks_are_conditioned_on_insert_and_tensors_detached() -> None:
-    masks = compute_action_masks({"early": None, "mid": MaskSeedInfo(SeedStage.PROBATIONARY, 4), "late": None})
+    masks = compute_action_masks({"early": None, "mid": MaskSeedInfo(SeedStage.PROBATIONARY, 4), "late": None},
+                                 space=get_task_spec("synthetic").action_space)
     buffer = FactoredRolloutBuffer()
     state = torch.randn(6, requires_grad=True)
     buffer.add(state, WAIT, torch.tensor(-0.3), torch.tensor(0.2), 1.0, False, masks)

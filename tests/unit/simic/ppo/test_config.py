@@ -154,7 +154,7 @@ def test_json_unknown_keys_are_rejected(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
     path.write_text(json.dumps({"n_envs": 2, "entropy": 0.1}))
     with pytest.raises(ValueError, match=r"Unknown config keys: \['entropy'\]"):
-        TrainingConfig.from_json_path(path)
+        TrainingConfig.from_json(path)
 
 
 @pytest.mark.parametrize("text", ["[1, 2]", "3", '"cifar10"', "null"])
@@ -162,29 +162,38 @@ def test_json_must_be_an_object(tmp_path: Path, text: str) -> None:
     path = tmp_path / "c.json"
     path.write_text(text)
     with pytest.raises(ValueError, match="object"):
-        TrainingConfig.from_json_path(path)
+        TrainingConfig.from_json(path)
 
 
 def test_invalid_json_and_missing_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text('{"lr": 0.001,}')
     with pytest.raises(ValueError, match="not valid JSON"):
-        TrainingConfig.from_json_path(bad)
+        TrainingConfig.from_json(bad)
     with pytest.raises(ValueError, match="not found"):
-        TrainingConfig.from_json_path(tmp_path / "missing.json")
+        TrainingConfig.from_json(tmp_path / "missing.json")
+
+
+def test_json_may_be_given_inline() -> None:
+    """--config-json takes the object itself as well as a file holding it; text that is neither names both fixes."""
+    assert TrainingConfig.from_json(' {"seed": 7, "lr": 0.001}').seed == 7
+    with pytest.raises(ValueError, match="inline JSON object is not valid JSON"):
+        TrainingConfig.from_json('{"lr": 0.001')
+    with pytest.raises(ValueError, match=r"not found: seed=7, and it is not an inline JSON object"):
+        TrainingConfig.from_json("seed=7")
 
 
 def test_json_invalid_value_is_a_value_error(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
     path.write_text(json.dumps({"gamma": 2.0}))
     with pytest.raises(ValueError, match="gamma"):
-        TrainingConfig.from_json_path(path)
+        TrainingConfig.from_json(path)
 
 
 def test_precedence_preset_then_json_then_overrides(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
     path.write_text(json.dumps({"n_envs": 8, "lr": 1e-3, "max_epochs": 5}))
-    config = TrainingConfig.from_json_path(path, base=TrainingConfig.preset("quick")).with_overrides(lr=5e-4)
+    config = TrainingConfig.from_json(path, base=TrainingConfig.preset("quick")).with_overrides(lr=5e-4)
     assert config.task == "synthetic" and config.minibatch_size == 32  # preset
     assert config.n_envs == 8 and config.max_epochs == 5  # JSON over preset
     assert config.lr == 5e-4  # override over JSON

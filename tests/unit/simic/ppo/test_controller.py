@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from esper.env.features import obs_dim
-from esper.leyline import NUM_JOINT_ACTIONS, BlueprintAction, LifecycleOp, from_joint_index
+from esper.leyline import LifecycleOp
 from esper.runtime.checkpoint import CheckpointFormatError
+from esper.runtime.tasks import get_task_spec
 from esper.simic.normalization import RunningMeanStd
 from esper.simic.ppo.agent import PPOAgent
 from esper.simic.ppo.checkpoint import PPOLearnerState
@@ -19,12 +20,13 @@ from esper.simic.ppo.controller import NonFinitePolicyError, PPOPolicy
 from esper.tamiyo import ControllerContext, SettingChangeError
 from unit.tamiyo.helpers import make_obs
 
+CNN = get_task_spec("synthetic").action_space
 CONFIG = TrainingConfig(task="synthetic", max_epochs=3, n_envs=2, group_size=1, device="cpu")
 
 
 def _controller(*, deterministic: bool) -> PPOPolicy:
-    dim = obs_dim(CONFIG.use_telemetry)
-    agent = PPOAgent(CONFIG, state_dim=dim, topology="cnn")
+    dim = obs_dim(CNN, CONFIG.use_telemetry)
+    agent = PPOAgent(CONFIG, state_dim=dim, space=CNN)
     return PPOPolicy(agent, RunningMeanStd(dim), use_telemetry=CONFIG.use_telemetry, deterministic=deterministic)
 
 
@@ -81,8 +83,8 @@ def test_good_checkpoint_loads_and_decides(tmp_path: Path) -> None:
     trained = TrainingConfig.from_dict(torch.load(path, weights_only=True)["config"])
     setting = {"task": trained.task, "max_epochs": trained.max_epochs,
                "max_train_samples": trained.max_train_samples, "max_val_samples": trained.max_val_samples}
-    context = ControllerContext(topology="cnn", slots=tuple(trained.slots), setting=setting)
-    controller = PPOPolicy.from_checkpoint(path, topology="cnn", context=context)
+    context = ControllerContext(space=CNN, slots=tuple(trained.slots), setting=setting)
+    controller = PPOPolicy.from_checkpoint(path, space=CNN, context=context)
     [decision] = controller.decide_batch([make_obs()])
     assert decision.reason.startswith("policy (value")
 
@@ -92,10 +94,10 @@ def test_another_setting_is_refused_unless_allowed(tmp_path: Path) -> None:
     trained = TrainingConfig.from_dict(torch.load(path, weights_only=True)["config"])
     other = {"task": trained.task, "max_epochs": trained.max_epochs + 2,
              "max_train_samples": trained.max_train_samples, "max_val_samples": trained.max_val_samples}
-    context = ControllerContext(topology="cnn", slots=tuple(trained.slots), setting=other)
+    context = ControllerContext(space=CNN, slots=tuple(trained.slots), setting=other)
     with pytest.raises(SettingChangeError, match=f"--max-epochs {trained.max_epochs}"):
         PPOPolicy.from_checkpoint(path, context=context)
-    allowed = ControllerContext(topology="cnn", slots=tuple(trained.slots), setting=other, allow_setting_change=True)
+    allowed = ControllerContext(space=CNN, slots=tuple(trained.slots), setting=other, allow_setting_change=True)
     assert PPOPolicy.from_checkpoint(path, context=allowed).decide_batch([make_obs()])
 
 
@@ -111,8 +113,8 @@ def test_a_blueprint_restriction_travels_with_the_checkpoint_and_binds_every_dec
     used = [d.info["used_masks"]["blueprint"] for d in decisions]
     assert all(m.tolist() == [False, False, False, True, False] for m in used)  # what PPO's update re-evaluates
     greedy = PPOPolicy.from_checkpoint(path)
-    valid = torch.ones(8, NUM_JOINT_ACTIONS, dtype=torch.bool)
-    probs = greedy.action_probs(torch.randn(8, obs_dim(config.use_telemetry)), valid)
-    chosen = [from_joint_index(int(i)) for i in probs.argmax(dim=1)]
-    assert all(a.blueprint == BlueprintAction.NORM for a in chosen if a.is_germinate)
+    valid = torch.ones(8, CNN.num_joint_actions, dtype=torch.bool)
+    probs = greedy.action_probs(torch.randn(8, obs_dim(CNN, config.use_telemetry)), valid)
+    chosen = [CNN.from_joint_index(int(i)) for i in probs.argmax(dim=1)]
+    assert all(a.blueprint == CNN.blueprint_index("norm") for a in chosen if a.is_germinate)
     assert any(a.is_germinate for a in chosen)

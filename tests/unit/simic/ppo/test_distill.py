@@ -5,12 +5,14 @@ from __future__ import annotations
 import torch
 
 from esper.env.masks import masks_from_joint
-from esper.leyline import FactoredAction, joint_index
+from esper.runtime.tasks import get_task_spec
 from esper.simic.iql import IQLConfig, IQLPolicy, train_iql
 from esper.simic.ppo.checkpoint import PPOLearnerState
 from esper.simic.ppo.config import TrainingConfig
 from esper.simic.ppo.distill import DistillConfig, distill
 from unit.offline_toy import START, encode, mask, toy_dataset
+
+CNN = get_task_spec("synthetic").action_space
 
 TOY = IQLConfig(epochs=2, steps_per_epoch=75, batch_size=64, hidden_sizes=[32, 32], lr=3e-3, polyak=0.05,
                 gamma=1.0, device="cpu", seed=0, agreement_samples=200)
@@ -30,7 +32,7 @@ def test_distilled_actor_agrees_with_iql_and_picks_the_best_start_actions() -> N
     states = torch.stack([encode(s, 0) for s in START])
     valid = torch.stack([mask(START[s][0]) for s in START])
     normalized = learner.obs_normalizer.normalize(states)
-    chosen, *_ = learner.agent.act(normalized, masks_from_joint(valid), deterministic=True)
+    chosen, *_ = learner.agent.act(normalized, masks_from_joint(valid, CNN), deterministic=True)
     rows = torch.stack([chosen["slot"], chosen["blueprint"], chosen["blend"], chosen["op"]], 1).tolist()
-    picked = [joint_index(FactoredAction.from_indices(*row)) for row in rows]
+    picked = [CNN.joint_index(CNN.action(*row)) for row in rows]
     assert picked == teacher.action_probs(states, valid).argmax(1).tolist() == [START[s][1] for s in START]

@@ -8,9 +8,17 @@ import pytest
 import torch
 
 from esper.env.masks import compute_batch_masks
-from esper.leyline import FactoredAction, LifecycleOp, MaskSeedInfo, SeedStage, compute_action_validity
+from esper.leyline import ActionValidity, LifecycleOp, MaskSeedInfo, SeedStage
+from esper.leyline import compute_action_validity as leyline_validity
+from esper.runtime.tasks import get_task_spec
 from esper.simic.ppo.distributions import InvalidStateMachineError, MaskedCategorical
 from esper.simic.ppo.network import FactoredActorCritic, head_relevance
+
+CNN = get_task_spec("synthetic").action_space
+
+
+def compute_action_validity(states: dict[str, MaskSeedInfo | None], **kwargs: int) -> ActionValidity:
+    return leyline_validity(states, space=CNN, **kwargs)
 
 D = 12
 HEADS = ("op", "slot", "blueprint", "blend")
@@ -18,7 +26,7 @@ HEADS = ("op", "slot", "blueprint", "blend")
 
 def net(hidden: int = 32) -> FactoredActorCritic:
     torch.manual_seed(0)
-    return FactoredActorCritic(D, hidden_dim=hidden)
+    return FactoredActorCritic(D, num_blueprints=CNN.num_blueprints, hidden_dim=hidden)
 
 
 def mixed_batch(n: int) -> tuple[dict[str, torch.Tensor], list]:
@@ -41,7 +49,7 @@ def test_forward_shapes() -> None:
 
 
 def test_init_gains_and_zero_biases() -> None:
-    model = FactoredActorCritic(D, hidden_dim=64)
+    model = FactoredActorCritic(D, num_blueprints=CNN.num_blueprints, hidden_dim=64)
     for head in model.heads.values():
         out = head[-1]
         assert isinstance(out, torch.nn.Linear)
@@ -59,7 +67,7 @@ def test_init_gains_and_zero_biases() -> None:
 
 def test_op_bias_sets_the_initial_policy_s_log_odds_between_ops() -> None:
     torch.manual_seed(0)
-    model = FactoredActorCritic(D, hidden_dim=64, op_bias=(1.0, 0.0, -2.0, 0.0))
+    model = FactoredActorCritic(D, num_blueprints=CNN.num_blueprints, hidden_dim=64, op_bias=(1.0, 0.0, -2.0, 0.0))
     with torch.no_grad():
         probs = torch.softmax(model(torch.randn(256, D))[0]["op"], dim=-1).mean(dim=0)
     # the output weights start near zero (gain 0.01), so the bias alone sets the odds
@@ -67,12 +75,12 @@ def test_op_bias_sets_the_initial_policy_s_log_odds_between_ops() -> None:
     for name in ("slot", "blueprint", "blend"):
         assert torch.count_nonzero(model.heads[name][-1].bias) == 0
     with pytest.raises(ValueError, match=r"one value per op \(4\), got 3"):
-        FactoredActorCritic(D, hidden_dim=64, op_bias=(0.0, 0.0, -2.0))
+        FactoredActorCritic(D, num_blueprints=CNN.num_blueprints, hidden_dim=64, op_bias=(0.0, 0.0, -2.0))
 
 
 def test_invalid_hidden_dim() -> None:
     with pytest.raises(ValueError, match="hidden_dim"):
-        FactoredActorCritic(D, hidden_dim=7)
+        FactoredActorCritic(D, num_blueprints=CNN.num_blueprints, hidden_dim=7)
 
 
 def test_get_action_batch_outputs_and_validity() -> None:
@@ -84,7 +92,7 @@ def test_get_action_batch_outputs_and_validity() -> None:
         "op": (64, 4), "slot": (64, 3), "blueprint": (64, 5), "blend": (64, 3)
     }
     for i in range(64):
-        action = FactoredAction.from_indices(*(int(actions[h][i]) for h in ("slot", "blueprint", "blend", "op")))
+        action = CNN.action(*(int(actions[h][i]) for h in ("slot", "blueprint", "blend", "op")))
         assert validities[i].is_valid(action)
         if action.op != LifecycleOp.GERMINATE:
             assert int(actions["blueprint"][i]) == 0 and int(actions["blend"][i]) == 0

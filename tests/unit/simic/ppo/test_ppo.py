@@ -8,11 +8,20 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from esper.env.masks import compute_action_masks, compute_batch_masks
-from esper.leyline import FactoredAction, MaskSeedInfo, SeedStage, compute_action_validity
+from esper.env import masks
+from esper.env.masks import compute_batch_masks
+from esper.leyline import ActionSpace, ActionValidity, MaskSeedInfo, SeedStage
+from esper.leyline import compute_action_validity as leyline_validity
+from esper.runtime.tasks import get_task_spec
 from esper.simic.ppo.agent import PPOAgent
 from esper.simic.ppo.config import TrainingConfig
 from esper.simic.ppo.network import FactoredActorCritic
+
+CNN = get_task_spec("synthetic").action_space
+
+
+def compute_action_validity(states: dict[str, MaskSeedInfo | None], **kwargs: int) -> ActionValidity:
+    return leyline_validity(states, space=CNN, **kwargs)
 
 D = 50
 METRICS = {
@@ -61,7 +70,7 @@ def small_agent(state_dim: int = D, **fields: object) -> PPOAgent:
     defaults: dict[str, object] = {"hidden_dim": 32, "n_epochs": 2, "minibatch_size": 8, "n_envs": 1, "group_size": 1,
                                    "n_episodes": 1}
     defaults.update(fields)
-    return PPOAgent(TrainingConfig.from_dict(defaults), state_dim=state_dim, topology="cnn")
+    return PPOAgent(TrainingConfig.from_dict(defaults), state_dim=state_dim, space=CNN)
 
 
 # --- construction and acting -------------------------------------------------------------------------------------
@@ -75,8 +84,8 @@ def test_construction_follows_the_config() -> None:
         small_agent(entropy_coef=0.01, entropy_coef_min=0.05)
     with pytest.raises(ValueError, match="target_kl"):
         small_agent(target_kl=0.0)
-    with pytest.raises(ValueError, match="topology"):
-        PPOAgent(TrainingConfig(), state_dim=D, topology="mlp")
+    with pytest.raises(ValueError, match="blueprint head must be 'noop'"):
+        PPOAgent(TrainingConfig(), state_dim=D, space=ActionSpace("cnn", ("conv_light",)))
 
 
 def test_act_returns_batched_actions_within_the_masks() -> None:
@@ -263,7 +272,7 @@ def test_ppo_learns_a_masked_factored_bandit(seed: int) -> None:
         rewards = []
         for i, c in enumerate(contexts):
             action = {k: int(v[i]) for k, v in actions.items()}
-            factored = FactoredAction.from_indices(action["slot"], action["blueprint"], action["blend"], action["op"])
+            factored = CNN.action(action["slot"], action["blueprint"], action["blend"], action["op"])
             assert TOY_VALIDITY[c].is_valid(factored), f"masked action sampled: {action} in context {c}"
             rewards.append(toy_reward(c, action))
             agent.buffer.add(states[i], action, log_probs[i], values[i], rewards[-1], True,
@@ -277,6 +286,7 @@ def test_ppo_learns_a_masked_factored_bandit(seed: int) -> None:
 
 
 def test_masks_for_single_env_use_compute_action_masks() -> None:
-    masks = compute_action_masks({"early": None, "mid": None, "late": None}, total_seeds=0, max_seeds=3)
-    action, *_ = act_one(small_agent(), torch.randn(D), masks)
+    single = masks.compute_action_masks({"early": None, "mid": None, "late": None}, total_seeds=0, max_seeds=3,
+                                        space=CNN)
+    action, *_ = act_one(small_agent(), torch.randn(D), single)
     assert action["op"] in (0, 1) and (action["op"] == 1 or action["slot"] == 0)

@@ -16,6 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from esper.runtime.tasks import get_task_spec
 from esper.simic.ppo.agent import PPOAgent
 from esper.simic.ppo.config import TrainingConfig
 
@@ -138,7 +139,7 @@ def _reference(agent: PPOAgent, network: torch.nn.Module, generator: torch.Gener
 def _run_both(config: TrainingConfig, clip_bounds: tuple[float, float] | None = None
               ) -> tuple[PPOAgent, dict[str, object], dict[str, object]]:
     torch.manual_seed(0)
-    agent = PPOAgent(config, state_dim=D, topology="cnn")
+    agent = PPOAgent(config, state_dim=D, space=get_task_spec("synthetic").action_space)
     _rollout(agent)
     network = copy.deepcopy(agent.network)
     generator = torch.Generator()
