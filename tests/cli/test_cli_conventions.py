@@ -9,6 +9,7 @@ import re
 import shlex
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from esper.cli.common import SCALE_FIELDS
@@ -16,6 +17,7 @@ from esper.cli.main import build_parser, main
 from esper.cli.train_ppo import effective_config, flag_overrides
 from esper.evaluation.study import STUDY_PRESETS
 from esper.evaluation.study_report import REFERENCE_STUDY, demo_note
+from esper.runtime.tasks import get_task_spec
 from esper.simic.ppo.config import TrainingConfig
 
 pytestmark = pytest.mark.smoke
@@ -77,14 +79,21 @@ def test_no_command_accepts_an_abbreviated_flag(prog: str, capsys: pytest.Captur
 
 
 @pytest.mark.parametrize("prog", EPISODE_COMMANDS)
-def test_every_episode_command_takes_the_scale_down_flags(prog: str) -> None:
-    """The same four flags everywhere, each stored under the TrainingConfig field it sets; --task is kept as written
-    (a task the lookup resolves, e.g. a path to the user's data)."""
-    args = build_parser().parse_args(_argv(prog, "--task", "npz:Data/Faces.npz", "--max-epochs", "3",
+def test_every_episode_command_takes_the_scale_down_flags(prog: str, tmp_path: Path) -> None:
+    """The same four flags everywhere, each stored under the TrainingConfig field it sets; --task takes any task the
+    lookup resolves (here the user's own images) as its canonical name, and names a missing file at once."""
+    images = tmp_path / "Faces.npz"
+    rng = np.random.default_rng(0)
+    np.savez(images, x_train=rng.random((8, 6, 6), dtype=np.float32), y_train=np.arange(8) % 2,
+             x_test=rng.random((4, 6, 6), dtype=np.float32), y_test=np.arange(4) % 2)
+    task = f"npz:{images}"
+    args = build_parser().parse_args(_argv(prog, "--task", task, "--max-epochs", "3",
                                            "--max-train-samples", "64", "--max-val-samples", "32"))
-    assert {f: getattr(args, f) for f in SCALE_FIELDS} == {"task": "npz:Data/Faces.npz", "max_epochs": 3,
+    assert {f: getattr(args, f) for f in SCALE_FIELDS} == {"task": get_task_spec(task).name, "max_epochs": 3,
                                                            "max_train_samples": 64, "max_val_samples": 32}
     assert set(SCALE_FIELDS) <= set(TrainingConfig.model_fields)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(_argv(prog, "--task", f"npz:{tmp_path / 'missing.npz'}"))
 
 
 @pytest.mark.parametrize("prog", ["esper train ppo", "esper study"])

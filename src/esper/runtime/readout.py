@@ -60,7 +60,7 @@ class Readout:
         """Copy every queued value to the host (one transfer per device) and build the deferred values in the order
         they were queued."""
         queued, self._queued = self._queued, []
-        flat = [t.reshape(-1) for q in queued for t in q.tensors]
+        flat = [t.reshape(-1) for q in queued for t in q.tensors if t.numel()]  # an empty tensor reads nothing
         values: dict[torch.device, list[float]] = {}
         for device in dict.fromkeys(t.device for t in flat):
             values[device] = torch.cat([t.to(torch.float64) for t in flat if t.device == device]).tolist()
@@ -68,6 +68,8 @@ class Readout:
         for q in queued:
             own: list[float] = []
             for t in q.tensors:
+                if not t.numel():
+                    continue
                 start, n = taken[t.device], t.numel()
                 own += values[t.device][start:start + n]
                 taken[t.device] = start + n
