@@ -15,9 +15,10 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
-__all__ = ["Deferred", "Readout"]
+__all__ = ["Deferred", "Readout", "read_alone"]
 
 T = TypeVar("T")
+S = TypeVar("S")
 
 
 class Deferred(Generic[T]):
@@ -74,3 +75,11 @@ class Readout:
                 own += values[t.device][start:start + n]
                 taken[t.device] = start + n
             q.result.resolve(q.build(own))
+
+
+def read_alone(queue: Callable[[S, Readout], Deferred[T]], subject: S) -> T:
+    """What `queue(subject, readout)` defers, read at once on a readout of its own: one host read."""
+    readout = Readout()
+    value = queue(subject, readout)
+    readout.read()
+    return value.value

@@ -22,7 +22,7 @@ from esper.leyline import SeedStage
 from esper.leyline.constants import GRADIENT_EPSILON
 from esper.leyline.seeding import derive_seed
 from esper.runtime.optim import OptimizerSpec
-from esper.runtime.readout import Deferred, Readout
+from esper.runtime.readout import Deferred, Readout, read_alone
 
 TaskType = Literal["classification", "lm"]
 PostBackwardHook = Callable[["TrainState"], None]
@@ -315,10 +315,7 @@ def queue_train_epoch(ts: TrainState, readout: Readout) -> Deferred[TrainEpochSt
 
 def finish_train_epoch(ts: TrainState) -> TrainEpochStats:
     """`queue_train_epoch` for one env on its own: one host read."""
-    readout = Readout()
-    stats = queue_train_epoch(ts, readout)
-    readout.read()
-    return stats.value
+    return read_alone(queue_train_epoch, ts)
 
 
 def train_epoch(ts: TrainState, batches: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> TrainEpochStats:

@@ -14,7 +14,7 @@ import torch
 
 from esper.kasmina.model import MorphogeneticModel
 from esper.leyline import SeedStage
-from esper.runtime.readout import Deferred, Readout
+from esper.runtime.readout import Deferred, Readout, read_alone
 from esper.tolaria.trainer import TrainState, compute_task_loss, correct_count
 
 
@@ -96,10 +96,7 @@ def queue_validation(ts: TrainState, readout: Readout) -> Deferred[ValStats]:
 
 def finish_validation(ts: TrainState) -> ValStats:
     """`queue_validation` for one env on its own: one host read."""
-    readout = Readout()
-    stats = queue_validation(ts, readout)
-    readout.read()
-    return stats.value
+    return read_alone(queue_validation, ts)
 
 
 def counterfactual_slots(model: MorphogeneticModel) -> tuple[str, ...]:
