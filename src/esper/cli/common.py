@@ -134,11 +134,11 @@ def plugin_arguments(argv: Sequence[str]) -> argparse.Namespace:
     return early.parse_known_args(argv)[0]
 
 
-def task_name(text: str) -> str:
+def task_name(text: str, canonical: Callable[[str], str] = lambda text: get_task_spec(text).name) -> str:
     """argparse type: a task (a registered name in any case, a plugin's included, or a form such as npz:PATH.npz),
-    as its canonical name."""
+    as its `canonical` name."""
     try:
-        return get_task_spec(text).name
+        return canonical(text)
     except UserInputError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -181,14 +181,15 @@ SCALE_FIELDS = ("task", "max_epochs", "max_train_samples", "max_val_samples")
 carries a setting from the flag through the config to the logs."""
 
 
-def add_scale_options(p: argparse.ArgumentParser, *, defaults: tuple[str, int] | None, task_note: str = "") -> None:
+def add_scale_options(p: argparse.ArgumentParser, *, defaults: tuple[str, int] | None, task_note: str = "",
+                      accept_task: Callable[[str], str] = task_name) -> None:
     """The SCALE_FIELDS flags. `defaults`: the task and episode length of a command without a preset (it uses all of
-    every split unless capped); None: the command's preset decides all four. `task_note` qualifies the tasks a
-    command accepts."""
+    every split unless capped); None: the command's preset decides all four. `task_note` and `accept_task` (an
+    argparse type giving the canonical name) narrow the tasks a command accepts."""
     task, max_epochs = defaults if defaults is not None else (None, None)
     preset = "the preset's"
     g = p.add_argument_group("task and scale")
-    g.add_argument("--task", type=task_name, default=task, metavar="TASK",
+    g.add_argument("--task", type=accept_task, default=task, metavar="TASK",
                    help=task_help(task or preset) + task_note)
     g.add_argument("--max-epochs", type=int_in(2, MAX_EPISODE_LENGTH), default=max_epochs,
                    help=f"episode length; decisions follow epochs 1 .. T-1 (default: {max_epochs or preset})")

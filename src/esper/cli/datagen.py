@@ -32,12 +32,19 @@ from esper.cli.common import (
     console,
     float_in,
     int_in,
+    task_name,
 )
 from esper.cli.datagen_summary import print_summary
 from esper.datagen.configs import ENVIRONMENT_PRESETS, POLICY_PRESETS
 from esper.datagen.executors import EpisodeExecutor, ProcessPoolEpisodeExecutor, RayEpisodeExecutor, SerialExecutor
 from esper.datagen.export import EXPORT_FORMATS, export_minari
-from esper.datagen.generate import DEFAULT_MAX_EPOCHS, GenerateOptions, generate_episode, generate_twin
+from esper.datagen.generate import (
+    DEFAULT_MAX_EPOCHS,
+    GenerateOptions,
+    datagen_task_name,
+    generate_episode,
+    generate_twin,
+)
 from esper.datagen.health import DatasetHealthCheck, save_report
 from esper.datagen.orchestrator import GenerationOrchestrator
 from esper.datagen.plans import GenerationPlan, TwinPlan, create_generation_matrix
@@ -66,7 +73,8 @@ def add_datagen_parser(sub: Any) -> None:
                    help="ε-greedy variants of every greedy policy (default: ε = 0 only)")
     g.add_argument("--base-seed", type=SEED, default=42,
                    help="base of the paired seeds (one per environment config and episode, shared by all policies)")
-    add_scale_options(p, defaults=("cifar10", DEFAULT_MAX_EPOCHS), task_note=" (image tasks only)")
+    add_scale_options(p, defaults=("cifar10", DEFAULT_MAX_EPOCHS), task_note=" (image tasks only)",
+                      accept_task=lambda text: task_name(text, datagen_task_name))
     g = p.add_argument_group("episodes")
     g.add_argument("--param-cost", type=float_in(0.0, 1e6),
                    help="gap reward's cost of added parameters, pp per 100 %% "

@@ -42,7 +42,7 @@ from esper.leyline.errors import UserInputError
 from esper.nissa import ProgressBackend, trim_event_log
 from esper.runtime.devices import env_device_map, resolve_device, resolve_devices
 from esper.runtime.plugins import loaded_plugins
-from esper.runtime.rundir import RunDirectory, checkpoint_file, checkpoints_dir, default_run_dir
+from esper.runtime.rundir import RunDirectory, checkpoint_file, checkpoints_dir, default_run_dir, run_dir_of
 from esper.runtime.tasks import DataCache, data_source, get_task_spec
 from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config, trim_logs
 from esper.simic.ppo.config import PRESETS, TrainingConfig
@@ -123,8 +123,8 @@ def _resume_target(args: argparse.Namespace) -> Path | None:
         if not target.is_file():
             raise FileNotFoundError(f"--resume {args.resume}: {target} not found (the run has no checkpoint yet, "
                                     f"so there is nothing to resume); start it again without --resume")
-        if args.run_dir is not None and args.run_dir.resolve() != target.parent.parent.resolve():
-            raise UserInputError(f"--resume {args.resume} continues in its own run directory {target.parent.parent}; "
+        if args.run_dir is not None and args.run_dir.resolve() != run_dir_of(target).resolve():
+            raise UserInputError(f"--resume {args.resume} continues in its own run directory {run_dir_of(target)}; "
                                  f"drop --run-dir {args.run_dir}")
         return target
     latest = None if args.run_dir is None else checkpoints_dir(args.run_dir) / "latest.pt"
@@ -288,7 +288,7 @@ def cmd_train_ppo(args: argparse.Namespace) -> int:
     episodes_done = int(read_policy_checkpoint(checkpoint)["episodes_completed"]) if checkpoint is not None else 0
     cache = preload_data(args, get_task_spec(config.task), resolve_devices(config.device, config.devices),
                          ("train", "val"))
-    path = checkpoint.parent.parent if checkpoint is not None else args.run_dir
+    path = run_dir_of(checkpoint) if checkpoint is not None else args.run_dir
     preset = recorded_preset(path) if checkpoint is not None else preset_of(args)
     run_dir = open_training_dir(path, config, args, checkpoint, cache, preset)
     print_run_start(run_dir.path, tensorboard=not args.no_tensorboard)

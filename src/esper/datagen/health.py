@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from esper.datagen.configs import OP_NAMES
-from esper.datagen.schema import read_json, write_json_atomic
+from esper.datagen.schema import read_json, write_strict_json
 from esper.leyline.errors import UserInputError
 
 __all__ = [
@@ -314,7 +314,7 @@ class DatasetHealthCheck:
 
 def save_report(results: Mapping[str, HealthCheckResult], path: Path) -> None:
     """Write the results as `health_report.json` (atomically)."""
-    write_json_atomic(path, {name: r.to_dict() for name, r in results.items()})
+    write_strict_json(path, {name: r.to_dict() for name, r in results.items()})
 
 
 def load_episodes(directory: Path) -> list[dict[str, Any]]:

@@ -36,7 +36,7 @@ from esper.datagen.schema import (
     read_json,
     remove_stale_temp_files,
     validate_episode,
-    write_json_atomic,
+    write_strict_json,
 )
 from esper.env import StoredTwin
 from esper.leyline.errors import UserInputError
@@ -114,7 +114,7 @@ class GenerationOrchestrator:
         remove_stale_temp_files(self.output_dir / TWIN_DIR)
         self._load_progress(force_new_matrix, retry_failed)
         self._save_progress()
-        write_json_atomic(self.output_dir / MANIFEST_FILE, {
+        write_strict_json(self.output_dir / MANIFEST_FILE, {
             "matrix": {"env_ids": env_ids, "policy_ids": policy_ids, "episodes_per_combo": episodes_per_combo,
                        "epsilon_values": epsilon_values, "base_seed": base_seed},
             "matrix_hash": self.matrix_hash, "total_planned": len(self.plans), "settings": self.settings,
@@ -182,7 +182,7 @@ class GenerationOrchestrator:
             self._failed.pop(episode_id, None)
 
     def _save_progress(self) -> None:
-        write_json_atomic(self.progress_path, {
+        write_strict_json(self.progress_path, {
             "version": PROGRESS_VERSION,
             "matrix_hash": self.matrix_hash,
             "completed": [p.episode_id for p in self.plans if p.episode_id in self._completed],
@@ -287,7 +287,7 @@ class GenerationOrchestrator:
         if problems:
             raise EpisodeRejectedError(f"{plan.episode_id}: " + "; ".join(problems[:5]))
         record = {**episode, "attempts": self.attempts(plan.episode_id) + 1}
-        write_json_atomic(self.episode_path(plan.episode_id), record)
+        write_strict_json(self.episode_path(plan.episode_id), record)
         self.mark_complete(plan.episode_id)
 
     def load_twin(self, twin: TwinPlan) -> StoredTwin | None:
@@ -309,7 +309,7 @@ class GenerationOrchestrator:
             raise EpisodeRejectedError(f"twin {twin.twin_id}: needs equal-length, non-empty val_accuracy_curve and "
                                        "val_loss_curve lists")
         record = {**result, **twin.to_dict(), "settings": self.settings}
-        write_json_atomic(self.twin_path(twin.twin_id), record)
+        write_strict_json(self.twin_path(twin.twin_id), record)
         self._failed_twins.pop(twin.twin_id, None)
         return twin.curves(record)
 

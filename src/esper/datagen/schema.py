@@ -11,8 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -20,23 +18,22 @@ from typing import Any
 from esper.datagen.configs import OP_NAMES
 from esper.env.features import obs_dim
 from esper.leyline import UNRECORDED_HEADS, ActionSpace
+from esper.leyline.atomic import TEMP_SUFFIX, atomic_write
 from esper.leyline.errors import UserInputError
 
 __all__ = [
     "READABLE_SCHEMA_VERSIONS",
     "SCHEMA_VERSION",
-    "TEMP_SUFFIX",
     "finite_or_none",
     "read_json",
     "recorded_space",
     "remove_stale_temp_files",
     "validate_episode",
-    "write_json_atomic",
+    "write_strict_json",
 ]
 
 SCHEMA_VERSION = "2.1.0"
 READABLE_SCHEMA_VERSIONS: tuple[str, ...] = ("2.0.0", "2.1.0")
-TEMP_SUFFIX = ".tmp"
 
 
 def finite_or_none(value: Any) -> Any:
@@ -50,27 +47,16 @@ def finite_or_none(value: Any) -> Any:
     return value
 
 
-def write_json_atomic(path: Path, obj: Any, *, indent: int | None = 2) -> None:
-    """Write `obj` as strict JSON to `path` via a fsynced temp file in the same directory and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(finite_or_none(obj), f, indent=indent, allow_nan=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_name)
-        raise
+def write_strict_json(path: Path, obj: Any, *, indent: int | None = 2) -> None:
+    """Write `obj` as strict JSON (non-finite floats as null), all or nothing (`esper.leyline.atomic`)."""
+    text = json.dumps(finite_or_none(obj), indent=indent, allow_nan=False) + "\n"
+    atomic_write(path, lambda f: f.write(text))
 
 
 def remove_stale_temp_files(directory: Path) -> int:
     """Delete temp files a killed writer left behind (only this module's naming pattern); returns the count."""
     removed = 0
-    for tmp in directory.glob(f".*{TEMP_SUFFIX}"):
+    for tmp in directory.glob(f"*.json{TEMP_SUFFIX}"):
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
             removed += 1

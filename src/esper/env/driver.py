@@ -23,9 +23,9 @@ from esper.runtime.actors import ActorPool, WorkerFailed, WorkerOptions, intra_o
 from esper.runtime.tasks import DataCache
 from esper.tamiyo import TamiyoDecision, TamiyoPolicy
 
-__all__ = ["EnvPool", "PoolRun", "StepCallback"]
+__all__ = ["EnvPool", "OutcomeCallback", "PoolRun"]
 
-StepCallback = Callable[[list[tuple[StepOutcome, TamiyoDecision]]], None]
+OutcomeCallback = Callable[[list[tuple[StepOutcome, TamiyoDecision]]], None]
 """Receives the transitions an epoch completed, each with the decision (as the controller made it) it credits."""
 
 
@@ -65,7 +65,7 @@ class EnvPool:
         self.actors.close()
 
     def run(self, setting: EpisodeSetting, groups: Sequence[GroupPlan], controllers: Sequence[TamiyoPolicy], *,
-            sink: TelemetrySink | None = None, on_steps: StepCallback | None = None,
+            sink: TelemetrySink | None = None, on_steps: OutcomeCallback | None = None,
             should_stop: Callable[[], bool] | None = None) -> PoolRun | None:
         """Run the groups' episodes to the end (None when `should_stop` ended them early); `controllers[i]` drives
         the i-th env in group order."""

@@ -32,7 +32,7 @@ from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 from esper.tamiyo import TamiyoDecision
 from esper.tolaria import queue_validation, validate_batch
 
-__all__ = ["EnvHost", "EpisodeSetting", "GroupPlan", "MemberPlan", "StepOutcome", "TwinPlan", "wanted_events"]
+__all__ = ["EnvHost", "EpisodeSetting", "GroupPlan", "MemberPlan", "StepOutcome", "TwinEnvPlan", "wanted_events"]
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ class MemberPlan:
 
 
 @dataclass(frozen=True)
-class TwinPlan:
+class TwinEnvPlan:
     """The group's static twin when no member can serve as one (a seedless host trained beside the members)."""
 
     env_id: int
@@ -85,13 +85,13 @@ class GroupPlan:
     """Envs sharing one host seed, one data seed (their subsets and batch order) and their static twin.
 
     `twin` is None when the reward needs no twin, the index of the member (a plain static host) that is its own and
-    its peers' twin, or a `TwinPlan` for a twin env of its own.
+    its peers' twin, or a `TwinEnvPlan` for a twin env of its own.
     """
 
     seed: int
     data_seed: int
     members: tuple[MemberPlan, ...]
-    twin: TwinPlan | int | None = None
+    twin: TwinEnvPlan | int | None = None
     batch: int = 0
 
     @property
@@ -194,7 +194,7 @@ class EnvHost:
             own = group.members[group.twin]
             twin = MorphoEnv(member_spec(own), own.controller)
             twin.twin = twin  # a plain static env is its own twin: its gap is zero by construction
-        elif isinstance(group.twin, TwinPlan):
+        elif isinstance(group.twin, TwinEnvPlan):
             t = group.twin
             twin = MorphoEnv(spec(t.env_id, t.device, telemetry=t.telemetry, episode=t.episode), t.controller)
         return [twin if twin is not None and i == group.twin else MorphoEnv(member_spec(m), m.controller, twin=twin)

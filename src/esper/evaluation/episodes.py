@@ -20,7 +20,7 @@ import torch
 
 from esper.env import EpisodeResult
 from esper.env.driver import EnvPool
-from esper.env.groups import EpisodeSetting, GroupPlan, MemberPlan, StepOutcome, TwinPlan
+from esper.env.groups import EpisodeSetting, GroupPlan, MemberPlan, StepOutcome, TwinEnvPlan
 from esper.env.rewards import RewardFamily, needs_twin, reward_config, reward_summary
 from esper.evaluation.controllers import all_controllers
 from esper.evaluation.stats import one_sample_pp
@@ -119,10 +119,10 @@ def _paired_group(specs: Sequence[ControllerSpec], names: Sequence[str], plan: E
         width, fixed = host_variant(controller)
         members.append(MemberPlan(i, name, str(device_of[i]), episode=episode, max_seeds=plan.max_seeds,
                                   host_width=width, fixed_modules=fixed))
-    twin: TwinPlan | int | None = None
+    twin: TwinEnvPlan | int | None = None
     if needs_twin(plan.reward_family):
         static = [i for i, c in enumerate(controllers) if isinstance(c, StaticPolicy) and c.host_width == 1.0]
-        twin = static[0] if static else TwinPlan(len(specs), str(device_of[len(specs)]), episode=episode,
+        twin = static[0] if static else TwinEnvPlan(len(specs), str(device_of[len(specs)]), episode=episode,
                                                  telemetry=True)
     host_seed, data_seed = paired_seeds(plan, episode)
     group = GroupPlan(seed=host_seed, data_seed=data_seed, members=tuple(members), twin=twin)

@@ -8,11 +8,11 @@ lines and never the context of the failure. The file is opened in append mode so
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from esper.leyline.atomic import atomic_write
 from esper.leyline.telemetry import TelemetryEvent, TelemetryEventType
 from esper.nissa.serialize import event_to_json
 
@@ -92,10 +92,5 @@ def trim_event_log(path: Path, completed: Callable[[dict[str, Any]], bool | None
             if e is not None and (i <= cut or e.get("event_type") in SESSION_EVENT_TYPES)]
     if len(kept) == len(lines):
         return 0
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.writelines(kept)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic_write(path, lambda f: f.writelines(kept))
     return len(lines) - len(kept)

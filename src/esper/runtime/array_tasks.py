@@ -150,8 +150,12 @@ def read_folder(root: Path) -> dict[str, np.ndarray]:
             raise DatasetFormatError(f"folder:{root}: {split}/ holds no .png images in class folders")
         images = []
         for path, _ in files:
-            with Image.open(path) as image:
-                images.append(np.asarray(image.convert("L" if image.mode in ("1", "L", "I", "I;16") else "RGB")))
+            try:
+                with Image.open(path) as image:
+                    images.append(np.asarray(image.convert("L" if image.mode in ("1", "L", "I", "I;16") else "RGB")))
+            except OSError as exc:  # Pillow's UnidentifiedImageError and truncated files are OSErrors
+                raise DatasetFormatError(f"folder:{root}: {path} is not a readable PNG image ({exc}); replace or "
+                                         f"remove it") from None
         shapes = {image.shape for image in images}
         if len(shapes) != 1:
             raise DatasetFormatError(f"folder:{root}: {split}/ mixes image sizes {sorted(shapes)[:3]}; resize them to "

@@ -6,7 +6,6 @@ containers of those, never pickled classes.
 
 from __future__ import annotations
 
-import os
 import random
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,6 +17,7 @@ import torch
 import esper
 from esper.kasmina.model import MorphogeneticModel
 from esper.leyline.actions import UNRECORDED_HEADS, ActionSpace
+from esper.leyline.atomic import atomic_write
 from esper.leyline.errors import UserInputError
 from esper.runtime.plugins import loaded_plugins
 
@@ -68,15 +68,8 @@ def detached_copy(obj: Any, device: str | None) -> Any:
 
 
 def atomic_save(obj: dict[str, Any], path: str | Path) -> None:
-    """Write `<path>.tmp`, flush, fsync, then rename over `path`: a crash never leaves a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        torch.save(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """`torch.save` through `<path>.tmp` and a rename: a crash never leaves a half-written checkpoint."""
+    atomic_write(path, lambda f: torch.save(obj, f), binary=True)
 
 
 def load_checkpoint(path: str | Path, expected_format: str, map_location: str | torch.device = "cpu") -> dict[str, Any]:

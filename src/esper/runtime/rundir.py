@@ -21,6 +21,7 @@ from typing import Any, TextIO
 import torch
 
 import esper
+from esper.leyline.atomic import TEMP_SUFFIX, atomic_write
 from esper.leyline.errors import UserInputError
 from esper.runtime.rows import jsonl_lines
 
@@ -39,7 +40,7 @@ def is_run_directory(path: Path) -> bool:
     """An esper run directory: it has config.json, or holds nothing but esper's files (an attempt that died before
     writing config.json). Only such a directory may be reused or replaced; anything else is the user's."""
     names = {p.name for p in path.iterdir()}
-    return "config.json" in names or all(n in ARTIFACTS or n.endswith(".tmp") for n in names)
+    return "config.json" in names or all(n in ARTIFACTS or n.endswith(TEMP_SUFFIX) for n in names)
 
 
 def checkpoints_dir(run: Path) -> Path:
@@ -118,13 +119,8 @@ def json_safe(value: Any) -> Any:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write through a temp file and rename, so a crash never leaves a half-written file behind."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """Replace `path` with `text`, all or nothing (`esper.leyline.atomic`)."""
+    atomic_write(path, lambda f: f.write(text))
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
@@ -139,18 +135,17 @@ def read_jsonl(path: Path) -> list[Any]:
 
 def rewrite_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
     """Atomically replace a JSONL file's content."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(json_safe(row)) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic_write(path, lambda f: f.writelines(json.dumps(json_safe(row)) + "\n" for row in rows))
 
 
 def checkpoint_file(path: Path, name: str) -> Path:
     """A checkpoint file as given, or a run directory meaning its `checkpoints/<name>`."""
     return checkpoints_dir(path) / name if path.is_dir() else path
+
+
+def run_dir_of(path: Path) -> Path:
+    """A run directory as given, or the run directory a checkpoint file (`RUN/checkpoints/NAME.pt`) belongs to."""
+    return path if path.is_dir() else path.parent.parent
 
 
 RUN_DIR_NAME = "{command}_{task}_s{seed}_{digest}"

@@ -48,18 +48,22 @@ def export_train_state(ts: TrainState) -> dict[str, Any]:
 
 
 def restore_train_state(ts: TrainState, snap: dict[str, Any]) -> None:
-    """Make `ts` equal to an exported state: seeds re-instantiated, optimizers rebuilt in order, states loaded."""
+    """Make `ts` equal to an exported state: seeds re-instantiated, optimizers rebuilt in order, states loaded.
+
+    Optimizers load copies: `load_state_dict` keeps a tensor already on the right device and dtype as it is, so the
+    steps after a rollback would otherwise update the snapshot itself, and a second rollback to it would restore
+    those updates."""
     ts.model.load_state(snap["model"])
     ts.fossil_order = list(snap["fossil_order"])
     ts.rebuild_optimizers()
-    ts.host_optimizer.load_state_dict(snap["host_optimizer"])
+    ts.host_optimizer.load_state_dict(detached_copy(snap["host_optimizer"], None))
     if set(ts.seed_optimizers) != set(snap["seed_optimizers"]):
         raise RuntimeError("Snapshot seed optimizers do not match the restored seeds")
     for slot, (seed_id, state) in snap["seed_optimizers"].items():
         restored_id, opt = ts.seed_optimizers[slot]
         if restored_id != seed_id:
             raise RuntimeError(f"Snapshot optimizer for slot '{slot}' belongs to seed {seed_id}, not {restored_id}")
-        opt.load_state_dict(state)
+        opt.load_state_dict(detached_copy(state, None))
     if ts.scaler is not None and snap["scaler"] is not None:
         ts.scaler.load_state_dict(snap["scaler"])
 

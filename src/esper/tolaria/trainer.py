@@ -11,7 +11,7 @@ import contextlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -23,8 +23,8 @@ from esper.leyline.constants import GRADIENT_EPSILON
 from esper.leyline.seeding import derive_seed
 from esper.runtime.optim import OptimizerSpec
 from esper.runtime.readout import Deferred, Readout, read_alone
+from esper.runtime.task_spec import TaskType
 
-TaskType = Literal["classification", "lm"]
 PostBackwardHook = Callable[["TrainState"], None]
 _RATIO_STAGES = (SeedStage.TRAINING, SeedStage.BLENDING)
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from esper.datagen.export import export_minari, import_minari
-from esper.datagen.schema import write_json_atomic
+from esper.datagen.schema import write_strict_json
 from unit.datagen.support import make_episode
 
 pytest.importorskip("minari")
@@ -25,7 +25,7 @@ def dataset_dir(tmp_path: Path) -> Path:
     for i, (episode_id, ops) in enumerate(OPS.items()):
         episode = make_episode(episode_id, ops, policy_id=episode_id.split("_")[1], seed=42 + i)
         episode["final_features"] = [float(i)] * len(episode["final_features"])
-        write_json_atomic(out / f"{episode_id}.json", episode)
+        write_strict_json(out / f"{episode_id}.json", episode)
     return out
 
 

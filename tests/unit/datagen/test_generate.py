@@ -15,7 +15,7 @@ from esper.datagen.generate import GenerateOptions, datagen_task, episode_setup,
 from esper.datagen.loader import load_transitions
 from esper.datagen.plans import EpisodeTask, GenerationPlan
 from esper.datagen.records import EpisodeRecorder
-from esper.datagen.schema import SCHEMA_VERSION, validate_episode, write_json_atomic
+from esper.datagen.schema import SCHEMA_VERSION, validate_episode, write_strict_json
 from esper.env import MorphoEnv, StoredTwin, run_episodes
 from esper.env.features import obs_dim
 from esper.leyline.constants import DEFAULT_GOVERNOR_DEATH_PENALTY
@@ -107,7 +107,7 @@ def test_the_stored_twin_is_the_live_twin_bit_for_bit(twin_result: dict[str, Any
 
 
 def test_the_loader_round_trips_a_real_episode(tmp_path: Path, episode: dict[str, Any]) -> None:
-    write_json_atomic(tmp_path / f"{episode['episode_id']}.json", episode)
+    write_strict_json(tmp_path / f"{episode['episode_id']}.json", episode)
     data = load_transitions(tmp_path)
     decisions = episode["decisions"]
     assert len(data) == len(decisions) and data.num_episodes == 1

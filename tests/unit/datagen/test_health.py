@@ -26,7 +26,7 @@ from esper.datagen.health import (
     load_episodes,
     save_report,
 )
-from esper.datagen.schema import write_json_atomic
+from esper.datagen.schema import write_strict_json
 from unit.datagen.support import make_episode
 
 OPS = ("WAIT", "GERMINATE", "FOSSILIZE", "CULL")
@@ -197,9 +197,9 @@ def test_print_report(tmp_path: Path) -> None:
 
 def test_save_report_and_load_episodes(tmp_path: Path) -> None:
     for episode in good_dataset()[:3]:
-        write_json_atomic(tmp_path / f"{episode['episode_id']}.json", episode)
-    write_json_atomic(tmp_path / "manifest.json", {"matrix_hash": "x"})
-    write_json_atomic(tmp_path / ".generation_progress.json", {"completed": []})
+        write_strict_json(tmp_path / f"{episode['episode_id']}.json", episode)
+    write_strict_json(tmp_path / "manifest.json", {"matrix_hash": "x"})
+    write_strict_json(tmp_path / ".generation_progress.json", {"completed": []})
     episodes = load_episodes(tmp_path)
     assert [e["episode_id"] for e in episodes] == ["e0", "e1", "e2"]
     checker = DatasetHealthCheck(policy_diversity_min=1, policy_diversity_warn=1)

@@ -13,7 +13,7 @@ import torch
 from esper.datagen.configs import RewardComponents
 from esper.datagen.loader import load_transitions
 from esper.datagen.reader import EpisodeFormatError, check_resumable, read_episodes
-from esper.datagen.schema import write_json_atomic
+from esper.datagen.schema import write_strict_json
 from unit.datagen.support import make_episode
 
 OPS_A = ("WAIT", "GERMINATE", "WAIT", "FOSSILIZE")
@@ -22,7 +22,7 @@ OPS_B = ("GERMINATE", "CULL", "WAIT")
 
 def _write(directory: Path, *episodes: dict[str, Any]) -> None:
     for e in episodes:
-        write_json_atomic(directory / f"{e['episode_id']}.json", e)
+        write_strict_json(directory / f"{e['episode_id']}.json", e)
 
 
 def _with_final(episode: dict[str, Any]) -> dict[str, Any]:

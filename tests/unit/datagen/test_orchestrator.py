@@ -17,7 +17,7 @@ from esper.datagen.orchestrator import (
     MatrixMismatchError,
 )
 from esper.datagen.plans import EpisodeTask, GenerationPlan, TwinPlan, paired_seed
-from esper.datagen.schema import read_json, validate_episode, write_json_atomic
+from esper.datagen.schema import read_json, validate_episode, write_strict_json
 from unit.datagen.support import FakeOptions, episode_ids, fake_episode_fn, fake_twin_fn, logged_runs, make_episode
 
 SETTINGS = {"task": "synthetic", "max_epochs": 5}
@@ -127,7 +127,7 @@ def test_episode_file_written_before_a_crash_counts_as_complete(tmp_path: Path) 
     # A valid file whose progress update was lost (crash between the rename and the progress write).
     episode = make_episode(plan.episode_id, policy_id=plan.get_policy_config().policy_id, seed=plan.seed,
                            twin_id=plan.twin.twin_id, task="synthetic")
-    write_json_atomic(out / f"{plan.episode_id}.json", episode)
+    write_strict_json(out / f"{plan.episode_id}.json", episode)
     # A file for the wrong seed is not this plan's episode.
     other = orchestrator_plan_file(out, orch.plans[2], seed=orch.plans[2].seed + 1)
     with orchestrator(out, env_ids=["baseline"]) as orch:
@@ -137,7 +137,7 @@ def test_episode_file_written_before_a_crash_counts_as_complete(tmp_path: Path) 
 
 def orchestrator_plan_file(out: Path, plan: GenerationPlan, *, seed: int) -> str:
     episode = make_episode(plan.episode_id, policy_id=plan.policy_label, seed=seed, twin_id=plan.twin.twin_id)
-    write_json_atomic(out / f"{plan.episode_id}.json", episode)
+    write_strict_json(out / f"{plan.episode_id}.json", episode)
     return plan.episode_id
 
 
@@ -222,8 +222,8 @@ def test_one_writer_per_directory(tmp_path: Path) -> None:
 
 def test_stale_temp_files_are_removed(tmp_path: Path) -> None:
     (tmp_path / "twins").mkdir()
-    (tmp_path / ".baseline_baseline_0000.json.x1.tmp").write_text("partial")
-    (tmp_path / "twins" / ".baseline_seed42.json.x2.tmp").write_text("partial")
+    (tmp_path / "baseline_baseline_0000.json.tmp").write_text("partial")  # what a killed writer leaves
+    (tmp_path / "twins" / "baseline_seed42.json.tmp").write_text("partial")
     with orchestrator(tmp_path):
         pass
     assert not list(tmp_path.rglob("*.tmp"))

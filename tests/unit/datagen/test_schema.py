@@ -16,7 +16,7 @@ from esper.datagen.schema import (
     read_json,
     remove_stale_temp_files,
     validate_episode,
-    write_json_atomic,
+    write_strict_json,
 )
 from unit.datagen.support import make_episode
 
@@ -28,19 +28,19 @@ def test_finite_or_none() -> None:
 
 def test_write_json_atomic_writes_strict_json_and_leaves_no_temp(tmp_path: Path) -> None:
     path = tmp_path / "sub" / "x.json"
-    write_json_atomic(path, {"v": math.nan, "w": [1.5]})
+    write_strict_json(path, {"v": math.nan, "w": [1.5]})
     text = path.read_text()
     assert json.loads(text) == {"v": None, "w": [1.5]} and "NaN" not in text
-    write_json_atomic(path, {"v": 2})
+    write_strict_json(path, {"v": 2})
     assert read_json(path) == {"v": 2}
     assert [p.name for p in path.parent.iterdir()] == ["x.json"]
 
 
 def test_failed_write_keeps_the_old_file_and_cleans_up(tmp_path: Path) -> None:
     path = tmp_path / "x.json"
-    write_json_atomic(path, {"v": 1})
+    write_strict_json(path, {"v": 1})
     with pytest.raises(TypeError):
-        write_json_atomic(path, {"v": object()})
+        write_strict_json(path, {"v": object()})
     assert read_json(path) == {"v": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["x.json"]
 
@@ -49,7 +49,7 @@ def test_read_json_and_stale_temp_cleanup(tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text('{"trunc')
     assert read_json(tmp_path / "bad.json") is None
     assert read_json(tmp_path / "missing.json") is None
-    (tmp_path / ".ep.json.abc.tmp").write_text("partial")
+    (tmp_path / "ep.json.tmp").write_text("partial")  # what a killed write_strict_json leaves
     (tmp_path / "keep.tmp").write_text("not ours")
     assert remove_stale_temp_files(tmp_path) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.json", "keep.tmp"]

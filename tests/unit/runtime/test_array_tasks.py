@@ -112,6 +112,10 @@ def test_a_folder_per_class_of_pngs(tmp_path: Path) -> None:
         get_task_spec(f"folder:{tmp_path}/")  # another name, so resolved anew
     with pytest.raises(ValueError, match=r"needs .*train and .*test, each with one folder of \.png images per class"):
         get_task_spec(f"folder:{tmp_path / 'nothing'}")
+    (tmp_path / "test" / "triangle").rmdir()
+    (tmp_path / "train" / "circle" / "broken.png").write_bytes(b"not a png")
+    with pytest.raises(DatasetFormatError, match=r"broken\.png is not a readable PNG image.*replace or remove it"):
+        get_task_spec(f"folder:{tmp_path}//")
 
 
 def test_tasks_register_in_one_place_and_build_on_first_use() -> None:

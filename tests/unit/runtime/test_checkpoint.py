@@ -15,8 +15,7 @@ import esper
 from esper.kasmina.hosts import CNNHost
 from esper.kasmina.model import MorphogeneticModel
 from esper.kasmina.state import LifecycleConfig
-from esper.leyline import SeedStage
-from esper.runtime import checkpoint
+from esper.leyline import SeedStage, atomic
 from esper.runtime.checkpoint import (
     MODEL_FORMAT,
     CheckpointFormatError,
@@ -70,7 +69,7 @@ def test_atomic_save_writes_through_tmp_and_leaves_none(tmp_path: Path, monkeypa
         assert Path(src).is_file() and not Path(dst).exists()
         real_replace(src, dst)
 
-    monkeypatch.setattr(checkpoint.os, "replace", spy)
+    monkeypatch.setattr(atomic.os, "replace", spy)
     atomic_save({"format": "x", "value": torch.arange(3)}, path)
     assert calls == [(str(path) + ".tmp", str(path))]
     assert path.is_file() and not (tmp_path / "sub" / "latest.pt.tmp").exists()
@@ -85,10 +84,11 @@ def test_crash_before_replace_keeps_the_old_file(tmp_path: Path, monkeypatch: py
     def crash(src: object, dst: object) -> None:
         raise OSError("simulated crash")
 
-    monkeypatch.setattr(checkpoint.os, "replace", crash)
+    monkeypatch.setattr(atomic.os, "replace", crash)
     with pytest.raises(OSError, match="simulated crash"):
         atomic_save({"format": "x", "version": 2}, path)
     assert load_checkpoint(path, "x")["version"] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest.pt"]  # the failed write took its temp file along
 
 
 # ------------------------------------------------------------------------------------------ format checks

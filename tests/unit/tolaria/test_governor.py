@@ -188,3 +188,26 @@ def test_snapshot_is_refused_until_a_vital_check_passes_again(history: list[floa
     gov.check_vital_signs(bad)
     assert gov.execute_rollback(ts).restored_epoch == 6  # not 5: that state was never stored
     assert gov.snapshot(ts, epoch=7)  # the restored state is a stored, healthy one
+
+
+def test_a_second_rollback_to_one_snapshot_restores_the_same_optimizer_state() -> None:
+    """The steps after a rollback must not write into the snapshot: the next rollback restores it as it was taken."""
+    gov = _governor()
+    ts = _train_state()
+    x, y = torch.randn(4, 3, 32, 32), torch.tensor([0, 1, 2, 3])
+
+    def step() -> None:
+        ts.host_optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(ts.model(x), y).backward()
+        ts.host_optimizer.step()
+
+    step()  # momentum buffers exist from here on
+    gov.snapshot(ts, epoch=1)
+    taken = {k: v["momentum_buffer"].clone() for k, v in ts.host_optimizer.state_dict()["state"].items()}
+    for _ in range(2):
+        assert gov.check_vital_signs(math.nan)
+        gov.execute_rollback(ts)
+        restored = ts.host_optimizer.state_dict()["state"]
+        assert all(torch.equal(restored[k]["momentum_buffer"], v) for k, v in taken.items())
+        step()
+        step()

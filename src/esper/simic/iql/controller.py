@@ -19,6 +19,7 @@ from esper.env.features import observation_features
 from esper.leyline import OBS_SCHEMA, ActionSpace, EnvObservation, ordered_slots
 from esper.leyline.errors import UserInputError
 from esper.runtime.checkpoint import check_blueprint_head
+from esper.runtime.rundir import run_dir_of
 from esper.simic.iql.iql import FeatureScaler, IQLLearner, load_iql_checkpoint, masked_argmax
 from esper.simic.masking import masked_logits
 from esper.tamiyo import ControllerContext, TamiyoDecision, check_trained_setting, register_controller
@@ -114,7 +115,7 @@ def _iql(argument: str | None, context: ControllerContext) -> IQLPolicy:
 def trained_setting(source: Path) -> dict[str, Any] | None:
     """The setting (task, episode length, sample caps) of the datasets an IQL run learned from, read from the run's
     config.json; None for a checkpoint that lies outside a run directory."""
-    record = source / "config.json" if source.is_dir() else source.parent.parent / "config.json"
+    record = run_dir_of(source) / "config.json"
     try:
         settings = json.loads(record.read_text(encoding="utf-8"))["config"]["dataset_settings"]
     except (OSError, ValueError, KeyError, TypeError):

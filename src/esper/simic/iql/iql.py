@@ -37,6 +37,7 @@ from esper.runtime.checkpoint import (
     blueprint_record,
     detached_copy,
     load_checkpoint,
+    non_finite_tensors,
 )
 from esper.runtime.devices import resolve_device
 from esper.runtime.rundir import checkpoint_file
@@ -317,21 +318,12 @@ def load_iql_checkpoint(path: str | Path) -> dict[str, Any]:
         raise CheckpointFormatError(f"{path} has state_dim {data.get('state_dim')} and action_dim "
                                     f"{data.get('action_dim')}, but its blueprint head {list(space.head)} makes "
                                     f"{obs_dim(space)} and {space.num_joint_actions}: the file was altered")
-    bad = _non_finite(data)
+    bad = non_finite_tensors(data)
     if bad:
         raise CheckpointFormatError(f"{path} holds non-finite values in {bad[:3]}: the run diverged; use an earlier "
                                     f"checkpoint or retrain with a lower lr")
     return data
 
-
-def _non_finite(obj: Any, where: str = "") -> list[str]:
-    if isinstance(obj, torch.Tensor):
-        return [where] if obj.is_floating_point() and not bool(torch.isfinite(obj).all()) else []
-    if isinstance(obj, dict):
-        return [w for k, v in obj.items() for w in _non_finite(v, f"{where}.{k}" if where else str(k))]
-    if isinstance(obj, list | tuple):
-        return [w for i, v in enumerate(obj) for w in _non_finite(v, f"{where}[{i}]")]
-    return []
 
 
 # ------------------------------------------------------------------------------------------------ training loop

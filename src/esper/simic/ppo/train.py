@@ -31,7 +31,7 @@ from esper.datagen.loader import load_transitions
 from esper.env import EpisodeResult
 from esper.env.driver import EnvPool
 from esper.env.features import obs_dim
-from esper.env.groups import EpisodeSetting, GroupPlan, MemberPlan, StepOutcome, TwinPlan
+from esper.env.groups import EpisodeSetting, GroupPlan, MemberPlan, StepOutcome, TwinEnvPlan
 from esper.env.rewards import (
     SUMMED_FIELDS,
     RewardConfig,
@@ -46,7 +46,7 @@ from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import SeedStream, derive_seed
 from esper.leyline.telemetry import Severity
 from esper.runtime.devices import env_device_map, resolve_device, resolve_devices
-from esper.runtime.rundir import RunDirectory, checkpoint_file
+from esper.runtime.rundir import RunDirectory, checkpoint_file, run_dir_of
 from esper.runtime.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
 from esper.simic.iql.controller import IQLPolicy
 from esper.simic.ppo.anomaly import AnomalyDetector, AnomalyReport, collect_per_layer_gradients
@@ -194,7 +194,7 @@ def _start_from_iql(learner: PPOLearnerState, config: TrainingConfig, task: Task
 
 def iql_datasets(source: Path) -> list[str]:
     """The datagen directories an IQL run was trained on (from its config.json)."""
-    record = source / "config.json" if source.is_dir() else source.parent.parent / "config.json"
+    record = run_dir_of(source) / "config.json"
     try:
         datasets = json.loads(record.read_text(encoding="utf-8"))["config"]["datasets"]
     except (OSError, ValueError, KeyError, TypeError):
@@ -293,7 +293,7 @@ def _groups(config: TrainingConfig, device_of: list[torch.device], n_b: int, lea
         seed=host_seeds[g], data_seed=data_seed, batch=b,
         members=tuple(MemberPlan(i, TRAINING_LABEL, str(device_of[i]), episode=learner.episodes_completed + i,
                                  max_seeds=config.max_seeds) for i in range(g * k, (g + 1) * k)),
-        twin=TwinPlan(n_b + g, str(device_of[g * k])) if twin else None)
+        twin=TwinEnvPlan(n_b + g, str(device_of[g * k])) if twin else None)
         for g in range(n_b // k)]
 
 
