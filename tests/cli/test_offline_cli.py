@@ -169,3 +169,18 @@ def test_a_run_directory_given_to_a_datagen_tool_is_named_with_the_fix(tool: str
     err = capsys.readouterr().err.strip()
     assert f"{run} is the run directory of `esper compare`, not a datagen dataset: " in err
     assert ("another --output-dir" if tool == "datagen into it" else "esper datagen --output-dir DIR") in err
+
+
+def test_train_iql_checks_the_live_setting_before_any_epoch() -> None:
+    """A dataset's task and blueprint head must exist here before IQL trains for its live evaluation, not after."""
+    from esper.cli.train_iql import check_live_setting
+    from esper.leyline import ActionSpace
+    from esper.leyline.errors import UserInputError
+    from esper.runtime.tasks import get_task_spec
+
+    check_live_setting("synthetic", get_task_spec("synthetic").action_space)  # the built-in head: nothing to say
+    widened = ActionSpace("cnn", (*get_task_spec("synthetic").action_space.head, "pointwise"))
+    with pytest.raises(UserInputError, match=r"pass the --plugin flags the dataset was generated with"):
+        check_live_setting("synthetic", widened)
+    with pytest.raises(UserInputError, match=r"Unknown task 'stripes'"):
+        check_live_setting("stripes", widened)

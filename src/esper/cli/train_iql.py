@@ -41,7 +41,7 @@ from esper.datagen.loader import REWARD_SOURCES, load_transitions
 from esper.datagen.reader import MANIFEST_FILE, require_not_run_directory
 from esper.evaluation.comparison import parse_controllers, run_comparison
 from esper.evaluation.episodes import EpisodePlan
-from esper.leyline import TelemetryEventType
+from esper.leyline import ActionSpace, TelemetryEventType
 from esper.leyline.errors import UserInputError
 from esper.runtime.devices import resolve_devices
 from esper.runtime.rundir import RunDirectory, checkpoints_dir, default_run_dir, recorded_config
@@ -109,10 +109,22 @@ def failed_health_checks(directory: Path) -> list[str]:
             and check.get("level") == "error"]
 
 
+def check_live_setting(task: str, space: ActionSpace) -> None:
+    """Before any epoch trains: the live evaluation after training needs the dataset's task and blueprint head
+    registered here (a plugin's task or blueprint needs its --plugin), not only the logged transitions."""
+    live = get_task_spec(task).action_space
+    if live.head != space.head:
+        raise UserInputError(f"The dataset's episodes use the {space.topology} blueprints {list(space.head)}, but "
+                             f"this run has {list(live.head)}: pass the --plugin flags the dataset was generated "
+                             f"with (and no others), or --eval-episodes 0 to train without the live evaluation")
+
+
 def cmd_train_iql(args: argparse.Namespace) -> int:
     config = iql_config(args)
     settings = dataset_settings(args.dataset)
     dataset = load_transitions(args.dataset, args.reward_source)
+    if args.eval_episodes:
+        check_live_setting(str(settings["task"]), dataset.space)
     for directory in args.dataset:
         failed = failed_health_checks(directory)
         if failed:
