@@ -47,10 +47,19 @@ def check_blueprint_head(path: str | Path, data: Mapping[str, Any], current: Act
 
 
 def plugin_fix(data: Mapping[str, Any]) -> str:
-    """How to load what a checkpoint was trained with: its recorded plugins as flags."""
+    """How to load what a checkpoint was trained with: its recorded plugins as flags; for one trained without any,
+    the plugins loaded now (entry points included) are what to leave out."""
     plugins = [str(p) for p in data.get("plugins") or [] if not str(p).startswith("ep:")]
-    flags = " ".join(f"--plugin {p}" for p in plugins) if plugins else "--plugin MODULE"
-    return f"run it with the plugins it was trained with ({flags})"
+    entry_points = [str(p) for p in data.get("plugins") or [] if str(p).startswith("ep:")]
+    if plugins:
+        return f"run it with the plugins it was trained with ({' '.join(f'--plugin {p}' for p in plugins)})"
+    if entry_points:
+        return f"install the packages of the entry points it was trained with ({', '.join(entry_points)})"
+    loaded = list(loaded_plugins())
+    if loaded:
+        return (f"it was trained without plugins: run it without the ones loaded now ({', '.join(loaded)}; 'ep:' "
+                f"names an installed 'esper.plugins' entry point, removed by uninstalling its package)")
+    return "run it with the plugins it was trained with (--plugin MODULE)"
 
 
 def detached_copy(obj: Any, device: str | None) -> Any:

@@ -232,3 +232,12 @@ def test_rng_state_round_trip_through_a_checkpoint(tmp_path: Path) -> None:
     assert np.array_equal(first[1], second[1]) and torch.equal(first[3], second[3])
     restore_rng_state(state)
     assert _draws()[0] == first[0]
+
+
+def test_the_plugin_fix_names_what_to_load_or_what_to_leave_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    from esper.runtime import checkpoint as module
+
+    assert "(--plugin /me/p.py)" in module.plugin_fix({"plugins": ["/me/p.py", "ep:pkg"]})
+    assert "entry points it was trained with (ep:pkg)" in module.plugin_fix({"plugins": ["ep:pkg"]})
+    monkeypatch.setattr(module, "loaded_plugins", lambda: ("extra.py",))
+    assert "trained without plugins: run it without the ones loaded now (extra.py" in module.plugin_fix({})
