@@ -18,7 +18,7 @@ from esper.cli.train_iql import failed_health_checks
 from esper.datagen.orchestrator import GenerationOrchestrator
 from esper.datagen.plans import paired_seed
 from esper.datagen.reader import read_episodes
-from esper.datagen.schema import write_json_atomic
+from esper.datagen.schema import write_strict_json
 from unit.datagen.support import make_episode
 
 TINY = ["--task", "synthetic", "--envs", "baseline", "--policies", "random", "periodic", "--episodes-per-combo", "1",
@@ -61,7 +61,7 @@ def test_health_check_command(generated: Path, tmp_path: Path) -> None:
     for i, policy in enumerate(("baseline", "aggressive", "conservative", "random", "periodic", "anti-kasmina",
                                 "quick-culler", "patient-culler")):
         episode = make_episode(f"baseline_{policy}_0000", ops[i % 2:] + ops[:i % 2], policy_id=policy)
-        write_json_atomic(healthy / f"baseline_{policy}_0000.json", episode)
+        write_strict_json(healthy / f"baseline_{policy}_0000.json", episode)
     assert main(["datagen", "--health-check", str(healthy)]) == 0
     assert all(r["passed"] for r in json.loads((healthy / "health_report.json").read_text()).values())
 
@@ -108,7 +108,7 @@ def _error_line(capsys: pytest.CaptureFixture[str]) -> str:
 def _foreign_episode(out: Path) -> None:
     episode = make_episode()
     episode["schema_version"] = "1.4.0"
-    write_json_atomic(out / "baseline_baseline_0000.json", episode)
+    write_strict_json(out / "baseline_baseline_0000.json", episode)
 
 
 @pytest.mark.parametrize(("args", "prepare", "message"), [

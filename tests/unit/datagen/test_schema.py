@@ -26,7 +26,7 @@ def test_finite_or_none() -> None:
     assert finite_or_none(value) == {"a": [1.0, None, None], "b": [2, None], "c": {"d": "x", "3": None}}
 
 
-def test_write_json_atomic_writes_strict_json_and_leaves_no_temp(tmp_path: Path) -> None:
+def test_write_strict_json_writes_strict_json_and_leaves_no_temp(tmp_path: Path) -> None:
     path = tmp_path / "sub" / "x.json"
     write_strict_json(path, {"v": math.nan, "w": [1.5]})
     text = path.read_text()
