@@ -61,8 +61,8 @@ PHASES = ("train", "validation", "counterfactuals", "probes", "telemetry", "deci
 @register_controller("ppo-init", summary="a freshly initialized PPO policy, sampling (benchmarks only)")
 def _ppo_init(argument: str | None, context: ControllerContext) -> PPOPolicy:
     config = TrainingConfig.preset("quick").with_overrides(slots=list(context.slots), seed=context.seed % 2**31)
-    dim = obs_dim(config.use_telemetry)
-    agent = PPOAgent(config, state_dim=dim, topology=context.topology, device=context.device)
+    dim = obs_dim(context.space, config.use_telemetry)
+    agent = PPOAgent(config, state_dim=dim, space=context.space, device=context.device)
     return PPOPolicy(agent, RunningMeanStd(dim, device=context.device), use_telemetry=config.use_telemetry)
 
 

@@ -26,7 +26,7 @@ def _script(name: str, *args: str) -> str:
 
 
 def test_count_syncs_prints_the_reads_per_phase() -> None:
-    out = _script("count_syncs.py", "--epochs", "2", "--controllers", "static", "heuristic", "--calls")
+    out = _script("count_syncs.py", "--epochs", "2", "--controllers", "static", "ppo-init", "--calls")
     rows = {line.split("│")[1].strip(): line.split("│")[2:5] for line in out.splitlines() if line.count("│") == 5}
     assert {"train", "validation", "counterfactuals", "probes", "telemetry", "decision"} <= set(rows)
     syncs, per_env_epoch, per_group_epoch = (cell.strip() for cell in rows["all but decision, other"])
