@@ -120,15 +120,12 @@ class PPOPolicy:
         The episode length matters: the policy sees the fraction of the episode elapsed, and never saw the end of
         an episode come at another epoch; the caps decide how far a host gets in an episode.
         """
-        data = read_policy_checkpoint(path)
+        data = read_policy_checkpoint(path)  # refuses a blueprint head other than this registry's
         config = TrainingConfig.from_dict(data["config"])
         trained = get_task_spec(config.task).action_space
         if space is not None and trained.topology != space.topology:
             raise UserInputError(f"{path} was trained for topology '{trained.topology}' (task {config.task}), not "
                                  f"'{space.topology}': evaluate it with --task {config.task}")
-        if space is not None and trained.head != space.head:
-            raise UserInputError(f"{path} chooses among the blueprints {list(trained.head)}, not {list(space.head)}: "
-                                 f"evaluate it where the same blueprints are registered (the same --plugin modules)")
         if slots is not None and list(ordered_slots(slots)) != config.slots:
             raise UserInputError(f"{path} was trained with slots {config.slots}, not {list(slots)}: evaluate it with "
                                  f"--slots {' '.join(config.slots)}")
