@@ -4,6 +4,7 @@ not authenticate callers by default, so a port on another interface would let th
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,20 +34,31 @@ def test_every_listener_of_the_local_cluster_is_on_loopback(local_cluster: Any) 
         def pid(self) -> int:
             return os.getpid()
 
-    worker = local_cluster.get(Probe.remote().pid.remote())  # an actor: a worker process with its own server
+    probe = Probe.remote()  # an actor: a worker process with its own server, alive while this handle is
+    worker = local_cluster.get(probe.pid.remote())
     assert local_cluster.util.get_node_ip_address() == LOOPBACK
-    processes = [psutil.Process(), *psutil.Process().children(recursive=True)]
-    listeners: dict[str, set[str]] = {}
-    for process in processes:
-        try:
-            sockets = process.net_connections(kind="tcp")
-            name = process.name()
-        except psutil.NoSuchProcess:
-            continue
-        for s in sockets:
-            if s.status == psutil.CONN_LISTEN:
-                listeners.setdefault(f"{name} ({process.pid})", set()).add(s.laddr.ip)
+
+    def cluster_listeners() -> dict[str, set[str]]:
+        """Listening addresses of this process and its descendants (gcs_server, raylet, agents, workers)."""
+        found: dict[str, set[str]] = {}
+        for process in [psutil.Process(), *psutil.Process().children(recursive=True)]:
+            try:
+                sockets = process.net_connections(kind="tcp")
+                name = process.name()
+            except psutil.NoSuchProcess:
+                continue
+            for s in sockets:
+                if s.status == psutil.CONN_LISTEN:
+                    found.setdefault(f"{name} ({process.pid})", set()).add(s.laddr.ip)
+        return found
+
+    deadline = time.monotonic() + 30  # on a loaded machine a server may come up after the first call returns
+    listeners = cluster_listeners()
+    while not any(p.endswith(f"({worker})") for p in listeners) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        listeners = cluster_listeners()
     assert any("gcs_server" in p for p in listeners) and any("raylet" in p for p in listeners)
     assert any(p.endswith(f"({worker})") for p in listeners), listeners
     exposed = {p: ips - LOOPBACK_ADDRESSES for p, ips in listeners.items() if ips - LOOPBACK_ADDRESSES}
     assert not exposed, f"listening beyond loopback: {exposed}"
+    del probe
