@@ -7,17 +7,8 @@ One paired episode of `--controllers` (one env group, as `esper compare` runs it
 seed and data, the plain `static` env serving as the static twin) runs `--epochs` epochs in this process on the CPU
 under `esper.runtime.syncs.SyncCounter`, which counts the reads that would make the host wait for a GPU. `ppo-init`,
 registered here, is a freshly initialized PPO policy that samples its actions (the learned controller's decision
-path without training one first). Each read is attributed to the phase that made it:
-
-* train: the training batches and the BatchNorm recalibration;
-* validation: the validation batches' full forward;
-* counterfactuals: the validation forwards with a blended seed removed;
-* probes: the validation forwards with a TRAINING seed in place of its slot;
-* telemetry: closing the epoch (the one host read of every env's measurements, the governor, the seeds'
-  bookkeeping, the observation, the rewards of the decisions it completes);
-* decision: the controllers deciding (in the caller's process) and the envs executing the decisions with their
-  lifecycle step;
-* other: the rest (the shared batches, the final test pass).
+path without training one first). Each read is attributed to the phase that made it (`epoch_phases.py` lists
+them).
 
 The table gives reads per env-epoch (env-epochs: the deciding envs × epochs) and per group-epoch; `--calls` adds
 every (phase, call, call site) with its count.
@@ -26,27 +17,19 @@ every (phase, call, call site) with its count.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import functools
 import os
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
-from unittest import mock
 
 import torch
+from epoch_phases import PHASES, attributed
 from rich.console import Console
 from rich.table import Table
 
-from esper.env import driver, lockstep
-from esper.env.env import MorphoEnv
+from esper.env import driver
 from esper.env.features import obs_dim
-from esper.env.groups import EnvHost
-from esper.env.lockstep import Lockstep
 from esper.evaluation.comparison import parse_controllers
 from esper.evaluation.episodes import run_controller_episodes
 from esper.evaluation.study import evaluation_plan
-from esper.kasmina.model import MorphogeneticModel
 from esper.runtime.syncs import SyncCounter
 from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 from esper.simic.normalization import RunningMeanStd
@@ -54,8 +37,6 @@ from esper.simic.ppo.agent import PPOAgent
 from esper.simic.ppo.config import TrainingConfig
 from esper.simic.ppo.controller import PPOPolicy
 from esper.tamiyo import ControllerContext, register_controller
-
-PHASES = ("train", "validation", "counterfactuals", "probes", "telemetry", "decision", "other")
 
 
 @register_controller("ppo-init", summary="a freshly initialized PPO policy, sampling (benchmarks only)")
@@ -66,54 +47,6 @@ def _ppo_init(argument: str | None, context: ControllerContext) -> PPOPolicy:
     return PPOPolicy(agent, RunningMeanStd(dim, device=context.device), use_telemetry=config.use_telemetry)
 
 
-def _in_phase(counter: SyncCounter, name: str, method: Callable[..., Any],
-              within: str | None = None) -> Callable[..., Any]:
-    """`method` with its reads attributed to `name` (only while the current phase is `within`, when given)."""
-
-    @functools.wraps(method)
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
-        if within is not None and counter.current_phase != within:
-            return method(*args, **kwargs)
-        with counter.phase(name):
-            return method(*args, **kwargs)
-
-    return wrapped
-
-
-def _run_from(counter: SyncCounter, method: Callable[..., Any]) -> Callable[..., Any]:
-    """A validation forward restarted at a slot (a counterfactual) is attributed to `counterfactuals`."""
-    counterfactual = _in_phase(counter, "counterfactuals", method, within="validation")
-
-    @functools.wraps(method)
-    def wrapped(self: MorphogeneticModel, slot: str | None, *args: Any, **kwargs: Any) -> Any:
-        return (method if slot is None else counterfactual)(self, slot, *args, **kwargs)
-
-    return wrapped
-
-
-@contextlib.contextmanager
-def phases(counter: SyncCounter) -> Iterator[None]:
-    """Wrap the methods that make up each phase so that their reads land in it."""
-    targets: list[tuple[Any, str, Callable[..., Any]]] = [
-        *((MorphoEnv, m, _in_phase(counter, "train", getattr(MorphoEnv, m)))
-          for m in ("begin_epoch", "train_batch", "finish_train_pass")),
-        (MorphoEnv, "validate_batch", _in_phase(counter, "validation", MorphoEnv.validate_batch)),
-        (MorphogeneticModel, "forward_probe",
-         _in_phase(counter, "probes", MorphogeneticModel.forward_probe, within="validation")),
-        (MorphogeneticModel, "_run_from", _run_from(counter, MorphogeneticModel._run_from)),
-        *((MorphoEnv, m, _in_phase(counter, "telemetry", getattr(MorphoEnv, m)))
-          for m in ("wait_for_passes", "finish_measurements", "observe")),
-        (lockstep, "_read", _in_phase(counter, "telemetry", lockstep._read)),
-        (Lockstep, "_credit", _in_phase(counter, "telemetry", Lockstep._credit)),
-        (driver, "decide_all", _in_phase(counter, "decision", driver.decide_all)),
-        (EnvHost, "conclude", _in_phase(counter, "decision", EnvHost.conclude)),
-    ]
-    with contextlib.ExitStack() as stack:
-        for owner, name, wrapped in targets:
-            stack.enter_context(mock.patch.object(owner, name, wrapped))
-        yield
-
-
 def count(controllers: list[str], epochs: int, train_samples: int, val_samples: int, cache: DataCache
           ) -> tuple[SyncCounter, int]:
     """The reads of one paired episode of `controllers`, and its env-epochs."""
@@ -121,7 +54,8 @@ def count(controllers: list[str], epochs: int, train_samples: int, val_samples: 
                                                            max_val_samples=val_samples, device="cpu")
     plan = evaluation_plan(config, max_test_samples=val_samples)
     specs = parse_controllers(controllers)
-    with driver.EnvPool(plan.workers, cache) as pool, SyncCounter() as counter, phases(counter):
+    with driver.EnvPool(plan.workers, cache) as pool, SyncCounter() as counter, \
+            attributed(counter.phase, lambda: counter.current_phase):
         run_controller_episodes(specs, plan, 1, pool)
     return counter, len(specs) * epochs
 

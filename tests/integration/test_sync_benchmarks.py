@@ -63,3 +63,13 @@ def test_bench_gpu_on_workers_and_a_tiny_study_on_cpu() -> None:
                   "--study-args", TINY_STUDY)
     assert "2 workers" in out
     assert all(phase in out for phase in ("train/run-0", "replay-source/run-0", "eval", "report", "total"))
+
+
+def test_epoch_costs_times_every_phase_in_both_memory_formats() -> None:
+    out = _script("epoch_costs.py", "--epochs", "2", "--max-train-samples", "64", "--max-val-samples", "32")
+    rows = {line.split("│")[1].strip(): line.split("│")[2:5] for line in out.splitlines() if line.count("│") == 5}
+    assert {"train", "validation", "counterfactuals", "probes", "telemetry", "decision", "other", "all"} <= set(rows)
+    shares = [float(cells[1].strip().rstrip("%")) for phase, cells in rows.items() if phase not in ("all", "phase")]
+    assert abs(sum(shares) - 100.0) < 0.5  # every CPU second charged to exactly one phase
+    assert float(rows["train"][0]) > 0 and float(rows["probes"][0]) > 0  # the grow: rule's TRAINING seeds probe
+    assert "memory format: contiguous / channels_last" in out
