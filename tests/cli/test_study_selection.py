@@ -11,8 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from matplotlib.colors import to_rgba
+from matplotlib.figure import Figure
 
+from esper.cli import report_study
 from esper.cli.main import main
+from esper.evaluation.results import ComparisonResult
 from esper.evaluation.runs import RunLabels
 from esper.evaluation.selection import BEST_FIXED, BEST_RULE, chosen_blueprints
 from esper.runtime.rundir import read_jsonl
@@ -36,7 +40,8 @@ def _results(run: Path) -> dict[str, Any]:
     return data
 
 
-def test_study_chooses_best_fixed_and_best_rule_on_selection_seeds_and_evaluates_them(tmp_path: Path) -> None:
+def test_study_chooses_best_fixed_and_best_rule_on_selection_seeds_and_evaluates_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run = tmp_path / "study"
     assert main([*STUDY, "--data-dir", str(tmp_path / "data"), "--run-dir", str(run)]) == 0
     results = _results(run)
@@ -103,6 +108,14 @@ def test_study_chooses_best_fixed_and_best_rule_on_selection_seeds_and_evaluates
                         ("replay-source/run-0", "compare_final_accuracy.png"), ("eval", "compare_final_accuracy.png"),
                         (".", "accuracy_vs_compute.png")):
         assert (run / "report" / phase / plot).is_file(), phase
+    # in the accuracy-vs-compute figure the training runs' markers share no colour with a controller's point
+    figures: list[Figure] = []
+    monkeypatch.setattr(report_study.rp, "save", lambda fig, path: figures.append(fig) or path)
+    report_study.compute_figure(ComparisonResult.from_dict(_results(run / "eval")), run / "again.png")
+    ax = figures[0].axes[0]
+    points = {to_rgba(container.lines[0].get_color()) for container in ax.containers}
+    runs = {tuple(c.get_edgecolor()[0]) for c in ax.collections if "per " in str(c.get_label())}
+    assert len(points) == len(ax.containers) >= 5 and len(runs) == 1 and not runs & points
 
 
 def test_compare_matches_static_matched_to_the_named_controller(tmp_path: Path,

@@ -32,7 +32,8 @@ def compute_figure(result: ComparisonResult, path: Path) -> Path:
             ax.annotate(s, (x, y), textcoords="offset points", xytext=(4, -12), fontsize=8)
     others = [c for c in result.controllers if c not in statics]
     singles = [c for c in others if not any(key in c for key in ROLE_MARKERS)]
-    colors = dict(zip(singles, rp.series_colors(len(singles)), strict=True))
+    *palette, run_color = rp.series_colors(len(singles) + 1)  # the training runs' markers share no single's colour
+    colors = dict(zip(singles, palette, strict=True))
     for label in singles:
         stats = result.per_controller[label]["final_test_accuracy"]
         if stats is None:
@@ -44,7 +45,7 @@ def compute_figure(result: ComparisonResult, path: Path) -> Path:
         members = [c for c in others if key in c]
         if members:
             ax.scatter([_gflops(result, c) for c in members], [statistics.fmean(scores(result, c)) for c in members],
-                       marker=marker, s=40, facecolor="none" if key == "(init)" else "#9467bd", edgecolor="#9467bd",
+                       marker=marker, s=40, facecolor="none" if key == "(init)" else run_color, edgecolor=run_color,
                        label=f"ppo {key.strip('()')} per training run" if key != "replay" else "replay per run",
                        zorder=5)
     rp.style(ax, "Final test accuracy against training compute\npoints: mean over paired seeds · whiskers: 95 % "
