@@ -67,10 +67,13 @@ class StrictConfig(BaseModel):
 
 
 def describe_validation_error(exc: ValidationError) -> str:
-    """One line naming every invalid field and how to set it."""
+    """One line naming every invalid field, what it should be, the value it got, and how to set it."""
     parts = []
     for err in exc.errors():
         msg = str(err["msg"]).removeprefix("Value error, ")
         where = ".".join(str(x) for x in err["loc"])
+        if where and err["type"] != "value_error":  # pydantic's own messages do not say what they got
+            got = json.dumps(err["input"], default=str)
+            msg += f", got {got if len(got) <= 80 else got[:77] + '...'}"
         parts.append(f"{where}: {msg}" if where else msg)
     return "Invalid config: " + "; ".join(parts) + " (set it with --set KEY=VALUE or in --config-json)"
