@@ -67,10 +67,10 @@ class EnvironmentConfig(StrictConfig):
     learning_rate: StrictFloat = Field(gt=0.0, le=10.0)
     batch_size: StrictInt = Field(ge=1, le=65_536)
     optimizer: Literal["SGD", "Adam"]
-    momentum: StrictFloat = Field(0.9, ge=0.0, lt=1.0)
-    weight_decay: StrictFloat = Field(0.0, ge=0.0, le=1.0)
+    momentum: StrictFloat = Field(default=0.9, ge=0.0, lt=1.0)
+    weight_decay: StrictFloat = Field(default=0.0, ge=0.0, le=1.0)
     # A decision follows every epoch but the last, so an episode needs two epochs to hold one transition.
-    max_epochs: StrictInt = Field(25, ge=2, le=1000)
+    max_epochs: StrictInt = Field(default=25, ge=2, le=1000)
 
     @classmethod
     def from_preset(cls, preset_id: str) -> EnvironmentConfig:
@@ -125,10 +125,10 @@ class BehaviorPolicyConfig(StrictConfig):
     plateau_epochs_to_germinate: Epochs = 3
     cull_after_epochs_without_improvement: Epochs = 5
     blueprint_preference: tuple[str, ...] | None = None
-    epsilon: StrictFloat = Field(0.0, ge=0.0, le=1.0)
-    temperature: StrictFloat = Field(1.0, gt=0.0, le=1e6)
+    epsilon: StrictFloat = Field(default=0.0, ge=0.0, le=1.0)
+    temperature: StrictFloat = Field(default=1.0, gt=0.0, le=1e6)
     strategy: Strategy = "threshold"
-    germinate_period: StrictInt = Field(5, ge=1, le=1000)
+    germinate_period: StrictInt = Field(default=5, ge=1, le=1000)
 
     @field_validator("blueprint_preference")
     @classmethod

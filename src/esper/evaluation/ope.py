@@ -40,6 +40,7 @@ __all__ = ["OPEConfig", "OPEEstimate", "OfflineEvaluation", "ReturnSummary", "Ta
            "episode_returns", "evaluate_offline", "fqe", "pdwis", "target_probabilities"]
 
 MAX_STEPS = 10**6
+Width = Annotated[StrictInt, Field(ge=4, le=4096)]
 
 TargetPolicy = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 """(raw states [n, F] float32, valid [n, J] bool), both on CPU → action probabilities [n, J] (F features and J joint
@@ -52,19 +53,20 @@ class OPEConfig(StrictConfig):
     model_config = ConfigDict(frozen=True)
     KIND: ClassVar[str] = "OPE config"
 
-    gamma: StrictFloat = Field(1.0, gt=0.0, le=1.0, description="discount of the estimated return (1: the "
-                               "undiscounted gap return `esper compare` measures live)")
-    confidence: StrictFloat = Field(0.95, ge=0.5, lt=1.0, description="coverage of the bootstrap intervals")
-    n_bootstrap: StrictInt = Field(1000, ge=10, le=100_000, description="bootstrap resamples of episodes")
-    seed: StrictInt = Field(0, ge=0, le=MAX_BASE_SEED, description="seed of the resamples and the Q-networks")
-    fqe_bootstrap: StrictInt = Field(20, ge=2, le=1000, description="fitted-Q resamples, one Q-network each")
-    fqe_iterations: StrictInt = Field(40, ge=1, le=MAX_STEPS, description="fitted-Q regression rounds")
-    fqe_steps_per_iteration: StrictInt = Field(100, ge=1, le=MAX_STEPS, description="gradient steps per round")
-    fqe_batch_size: StrictInt = Field(128, ge=1, le=65_536, description="transitions per fitted-Q step")
-    fqe_lr: StrictFloat = Field(1e-3, gt=0.0, le=1.0, description="fitted-Q learning rate")
-    fqe_hidden_sizes: tuple[Annotated[StrictInt, Field(ge=4, le=4096)], ...] = Field(
-        (64, 64), min_length=1, max_length=4, description="layer widths of the Q-networks")
-    device: str = Field("auto", description="'auto', 'cpu' or 'cuda:N'")
+    gamma: StrictFloat = Field(default=1.0, gt=0.0, le=1.0,
+                               description="discount of the estimated return (1: the undiscounted gap return `esper "
+                                           "compare` measures live)")
+    confidence: StrictFloat = Field(default=0.95, ge=0.5, lt=1.0, description="coverage of the bootstrap intervals")
+    n_bootstrap: StrictInt = Field(default=1000, ge=10, le=100_000, description="bootstrap resamples of episodes")
+    seed: StrictInt = Field(default=0, ge=0, le=MAX_BASE_SEED, description="seed of the resamples and the Q-networks")
+    fqe_bootstrap: StrictInt = Field(default=20, ge=2, le=1000, description="fitted-Q resamples, one Q-network each")
+    fqe_iterations: StrictInt = Field(default=40, ge=1, le=MAX_STEPS, description="fitted-Q regression rounds")
+    fqe_steps_per_iteration: StrictInt = Field(default=100, ge=1, le=MAX_STEPS, description="gradient steps per round")
+    fqe_batch_size: StrictInt = Field(default=128, ge=1, le=65_536, description="transitions per fitted-Q step")
+    fqe_lr: StrictFloat = Field(default=1e-3, gt=0.0, le=1.0, description="fitted-Q learning rate")
+    fqe_hidden_sizes: tuple[Width, ...] = Field(default=(64, 64), min_length=1, max_length=4,
+                                                description="layer widths of the Q-networks")
+    device: str = Field(default="auto", description="'auto', 'cpu' or 'cuda:N'")
 
 
 @dataclass(frozen=True)

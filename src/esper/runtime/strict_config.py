@@ -1,7 +1,9 @@
 """Strict configuration objects: unknown keys are errors, values are validated once, dicts and JSON round-trip.
 
 A typo in a JSON config or a `--set KEY=VALUE` must fail loudly, naming the valid keys, instead of becoming a knob
-that silently does nothing; every learner's config derives from `StrictConfig` to get that behaviour the same way.
+that silently does nothing; every config derives from `StrictConfig` to get that behaviour the same way. Fields
+declare their ranges as pydantic constraints (`Field(ge=..., le=...)`) on strict numbers (`StrictInt`, `StrictFloat`:
+JSON `true` is a typo, not 1), and a description, from which the command line makes each field's flag and help.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from esper.leyline.errors import UserInputError
 
-__all__ = ["StrictConfig"]
+__all__ = ["StrictConfig", "describe_validation_error", "validation_messages"]
 
 
 class StrictConfig(BaseModel):
@@ -66,14 +68,20 @@ class StrictConfig(BaseModel):
         return self.model_dump(mode="json")
 
 
-def describe_validation_error(exc: ValidationError) -> str:
-    """One line naming every invalid field, what it should be, the value it got, and how to set it."""
+def validation_messages(exc: ValidationError) -> list[str]:
+    """Each error as "where: what it should be, got VALUE" ("where" left out for a lone value)."""
     parts = []
     for err in exc.errors():
         msg = str(err["msg"]).removeprefix("Value error, ")
-        where = ".".join(str(x) for x in err["loc"])
-        if where and err["type"] != "value_error":  # pydantic's own messages do not say what they got
+        if err["type"] != "value_error":  # pydantic's own messages do not say what they got; ours do
             got = json.dumps(err["input"], default=str)
             msg += f", got {got if len(got) <= 80 else got[:77] + '...'}"
+        where = ".".join(str(x) for x in err["loc"])
         parts.append(f"{where}: {msg}" if where else msg)
-    return "Invalid config: " + "; ".join(parts) + " (set it with --set KEY=VALUE or in --config-json)"
+    return parts
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line naming every invalid field, what it should be, the value it got, and how to set it."""
+    fields = "; ".join(validation_messages(exc))
+    return f"Invalid config: {fields} (set it with --set KEY=VALUE or in --config-json)"

@@ -27,7 +27,8 @@ def create_policy(preset: str, epsilon: float | None = None, *, seed: int = 0, t
 
 def sharp(preset: str, **changes: object) -> BehaviorPolicy:
     """A preset with a near-zero temperature: the greedy branch is effectively the argmax."""
-    return BehaviorPolicy(BehaviorPolicyConfig.from_preset(preset).with_overrides(temperature=1e-3, **changes), space=CNN)
+    config = BehaviorPolicyConfig.from_preset(preset).with_overrides(temperature=1e-3, **changes)
+    return BehaviorPolicy(config, space=CNN)
 
 
 def decide_op(policy: BehaviorPolicy, obs: EnvObservation) -> str:

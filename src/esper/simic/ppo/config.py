@@ -85,73 +85,86 @@ OpBias = Annotated[StrictFloat, Field(ge=-MAX_OP_BIAS, le=MAX_OP_BIAS)]
 class TrainingConfig(StrictConfig):
     """Every setting of one PPO run; a checkpoint stores it, so it rebuilds the agent and checks resumes."""
 
-    task: str = Field("cifar10", description="the task the envs train on")
+    task: str = Field(default="cifar10", description="the task the envs train on")
     slots: list[str] = Field(default_factory=lambda: list(CANONICAL_SLOTS),
                              description=f"the slots seeds may germinate in (of {', '.join(CANONICAL_SLOTS)})")
-    max_seeds: StrictInt | None = Field(None, ge=1, le=len(CANONICAL_SLOTS),
+    max_seeds: StrictInt | None = Field(default=None, ge=1, le=len(CANONICAL_SLOTS),
                                         description="seed budget per episode (default: one per enabled slot)")
-    max_epochs: StrictInt = Field(DEFAULT_EPISODE_LENGTH, ge=2, le=MAX_EPISODE_LENGTH,
+    max_epochs: StrictInt = Field(default=DEFAULT_EPISODE_LENGTH, ge=2, le=MAX_EPISODE_LENGTH,
                                   description="episode length; decisions follow epochs 1 .. T-1")
-    batch_size: Batch = Field(DEFAULT_BATCH_SIZE_TRAINING, description="the envs' training batch size")
-    lr_schedule: LRSchedule = Field("constant", description="the episode's host and seed learning rates per epoch "
-                                    "(cosine: annealed to 0 over the episode)")
-    max_train_samples: Samples | None = Field(None, description="train each episode on a subset of the train split "
-                                              "(default: all of it)")
-    max_val_samples: Samples | None = Field(None, description="validate on a subset of the val split (default: all "
-                                            "of it)")
-    n_episodes: Episodes = Field(200, description="episodes to train for, in all")
-    n_envs: Envs = Field(DEFAULT_N_ENVS, description="envs per rollout batch")
-    seed: StrictInt = Field(42, ge=0, le=MAX_BASE_SEED, description="base seed of every random stream of the run")
-    device: str = Field("auto", description="policy device: 'auto', 'cpu' or 'cuda:N'")
-    devices: list[str] | None = Field(None, description="env devices, round-robin (default: --device)")
-    amp: bool = Field(False, description="mixed precision (fp16 + GradScaler on CUDA, bf16 on CPU)")
-    checkpoint_every: Episodes = Field(1, description="rollout batches between checkpoints (1: a killed run loses "
-                                       "at most the batch in flight)")
-    lr: StrictFloat = Field(DEFAULT_LEARNING_RATE, gt=0.0, le=1.0, description="policy learning rate")
-    gamma: StrictFloat = Field(DEFAULT_GAMMA, gt=0.0, le=1.0, description="discount")
-    gae_lambda: StrictFloat = Field(DEFAULT_GAE_LAMBDA, ge=0.0, le=1.0, description="GAE λ")
-    clip_ratio: StrictFloat = Field(DEFAULT_CLIP_RATIO, gt=0.0, le=10.0, description="PPO ratio clip")
-    value_coef: StrictFloat = Field(DEFAULT_VALUE_COEF, ge=0.0, le=1000.0, description="value loss weight")
-    value_clip: Positive | None = Field(DEFAULT_VALUE_CLIP, description="value prediction clip (null: none)")
-    max_grad_norm: Positive = Field(DEFAULT_MAX_GRAD_NORM, description="gradient norm clip")
-    n_epochs: StrictInt = Field(DEFAULT_N_PPO_EPOCHS, ge=1, le=1000, description="PPO epochs per update")
-    minibatch_size: Batch = Field(DEFAULT_MINIBATCH_SIZE, description="PPO minibatch size")
-    target_kl: StrictFloat | None = Field(DEFAULT_TARGET_KL, gt=0.0, le=100.0,
-                                          description="stop an update's epochs past this KL (null: never)")
-    ppo_updates_per_batch: StrictInt = Field(1, ge=1, le=100, description="PPO updates per rollout batch")
-    entropy_coef: Coef = Field(DEFAULT_ENTROPY_COEF, description="entropy bonus weight")
-    entropy_coef_min: Coef = Field(DEFAULT_ENTROPY_COEF_MIN, description="the entropy weight annealing ends at")
-    entropy_anneal_episodes: StrictInt = Field(0, ge=0, le=MAX_EPISODES,
+    batch_size: Batch = Field(default=DEFAULT_BATCH_SIZE_TRAINING, description="the envs' training batch size")
+    lr_schedule: LRSchedule = Field(default="constant",
+                                    description="the episode's host and seed learning rates per epoch (cosine: "
+                                                "annealed to 0 over the episode)")
+    max_train_samples: Samples | None = Field(default=None,
+                                              description="train each episode on a subset of the train split "
+                                                          "(default: all of it)")
+    max_val_samples: Samples | None = Field(default=None,
+                                            description="validate on a subset of the val split (default: all of it)")
+    n_episodes: Episodes = Field(default=200, description="episodes to train for, in all")
+    n_envs: Envs = Field(default=DEFAULT_N_ENVS, description="envs per rollout batch")
+    seed: StrictInt = Field(default=42, ge=0, le=MAX_BASE_SEED,
+                            description="base seed of every random stream of the run")
+    device: str = Field(default="auto", description="policy device: 'auto', 'cpu' or 'cuda:N'")
+    devices: list[str] | None = Field(default=None, description="env devices, round-robin (default: --device)")
+    amp: bool = Field(default=False, description="mixed precision (fp16 + GradScaler on CUDA, bf16 on CPU)")
+    checkpoint_every: Episodes = Field(default=1,
+                                       description="rollout batches between checkpoints (1: a killed run loses at "
+                                                   "most the batch in flight)")
+    lr: StrictFloat = Field(default=DEFAULT_LEARNING_RATE, gt=0.0, le=1.0, description="policy learning rate")
+    gamma: StrictFloat = Field(default=DEFAULT_GAMMA, gt=0.0, le=1.0, description="discount")
+    gae_lambda: StrictFloat = Field(default=DEFAULT_GAE_LAMBDA, ge=0.0, le=1.0, description="GAE λ")
+    clip_ratio: StrictFloat = Field(default=DEFAULT_CLIP_RATIO, gt=0.0, le=10.0, description="PPO ratio clip")
+    value_coef: StrictFloat = Field(default=DEFAULT_VALUE_COEF, ge=0.0, le=1000.0, description="value loss weight")
+    value_clip: Positive | None = Field(default=DEFAULT_VALUE_CLIP,
+                                        description="value prediction clip (--set value_clip=null: none)")
+    max_grad_norm: Positive = Field(default=DEFAULT_MAX_GRAD_NORM, description="gradient norm clip")
+    n_epochs: StrictInt = Field(default=DEFAULT_N_PPO_EPOCHS, ge=1, le=1000, description="PPO epochs per update")
+    minibatch_size: Batch = Field(default=DEFAULT_MINIBATCH_SIZE, description="PPO minibatch size")
+    target_kl: StrictFloat | None = Field(default=DEFAULT_TARGET_KL, gt=0.0, le=100.0,
+                                          description="stop an update's epochs past this KL (--set target_kl=null: "
+                                                      "never)")
+    ppo_updates_per_batch: StrictInt = Field(default=1, ge=1, le=100, description="PPO updates per rollout batch")
+    entropy_coef: Coef = Field(default=DEFAULT_ENTROPY_COEF, description="entropy bonus weight")
+    entropy_coef_min: Coef = Field(default=DEFAULT_ENTROPY_COEF_MIN, description="the entropy weight annealing ends at")
+    entropy_anneal_episodes: StrictInt = Field(default=0, ge=0, le=MAX_EPISODES,
                                                description="episodes to anneal the entropy weight over (0: constant)")
-    hidden_dim: StrictInt = Field(DEFAULT_HIDDEN_DIM, ge=8, le=4096, description="policy width (even)")
-    initial_op_bias: dict[str, OpBias] = Field(
-        default_factory=dict,
-        description="the op head's initial bias per op name, log-odds (others 0), e.g. '{\"CULL\": -2}': a policy "
-                    "that starts rarely culling lets random seeds live through their lifecycle")
-    blueprints: list[str] | None = Field(
-        None, description="the blueprints the policy may germinate (default: every blueprint of the task's topology;"
-                          " the other controllers of a comparison keep every one)")
-    use_telemetry: bool = Field(True, description="feed the seeds' telemetry to the policy")
-    reward_family: RewardFamily = Field(RewardFamily.GAP, description="the reward the policy learns from")
-    param_cost: ParamCostOrAuto | None = Field(
-        None, description="gap reward's λ_p, pp per 100 % of added parameters; 'auto': measured for this run's "
-                          "setting before training (and cached); default: the task's, measured at the nearest "
-                          "sample cap")
-    group_size: Envs = Field(4, description="envs sharing one host seed and one static twin")
-    advantage: Literal["gae", "group"] = Field("gae", description="advantage estimator")
-    init_from: str | None = Field(None, description="'iql:PATH': distill that IQL policy into the actor before the "
-                                  "first update")
-    init_datasets: list[str] | None = Field(None, description="the datagen directories to distill on (default: the "
-                                            "IQL run's)")
-    param_budget: StrictInt = Field(_SPARSE_DEFAULTS.param_budget, ge=1, le=10**12,
+    hidden_dim: StrictInt = Field(default=DEFAULT_HIDDEN_DIM, ge=8, le=4096, description="policy width (even)")
+    initial_op_bias: dict[str, OpBias] = Field(default_factory=dict,
+                                               description="the op head's initial bias per op name, log-odds (others "
+                                                           "0), e.g. '{\"CULL\": -2}': a policy that starts rarely "
+                                                           "culling lets random seeds live through their lifecycle")
+    blueprints: list[str] | None = Field(default=None,
+                                         description="the blueprints the policy may germinate (default: every "
+                                                     "blueprint of the task's topology; the other controllers of a "
+                                                     "comparison keep every one)")
+    use_telemetry: bool = Field(default=True, description="feed the seeds' telemetry to the policy")
+    reward_family: RewardFamily = Field(default=RewardFamily.GAP, description="the reward the policy learns from")
+    param_cost: ParamCostOrAuto | None = Field(default=None,
+                                               description="gap reward's λ_p, pp per 100 % of added parameters; "
+                                                           "'auto': measured for this run's setting before training "
+                                                           "(and cached); none: the task's, measured at the nearest "
+                                                           "sample cap")
+    group_size: Envs = Field(default=4, description="envs sharing one host seed and one static twin")
+    advantage: Literal["gae", "group"] = Field(default="gae", description="advantage estimator")
+    init_from: str | None = Field(default=None,
+                                  description="'iql:PATH': distill that IQL policy into the actor before the first "
+                                              "update")
+    init_datasets: list[str] | None = Field(default=None,
+                                            description="the datagen directories to distill on (default: the IQL "
+                                                        "run's)")
+    param_budget: StrictInt = Field(default=_SPARSE_DEFAULTS.param_budget, ge=1, le=10**12,
                                     description="sparse reward's parameter budget")
-    param_penalty_weight: StrictFloat = Field(_SPARSE_DEFAULTS.param_penalty_weight, ge=0.0, le=1e6,
+    param_penalty_weight: StrictFloat = Field(default=_SPARSE_DEFAULTS.param_penalty_weight, ge=0.0, le=1e6,
                                               description="sparse reward's weight of parameters over the budget")
-    sparse_reward_scale: Positive = Field(_SPARSE_DEFAULTS.sparse_reward_scale, description="sparse reward's scale")
-    n_workers: StrictInt = Field(0, ge=0, le=MAX_ENVS, description="worker processes (or Ray actors) the env groups "
-                                 "spread over; 0: all in this process")
-    threads: StrictInt = Field(1, ge=1, le=1024, description="intra-op threads of every process of the run (its "
-                               "floats depend on it; placement does not)")
+    sparse_reward_scale: Positive = Field(default=_SPARSE_DEFAULTS.sparse_reward_scale,
+                                          description="sparse reward's scale")
+    n_workers: StrictInt = Field(default=0, ge=0, le=MAX_ENVS,
+                                 description="worker processes (or Ray actors) the env groups spread over; 0: all in "
+                                             "this process")
+    threads: StrictInt = Field(default=1, ge=1, le=1024,
+                               description="intra-op threads of every process of the run (its floats depend on it; "
+                                           "placement does not)")
     executor: Literal["process", "ray"] = "process"
     ray_address: str | None = None  # an existing Ray cluster (default: a local one started for the run)
 
