@@ -18,6 +18,8 @@ from pydantic.fields import FieldInfo
 
 import esper
 from esper.datagen.configs import ENVIRONMENT_PRESETS, POLICY_PRESETS, BehaviorPolicyConfig, EnvironmentConfig
+from esper.datagen.generate import GenerateOptions
+from esper.env.gym import GymEnvConfig
 from esper.evaluation.ope import OPEConfig
 from esper.runtime.strict_config import StrictConfig
 from esper.simic.iql.config import IQLConfig
@@ -29,6 +31,8 @@ VALID: dict[type[StrictConfig], StrictConfig] = {
     OPEConfig: OPEConfig(),
     EnvironmentConfig: ENVIRONMENT_PRESETS["baseline"],
     BehaviorPolicyConfig: POLICY_PRESETS["baseline"],
+    GenerateOptions: GenerateOptions(task="synthetic", param_cost=1.0),
+    GymEnvConfig: GymEnvConfig(),
 }
 HUGE = 10**30
 

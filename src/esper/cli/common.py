@@ -29,6 +29,7 @@ from esper.leyline import (
     UserInputError,
     emit_if_wanted,
 )
+from esper.leyline.constants import MAX_BATCH, MAX_EPISODE_LENGTH, MAX_SAMPLES
 from esper.leyline.seeding import MAX_BASE_SEED
 from esper.nissa import NissaHub, ProgressBackend, build_hub
 from esper.runtime.actors import WorkerFailed, WorkerOptions
@@ -37,7 +38,7 @@ from esper.runtime.optim import LR_SCHEDULES
 from esper.runtime.readers import DatasetFormatError, Split
 from esper.runtime.rundir import RUN_DIR_NAME, RunDirectory
 from esper.runtime.tasks import TASKS, DataCache, DataOptions, TaskSpec, data_source, get_task_spec
-from esper.simic.ppo.config import MAX_BATCH, MAX_EPISODE_LENGTH, MAX_EPISODES, MAX_SAMPLES
+from esper.simic.ppo.config import MAX_EPISODES
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 USER_ERRORS = (UserInputError, OSError)

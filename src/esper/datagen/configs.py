@@ -19,7 +19,7 @@ from pydantic import ConfigDict, Field, StrictFloat, StrictInt, field_validator
 
 from esper.leyline import LifecycleOp
 from esper.leyline.errors import UserInputError
-from esper.runtime.strict_config import StrictConfig
+from esper.runtime.strict_config import BatchSize, EpisodeLength, StrictConfig
 
 __all__ = [
     "ENVIRONMENT_PRESETS",
@@ -65,12 +65,11 @@ class EnvironmentConfig(StrictConfig):
     config_id: str = Field(min_length=1)
     architecture: Architecture
     learning_rate: StrictFloat = Field(gt=0.0, le=10.0)
-    batch_size: StrictInt = Field(ge=1, le=65_536)
+    batch_size: BatchSize
     optimizer: Literal["SGD", "Adam"]
     momentum: StrictFloat = Field(default=0.9, ge=0.0, lt=1.0)
     weight_decay: StrictFloat = Field(default=0.0, ge=0.0, le=1.0)
-    # A decision follows every epoch but the last, so an episode needs two epochs to hold one transition.
-    max_epochs: StrictInt = Field(default=25, ge=2, le=1000)
+    max_epochs: EpisodeLength = 25
 
     @classmethod
     def from_preset(cls, preset_id: str) -> EnvironmentConfig:

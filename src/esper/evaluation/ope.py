@@ -33,7 +33,7 @@ from esper.datagen.transitions import TransitionDataset
 from esper.evaluation.stats import bootstrap_counts, percentile_interval
 from esper.leyline.seeding import MAX_BASE_SEED, derive_seed
 from esper.runtime.devices import resolve_device
-from esper.runtime.strict_config import StrictConfig
+from esper.runtime.strict_config import BatchSize, StrictConfig
 from esper.simic.iql.iql import FeatureScaler
 
 __all__ = ["OPEConfig", "OPEEstimate", "OfflineEvaluation", "ReturnSummary", "TargetPolicy", "behavior_returns",
@@ -62,7 +62,7 @@ class OPEConfig(StrictConfig):
     fqe_bootstrap: StrictInt = Field(default=20, ge=2, le=1000, description="fitted-Q resamples, one Q-network each")
     fqe_iterations: StrictInt = Field(default=40, ge=1, le=MAX_STEPS, description="fitted-Q regression rounds")
     fqe_steps_per_iteration: StrictInt = Field(default=100, ge=1, le=MAX_STEPS, description="gradient steps per round")
-    fqe_batch_size: StrictInt = Field(default=128, ge=1, le=65_536, description="transitions per fitted-Q step")
+    fqe_batch_size: BatchSize = Field(default=128, description="transitions per fitted-Q step")
     fqe_lr: StrictFloat = Field(default=1e-3, gt=0.0, le=1.0, description="fitted-Q learning rate")
     fqe_hidden_sizes: tuple[Width, ...] = Field(default=(64, 64), min_length=1, max_length=4,
                                                 description="layer widths of the Q-networks")

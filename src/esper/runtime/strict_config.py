@@ -10,13 +10,22 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import Annotated, Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
+from esper.leyline.constants import MAX_BATCH, MAX_EPISODE_LENGTH, MAX_SAMPLES
 from esper.leyline.errors import UserInputError
 
-__all__ = ["StrictConfig", "describe_validation_error", "validation_messages"]
+__all__ = ["BatchSize", "EpisodeLength", "SampleCap", "StrictConfig", "describe_validation_error",
+           "validation_messages"]
+
+# The sizes several configs share, bounded the same way everywhere.
+EpisodeLength = Annotated[StrictInt, Field(ge=2, le=MAX_EPISODE_LENGTH)]
+"""Epochs per episode: a decision follows every epoch but the last, so an episode needs two."""
+SampleCap = Annotated[StrictInt, Field(ge=1, le=MAX_SAMPLES)]
+"""Samples of a split an episode uses."""
+BatchSize = Annotated[StrictInt, Field(ge=1, le=MAX_BATCH)]
 
 
 class StrictConfig(BaseModel):
@@ -24,6 +33,7 @@ class StrictConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
     KIND: ClassVar[str] = "config"  # how error messages name this config
+    FIX: ClassVar[str] = "set it with --set KEY=VALUE or in --config-json"  # how a user sets a field
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], base: Self | None = None) -> Self:
@@ -35,7 +45,7 @@ class StrictConfig(BaseModel):
         try:
             return cls(**merged)
         except ValidationError as exc:
-            raise UserInputError(describe_validation_error(exc)) from None
+            raise UserInputError(describe_validation_error(exc, cls.FIX)) from None
 
     @classmethod
     def from_json(cls, source: str | Path, base: Self | None = None) -> Self:
@@ -81,7 +91,6 @@ def validation_messages(exc: ValidationError) -> list[str]:
     return parts
 
 
-def describe_validation_error(exc: ValidationError) -> str:
-    """One line naming every invalid field, what it should be, the value it got, and how to set it."""
-    fields = "; ".join(validation_messages(exc))
-    return f"Invalid config: {fields} (set it with --set KEY=VALUE or in --config-json)"
+def describe_validation_error(exc: ValidationError, fix: str) -> str:
+    """One line naming every invalid field, what it should be, the value it got, and how to set it (`fix`)."""
+    return f"Invalid config: {'; '.join(validation_messages(exc))} ({fix})"

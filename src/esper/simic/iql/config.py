@@ -10,11 +10,10 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, StrictFloat, StrictInt
 
-from esper.runtime.strict_config import StrictConfig
+from esper.runtime.strict_config import BatchSize, StrictConfig
 
 __all__ = ["RESUMABLE_FIELDS", "IQLConfig"]
 
-MAX_BATCH = 65_536
 MAX_STEPS = 10**9
 Width = Annotated[StrictInt, Field(ge=4, le=4096)]
 
@@ -34,7 +33,7 @@ class IQLConfig(StrictConfig):
     gamma: StrictFloat = Field(default=0.99, gt=0.0, le=1.0, description="discount")
     polyak: StrictFloat = Field(default=0.005, gt=0.0, le=1.0, description="target critic update rate")
     lr: StrictFloat = Field(default=3e-4, gt=0.0, le=1.0, description="learning rate of every network")
-    batch_size: StrictInt = Field(default=256, ge=1, le=MAX_BATCH, description="transitions per gradient step")
+    batch_size: BatchSize = Field(default=256, description="transitions per gradient step")
     weight_clip: StrictFloat = Field(default=100.0, ge=1.0, le=1e6, description="cap on the policy's advantage weights")
     epochs: StrictInt = Field(default=100, ge=1, le=MAX_STEPS, description="training epochs")
     steps_per_epoch: StrictInt = Field(default=1000, ge=1, le=MAX_STEPS, description="gradient steps per epoch")

@@ -35,7 +35,7 @@ from esper.leyline.seeding import MAX_BASE_SEED
 from esper.runtime.actors import WorkerOptions
 from esper.runtime.optim import LRSchedule
 from esper.runtime.param_costs import AUTO_PARAM_COST, ParamCostOrAuto
-from esper.runtime.strict_config import StrictConfig
+from esper.runtime.strict_config import BatchSize, EpisodeLength, SampleCap, StrictConfig
 from esper.runtime.tasks import get_task_spec
 
 _SPARSE_DEFAULTS = SparseRewardConfig()
@@ -64,19 +64,14 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 MAX_ENVS = 256
-MAX_EPISODE_LENGTH = 1000
 MAX_EPISODES = 1_000_000
-MAX_SAMPLES = 10**9
-MAX_BATCH = 65_536
 MAX_OP_BIAS = 20.0
 
 # Every number has a range: limits catch typos and values that would exhaust memory or overflow a seed (hidden_dim
 # 10**6 asks for terabytes) long before any work starts. Strict types refuse a bool for a number (JSON `true` is a
 # typo, not 1), and the base config refuses non-finite floats.
-Samples = Annotated[StrictInt, Field(ge=1, le=MAX_SAMPLES)]
 Envs = Annotated[StrictInt, Field(ge=1, le=MAX_ENVS)]
 Episodes = Annotated[StrictInt, Field(ge=1, le=MAX_EPISODES)]
-Batch = Annotated[StrictInt, Field(ge=1, le=MAX_BATCH)]
 Coef = Annotated[StrictFloat, Field(ge=0.0, le=100.0)]
 Positive = Annotated[StrictFloat, Field(gt=0.0, le=1e6)]
 OpBias = Annotated[StrictFloat, Field(ge=-MAX_OP_BIAS, le=MAX_OP_BIAS)]
@@ -90,16 +85,16 @@ class TrainingConfig(StrictConfig):
                              description=f"the slots seeds may germinate in (of {', '.join(CANONICAL_SLOTS)})")
     max_seeds: StrictInt | None = Field(default=None, ge=1, le=len(CANONICAL_SLOTS),
                                         description="seed budget per episode (default: one per enabled slot)")
-    max_epochs: StrictInt = Field(default=DEFAULT_EPISODE_LENGTH, ge=2, le=MAX_EPISODE_LENGTH,
-                                  description="episode length; decisions follow epochs 1 .. T-1")
-    batch_size: Batch = Field(default=DEFAULT_BATCH_SIZE_TRAINING, description="the envs' training batch size")
+    max_epochs: EpisodeLength = Field(default=DEFAULT_EPISODE_LENGTH,
+                                      description="episode length; decisions follow epochs 1 .. T-1")
+    batch_size: BatchSize = Field(default=DEFAULT_BATCH_SIZE_TRAINING, description="the envs' training batch size")
     lr_schedule: LRSchedule = Field(default="constant",
                                     description="the episode's host and seed learning rates per epoch (cosine: "
                                                 "annealed to 0 over the episode)")
-    max_train_samples: Samples | None = Field(default=None,
+    max_train_samples: SampleCap | None = Field(default=None,
                                               description="train each episode on a subset of the train split "
                                                           "(default: all of it)")
-    max_val_samples: Samples | None = Field(default=None,
+    max_val_samples: SampleCap | None = Field(default=None,
                                             description="validate on a subset of the val split (default: all of it)")
     n_episodes: Episodes = Field(default=200, description="episodes to train for, in all")
     n_envs: Envs = Field(default=DEFAULT_N_ENVS, description="envs per rollout batch")
@@ -120,7 +115,7 @@ class TrainingConfig(StrictConfig):
                                         description="value prediction clip (--set value_clip=null: none)")
     max_grad_norm: Positive = Field(default=DEFAULT_MAX_GRAD_NORM, description="gradient norm clip")
     n_epochs: StrictInt = Field(default=DEFAULT_N_PPO_EPOCHS, ge=1, le=1000, description="PPO epochs per update")
-    minibatch_size: Batch = Field(default=DEFAULT_MINIBATCH_SIZE, description="PPO minibatch size")
+    minibatch_size: BatchSize = Field(default=DEFAULT_MINIBATCH_SIZE, description="PPO minibatch size")
     target_kl: StrictFloat | None = Field(default=DEFAULT_TARGET_KL, gt=0.0, le=100.0,
                                           description="stop an update's epochs past this KL (--set target_kl=null: "
                                                       "never)")
