@@ -14,19 +14,34 @@ import argparse
 import contextlib
 import json
 import types
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from enum import Enum
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
-from esper.cli.common import parse_sets
+from esper.leyline.errors import UserInputError
 from esper.runtime.strict_config import StrictConfig, validation_messages
 
-__all__ = ["add_config_flags", "config_changes", "config_from_args"]
+__all__ = ["add_config_flags", "config_changes", "config_from_args", "value_type"]
 
 C = TypeVar("C", bound=StrictConfig)
+
+
+def parse_sets(items: Sequence[str]) -> dict[str, Any]:
+    """`--set KEY=VALUE` items as config changes; VALUE is JSON, or a bare string (`--set task=synthetic`)."""
+    changes: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise UserInputError(f"--set expects KEY=VALUE, got '{item}': pass a config field and its value, "
+                                 f"e.g. --set lr=0.001")
+        try:
+            changes[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            changes[key] = raw
+    return changes
 
 
 def _without_none(annotation: Any) -> Any:
@@ -52,17 +67,21 @@ def _choices(annotation: Any) -> list[str] | None:
     return None
 
 
-def _parser(annotation: Any, text: bool, flag: str) -> Callable[[str], Any]:
-    """argparse type: the flag's text (JSON unless `text`) validated as `annotation`."""
+def value_type(annotation: Any, field: str, *, text: bool = False) -> Callable[[str], Any]:
+    """argparse type: a flag's text validated as `annotation` (a field's type and constraints). The text is read as
+    JSON, else as a number ("inf" is one, refused as not finite), else kept as text; `text`: always kept as text."""
     adapter: TypeAdapter[Any] = TypeAdapter(annotation, config=ConfigDict(allow_inf_nan=False))
 
     def parse(raw: str) -> Any:
         value: Any = raw
         if not text:
-            with contextlib.suppress(json.JSONDecodeError):
+            try:
                 value = json.loads(raw)
+            except json.JSONDecodeError:
+                with contextlib.suppress(ValueError):
+                    value = float(raw)
         if value is None:
-            raise argparse.ArgumentTypeError(f"a flag takes a value; set null with --set {flag}=null")
+            raise argparse.ArgumentTypeError(f"a flag takes a value; set null with --set {field}=null")
         try:
             return adapter.validate_python(value)
         except ValidationError as exc:
@@ -92,9 +111,10 @@ def _flag_kwargs(name: str, field: FieldInfo) -> dict[str, Any]:
         return {"action": argparse.BooleanOptionalAction}
     if get_origin(annotation) in (list, tuple):
         element = get_args(annotation)[0]
-        return {"nargs": "+", "type": _parser(element, _is_text(element), name), "choices": _choices(element)}
+        return {"nargs": "+", "type": value_type(element, name, text=_is_text(element)), "choices": _choices(element)}
     full = Annotated[(annotation, *field.metadata)] if field.metadata else annotation
-    kwargs: dict[str, Any] = {"type": _parser(full, _is_text(annotation), name), "choices": _choices(annotation)}
+    kwargs: dict[str, Any] = {"type": value_type(full, name, text=_is_text(annotation)),
+                              "choices": _choices(annotation)}
     if get_origin(_bare(annotation)) is dict:
         kwargs["metavar"] = "JSON"
     return kwargs
