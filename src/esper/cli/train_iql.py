@@ -1,7 +1,7 @@
 """`esper train iql`: learn a controller offline from `esper datagen` datasets, then try it in live episodes.
 
     esper train iql --dataset runs/data --run-dir runs/iql
-    esper train iql --dataset d1 d2 --set epochs=20 --set steps_per_epoch=500 --eval-episodes 5
+    esper train iql --dataset d1 d2 --epochs 20 --steps-per-epoch 500 --eval-episodes 5
 
 Rerunning the same command continues an interrupted run from its last epoch (only `epochs` and `device` may change).
 After training, `--eval-episodes` paired episodes compare static, heuristic and the IQL policy in the dataset's

@@ -29,7 +29,7 @@ from esper.datagen.schema import SCHEMA_VERSION
 from esper.env import EnvSpec, EpochData, MorphoEnv, run_episodes
 from esper.env.rewards import RewardFn, make_reward_fn
 from esper.leyline import CANONICAL_SLOTS
-from esper.leyline.constants import DEFAULT_GAMMA
+from esper.leyline.constants import DEFAULT_GAMMA, MAX_SAMPLES
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import derive_seed
 from esper.runtime.devices import resolve_device
@@ -69,8 +69,8 @@ class GenerateOptions(StrictConfig):
     task: str
     param_cost: ParamCost
     max_epochs: EpisodeLength = DEFAULT_MAX_EPOCHS
-    max_train_samples: StrictInt | None = Field(default=None, ge=2, le=10**9)
-    max_val_samples: StrictInt | None = Field(default=None, ge=2, le=10**9)
+    max_train_samples: StrictInt | None = Field(default=None, ge=2, le=MAX_SAMPLES)
+    max_val_samples: StrictInt | None = Field(default=None, ge=2, le=MAX_SAMPLES)
     data_dir: str = "data"
 
     @field_validator("task")
