@@ -281,3 +281,12 @@ def test_blueprints_name_the_topologys_germinable_blueprints() -> None:
     for bad in (["lora"], ["noop"], [], ["norm", "nrom"]):  # lora is a transformer blueprint; noop never germinates
         with pytest.raises(ValueError, match=r"blueprints must name at least one of \['conv_light', 'attention'"):
             TrainingConfig(task="synthetic", blueprints=bad)
+
+
+def test_whole_numbers_stored_without_a_fraction_still_load_as_floats() -> None:
+    """A JSON writer may store 1.0 as 1: a checkpoint's config that does still loads, its floats as floats."""
+    config = TrainingConfig.from_dict({"value_coef": 1, "initial_op_bias": {"CULL": -2}, "param_cost": 3})
+    assert (config.value_coef, config.initial_op_bias, config.param_cost) == (1.0, {"CULL": -2.0}, 3.0)
+    assert all(isinstance(v, float) for v in (config.value_coef, config.initial_op_bias["CULL"], config.param_cost))
+    with pytest.raises(ValueError, match=r"n_envs: Input should be a valid integer, got 8.0"):
+        TrainingConfig.from_dict({"n_envs": 8.0})  # an integer field stays one
