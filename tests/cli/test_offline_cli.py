@@ -103,7 +103,7 @@ def test_a_rerun_on_other_data_is_refused(iql_run: Path, dataset: Path, tmp_path
 
 def test_evaluate_offline_reports_both_estimators(iql_run: Path, dataset: Path, tmp_path: Path) -> None:
     out = tmp_path / "ope.json"
-    assert main(["evaluate-offline", "--data", str(dataset), "--controller", f"iql:{iql_run}", "--bootstrap", "20",
+    assert main(["evaluate-offline", "--data", str(dataset), "--controller", f"iql:{iql_run}", "--n-bootstrap", "20",
                  "--set", "fqe_iterations=3", "--set", "fqe_bootstrap=2", "--out", str(out)]) == 0
     result = json.loads(out.read_text())
     assert {"pdwis", "fqe", "behavior"} <= set(result)

@@ -63,7 +63,7 @@ def policies(draw: st.DrawFn) -> BehaviorPolicy:
     config = POLICY_PRESETS[preset]
     if config.epsilon == 0.0 and draw(st.booleans()):
         config = config.with_epsilon(draw(st.sampled_from([0.05, 0.1, 0.2, 0.5, 1.0])))
-    config = replace(config, temperature=draw(st.sampled_from([0.05, 0.5, 1.0, 3.0])))
+    config = config.with_overrides(temperature=draw(st.sampled_from([0.05, 0.5, 1.0, 3.0])))
     return BehaviorPolicy(config, draw(st.integers(0, 2**31)), space=CNN)
 
 

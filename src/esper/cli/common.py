@@ -4,7 +4,6 @@ error → exit-code mapping."""
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -19,6 +18,7 @@ import torch
 from rich.console import Console
 from rich.text import Text
 
+from esper.cli.config_flags import value_type
 from esper.cli.rundirs import save_traceback, saved_traceback
 from esper.env.rewards import RewardFamily
 from esper.leyline import (
@@ -29,15 +29,17 @@ from esper.leyline import (
     UserInputError,
     emit_if_wanted,
 )
+from esper.leyline.constants import MAX_BATCH, MAX_EPISODE_LENGTH, MAX_SAMPLES
 from esper.leyline.seeding import MAX_BASE_SEED
 from esper.nissa import NissaHub, ProgressBackend, build_hub
 from esper.runtime.actors import WorkerFailed, WorkerOptions
 from esper.runtime.devices import DeviceError
 from esper.runtime.optim import LR_SCHEDULES
+from esper.runtime.param_costs import ParamCost
 from esper.runtime.readers import DatasetFormatError, Split
 from esper.runtime.rundir import RUN_DIR_NAME, RunDirectory
 from esper.runtime.tasks import TASKS, DataCache, DataOptions, TaskSpec, data_source, get_task_spec
-from esper.simic.ppo.config import MAX_BATCH, MAX_EPISODE_LENGTH, MAX_EPISODES, MAX_SAMPLES
+from esper.simic.ppo.config import MAX_EPISODES
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 USER_ERRORS = (UserInputError, OSError)
@@ -100,21 +102,6 @@ def float_in(low: float, high: float) -> Callable[[str], float]:
 SEED = int_in(0, MAX_BASE_SEED)
 EPISODES = int_in(1, MAX_EPISODES)
 SAMPLES = int_in(1, MAX_SAMPLES)
-
-
-def parse_sets(items: Sequence[str]) -> dict[str, Any]:
-    """`--set KEY=VALUE` items as config changes; VALUE is JSON, or a bare string (`--set task=synthetic`)."""
-    changes: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep:
-            raise UserInputError(f"--set expects KEY=VALUE, got '{item}': pass a config field and its value, e.g. "
-                             f"--set lr=0.001")
-        try:
-            changes[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            changes[key] = raw
-    return changes
 
 
 def add_plugin_option(p: argparse.ArgumentParser) -> None:
@@ -214,7 +201,7 @@ def add_episode_options(p: argparse.ArgumentParser, *, episodes: int, task: str 
                    help="learning rates per epoch: constant, or annealed to 0 over the episode (cosine)")
     p.add_argument("--reward-family", choices=[f.value for f in RewardFamily], default=RewardFamily.GAP.value,
                    help="reward computed and logged per decision (gap: against the static twin, the default)")
-    p.add_argument("--param-cost", type=float_in(0.0, 1e6),
+    p.add_argument("--param-cost", type=value_type(ParamCost, "param_cost"),
                    help="gap reward's cost of added parameters, pp per 100 %% "
                         "(default: the task's value measured at the nearest --max-train-samples; where none is, "
                         "the term is not charged, since nothing learns from these commands' reward)")

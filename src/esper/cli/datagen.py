@@ -34,6 +34,7 @@ from esper.cli.common import (
     int_in,
     task_name,
 )
+from esper.cli.config_flags import value_type
 from esper.cli.datagen_summary import print_summary
 from esper.datagen.configs import ENVIRONMENT_PRESETS, POLICY_PRESETS
 from esper.datagen.executors import EpisodeExecutor, ProcessPoolEpisodeExecutor, RayEpisodeExecutor, SerialExecutor
@@ -51,6 +52,7 @@ from esper.datagen.plans import GenerationPlan, TwinPlan, create_generation_matr
 from esper.datagen.reader import check_resumable, read_episodes
 from esper.leyline.errors import UserInputError
 from esper.runtime.devices import resolve_device
+from esper.runtime.param_costs import ParamCost
 from esper.runtime.tasks import DataOptions, get_task_spec
 
 HEALTH_FILE = "health_report.json"
@@ -76,7 +78,7 @@ def add_datagen_parser(sub: Any) -> None:
     add_scale_options(p, defaults=("cifar10", DEFAULT_MAX_EPOCHS), task_note=" (image tasks only)",
                       accept_task=lambda text: task_name(text, datagen_task_name))
     g = p.add_argument_group("episodes")
-    g.add_argument("--param-cost", type=float_in(0.0, 1e6),
+    g.add_argument("--param-cost", type=value_type(ParamCost, "param_cost"),
                    help="gap reward's cost of added parameters, pp per 100 %% "
                         "(default: the task's value measured at the nearest --max-train-samples)")
     g.add_argument("--data-dir", type=Path, default=Path("data"), help="dataset root (CIFAR-10)")

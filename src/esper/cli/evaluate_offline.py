@@ -1,7 +1,7 @@
 """`esper evaluate-offline`: estimate a learned controller's return from logged datasets, before live episodes.
 
     esper evaluate-offline --data runs/data --controller iql:runs/iql
-    esper evaluate-offline --data runs/data --controller ppo:runs/ppo --gamma 0.99 --out ope.json
+    esper evaluate-offline --data runs/data --controller ppo:runs/ppo --gamma 0.99 --fqe-iterations 80 --out ope.json
 
 Per-decision weighted importance sampling (from the logged behaviour probabilities, with its effective sample size)
 and fitted-Q evaluation, each with a bootstrap CI over episodes, next to every behaviour policy's empirical return.
@@ -17,7 +17,8 @@ from typing import Any
 
 from rich.table import Table
 
-from esper.cli.common import EXIT_OK, SEED, add_plugin_option, console, float_in, int_in, parse_sets, phase_progress
+from esper.cli.common import EXIT_OK, add_plugin_option, console, phase_progress
+from esper.cli.config_flags import add_config_flags, config_from_args
 from esper.datagen.loader import REWARD_SOURCES, load_transitions
 from esper.evaluation.controllers import all_controllers
 from esper.evaluation.ope import OfflineEvaluation, OPEConfig, TargetPolicy, evaluate_offline
@@ -34,11 +35,7 @@ def add_evaluate_offline_parser(sub: Any) -> None:
     p.add_argument("--data", type=Path, nargs="+", required=True, metavar="DIR", help="`esper datagen` directories")
     p.add_argument("--controller", required=True, metavar="SPEC", help="a learned controller: iql:PATH or ppo:PATH")
     p.add_argument("--reward-source", choices=REWARD_SOURCES, default="gap")
-    p.add_argument("--gamma", type=float_in(1e-6, 1.0), default=1.0, help="discount of the estimated return")
-    p.add_argument("--bootstrap", type=int_in(10, 100_000), default=1000, help="bootstrap resamples of episodes")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override an OPE setting (e.g. fqe_iterations=80); VALUE is parsed as JSON")
-    p.add_argument("--seed", type=SEED, default=0)
+    add_config_flags(p, OPEConfig())
     p.add_argument("--out", type=Path, help="also write the estimates as JSON here")
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     add_plugin_option(p)
@@ -83,8 +80,7 @@ def estimates_table(result: OfflineEvaluation, spec: str) -> Table:
 
 
 def cmd_evaluate_offline(args: argparse.Namespace) -> int:
-    config = OPEConfig.from_dict({"gamma": args.gamma, "n_bootstrap": args.bootstrap, "seed": args.seed,
-                                  **parse_sets(args.set)})
+    config = config_from_args(OPEConfig(), args)
     dataset = load_transitions(args.data, args.reward_source)
     target = target_policy(args.controller, dataset.space, tuple(dataset.slots))
     progress = ProgressBackend("bar" if console.is_terminal else "lines", console)
@@ -95,7 +91,7 @@ def cmd_evaluate_offline(args: argparse.Namespace) -> int:
     console.print(estimates_table(result, args.controller))
     if args.out is not None:
         write_json_atomic(args.out, {"controller": args.controller, "data": [str(d) for d in args.data],
-                                     "reward_source": args.reward_source, "config": config.model_dump(mode="json"),
+                                     "reward_source": args.reward_source, "config": config.to_dict(),
                                      **result.to_dict()})
         console.print(f"Wrote {args.out}")
     return EXIT_OK

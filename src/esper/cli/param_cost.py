@@ -7,9 +7,9 @@ from __future__ import annotations
 import argparse
 
 from esper.cli.common import console, data_options
-from esper.env.rewards import AUTO_PARAM_COST
 from esper.evaluation.param_cost import WIDTHS, ParamCostSetting, cached_param_cost
 from esper.runtime.devices import resolve_device
+from esper.runtime.param_costs import AUTO_PARAM_COST
 from esper.runtime.tasks import DataCache, get_task_spec
 from esper.simic.ppo.config import TrainingConfig
 

@@ -1,7 +1,7 @@
 """`esper train iql`: learn a controller offline from `esper datagen` datasets, then try it in live episodes.
 
     esper train iql --dataset runs/data --run-dir runs/iql
-    esper train iql --dataset d1 d2 --set epochs=20 --set steps_per_epoch=500 --eval-episodes 5
+    esper train iql --dataset d1 d2 --epochs 20 --steps-per-epoch 500 --eval-episodes 5
 
 Rerunning the same command continues an interrupted run from its last epoch (only `epochs` and `device` may change).
 After training, `--eval-episodes` paired episodes compare static, heuristic and the IQL policy in the dataset's
@@ -28,12 +28,12 @@ from esper.cli.common import (
     emit,
     int_in,
     make_hub,
-    parse_sets,
     print_next_steps,
     print_run_start,
     run_settings,
 )
 from esper.cli.compare import comparison_table
+from esper.cli.config_flags import add_config_flags, config_from_args
 from esper.cli.datagen import HEALTH_FILE
 from esper.cli.rundirs import check_same_arguments, discard_on_error, prepare_run_dir
 from esper.cli.train_ppo import StopAfterStep
@@ -57,29 +57,16 @@ def add_iql_parser(sub: Any) -> None:
                    help="one or more `esper datagen` output directories")
     p.add_argument("--reward-source", choices=REWARD_SOURCES, default="gap",
                    help="the stored reward to learn from (gap: growth's lead over the static twin, the default)")
-    p.add_argument("--config-json", metavar="JSON|FILE",
-                   help="IQLConfig fields as a JSON object, inline ('{\"seed\": 7}') or in a file (unknown keys "
-                        "rejected)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override one IQLConfig field; VALUE is parsed as JSON (repeatable)")
-    p.add_argument("--device", help="'auto', 'cpu' or 'cuda:N' (default: the config's)")
     p.add_argument("--eval-episodes", type=int_in(0, 10_000), default=2,
                    help="paired live episodes comparing static, heuristic and the IQL policy (0: skip)")
+    add_config_flags(p, IQLConfig(), skip={"seed"})  # --seed: the shared option
     add_shared_options(p, seed_default=None, run_dir_name=("iql", "<task>"))
     p.set_defaults(func=cmd_train_iql)
 
 
 def iql_config(args: argparse.Namespace) -> IQLConfig:
-    """Defaults → --config-json → --set, --device and --seed."""
-    config = IQLConfig()
-    if args.config_json is not None:
-        config = IQLConfig.from_json(args.config_json, base=config)
-    changes = parse_sets(args.set)
-    if args.device is not None:
-        changes["device"] = args.device
-    if args.seed is not None:
-        changes["seed"] = args.seed
-    return config.with_overrides(**changes)
+    """Defaults → --config-json → --set → flags (--seed among them)."""
+    return config_from_args(IQLConfig(), args)
 
 
 def dataset_settings(dirs: list[Path]) -> dict[str, Any]:
@@ -182,7 +169,7 @@ def cmd_train_iql(args: argparse.Namespace) -> int:
             emit(hub, TelemetryEventType.RUN_COMPLETED, "IQL training finished",
                  {"epochs": learner.epochs_completed, "checkpoint": str(final)})
     if args.eval_episodes:
-        evaluate_live(args, settings, final, run_dir.path / "eval")
+        evaluate_live(args, config, settings, final, run_dir.path / "eval")
     print_next_steps(run_dir.path, tensorboard=not args.no_tensorboard,
                      plots=run_dir.path / "eval" if args.eval_episodes else None)
     console.print(f"Offline estimate: esper evaluate-offline --data {' '.join(map(str, args.dataset))} "
@@ -190,12 +177,13 @@ def cmd_train_iql(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def evaluate_live(args: argparse.Namespace, settings: dict[str, Any], checkpoint: Path, path: Path) -> None:
+def evaluate_live(args: argparse.Namespace, config: IQLConfig, settings: dict[str, Any], checkpoint: Path,
+                  path: Path) -> None:
     """static, heuristic and the IQL policy on paired episodes of the dataset's setting."""
     task = get_task_spec(str(settings["task"]))
-    devices = resolve_devices("auto" if args.device is None else args.device, None)
+    devices = resolve_devices(config.device, None)
     plan = EpisodePlan(task=task, slots=("early", "mid", "late"), max_epochs=int(settings["max_epochs"]),
-                       max_seeds=None, seed=args.seed if args.seed is not None else 42, devices=devices,
+                       max_seeds=None, seed=config.seed, devices=devices,
                        batch_size=task.default_batch_size, max_train_samples=settings.get("max_train_samples"),
                        max_val_samples=settings.get("max_val_samples"), param_cost=settings.get("param_cost"))
     cache = DataCache(data_options(args))

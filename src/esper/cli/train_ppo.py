@@ -14,7 +14,6 @@ from typing import Any
 from rich.table import Table
 
 from esper.cli.common import (
-    EPISODES,
     EXIT_INTERRUPTED,
     EXIT_OK,
     SCALE_FIELDS,
@@ -27,16 +26,16 @@ from esper.cli.common import (
     console,
     emit,
     make_hub,
-    parse_sets,
     phase_progress,
     preload_data,
     print_next_steps,
     print_run_start,
     run_settings,
 )
+from esper.cli.config_flags import add_config_flags, config_changes
 from esper.cli.param_cost import resolve_auto_param_cost
 from esper.cli.rundirs import discard_on_error, prepare_run_dir
-from esper.env.rewards import RewardFamily, resolved_param_cost
+from esper.env.rewards import resolved_param_cost
 from esper.leyline import TelemetryEventType
 from esper.leyline.errors import UserInputError
 from esper.nissa import ProgressBackend, trim_event_log
@@ -48,50 +47,30 @@ from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config, tr
 from esper.simic.ppo.config import PRESETS, TrainingConfig
 from esper.simic.ppo.train import PPORun, PPOTrainingResult, train_ppo
 
+PRESET_FIELDS = frozenset(k for preset in PRESETS.values() for k in preset)
+FLAGS_ELSEWHERE = frozenset({*SCALE_FIELDS, "seed", "n_workers", "threads", "executor", "ray_address"})
+"""TrainingConfig fields whose flags the shared option groups add (scale, seed, workers)."""
+
 
 def add_ppo_parser(sub: Any) -> None:
     p = sub.add_parser("ppo", help="train the Tamiyo policy with PPO on vectorized environments")
     p.add_argument("--preset", choices=sorted(PRESETS),
                    help="hyperparameter preset (default: the preset named after --task if there is one, else cifar10)")
-    p.add_argument("--config-json", metavar="JSON|FILE",
-                   help="TrainingConfig fields as a JSON object, inline ('{\"seed\": 7}') or in a file (unknown keys "
-                        "rejected)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override one config field; VALUE is parsed as JSON (repeatable)")
-    add_scale_options(p, defaults=None)
-    p.add_argument("--device", help="policy device: 'auto', 'cpu' or 'cuda:N'")
-    p.add_argument("--devices", nargs="+", help="env devices, round-robin (default: --device)")
-    p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None,
-                   help="mixed precision (fp16 + GradScaler on CUDA, bf16 on CPU)")
-    p.add_argument("--reward-family", choices=[f.value for f in RewardFamily])
-    p.add_argument("--episodes", type=EPISODES, help="n_episodes")
     p.add_argument("--resume", type=Path, help="checkpoint file or run directory (its checkpoints/latest.pt)")
-    p.add_argument("--init-from", metavar="iql:PATH",
-                   help="start from an IQL policy, distilled into the actor on its datasets' states (init_from)")
-    p.add_argument("--init-dataset", nargs="+", metavar="DIR",
-                   help="datagen directories to distill on (default: the IQL run's datasets)")
+    add_scale_options(p, defaults=None)
+    add_config_flags(p, TrainingConfig(), skip=FLAGS_ELSEWHERE, flag_names={"n_episodes": "episodes"},
+                     preset_fields=PRESET_FIELDS)
     add_worker_options(p)
     add_shared_options(p, seed_default=None, run_dir_name=("ppo", "<task>"))
     p.set_defaults(func=cmd_train_ppo)
 
 
 def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The TrainingConfig fields the flags set (a flag wins over --set of the same field)."""
-    changes = parse_sets(args.set)
-    for field in SCALE_FIELDS:
-        if getattr(args, field) is not None:
-            changes[field] = getattr(args, field)
-    for field, value in (("device", args.device), ("devices", args.devices), ("amp", args.amp),
-                         ("reward_family", args.reward_family), ("n_episodes", args.episodes),
-                         ("init_from", getattr(args, "init_from", None)),
-                         ("init_datasets", getattr(args, "init_dataset", None))):
-        if value is not None:
-            changes[field] = value
-    for flag, field in (*WORKER_FIELDS.items(), ("threads", "threads")):
+    """The TrainingConfig fields the command line sets (a flag wins over --set of the same field)."""
+    changes = config_changes(TrainingConfig, args)
+    for flag, field in WORKER_FIELDS.items():
         if getattr(args, flag, None) is not None:
             changes[field] = getattr(args, flag)
-    if args.seed is not None:
-        changes["seed"] = args.seed
     return changes
 
 

@@ -2,7 +2,8 @@
 per-step records that make the logged data usable for offline RL (behaviour probabilities, reward components,
 step metadata).
 
-Everything here is plain data (no torch), so plans, workers and readers can share it cheaply.
+Everything here is plain data (no torch), so plans, workers and readers can share it cheaply; the two configs are
+`StrictConfig`s, validated on construction.
 """
 
 from __future__ import annotations
@@ -11,11 +12,14 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields, replace
-from typing import Any, ClassVar
+from dataclasses import asdict, dataclass
+from typing import Annotated, Any, ClassVar, Literal, get_args
+
+from pydantic import ConfigDict, Field, StrictFloat, StrictInt, field_validator
 
 from esper.leyline import LifecycleOp
 from esper.leyline.errors import UserInputError
+from esper.runtime.strict_config import BatchSize, EpisodeLength, StrictConfig
 
 __all__ = [
     "ENVIRONMENT_PRESETS",
@@ -33,71 +37,39 @@ __all__ = [
     "state_hash",
 ]
 
-SUPPORTED_ARCHITECTURES: tuple[str, ...] = ("HostCNN", "HostCNN-Wide", "HostCNN-Deep", "ResNet-18", "ResNet-34")
-OPTIMIZERS: tuple[str, ...] = ("SGD", "Adam")
-POLICY_STRATEGIES: tuple[str, ...] = ("threshold", "inverted", "periodic")
+Architecture = Literal["HostCNN", "HostCNN-Wide", "HostCNN-Deep", "ResNet-18", "ResNet-34"]
+SUPPORTED_ARCHITECTURES: tuple[str, ...] = get_args(Architecture)
+Strategy = Literal["threshold", "inverted", "periodic"]
+POLICY_STRATEGIES: tuple[str, ...] = get_args(Strategy)
 OP_NAMES: tuple[str, ...] = tuple(op.name for op in LifecycleOp)
 # Greedy ties resolve towards the least disruptive op: doing nothing, then growing, then committing, then removing.
 OP_TIE_ORDER: tuple[str, ...] = ("WAIT", "GERMINATE", "FOSSILIZE", "CULL")
 INTERVENTION_COSTS: dict[str, float] = {"WAIT": 0.0, "GERMINATE": -0.02, "CULL": -0.005, "FOSSILIZE": -0.01}
+Epochs = Annotated[StrictInt, Field(ge=0, le=1000)]
 
 
 def _unknown_preset(kind: str, preset_id: str, presets: Mapping[str, Any]) -> UserInputError:
     return UserInputError(f"Unknown {kind} preset '{preset_id}'. Available: {', '.join(presets)}")
 
 
-def _check_fields(cls: type, data: Mapping[str, Any]) -> None:
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise UserInputError(f"Unknown {cls.__name__} field(s) {unknown}. Known: {sorted(known)}")
-
-
-@dataclass(frozen=True)
-class EnvironmentConfig:
+class EnvironmentConfig(StrictConfig):
     """One training setup of the matrix: host architecture and the host optimizer's hyperparameters.
 
     Seeds use the same optimizer type and learning rate as the host, so a config fully describes how every
     parameter of an episode is trained.
     """
 
-    config_id: str
-    architecture: str
-    learning_rate: float
-    batch_size: int
-    optimizer: str
-    momentum: float = 0.9
-    weight_decay: float = 0.0
-    max_epochs: int = 25
+    model_config = ConfigDict(frozen=True)
+    KIND: ClassVar[str] = "environment config"
 
-    def __post_init__(self) -> None:
-        if self.architecture not in SUPPORTED_ARCHITECTURES:
-            raise UserInputError(
-                f"Unknown architecture '{self.architecture}'. Supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
-            )
-        if self.optimizer not in OPTIMIZERS:
-            raise UserInputError(f"Unknown optimizer '{self.optimizer}'. Available: {', '.join(OPTIMIZERS)}")
-        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
-            raise UserInputError(f"learning_rate must be finite and > 0, got {self.learning_rate}")
-        if self.batch_size < 1:
-            raise UserInputError(f"batch_size must be >= 1, got {self.batch_size}")
-        if not 0.0 <= self.momentum < 1.0:
-            raise UserInputError(f"momentum must be in [0, 1), got {self.momentum}")
-        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
-            raise UserInputError(f"weight_decay must be finite and >= 0, got {self.weight_decay}")
-        # A decision follows every epoch but the last, so an episode needs two epochs to hold one transition.
-        if self.max_epochs < 2:
-            raise UserInputError(
-                f"max_epochs must be >= 2 (one decision needs a following epoch), got {self.max_epochs}"
-            )
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> EnvironmentConfig:
-        _check_fields(cls, data)
-        return cls(**data)
+    config_id: str = Field(min_length=1)
+    architecture: Architecture
+    learning_rate: StrictFloat = Field(gt=0.0, le=10.0)
+    batch_size: BatchSize
+    optimizer: Literal["SGD", "Adam"]
+    momentum: StrictFloat = Field(default=0.9, ge=0.0, lt=1.0)
+    weight_decay: StrictFloat = Field(default=0.0, ge=0.0, le=1.0)
+    max_epochs: EpisodeLength = 25
 
     @classmethod
     def from_preset(cls, preset_id: str) -> EnvironmentConfig:
@@ -107,11 +79,13 @@ class EnvironmentConfig:
 
     def with_max_epochs(self, max_epochs: int) -> EnvironmentConfig:
         """Copy with another episode length (a generation-wide override, recorded in every episode)."""
-        return replace(self, max_epochs=max_epochs)
+        return self.with_overrides(max_epochs=max_epochs)
 
 
-def _env(config_id: str, architecture: str, lr: float, batch: int = 128, optimizer: str = "SGD") -> EnvironmentConfig:
-    return EnvironmentConfig(config_id, architecture, lr, batch, optimizer)
+def _env(config_id: str, architecture: Architecture, lr: float, batch: int = 128,
+         optimizer: Literal["SGD", "Adam"] = "SGD") -> EnvironmentConfig:
+    return EnvironmentConfig(config_id=config_id, architecture=architecture, learning_rate=lr, batch_size=batch,
+                             optimizer=optimizer)
 
 
 ENVIRONMENT_PRESETS: dict[str, EnvironmentConfig] = {
@@ -134,8 +108,7 @@ ENVIRONMENT_PRESETS: dict[str, EnvironmentConfig] = {
 }
 
 
-@dataclass(frozen=True)
-class BehaviorPolicyConfig:
+class BehaviorPolicyConfig(StrictConfig):
     """A rule-based behaviour policy: thresholds, exploration and strategy.
 
     `blueprint_preference` lists head blueprints to germinate in rotation; None means the topology's default
@@ -143,49 +116,25 @@ class BehaviorPolicyConfig:
     action has a joint index.
     """
 
-    policy_id: str
-    min_epochs_before_germinate: int = 5
-    plateau_epochs_to_germinate: int = 3
-    cull_after_epochs_without_improvement: int = 5
+    model_config = ConfigDict(frozen=True)
+    KIND: ClassVar[str] = "behaviour policy config"
+
+    policy_id: str = Field(min_length=1)
+    min_epochs_before_germinate: Epochs = 5
+    plateau_epochs_to_germinate: Epochs = 3
+    cull_after_epochs_without_improvement: Epochs = 5
     blueprint_preference: tuple[str, ...] | None = None
-    epsilon: float = 0.0
-    temperature: float = 1.0
-    strategy: str = "threshold"
-    germinate_period: int = 5
+    epsilon: StrictFloat = Field(default=0.0, ge=0.0, le=1.0)
+    temperature: StrictFloat = Field(default=1.0, gt=0.0, le=1e6)
+    strategy: Strategy = "threshold"
+    germinate_period: StrictInt = Field(default=5, ge=1, le=1000)
 
-    def __post_init__(self) -> None:
-        if not self.policy_id:
-            raise UserInputError("policy_id must be non-empty")
-        if self.strategy not in POLICY_STRATEGIES:
-            raise UserInputError(f"Unknown strategy '{self.strategy}'. Available: {', '.join(POLICY_STRATEGIES)}")
-        if not 0.0 <= self.epsilon <= 1.0:
-            raise UserInputError(f"epsilon must be in [0, 1], got {self.epsilon}")
-        if not (math.isfinite(self.temperature) and self.temperature > 0):
-            raise UserInputError(f"temperature must be finite and > 0, got {self.temperature}")
-        for name in ("min_epochs_before_germinate", "plateau_epochs_to_germinate",
-                     "cull_after_epochs_without_improvement"):
-            if getattr(self, name) < 0:
-                raise UserInputError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.germinate_period < 1:
-            raise UserInputError(f"germinate_period must be >= 1, got {self.germinate_period}")
-        if self.blueprint_preference is not None:
-            preference = tuple(self.blueprint_preference)
-            if not preference or len(set(preference)) != len(preference):
-                raise UserInputError(f"blueprint_preference must be non-empty and unique, got {list(preference)}")
-            object.__setattr__(self, "blueprint_preference", preference)
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["blueprint_preference"] = None if self.blueprint_preference is None else list(self.blueprint_preference)
-        return data
-
+    @field_validator("blueprint_preference")
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> BehaviorPolicyConfig:
-        _check_fields(cls, data)
-        values = dict(data)
-        if values.get("blueprint_preference") is not None:
-            values["blueprint_preference"] = tuple(values["blueprint_preference"])
-        return cls(**values)
+    def _preference(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if v is not None and (not v or len(set(v)) != len(v)):
+            raise UserInputError(f"blueprint_preference must be non-empty and unique, got {list(v)}")
+        return v
 
     @classmethod
     def from_preset(cls, preset_id: str) -> BehaviorPolicyConfig:
@@ -203,25 +152,32 @@ class BehaviorPolicyConfig:
                 f"'{self.policy_id}' explores with ε = {self.epsilon} by definition; ε variants ({epsilon}) derive "
                 "from the greedy presets"
             )
-        return replace(self, policy_id=f"{self.policy_id}-eps{epsilon}", epsilon=epsilon)
+        return self.with_overrides(policy_id=f"{self.policy_id}-eps{epsilon}", epsilon=epsilon)
 
 
 _EXPLORER_ROTATION = ("conv_light", "attention", "norm", "depthwise")
 
+
+def _policy(policy_id: str, min_epochs: int = 5, plateau: int = 3, cull: int = 5, **rest: Any) -> BehaviorPolicyConfig:
+    return BehaviorPolicyConfig(policy_id=policy_id, min_epochs_before_germinate=min_epochs,
+                                plateau_epochs_to_germinate=plateau, cull_after_epochs_without_improvement=cull,
+                                **rest)
+
+
 POLICY_PRESETS: dict[str, BehaviorPolicyConfig] = {
     c.policy_id: c
     for c in (
-        BehaviorPolicyConfig("baseline"),
-        BehaviorPolicyConfig("early-intervener", 3, 2, 5),
-        BehaviorPolicyConfig("late-intervener", 8, 5, 5),
-        BehaviorPolicyConfig("quick-culler", 5, 3, 3),
-        BehaviorPolicyConfig("patient-culler", 5, 3, 8),
-        BehaviorPolicyConfig("blueprint-explorer", blueprint_preference=_EXPLORER_ROTATION),
-        BehaviorPolicyConfig("aggressive", 3, 2, 3),
-        BehaviorPolicyConfig("conservative", 8, 5, 8),
-        BehaviorPolicyConfig("random", epsilon=1.0),
-        BehaviorPolicyConfig("anti-kasmina", strategy="inverted"),
-        BehaviorPolicyConfig("periodic", strategy="periodic"),
+        _policy("baseline"),
+        _policy("early-intervener", 3, 2, 5),
+        _policy("late-intervener", 8, 5, 5),
+        _policy("quick-culler", 5, 3, 3),
+        _policy("patient-culler", 5, 3, 8),
+        _policy("blueprint-explorer", blueprint_preference=_EXPLORER_ROTATION),
+        _policy("aggressive", 3, 2, 3),
+        _policy("conservative", 8, 5, 8),
+        _policy("random", epsilon=1.0),
+        _policy("anti-kasmina", strategy="inverted"),
+        _policy("periodic", strategy="periodic"),
     )
 }
 

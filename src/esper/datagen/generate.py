@@ -14,11 +14,11 @@ deterministic for a fixed thread count, so every executor produces the same file
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from pydantic import ConfigDict, Field, StrictInt, field_validator
 from torch import nn
 
 from esper.datagen.architectures import create_model
@@ -29,12 +29,13 @@ from esper.datagen.schema import SCHEMA_VERSION
 from esper.env import EnvSpec, EpochData, MorphoEnv, run_episodes
 from esper.env.rewards import RewardFn, make_reward_fn
 from esper.leyline import CANONICAL_SLOTS
-from esper.leyline.constants import DEFAULT_GAMMA
+from esper.leyline.constants import DEFAULT_GAMMA, MAX_SAMPLES
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import derive_seed
 from esper.runtime.devices import resolve_device
 from esper.runtime.optim import OptimizerSpec
-from esper.runtime.param_costs import measured_param_cost
+from esper.runtime.param_costs import ParamCost, measured_param_cost, missing_param_cost
+from esper.runtime.strict_config import EpisodeLength, StrictConfig
 from esper.runtime.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
 from esper.tamiyo import StaticPolicy
 
@@ -54,8 +55,7 @@ def datagen_task_name(task: str) -> str:
     return spec.name
 
 
-@dataclass(frozen=True)
-class GenerateOptions:
+class GenerateOptions(StrictConfig):
     """Generation-wide settings (the same for every episode of a dataset) and where the data lives.
 
     `param_cost` is the gap reward's λ_p (pp per 100 % added parameters); `for_task` fills it from the task's
@@ -63,23 +63,20 @@ class GenerateOptions:
     episodes, so `settings()` enters the matrix hash.
     """
 
+    model_config = ConfigDict(frozen=True)
+    KIND: ClassVar[str] = "generation option"
+
     task: str
-    param_cost: float
-    max_epochs: int = DEFAULT_MAX_EPOCHS
-    max_train_samples: int | None = None
-    max_val_samples: int | None = None
+    param_cost: ParamCost
+    max_epochs: EpisodeLength = DEFAULT_MAX_EPOCHS
+    max_train_samples: StrictInt | None = Field(default=None, ge=2, le=MAX_SAMPLES)
+    max_val_samples: StrictInt | None = Field(default=None, ge=2, le=MAX_SAMPLES)
     data_dir: str = "data"
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "task", datagen_task_name(self.task))
-        if not (math.isfinite(self.param_cost) and self.param_cost >= 0):
-            raise UserInputError(f"param_cost must be finite and >= 0, got {self.param_cost}")
-        if self.max_epochs < 2:
-            raise UserInputError(f"max_epochs must be >= 2 (decisions follow epochs 1 … T−1), got {self.max_epochs}")
-        for name in ("max_train_samples", "max_val_samples"):
-            value = getattr(self, name)
-            if value is not None and value < 2:
-                raise UserInputError(f"{name} must be >= 2 when given, got {value}")
+    @field_validator("task")
+    @classmethod
+    def _task(cls, v: str) -> str:
+        return datagen_task_name(v)
 
     @classmethod
     def for_task(cls, task: str, param_cost: float | None = None, **kwargs: Any) -> GenerateOptions:
@@ -88,8 +85,7 @@ class GenerateOptions:
         task = datagen_task_name(task)
         cost = param_cost if param_cost is not None else measured_param_cost(task, kwargs.get("max_train_samples"))
         if cost is None:
-            raise UserInputError(f"Task '{task}' has no measured parameter cost for the gap reward: pass one "
-                                 "(--param-cost PP_PER_100PCT)")
+            raise missing_param_cost(task, kwargs.get("max_train_samples"))
         return cls(task=task, param_cost=cost, **kwargs)
 
     def settings(self) -> dict[str, Any]:

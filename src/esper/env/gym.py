@@ -39,11 +39,11 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, SupportsFloat
+from typing import Any, ClassVar, SupportsFloat
 
 import numpy as np
+from pydantic import ConfigDict, Field, StrictInt, field_validator, model_validator
 
 try:
     import gymnasium
@@ -61,7 +61,9 @@ from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import derive_seed
 from esper.runtime.actors import intra_op_threads
 from esper.runtime.devices import resolve_device
+from esper.runtime.param_costs import ParamCost
 from esper.runtime.plugins import load_plugins
+from esper.runtime.strict_config import BatchSize, EpisodeLength, SampleCap, StrictConfig
 from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 from esper.tamiyo import TamiyoDecision
 
@@ -73,8 +75,7 @@ ENV_ID = "esper/Morpho-v0"
 SEED_BOUND = 2**31  # seeds drawn for unseeded resets: plain non-negative ints every layer accepts
 
 
-@dataclass(frozen=True)
-class GymEnvConfig:
+class GymEnvConfig(StrictConfig):
     """Everything that defines the episodes of a `MorphoGymEnv`. The defaults are the `quick` CPU setting.
 
     `param_cost` is the `gap` reward's λ_p (pp of accuracy per 100 % of added parameters); None takes the task's
@@ -83,36 +84,41 @@ class GymEnvConfig:
     every process of a vector env loads them before it resolves the task.
     """
 
+    model_config = ConfigDict(frozen=True)
+    KIND: ClassVar[str] = "GymEnvConfig"
+    FIX: ClassVar[str] = "pass it as a GymEnvConfig field or a gymnasium.make keyword"
+
     task: str = "synthetic"
     slots: tuple[str, ...] = CANONICAL_SLOTS
-    max_epochs: int = 10
-    max_seeds: int | None = None
-    batch_size: int = DEFAULT_BATCH_SIZE_TRAINING
-    max_train_samples: int | None = 2048
-    max_val_samples: int | None = 512
+    max_epochs: EpisodeLength = 10
+    max_seeds: StrictInt | None = Field(default=None, ge=1, le=len(CANONICAL_SLOTS))
+    batch_size: BatchSize = DEFAULT_BATCH_SIZE_TRAINING
+    max_train_samples: SampleCap | None = 2048
+    max_val_samples: SampleCap | None = 512
     device: str = "cpu"
-    param_cost: float | None = None
+    param_cost: ParamCost | None = None
     plugins: tuple[str, ...] = ()
-    data: DataOptions = field(default_factory=DataOptions)
+    data: DataOptions = Field(default_factory=DataOptions)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "plugins", tuple(self.plugins))
-        load_plugins(self.plugins)
-        object.__setattr__(self, "task", get_task_spec(self.task).name)  # an unknown task names the known ones
-        if not self.slots:
+    @model_validator(mode="before")
+    @classmethod
+    def _load_plugins(cls, data: Any) -> Any:
+        """The plugins register their tasks and blueprints before the task is looked up."""
+        if isinstance(data, dict):
+            load_plugins(tuple(data.get("plugins", ())))
+        return data
+
+    @field_validator("task")
+    @classmethod
+    def _task(cls, v: str) -> str:
+        return get_task_spec(v).name  # an unknown task names the known ones
+
+    @field_validator("slots")
+    @classmethod
+    def _slots(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if not v:
             raise UserInputError(f"Enable at least one slot (of {list(CANONICAL_SLOTS)})")
-        object.__setattr__(self, "slots", ordered_slots(self.slots))
-        if self.max_epochs < 2:
-            raise UserInputError(f"max_epochs must be >= 2 (a decision needs an epoch after it), got {self.max_epochs}")
-        for name in ("max_seeds", "max_train_samples", "max_val_samples"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise UserInputError(f"{name} must be >= 1 or None, got {value}")
-        if self.batch_size < 1:
-            raise UserInputError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.param_cost is not None and not self.param_cost >= 0:
-            raise UserInputError(f"param_cost must be >= 0 or None (the task's value measured at the nearest sample "
-                                 f"cap), got {self.param_cost}")
+        return ordered_slots(v)
 
 
 class InvalidActionError(UserInputError):
@@ -163,17 +169,14 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
         if config is not None and (settings or data_dir is not None or data_path is not None):
             raise UserInputError("Pass either a GymEnvConfig or its fields as keywords, not both")
         if config is None:
-            for key in ("slots", "plugins"):
-                if key in settings:
-                    settings[key] = tuple(settings[key])
+            keywords = sorted(set(GymEnvConfig.model_fields) - {"data"})
+            unknown = sorted(set(settings) - set(keywords))
+            if unknown:
+                raise UserInputError(f"Unknown keywords {unknown}: MorphoGymEnv takes {', '.join(keywords)}, data_dir "
+                                     f"and data_path")
             data = DataOptions(data_dir=Path("data") if data_dir is None else Path(data_dir),
                                data_path=None if data_path is None else Path(data_path))
-            try:
-                config = GymEnvConfig(**settings, data=data)
-            except TypeError as error:
-                fields = sorted(f.name for f in dataclasses.fields(GymEnvConfig) if f.name != "data")
-                raise UserInputError(f"{error}: MorphoGymEnv takes {', '.join(fields)}, data_dir and "
-                                     f"data_path") from None
+            config = GymEnvConfig.from_dict({**settings, "data": data})
         self.config = config
         self.task = get_task_spec(self.config.task)
         self.device = resolve_device(self.config.device)

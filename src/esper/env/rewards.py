@@ -25,11 +25,10 @@ from esper.env.shared_terms import base_components, clamp, rent
 from esper.env.step_record import SUMMED_FIELDS, Measurement, ShapedRewardComponents, StepRecord
 from esper.leyline.actions import LifecycleOp
 from esper.leyline.errors import UserInputError
-from esper.runtime.param_costs import calibration_coverage, measured_param_cost
+from esper.runtime.param_costs import measured_param_cost, missing_param_cost
 from esper.runtime.tasks import TaskSpec
 
 __all__ = [
-    "AUTO_PARAM_COST",
     "INTERVENTION_COSTS",
     "NOT_CHARGED",
     "SUMMED_FIELDS",
@@ -200,8 +199,6 @@ def compute_reward(record: StepRecord, config: RewardConfig, gamma: float) -> Sh
 
 
 RewardFn = Callable[[StepRecord], ShapedRewardComponents]
-AUTO_PARAM_COST = "auto"
-"""The `param_cost` that asks a learning command to measure λ_p for its setting (or reuse that measurement)."""
 NOT_CHARGED = "not charged"
 """What runs record as λ_p when the parameter term was left out of a reward that nothing learns from."""
 
@@ -220,11 +217,7 @@ def reward_config(family: RewardFamily | str, task: TaskSpec, sparse: SparseRewa
         if cost is None and logged_only:
             return GapRewardConfig(0.0, lm=lm, charged=False)
         if cost is None:
-            where = calibration_coverage(task.name, max_train_samples)
-            raise UserInputError(f"Task '{task.name}' has no parameter cost for the gap reward at this size ({where}): "
-                                 f"measure one with benchmarks/calibrate_param_cost.py and pass it (--set param_cost=C "
-                                 f"for train ppo and study, --param-cost C for datagen) or choose another reward "
-                                 f"family")
+            raise missing_param_cost(task.name, max_train_samples)
         return GapRewardConfig(cost, lm=lm)
     if family == RewardFamily.LOSS:
         return LossRewardConfig.for_task(task.task_type, task.random_guess_loss, task.target_loss,

@@ -24,69 +24,49 @@ import itertools
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Annotated, Any, ClassVar
 
 import torch
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import ConfigDict, Field, StrictFloat, StrictInt
 
 from esper.datagen.transitions import TransitionDataset
 from esper.evaluation.stats import bootstrap_counts, percentile_interval
-from esper.leyline.errors import UserInputError
-from esper.leyline.seeding import derive_seed
+from esper.leyline.seeding import MAX_BASE_SEED, derive_seed
 from esper.runtime.devices import resolve_device
+from esper.runtime.strict_config import BatchSize, StrictConfig
 from esper.simic.iql.iql import FeatureScaler
 
 __all__ = ["OPEConfig", "OPEEstimate", "OfflineEvaluation", "ReturnSummary", "TargetPolicy", "behavior_returns",
            "episode_returns", "evaluate_offline", "fqe", "pdwis", "target_probabilities"]
+
+MAX_STEPS = 10**6
+Width = Annotated[StrictInt, Field(ge=4, le=4096)]
 
 TargetPolicy = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 """(raw states [n, F] float32, valid [n, J] bool), both on CPU → action probabilities [n, J] (F features and J joint
 actions of the dataset's action space: 80 and 43 for the built-in blueprints)."""
 
 
-class OPEConfig(BaseModel):
+class OPEConfig(StrictConfig):
     """Settings of one offline evaluation; `gamma` discounts every estimate and the discounted returns."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
+    model_config = ConfigDict(frozen=True)
+    KIND: ClassVar[str] = "OPE config"
 
-    gamma: float = 0.99
-    confidence: float = 0.95
-    n_bootstrap: int = 1000
-    seed: int = 0
-    fqe_bootstrap: int = 20
-    fqe_iterations: int = 40
-    fqe_steps_per_iteration: int = 100
-    fqe_batch_size: int = 128
-    fqe_lr: float = 1e-3
-    fqe_hidden_sizes: tuple[int, ...] = (64, 64)
-    device: str = "auto"
-
-    @model_validator(mode="after")
-    def _ranges(self) -> OPEConfig:
-        checks = [
-            (0.0 < self.gamma <= 1.0, "gamma must be in (0, 1]"),
-            (0.5 <= self.confidence < 1.0, "confidence must be in [0.5, 1)"),
-            (self.n_bootstrap >= 10 and self.fqe_bootstrap >= 2, "need n_bootstrap >= 10 and fqe_bootstrap >= 2"),
-            (min(self.fqe_iterations, self.fqe_steps_per_iteration, self.fqe_batch_size) >= 1,
-             "fqe_iterations, fqe_steps_per_iteration and fqe_batch_size must be >= 1"),
-            (0.0 < self.fqe_lr <= 1.0, "fqe_lr must be in (0, 1]"),
-            (1 <= len(self.fqe_hidden_sizes) <= 4 and all(4 <= h <= 4096 for h in self.fqe_hidden_sizes),
-             "fqe_hidden_sizes must list 1 to 4 widths in [4, 4096]"),
-            (self.seed >= 0, "seed must be >= 0"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise UserInputError(message)
-        return self
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> OPEConfig:
-        try:
-            return cls(**d)
-        except ValidationError as exc:
-            raise UserInputError("Invalid OPE config: " + "; ".join(
-                f"{'.'.join(map(str, e['loc']))}: {str(e['msg']).removeprefix('Value error, ')}"
-                for e in exc.errors())) from None
+    gamma: StrictFloat = Field(default=1.0, gt=0.0, le=1.0,
+                               description="discount of the estimated return (1: the undiscounted gap return `esper "
+                                           "compare` measures live)")
+    confidence: StrictFloat = Field(default=0.95, ge=0.5, lt=1.0, description="coverage of the bootstrap intervals")
+    n_bootstrap: StrictInt = Field(default=1000, ge=10, le=100_000, description="bootstrap resamples of episodes")
+    seed: StrictInt = Field(default=0, ge=0, le=MAX_BASE_SEED, description="seed of the resamples and the Q-networks")
+    fqe_bootstrap: StrictInt = Field(default=20, ge=2, le=1000, description="fitted-Q resamples, one Q-network each")
+    fqe_iterations: StrictInt = Field(default=40, ge=1, le=MAX_STEPS, description="fitted-Q regression rounds")
+    fqe_steps_per_iteration: StrictInt = Field(default=100, ge=1, le=MAX_STEPS, description="gradient steps per round")
+    fqe_batch_size: BatchSize = Field(default=128, description="transitions per fitted-Q step")
+    fqe_lr: StrictFloat = Field(default=1e-3, gt=0.0, le=1.0, description="fitted-Q learning rate")
+    fqe_hidden_sizes: tuple[Width, ...] = Field(default=(64, 64), min_length=1, max_length=4,
+                                                description="layer widths of the Q-networks")
+    device: str = Field(default="auto", description="'auto', 'cpu' or 'cuda:N'")
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,11 @@ MAX_GRADIENT_RATIO = 10.0
 GRAD_VANISHING_THRESHOLD = 1e-7
 GRAD_EXPLODING_THRESHOLD = 100.0
 
+# Upper limits of every config's sizes: they catch typos and values that would exhaust memory long before any work.
+MAX_EPISODE_LENGTH = 1000
+MAX_SAMPLES = 10**9
+MAX_BATCH = 65_536
+
 DEFAULT_GAMMA = 0.995
 DEFAULT_GAE_LAMBDA = 0.97
 DEFAULT_EPISODE_LENGTH = 25

@@ -7,24 +7,58 @@ depends on how much data the host sees (on 192 samples a wider host gains twelve
 task keeps one calibration per measured training-sample cap and a run uses the one nearest its own cap, if that is
 within a factor of `MAX_CAP_RATIO` of it. Each entry records the command that measured it; a run far from every
 measured cap, or on a task without one, has no default (measure one, then pass `--set param_cost=...`).
+
+This module is λ_p's home: the type every config and flag validates it with, the "auto" request, the calibrations
+and the lookup every command resolves a missing λ_p through. Measuring one needs episodes, so the method lives above
+the env layer (`esper.evaluation.param_cost`).
 """
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Annotated, Any, Literal
 
+from pydantic import Field, StrictFloat, ValidationError, WrapValidator
+
+from esper.leyline.errors import UserInputError
 from esper.runtime.synthetic import SYNTHETIC_SPLIT_SIZES
 
 __all__ = [
+    "AUTO_PARAM_COST",
     "MAX_CAP_RATIO",
+    "MAX_PARAM_COST",
     "PARAM_COSTS",
+    "ParamCost",
     "ParamCostCalibration",
+    "ParamCostOrAuto",
     "TaskParamCosts",
     "calibration_coverage",
     "measured_param_cost",
+    "missing_param_cost",
 ]
+
+MAX_PARAM_COST = 1e6
+ParamCost = Annotated[StrictFloat, Field(ge=0.0, le=MAX_PARAM_COST)]
+"""λ_p as every config and flag takes it: a finite number of pp per 100 % of added parameters (a bool is refused)."""
+AUTO_PARAM_COST = "auto"
+"""The `param_cost` that asks a learning command to measure λ_p for its setting (or reuse that measurement)."""
+
+
+def _cost_or_auto(value: Any, handler: Callable[[Any], Any]) -> Any:
+    """One message for the two accepted forms instead of one per branch of the union."""
+    try:
+        return handler(value)
+    except ValidationError:
+        raise ValueError(f"must be a number in [0, {MAX_PARAM_COST:,.0f}] (pp per 100 % of added parameters) or "
+                         f"'{AUTO_PARAM_COST}', got {json.dumps(value, default=str)}") from None
+
+
+ParamCostOrAuto = Annotated[ParamCost | Literal["auto"], WrapValidator(_cost_or_auto)]
+"""λ_p, or `AUTO_PARAM_COST`: what the learning commands' configs take."""
 
 
 @dataclass(frozen=True)
@@ -101,3 +135,11 @@ def calibration_coverage(task: str, max_train_samples: int | None) -> str:
         return "none measured"
     caps = ", ".join(str(c.max_train_samples) for c in costs.calibrations)
     return f"measured at {caps} training samples, not near {max_train_samples or f'all {costs.train_set_size}'}"
+
+
+def missing_param_cost(task: str, max_train_samples: int | None) -> UserInputError:
+    """The error of a run whose reward needs λ_p and has none, naming how each command takes one."""
+    return UserInputError(f"Task '{task}' has no parameter cost for the gap reward at this size "
+                          f"({calibration_coverage(task, max_train_samples)}): measure one with "
+                          f"benchmarks/calibrate_param_cost.py and pass it (--set param_cost=C for train ppo and "
+                          f"study, --param-cost C for datagen) or choose another reward family")

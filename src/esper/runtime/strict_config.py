@@ -1,20 +1,31 @@
 """Strict configuration objects: unknown keys are errors, values are validated once, dicts and JSON round-trip.
 
 A typo in a JSON config or a `--set KEY=VALUE` must fail loudly, naming the valid keys, instead of becoming a knob
-that silently does nothing; every learner's config derives from `StrictConfig` to get that behaviour the same way.
+that silently does nothing; every config derives from `StrictConfig` to get that behaviour the same way. Fields
+declare their ranges as pydantic constraints (`Field(ge=..., le=...)`) on strict numbers (`StrictInt`, `StrictFloat`:
+JSON `true` is a typo, not 1), and a description, from which the command line makes each field's flag and help.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import Annotated, Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
+from esper.leyline.constants import MAX_BATCH, MAX_EPISODE_LENGTH, MAX_SAMPLES
 from esper.leyline.errors import UserInputError
 
-__all__ = ["StrictConfig"]
+__all__ = ["BatchSize", "EpisodeLength", "SampleCap", "StrictConfig", "describe_validation_error",
+           "validation_messages"]
+
+# The sizes several configs share, bounded the same way everywhere.
+EpisodeLength = Annotated[StrictInt, Field(ge=2, le=MAX_EPISODE_LENGTH)]
+"""Epochs per episode: a decision follows every epoch but the last, so an episode needs two."""
+SampleCap = Annotated[StrictInt, Field(ge=1, le=MAX_SAMPLES)]
+"""Samples of a split an episode uses."""
+BatchSize = Annotated[StrictInt, Field(ge=1, le=MAX_BATCH)]
 
 
 class StrictConfig(BaseModel):
@@ -22,6 +33,7 @@ class StrictConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
     KIND: ClassVar[str] = "config"  # how error messages name this config
+    FIX: ClassVar[str] = "set it with --set KEY=VALUE or in --config-json"  # how a user sets a field
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], base: Self | None = None) -> Self:
@@ -33,7 +45,7 @@ class StrictConfig(BaseModel):
         try:
             return cls(**merged)
         except ValidationError as exc:
-            raise UserInputError(describe_validation_error(exc)) from None
+            raise UserInputError(describe_validation_error(exc, cls.FIX)) from None
 
     @classmethod
     def from_json(cls, source: str | Path, base: Self | None = None) -> Self:
@@ -66,11 +78,19 @@ class StrictConfig(BaseModel):
         return self.model_dump(mode="json")
 
 
-def describe_validation_error(exc: ValidationError) -> str:
-    """One line naming every invalid field and how to set it."""
+def validation_messages(exc: ValidationError) -> list[str]:
+    """Each error as "where: what it should be, got VALUE" ("where" left out for a lone value)."""
     parts = []
     for err in exc.errors():
         msg = str(err["msg"]).removeprefix("Value error, ")
+        if err["type"] != "value_error":  # pydantic's own messages do not say what they got; ours do
+            got = json.dumps(err["input"], default=str)
+            msg += f", got {got if len(got) <= 80 else got[:77] + '...'}"
         where = ".".join(str(x) for x in err["loc"])
         parts.append(f"{where}: {msg}" if where else msg)
-    return "Invalid config: " + "; ".join(parts) + " (set it with --set KEY=VALUE or in --config-json)"
+    return parts
+
+
+def describe_validation_error(exc: ValidationError, fix: str) -> str:
+    """One line naming every invalid field, what it should be, the value it got, and how to set it (`fix`)."""
+    return f"Invalid config: {'; '.join(validation_messages(exc))} ({fix})"

@@ -69,7 +69,7 @@ def test_policy_presets_match_the_table() -> None:
 
 
 def test_defaults() -> None:
-    env = EnvironmentConfig("x", "HostCNN", 0.01, 128, "SGD")
+    env = EnvironmentConfig(config_id="x", architecture="HostCNN", learning_rate=0.01, batch_size=128, optimizer="SGD")
     assert env.momentum == 0.9 and env.max_epochs == 25
     policy = BehaviorPolicyConfig(policy_id="test")
     assert (policy.min_epochs_before_germinate, policy.epsilon, policy.temperature, policy.germinate_period) \
@@ -101,8 +101,9 @@ def test_unknown_presets_list_the_available_ones() -> None:
 @pytest.mark.parametrize(
     ("change", "match"),
     [
-        ({"architecture": "VGG"}, "Unknown architecture 'VGG'"),
-        ({"optimizer": "RMSprop"}, "Unknown optimizer"),
+        ({"architecture": "VGG"}, "architecture: Input should be 'HostCNN', .* got \"VGG\""),
+        ({"optimizer": "RMSprop"}, "optimizer: Input should be 'SGD' or 'Adam'"),
+        ({"learning_rate": True}, "learning_rate"),
         ({"learning_rate": 0.0}, "learning_rate"),
         ({"learning_rate": math.nan}, "learning_rate"),
         ({"batch_size": 0}, "batch_size"),
@@ -117,14 +118,14 @@ def test_environment_validation(change: dict[str, object], match: str) -> None:
 
 
 def test_from_dict_rejects_unknown_fields() -> None:
-    with pytest.raises(ValueError, match=r"Unknown EnvironmentConfig field\(s\) \['lr'\]"):
+    with pytest.raises(ValueError, match=r"Unknown environment config keys: \['lr'\]. Valid keys: config_id, "):
         EnvironmentConfig.from_dict({**ENVIRONMENT_PRESETS["baseline"].to_dict(), "lr": 0.1})
 
 
 @pytest.mark.parametrize(
     ("change", "match"),
     [
-        ({"strategy": "chaotic"}, "Unknown strategy"),
+        ({"strategy": "chaotic"}, "strategy"),
         ({"epsilon": 1.5}, "epsilon"),
         ({"temperature": 0.0}, "temperature"),
         ({"germinate_period": 0}, "germinate_period"),

@@ -132,7 +132,7 @@ def test_the_task_variant_takes_host_optimizers_and_batch_from_the_preset() -> N
 
 
 def test_options_need_a_parameter_cost_where_the_task_has_none() -> None:
-    with pytest.raises(ValueError, match="no measured parameter cost"):
+    with pytest.raises(ValueError, match="no parameter cost for the gap reward"):
         GenerateOptions.for_task("cifar10")
     assert GenerateOptions.for_task("cifar10", 0.5).param_cost == 0.5
     assert GenerateOptions.for_task("synthetic").param_cost == measured_param_cost("synthetic", None)

@@ -27,7 +27,8 @@ def create_policy(preset: str, epsilon: float | None = None, *, seed: int = 0, t
 
 def sharp(preset: str, **changes: object) -> BehaviorPolicy:
     """A preset with a near-zero temperature: the greedy branch is effectively the argmax."""
-    return BehaviorPolicy(replace(BehaviorPolicyConfig.from_preset(preset), temperature=1e-3, **changes), space=CNN)
+    config = BehaviorPolicyConfig.from_preset(preset).with_overrides(temperature=1e-3, **changes)
+    return BehaviorPolicy(config, space=CNN)
 
 
 def decide_op(policy: BehaviorPolicy, obs: EnvObservation) -> str:
@@ -202,7 +203,7 @@ def test_seeding_is_reproducible_and_private() -> None:
 
 def test_topology_handling() -> None:
     lm_obs = make_obs(epoch=6, plateau=3, topology="transformer")
-    policy = BehaviorPolicy(replace(POLICY_PRESETS["baseline"], temperature=1e-3), space=space_of("transformer"))
+    policy = BehaviorPolicy(POLICY_PRESETS["baseline"].with_overrides(temperature=1e-3), space=space_of("transformer"))
     assert policy.decide(lm_obs).command.blueprint_id == "lora"  # the topology's default head blueprint
     with pytest.raises(ValueError, match="got a 'cnn' observation"):
         policy.decide(make_obs())

@@ -117,7 +117,7 @@ def test_spaces_and_episode_shape() -> None:
 
 
 def test_info_names_action_stages_accuracy_and_parameters() -> None:
-    env = MorphoGymEnv(dataclasses.replace(TINY, slots=("mid", "late")))
+    env = MorphoGymEnv(TINY.with_overrides(slots=("mid", "late")))
     _, info = env.reset(seed=2)
     assert info["stages"] == {"mid": None, "late": None} and info["seed_params"] == 0
     assert info["val_accuracy"] == info["twin_val_accuracy"]  # nothing has grown yet
@@ -157,7 +157,7 @@ def _independent_joint_mask(obs: EnvObservation, env: MorphoEnv) -> np.ndarray:
 
 
 def test_action_masks_equal_the_envs_validity_and_masked_actions_raise(fast_task: str) -> None:
-    env = MorphoGymEnv(dataclasses.replace(TINY, task=fast_task, max_epochs=6))
+    env = MorphoGymEnv(TINY.with_overrides(task=fast_task, max_epochs=6))
     rng = np.random.default_rng(0)
     valid_ops: set[LifecycleOp] = set()
     for episode in range(3):
@@ -182,7 +182,7 @@ def test_action_masks_equal_the_envs_validity_and_masked_actions_raise(fast_task
 def test_random_masked_agent_never_takes_an_invalid_action_in_200_steps() -> None:
     """Half the episodes sample with `action_masks()`, half with the mask-aware `action_space.sample()` (the mask
     property itself is tested exhaustively, without training, in tests/property/test_simic_masks.py)."""
-    env = MorphoGymEnv(dataclasses.replace(TINY, max_epochs=6, max_train_samples=16, batch_size=16))
+    env = MorphoGymEnv(TINY.with_overrides(max_epochs=6, max_train_samples=16, batch_size=16))
     env.action_space.seed(0)
     rng = np.random.default_rng(0)
     steps, episode = 0, 0
@@ -211,7 +211,7 @@ def test_space_sampling_follows_the_current_mask_unless_given_one() -> None:
 
 
 def test_reset_with_a_seed_replays_an_episode_exactly() -> None:
-    env = MorphoGymEnv(dataclasses.replace(TINY, max_epochs=4))
+    env = MorphoGymEnv(TINY.with_overrides(max_epochs=4))
     first = _play(env, seed=5, actions_seed=1)
     other = _play(env, seed=6, actions_seed=1)  # another episode in between must not leak into the replay
     again = _play(env, seed=5, actions_seed=1)
@@ -254,7 +254,7 @@ class _Script:
 
 def test_a_gym_episode_is_the_episode_esper_runs_itself() -> None:
     """Same seed, same actions: the adapter's episode equals `run_episodes` with a static twin, reward for reward."""
-    config = dataclasses.replace(TINY, max_epochs=4)
+    config = TINY.with_overrides(max_epochs=4)
     env = MorphoGymEnv(config)
     rng = np.random.default_rng(3)
     env.reset(seed=21)
@@ -309,15 +309,17 @@ def test_bad_actions_raise_naming_the_action_and_the_valid_ones() -> None:
     ({"task": "nope"}, "Unknown task 'nope'"),
     ({"slots": ()}, "at least one slot"),
     ({"slots": ("middle",)}, "Unknown slot"),
-    ({"max_epochs": 1}, "max_epochs must be >= 2"),
-    ({"max_train_samples": 0}, "max_train_samples must be >= 1"),
-    ({"batch_size": 0}, "batch_size must be >= 1"),
-    ({"param_cost": -1.0}, "param_cost must be >= 0"),
-    ({"param_cost": float("nan")}, "param_cost must be >= 0"),
+    ({"max_epochs": 1}, "max_epochs: Input should be greater than or equal to 2, got 1"),
+    ({"max_train_samples": 0}, "max_train_samples: Input should be greater than or equal to 1, got 0"),
+    ({"batch_size": 0}, "batch_size: Input should be greater than or equal to 1, got 0"),
+    ({"batch_size": True}, "batch_size: Input should be a valid integer, got true"),
+    ({"param_cost": -1.0}, "param_cost: Input should be greater than or equal to 0"),
+    ({"param_cost": float("nan")}, "param_cost: Input should be a finite number"),
 ])
 def test_config_rejects_bad_values(changes: dict[str, Any], problem: str) -> None:
-    with pytest.raises(ValueError, match=problem):
-        dataclasses.replace(GymEnvConfig(), **changes)
+    with pytest.raises(ValueError, match=problem) as info:
+        GymEnvConfig().with_overrides(**changes)
+    assert "pass it as a GymEnvConfig field or a gymnasium.make keyword" in str(info.value)
 
 
 def test_config_orders_slots_canonically() -> None:
@@ -345,7 +347,7 @@ def test_the_docs_example_is_short_and_runs(monkeypatch: pytest.MonkeyPatch, cap
     example = re.findall(r"```python\n(.*?)```", text, re.S)[0]
     assert len(example.strip().splitlines()) < 30
     monkeypatch.setattr(esper.env.gym, "GymEnvConfig",
-                        lambda **kw: dataclasses.replace(TINY, **{k: v for k, v in kw.items() if k != "max_epochs"}))
+                        lambda **kw: TINY.with_overrides(**{k: v for k, v in kw.items() if k != "max_epochs"}))
     exec(compile(example, "docs/gymnasium.md", "exec"), {})
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(":")[0] for line in lines] == ["episode 0", "episode 1", "episode 2"]
@@ -354,8 +356,8 @@ def test_the_docs_example_is_short_and_runs(monkeypatch: pytest.MonkeyPatch, cap
 
 def test_the_default_parameter_cost_is_the_one_measured_near_the_env_sample_cap() -> None:
     with pytest.raises(ValueError, match="not near 32"):  # 32 samples: no calibration within 4×
-        MorphoGymEnv(dataclasses.replace(TINY, param_cost=None))
-    MorphoGymEnv(dataclasses.replace(TINY, param_cost=None, max_train_samples=128))  # served by the 192 calibration
+        MorphoGymEnv(TINY.with_overrides(param_cost=None))
+    MorphoGymEnv(TINY.with_overrides(param_cost=None, max_train_samples=128))  # served by the 192 calibration
 
 
 KEYWORDS = {"task": "synthetic", "max_epochs": 3, "max_train_samples": 32, "max_val_samples": 16, "batch_size": 32,
@@ -374,7 +376,7 @@ def test_gymnasium_make_builds_the_registered_env_from_keywords_and_its_spec_rec
     assert env.spec is not None and env.spec.kwargs == KEYWORDS
     again = gymnasium.make(gymnasium.envs.registration.EnvSpec.from_json(env.spec.to_json()))
     assert [o.tolist() for o in _first_observations(env, [3])] == [o.tolist() for o in _first_observations(again, [3])]
-    with pytest.raises(ValueError, match=r"takes .*max_epochs"):
+    with pytest.raises(ValueError, match=r"Unknown keywords \['max_epoch'\]: MorphoGymEnv takes .*max_epochs"):
         gymnasium.make(ENV_ID, max_epoch=3)
 
 

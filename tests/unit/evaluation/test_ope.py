@@ -185,7 +185,9 @@ def _lures(data: TransitionDataset) -> list[int]:
 def test_config_is_strict() -> None:
     with pytest.raises(ValueError, match="gamma"):
         OPEConfig.from_dict({"gamma": 0.0})
-    with pytest.raises(ValueError, match="Extra inputs"):
+    with pytest.raises(ValueError, match=r"Unknown OPE config keys: \['gama'\]. Valid keys: gamma, confidence"):
         OPEConfig.from_dict({"gama": 0.9})
+    with pytest.raises(ValueError, match="n_bootstrap: Input should be a valid integer, got true"):
+        OPEConfig.from_dict({"n_bootstrap": True})
     with pytest.raises(ValueError, match="confidence"):
         OPEConfig.from_dict({"confidence": float("nan")})

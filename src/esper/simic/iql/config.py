@@ -6,14 +6,16 @@ range, and the object round-trips through a plain dict so checkpoints can store 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, StrictFloat, StrictInt
 
-from esper.leyline.errors import UserInputError
-from esper.runtime.strict_config import StrictConfig
+from esper.runtime.strict_config import BatchSize, StrictConfig
 
 __all__ = ["RESUMABLE_FIELDS", "IQLConfig"]
+
+MAX_STEPS = 10**9
+Width = Annotated[StrictInt, Field(ge=4, le=4096)]
 
 RESUMABLE_FIELDS = frozenset({"epochs", "device"})
 """The only fields a resume may change: train for longer, or move the run to other hardware."""
@@ -24,56 +26,24 @@ class IQLConfig(StrictConfig):
 
     KIND: ClassVar[str] = "IQL config"
 
-    expectile: float = 0.7
-    beta: float = 3.0
-    gamma: float = 0.99
-    polyak: float = 0.005
-    lr: float = 3e-4
-    batch_size: int = 256
-    weight_clip: float = 100.0
-    epochs: int = 100
-    steps_per_epoch: int = 1000
-    hidden_sizes: list[int] = Field(default_factory=lambda: [256, 256])
-    agreement_samples: int = 1000
-    seed: int = 42
-    device: str = "auto"
-
-    @field_validator("batch_size", "epochs", "steps_per_epoch", "agreement_samples")
-    @classmethod
-    def _positive(cls, v: int) -> int:
-        if v < 1:
-            raise UserInputError("must be >= 1")
-        return v
-
-    @field_validator("hidden_sizes")
-    @classmethod
-    def _hidden(cls, v: list[int]) -> list[int]:
-        if not 1 <= len(v) <= 4 or any(not 4 <= h <= 4096 for h in v):
-            raise UserInputError("must list 1 to 4 layer widths, each in [4, 4096]")
-        return v
-
-    @field_validator("seed")
-    @classmethod
-    def _seed(cls, v: int) -> int:
-        if not 0 <= v < 2**63:
-            raise UserInputError("must be in [0, 2**63)")
-        return v
-
-    @model_validator(mode="after")
-    def _ranges(self) -> IQLConfig:
-        checks = [
-            (0.0 < self.expectile < 1.0, "expectile must be in (0, 1) (0.5 regresses the mean; IQL uses ~0.7)"),
-            (0.0 <= self.beta <= 100.0, "beta must be in [0, 100] (0 is behaviour cloning)"),
-            (0.0 < self.gamma <= 1.0, "gamma must be in (0, 1]"),
-            (0.0 < self.polyak <= 1.0, "polyak must be in (0, 1]"),
-            (0.0 < self.lr <= 1.0, "lr must be in (0, 1]"),
-            (self.weight_clip >= 1.0, "weight_clip must be >= 1"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise UserInputError(message)
-        return self
-
+    expectile: StrictFloat = Field(default=0.7, gt=0.0, lt=1.0,
+                                   description="value regression expectile (0.5 regresses the mean; IQL uses ~0.7)")
+    beta: StrictFloat = Field(default=3.0, ge=0.0, le=100.0,
+                              description="advantage temperature of the policy's weights (0 is behaviour cloning)")
+    gamma: StrictFloat = Field(default=0.99, gt=0.0, le=1.0, description="discount")
+    polyak: StrictFloat = Field(default=0.005, gt=0.0, le=1.0, description="target critic update rate")
+    lr: StrictFloat = Field(default=3e-4, gt=0.0, le=1.0, description="learning rate of every network")
+    batch_size: BatchSize = Field(default=256, description="transitions per gradient step")
+    weight_clip: StrictFloat = Field(default=100.0, ge=1.0, le=1e6, description="cap on the policy's advantage weights")
+    epochs: StrictInt = Field(default=100, ge=1, le=MAX_STEPS, description="training epochs")
+    steps_per_epoch: StrictInt = Field(default=1000, ge=1, le=MAX_STEPS, description="gradient steps per epoch")
+    hidden_sizes: list[Width] = Field(default_factory=lambda: [256, 256], min_length=1, max_length=4,
+                                      description="layer widths of every network")
+    agreement_samples: StrictInt = Field(default=1000, ge=1, le=MAX_STEPS,
+                                         description="transitions the per-epoch agreement with the logged actions is "
+                                                     "measured on")
+    seed: StrictInt = Field(default=42, ge=0, lt=2**63, description="seed of the networks and the batch order")
+    device: str = Field(default="auto", description="'auto', 'cpu' or 'cuda:N'")
 
     def resume_conflicts(self, saved: dict[str, Any]) -> list[str]:
         """Fields where this config differs from a checkpoint's and a resume may not change them."""

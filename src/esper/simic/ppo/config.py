@@ -6,13 +6,11 @@ a silently ignored knob. Precedence: preset → --config-json → CLI flags and 
 
 from __future__ import annotations
 
-import json
-import math
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, StrictFloat, StrictInt, field_validator, model_validator
 
-from esper.env.rewards import AUTO_PARAM_COST, RewardFamily, SparseRewardConfig
+from esper.env.rewards import RewardFamily, SparseRewardConfig
 from esper.leyline import CANONICAL_SLOTS, LifecycleOp, ordered_slots
 from esper.leyline.constants import (
     DEFAULT_BATCH_SIZE_TRAINING,
@@ -36,7 +34,8 @@ from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import MAX_BASE_SEED
 from esper.runtime.actors import WorkerOptions
 from esper.runtime.optim import LRSchedule
-from esper.runtime.strict_config import StrictConfig
+from esper.runtime.param_costs import AUTO_PARAM_COST, ParamCostOrAuto
+from esper.runtime.strict_config import BatchSize, EpisodeLength, SampleCap, StrictConfig
 from esper.runtime.tasks import get_task_spec
 
 _SPARSE_DEFAULTS = SparseRewardConfig()
@@ -65,103 +64,102 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 MAX_ENVS = 256
-MAX_EPISODE_LENGTH = 1000
 MAX_EPISODES = 1_000_000
-MAX_SAMPLES = 10**9
-MAX_BATCH = 65_536
 MAX_OP_BIAS = 20.0
 
-# Numeric fields: (lowest, highest, lowest excluded). Limits catch typos and values that would exhaust memory or
-# overflow a seed (hidden_dim 10**6 asks for terabytes) long before any work starts, and every float must be finite.
-BOUNDS: dict[str, tuple[float, float, bool]] = {
-    "max_seeds": (1, len(CANONICAL_SLOTS), False),
-    "max_epochs": (2, MAX_EPISODE_LENGTH, False),
-    "batch_size": (1, MAX_BATCH, False),
-    "max_train_samples": (1, MAX_SAMPLES, False),
-    "max_val_samples": (1, MAX_SAMPLES, False),
-    "n_episodes": (1, MAX_EPISODES, False),
-    "n_envs": (1, MAX_ENVS, False),
-    "seed": (0, MAX_BASE_SEED, False),
-    "checkpoint_every": (1, MAX_EPISODES, False),
-    "lr": (0.0, 1.0, True),
-    "gamma": (0.0, 1.0, True),
-    "gae_lambda": (0.0, 1.0, False),
-    "clip_ratio": (0.0, 10.0, True),
-    "value_coef": (0.0, 1000.0, False),
-    "value_clip": (0.0, 1e6, True),
-    "max_grad_norm": (0.0, 1e6, True),
-    "n_epochs": (1, 1000, False),
-    "minibatch_size": (1, MAX_BATCH, False),
-    "target_kl": (0.0, 100.0, True),
-    "ppo_updates_per_batch": (1, 100, False),
-    "entropy_coef": (0.0, 100.0, False),
-    "entropy_coef_min": (0.0, 100.0, False),
-    "entropy_anneal_episodes": (0, MAX_EPISODES, False),
-    "hidden_dim": (8, 4096, False),
-    "param_cost": (0.0, 1e6, False),
-    "group_size": (1, MAX_ENVS, False),
-    "param_budget": (1, 10**12, False),
-    "param_penalty_weight": (0.0, 1e6, False),
-    "sparse_reward_scale": (0.0, 1e6, True),
-    "n_workers": (0, MAX_ENVS, False),
-    "threads": (1, 1024, False),
-}
+# Every number has a range: limits catch typos and values that would exhaust memory or overflow a seed (hidden_dim
+# 10**6 asks for terabytes) long before any work starts. Strict types refuse a bool for a number (JSON `true` is a
+# typo, not 1), and the base config refuses non-finite floats.
+Envs = Annotated[StrictInt, Field(ge=1, le=MAX_ENVS)]
+Episodes = Annotated[StrictInt, Field(ge=1, le=MAX_EPISODES)]
+Coef = Annotated[StrictFloat, Field(ge=0.0, le=100.0)]
+Positive = Annotated[StrictFloat, Field(gt=0.0, le=1e6)]
+OpBias = Annotated[StrictFloat, Field(ge=-MAX_OP_BIAS, le=MAX_OP_BIAS)]
 
 
 class TrainingConfig(StrictConfig):
     """Every setting of one PPO run; a checkpoint stores it, so it rebuilds the agent and checks resumes."""
 
-    task: str = "cifar10"
-    slots: list[str] = Field(default_factory=lambda: list(CANONICAL_SLOTS))
-    max_seeds: int | None = None
-    max_epochs: int = DEFAULT_EPISODE_LENGTH
-    batch_size: int = DEFAULT_BATCH_SIZE_TRAINING
-    lr_schedule: LRSchedule = "constant"  # the episode's host and seed learning rates per epoch ("cosine": annealed)
-    max_train_samples: int | None = None
-    max_val_samples: int | None = None
-    n_episodes: int = 200
-    n_envs: int = DEFAULT_N_ENVS
-    seed: int = 42
-    device: str = "auto"
-    devices: list[str] | None = None
-    amp: bool = False
-    checkpoint_every: int = 1  # every rollout batch: a killed run loses at most the batch in flight
-    lr: float = DEFAULT_LEARNING_RATE
-    gamma: float = DEFAULT_GAMMA
-    gae_lambda: float = DEFAULT_GAE_LAMBDA
-    clip_ratio: float = DEFAULT_CLIP_RATIO
-    value_coef: float = DEFAULT_VALUE_COEF
-    value_clip: float | None = DEFAULT_VALUE_CLIP
-    max_grad_norm: float = DEFAULT_MAX_GRAD_NORM
-    n_epochs: int = DEFAULT_N_PPO_EPOCHS
-    minibatch_size: int = DEFAULT_MINIBATCH_SIZE
-    target_kl: float | None = DEFAULT_TARGET_KL
-    ppo_updates_per_batch: int = 1
-    entropy_coef: float = DEFAULT_ENTROPY_COEF
-    entropy_coef_min: float = DEFAULT_ENTROPY_COEF_MIN
-    entropy_anneal_episodes: int = 0
-    hidden_dim: int = DEFAULT_HIDDEN_DIM
-    # The op head's initial bias per op name (others 0): the initial policy's log-odds between WAIT, GERMINATE, CULL
-    # and FOSSILIZE. {"CULL": -2} starts from a policy that rarely culls, so random seeds live through their lifecycle
-    # and exploration sees what fossilized modules are worth.
-    initial_op_bias: dict[str, float] = Field(default_factory=dict)
-    # The blueprints the policy may germinate (None: every blueprint of the task's topology). The restriction is the
-    # policy's, not the env's: the other controllers of a comparison keep every blueprint.
-    blueprints: list[str] | None = None
-    use_telemetry: bool = True
-    reward_family: RewardFamily = RewardFamily.GAP
-    # gap reward's λ_p; None: the task's value measured at the nearest sample cap; "auto": measured for this run's
-    # setting by the command line (and cached) before training starts
-    param_cost: float | Literal["auto"] | None = None
-    group_size: int = 4  # envs sharing one host seed and one static twin
-    advantage: Literal["gae", "group"] = "gae"
-    init_from: str | None = None  # "iql:PATH": distill that IQL policy into the actor before the first update
-    init_datasets: list[str] | None = None  # the datagen directories to distill on (default: the IQL run's)
-    param_budget: int = _SPARSE_DEFAULTS.param_budget
-    param_penalty_weight: float = _SPARSE_DEFAULTS.param_penalty_weight
-    sparse_reward_scale: float = _SPARSE_DEFAULTS.sparse_reward_scale
-    n_workers: int = 0  # worker processes (or Ray actors) the env groups spread over; 0: all in this process
-    threads: int = 1  # intra-op threads of every process of the run (its floats depend on it; placement does not)
+    task: str = Field(default="cifar10", description="the task the envs train on")
+    slots: list[str] = Field(default_factory=lambda: list(CANONICAL_SLOTS),
+                             description=f"the slots seeds may germinate in (of {', '.join(CANONICAL_SLOTS)})")
+    max_seeds: StrictInt | None = Field(default=None, ge=1, le=len(CANONICAL_SLOTS),
+                                        description="seed budget per episode (default: one per enabled slot)")
+    max_epochs: EpisodeLength = Field(default=DEFAULT_EPISODE_LENGTH,
+                                      description="episode length; decisions follow epochs 1 .. T-1")
+    batch_size: BatchSize = Field(default=DEFAULT_BATCH_SIZE_TRAINING, description="the envs' training batch size")
+    lr_schedule: LRSchedule = Field(default="constant",
+                                    description="the episode's host and seed learning rates per epoch (cosine: "
+                                                "annealed to 0 over the episode)")
+    max_train_samples: SampleCap | None = Field(default=None,
+                                              description="train each episode on a subset of the train split "
+                                                          "(default: all of it)")
+    max_val_samples: SampleCap | None = Field(default=None,
+                                            description="validate on a subset of the val split (default: all of it)")
+    n_episodes: Episodes = Field(default=200, description="episodes to train for, in all")
+    n_envs: Envs = Field(default=DEFAULT_N_ENVS, description="envs per rollout batch")
+    seed: StrictInt = Field(default=42, ge=0, le=MAX_BASE_SEED,
+                            description="base seed of every random stream of the run")
+    device: str = Field(default="auto", description="policy device: 'auto', 'cpu' or 'cuda:N'")
+    devices: list[str] | None = Field(default=None, description="env devices, round-robin (default: --device)")
+    amp: bool = Field(default=False, description="mixed precision (fp16 + GradScaler on CUDA, bf16 on CPU)")
+    checkpoint_every: Episodes = Field(default=1,
+                                       description="rollout batches between checkpoints (1: a killed run loses at "
+                                                   "most the batch in flight)")
+    lr: StrictFloat = Field(default=DEFAULT_LEARNING_RATE, gt=0.0, le=1.0, description="policy learning rate")
+    gamma: StrictFloat = Field(default=DEFAULT_GAMMA, gt=0.0, le=1.0, description="discount")
+    gae_lambda: StrictFloat = Field(default=DEFAULT_GAE_LAMBDA, ge=0.0, le=1.0, description="GAE λ")
+    clip_ratio: StrictFloat = Field(default=DEFAULT_CLIP_RATIO, gt=0.0, le=10.0, description="PPO ratio clip")
+    value_coef: StrictFloat = Field(default=DEFAULT_VALUE_COEF, ge=0.0, le=1000.0, description="value loss weight")
+    value_clip: Positive | None = Field(default=DEFAULT_VALUE_CLIP,
+                                        description="value prediction clip (--set value_clip=null: none)")
+    max_grad_norm: Positive = Field(default=DEFAULT_MAX_GRAD_NORM, description="gradient norm clip")
+    n_epochs: StrictInt = Field(default=DEFAULT_N_PPO_EPOCHS, ge=1, le=1000, description="PPO epochs per update")
+    minibatch_size: BatchSize = Field(default=DEFAULT_MINIBATCH_SIZE, description="PPO minibatch size")
+    target_kl: StrictFloat | None = Field(default=DEFAULT_TARGET_KL, gt=0.0, le=100.0,
+                                          description="stop an update's epochs past this KL (--set target_kl=null: "
+                                                      "never)")
+    ppo_updates_per_batch: StrictInt = Field(default=1, ge=1, le=100, description="PPO updates per rollout batch")
+    entropy_coef: Coef = Field(default=DEFAULT_ENTROPY_COEF, description="entropy bonus weight")
+    entropy_coef_min: Coef = Field(default=DEFAULT_ENTROPY_COEF_MIN, description="the entropy weight annealing ends at")
+    entropy_anneal_episodes: StrictInt = Field(default=0, ge=0, le=MAX_EPISODES,
+                                               description="episodes to anneal the entropy weight over (0: constant)")
+    hidden_dim: StrictInt = Field(default=DEFAULT_HIDDEN_DIM, ge=8, le=4096, description="policy width (even)")
+    initial_op_bias: dict[str, OpBias] = Field(default_factory=dict,
+                                               description="the op head's initial bias per op name, log-odds (others "
+                                                           "0), e.g. '{\"CULL\": -2}': a policy that starts rarely "
+                                                           "culling lets random seeds live through their lifecycle")
+    blueprints: list[str] | None = Field(default=None,
+                                         description="the blueprints the policy may germinate (default: every "
+                                                     "blueprint of the task's topology; the other controllers of a "
+                                                     "comparison keep every one)")
+    use_telemetry: bool = Field(default=True, description="feed the seeds' telemetry to the policy")
+    reward_family: RewardFamily = Field(default=RewardFamily.GAP, description="the reward the policy learns from")
+    param_cost: ParamCostOrAuto | None = Field(default=None,
+                                               description="gap reward's λ_p, pp per 100 % of added parameters; "
+                                                           "'auto': measured for this run's setting before training "
+                                                           "(and cached); none: the task's, measured at the nearest "
+                                                           "sample cap")
+    group_size: Envs = Field(default=4, description="envs sharing one host seed and one static twin")
+    advantage: Literal["gae", "group"] = Field(default="gae", description="advantage estimator")
+    init_from: str | None = Field(default=None,
+                                  description="'iql:PATH': distill that IQL policy into the actor before the first "
+                                              "update")
+    init_datasets: list[str] | None = Field(default=None,
+                                            description="the datagen directories to distill on (default: the IQL "
+                                                        "run's)")
+    param_budget: StrictInt = Field(default=_SPARSE_DEFAULTS.param_budget, ge=1, le=10**12,
+                                    description="sparse reward's parameter budget")
+    param_penalty_weight: StrictFloat = Field(default=_SPARSE_DEFAULTS.param_penalty_weight, ge=0.0, le=1e6,
+                                              description="sparse reward's weight of parameters over the budget")
+    sparse_reward_scale: Positive = Field(default=_SPARSE_DEFAULTS.sparse_reward_scale,
+                                          description="sparse reward's scale")
+    n_workers: StrictInt = Field(default=0, ge=0, le=MAX_ENVS,
+                                 description="worker processes (or Ray actors) the env groups spread over; 0: all in "
+                                             "this process")
+    threads: StrictInt = Field(default=1, ge=1, le=1024,
+                               description="intra-op threads of every process of the run (its floats depend on it; "
+                                           "placement does not)")
     executor: Literal["process", "ray"] = "process"
     ray_address: str | None = None  # an existing Ray cluster (default: a local one started for the run)
 
@@ -177,31 +175,6 @@ class TrainingConfig(StrictConfig):
             raise UserInputError("at least one slot must be enabled")
         return list(ordered_slots(v))
 
-    @model_validator(mode="before")
-    @classmethod
-    def _no_bools_as_numbers(cls, data: Any) -> Any:
-        """JSON `true` is not the number 1: a boolean given for a numeric field is a typo, not a value."""
-        if isinstance(data, dict):
-            for key, value in data.items():
-                if isinstance(value, bool) and key in BOUNDS:
-                    raise UserInputError(f"{key}: expected a number, got {json.dumps(value)}")
-        return data
-
-    @field_validator(*BOUNDS)
-    @classmethod
-    def _in_bounds(cls, v: float | str | None, info: ValidationInfo) -> float | str | None:
-        if v is None or v == AUTO_PARAM_COST:
-            return v
-        if isinstance(v, str):
-            raise UserInputError(f"expected a number (or '{AUTO_PARAM_COST}' for param_cost), got {v!r}")
-        lo, hi, low_open = BOUNDS[str(info.field_name)]
-        if not math.isfinite(v) or (v <= lo if low_open else v < lo) or v > hi:
-            if isinstance(v, int):
-                raise UserInputError(f"must be an integer in [{lo:g}, {hi:g}], got {v}")
-            low = f"> {lo:g}" if low_open else f">= {lo:g}"
-            raise UserInputError(f"must be a finite number {low} and <= {hi:g}, got {v}")
-        return v
-
     @field_validator("initial_op_bias")
     @classmethod
     def _op_bias(cls, v: dict[str, float]) -> dict[str, float]:
@@ -209,9 +182,6 @@ class TrainingConfig(StrictConfig):
         unknown = sorted(set(v) - set(ops))
         if unknown:
             raise UserInputError(f"unknown op(s) {unknown}; initial_op_bias is keyed by {ops}")
-        bad = {k: x for k, x in v.items() if not math.isfinite(x) or abs(x) > MAX_OP_BIAS}
-        if bad:
-            raise UserInputError(f"op biases must be finite and within ±{MAX_OP_BIAS:g} (log-odds), got {bad}")
         return v
 
     def op_bias(self) -> tuple[float, ...]:

@@ -1,0 +1,98 @@
+"""Every config is a `StrictConfig` whose numbers are strict and bounded by field constraints.
+
+No config keeps a hand-written table of ranges: each int or float field (also inside lists, tuples and dicts) refuses
+a bool and values far outside any sensible range, from its own type and constraints; the base config refuses unknown
+keys and non-finite floats for all of them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import types
+from typing import Annotated, Any, Union, get_args, get_origin
+
+import pytest
+from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic.fields import FieldInfo
+
+import esper
+from esper.datagen.configs import ENVIRONMENT_PRESETS, POLICY_PRESETS, BehaviorPolicyConfig, EnvironmentConfig
+from esper.datagen.generate import GenerateOptions
+from esper.env.gym import GymEnvConfig
+from esper.evaluation.ope import OPEConfig
+from esper.runtime.strict_config import StrictConfig
+from esper.simic.iql.config import IQLConfig
+from esper.simic.ppo.config import TrainingConfig
+
+VALID: dict[type[StrictConfig], StrictConfig] = {
+    TrainingConfig: TrainingConfig(),
+    IQLConfig: IQLConfig(),
+    OPEConfig: OPEConfig(),
+    EnvironmentConfig: ENVIRONMENT_PRESETS["baseline"],
+    BehaviorPolicyConfig: POLICY_PRESETS["baseline"],
+    GenerateOptions: GenerateOptions(task="synthetic", param_cost=1.0),
+    GymEnvConfig: GymEnvConfig(),
+}
+HUGE = 10**30
+
+
+def _all_subclasses(cls: type) -> set[type]:
+    return {s for sub in cls.__subclasses__() for s in (sub, *_all_subclasses(sub))}
+
+
+def test_every_strict_config_is_checked_here() -> None:
+    """A new StrictConfig anywhere in esper joins VALID (and so every check below)."""
+    for module in pkgutil.walk_packages(esper.__path__, "esper."):
+        if not module.name.endswith("__main__"):
+            importlib.import_module(module.name)
+    assert {c for c in _all_subclasses(StrictConfig) if c.__module__.startswith("esper.")} == set(VALID)
+
+
+def _leaves(annotation: Any) -> list[tuple[type, Any]]:
+    """(int or float, how to wrap a leaf value into a value of `annotation`) for each numeric leaf."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _leaves(get_args(annotation)[0])
+    if origin in (Union, types.UnionType):
+        return [leaf for arg in get_args(annotation) for leaf in _leaves(arg)]
+    if origin in (list, tuple):
+        return [(t, lambda v, w=wrap: [w(v)]) for t, wrap in _leaves(get_args(annotation)[0])]
+    if origin is dict:
+        return [(t, lambda v, w=wrap: {"key": w(v)}) for t, wrap in _leaves(get_args(annotation)[1])]
+    if annotation in (int, float):
+        return [(annotation, lambda v: v)]
+    return []
+
+
+def _adapter(field: FieldInfo) -> TypeAdapter[Any]:
+    full = Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+    return TypeAdapter(full, config=ConfigDict(allow_inf_nan=False))
+
+
+NUMERIC = [(cls, name) for cls in VALID for name, field in cls.model_fields.items() if _leaves(field.annotation)]
+
+
+def test_the_numeric_fields_are_found() -> None:
+    names = {f"{cls.__name__}.{name}" for cls, name in NUMERIC}
+    assert {"TrainingConfig.lr", "TrainingConfig.initial_op_bias", "TrainingConfig.param_cost",
+            "IQLConfig.hidden_sizes", "OPEConfig.fqe_hidden_sizes", "EnvironmentConfig.learning_rate"} <= names
+
+
+@pytest.mark.parametrize(("cls", "name"), NUMERIC, ids=[f"{c.__name__}.{n}" for c, n in NUMERIC])
+def test_numbers_are_strict_and_bounded(cls: type[StrictConfig], name: str) -> None:
+    field = cls.model_fields[name]
+    adapter = _adapter(field)
+    adapter.validate_python(getattr(VALID[cls], name))  # the valid value passes the same check
+    for kind, wrap in _leaves(field.annotation):
+        for bad in (True, HUGE if kind is int else float(HUGE), -HUGE if kind is int else -float(HUGE)):
+            with pytest.raises(ValidationError):
+                adapter.validate_python(wrap(bad))
+
+
+@pytest.mark.parametrize("cls", list(VALID), ids=[c.__name__ for c in VALID])
+def test_unknown_keys_and_non_finite_floats_are_refused(cls: type[StrictConfig]) -> None:
+    assert cls.model_config.get("extra") == "forbid" and cls.model_config.get("allow_inf_nan") is False
+    with pytest.raises(ValueError, match=r"Unknown .* keys: \['no_such_field'\]. Valid keys: "):
+        cls.from_dict({"no_such_field": 1}, base=VALID[cls])
+    assert cls.from_dict({}, base=VALID[cls]) == VALID[cls]
