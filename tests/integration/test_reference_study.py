@@ -1,43 +1,45 @@
-"""The README's headline, rerun on its first 10 evaluation seeds: `esper study --preset synthetic --seeds 10`
-(about 50 minutes on one CPU core: the selection of best-fixed and best-rule, training, the evaluation).
+"""The synthetic reference preset's regime, rerun on the first 6 of the study's evaluation seeds (`esper compare` in
+the preset's setting: 30 cosine-annealed epochs on 1,024 / 512 images at batch 64; about 10 minutes on 2 cores).
 
-On CPU with one intra-op thread the study is deterministic. What the README reports for this preset and seed: the
-greedy selection finds that modules in three slots built in from epoch 0 make the best fixed architecture
-(`fixed:norm@early,conv_light@mid,depthwise@late`) and that growing two of them at the first chance the lifecycle
-allows makes the best scripted rule (`grow:norm@early,conv_light@late`); on the held-out seeds that rule beats static
-and the heuristic, and the fixed architecture beats static, the heuristic and the final PPO policy (whose training
-run did not learn; the README says so, and this test does not ask it to), and scores above the rule on average. It
-fails if a change breaks the fixed hosts, the grow rules, the greedy selection, the modules or the statistics behind
-those claims.
+What docs/results.md reports for this preset (20 seeds): the static host converges (+0.04 pp per epoch over the last
+20 % of epochs, ≤ 0.1 required); there is headroom at convergence (static at 2× width +1.7 pp, the chosen best-fixed
+architecture +6.0 pp); the chosen best-rule grows the same modules for +4.1 pp, 1.9 pp behind building them in. The
+thresholds below sit several standard errors inside those numbers at 6 seeds, so the test holds on any CPU and fails
+if a change breaks the regime (a host that stops converging, a schedule that no longer anneals), the fixed hosts,
+the grow rules or the modules behind those claims.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
-import torch
 
 from esper.cli.main import main
+from esper.evaluation.regime import convergence, headroom
+from esper.evaluation.results import ComparisonResult
+from esper.simic.ppo.config import TrainingConfig
+
+BEST_FIXED = "fixed:conv_light@early,conv_light@mid,depthwise@late"
+BEST_RULE = "grow:conv_light@early,conv_light@mid,conv_light@late"
 
 
 @pytest.mark.slow
-def test_synthetic_study_best_fixed_and_best_rule_beat_static_and_the_heuristic(tmp_path: Path) -> None:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the README's numbers were measured with one intra-op thread
-    run = tmp_path / "study"
-    try:
-        assert main(["study", "--preset", "synthetic", "--seeds", "10", "--device", "cpu", "--no-tui",
-                     "--no-tensorboard", "--run-dir", str(run)]) == 0
-    finally:
-        torch.set_num_threads(threads)
-    results = json.loads((run / "results.json").read_text())
-    assert results["study"]["chosen"] == {"best-fixed": "fixed:norm@early,conv_light@mid,depthwise@late",
-                                          "best-rule": "grow:norm@early,conv_light@late"}
-    for winner, losers in (("best-fixed", ("static", "heuristic", "ppo (final)")),
-                           ("best-rule", ("static", "heuristic"))):
-        for loser in losers:
-            low, _ = results["pairwise"][winner][loser]["ci95"]
-            assert low > 0, (winner, loser, results["pairwise"][winner][loser])
-    assert results["pairwise"]["best-fixed"]["best-rule"]["mean_delta"] > 0
+def test_synthetic_preset_converges_with_headroom_that_growth_reaches(tmp_path: Path) -> None:
+    preset = TrainingConfig.preset("synthetic")
+    run = tmp_path / "regime"
+    assert main(["compare", "--controllers", "static", "static:2", BEST_FIXED, BEST_RULE, "--task", preset.task,
+                 "--max-epochs", str(preset.max_epochs), "--max-train-samples", str(preset.max_train_samples),
+                 "--max-val-samples", str(preset.max_val_samples), "--batch-size", str(preset.batch_size),
+                 "--lr-schedule", preset.lr_schedule, "--episodes", "6", "--workers", "2", "--device", "cpu",
+                 "--no-tui", "--no-tensorboard", "--telemetry-level", "minimal", "--run-dir", str(run)]) == 0
+    result = ComparisonResult.from_dict(json.loads((run / "results.json").read_text()))
+    regime = convergence(result.episodes)
+    assert regime["converged"] and regime["slope_pp_per_epoch"] <= 0.1, regime
+    room = headroom(result, fixed=BEST_FIXED)
+    assert room["static:2"]["mean_delta"] > 0.5 and room[BEST_FIXED]["mean_delta"] > 3.0, room
+    rule = result.pairwise[BEST_RULE]["static"]["mean_delta"]
+    assert rule > 2.0 and result.pairwise[BEST_FIXED][BEST_RULE]["mean_delta"] > 0, result.pairwise[BEST_RULE]
+    assert statistics.fmean(e.final_test_accuracy for e in result.episodes if e.controller == "static") > 75.0
