@@ -1,6 +1,7 @@
 """`esper study --family` end to end on a tiny family (seconds): the pre-check runs on the training types only,
 prints its table first, keeps it in the study directory, refuses a family below the threshold (exit 3, naming
---ignore-precheck) and goes on when told to; flags a family study cannot take are refused."""
+--ignore-precheck) and goes on when told to (best-rule on the training types, each held-out type's VBS search and its
+references on evaluation seeds); flags a family study cannot take are refused."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from esper.cli.main import main
-from esper.evaluation import precheck
+from esper.evaluation import heldout, precheck
 from esper.runtime.families import Family, InstanceType, register_family
+from esper.runtime.rundir import read_jsonl
 
 pytestmark = pytest.mark.smoke
 
@@ -19,9 +21,9 @@ TINY = register_family(Family("tiny-cli", 1, "synthetic", (
     InstanceType("plain", "synthetic", 128), InstanceType("narrow-noisy", "synthetic", 128, width=0.5,
                                                           corruption=("gaussian_noise", 2)),
     InstanceType("held", "synthetic", 128, corruption=("fog", 2)),
-), held_out=("held",)))
+), held_out=("held",), selection_seeds=1, seeds=2))
 OUTPUT = ["--no-tui", "--no-tensorboard", "--telemetry-level", "minimal", "--device", "cpu"]
-STUDY = ["study", "--family", TINY.key, "--selection-seeds", "1", "--set", "max_epochs=2", "--set",
+STUDY = ["study", "--family", TINY.key, "--set", "max_epochs=2", "--set",
          "max_val_samples=64", "--max-test-samples", "64", *OUTPUT]
 
 
@@ -46,9 +48,24 @@ def test_the_precheck_runs_end_to_end_refuses_below_the_threshold_and_goes_on_wh
         assert config["training"]["task"] == f"family:tiny-cli-v1/{itype}"
         assert config["training"]["max_train_samples"] == 128
 
-    # told to, the same study goes on from its finished phases
+    # told to, the same study goes on from its finished pre-check: best-rule on the training types, then each held-out
+    # type's own VBS search and its references on evaluation seeds
     assert main([*argv, "--ignore-precheck"]) == 0
-    assert "overridden (--ignore-precheck)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "overridden (--ignore-precheck)" in out and "Held-out types of family tiny-cli-v1" in out
+    assert {p.name for p in (run / "rules").iterdir() if p.is_dir()} == {"plain", "narrow-noisy"}
+    (held,) = json.loads((run / "heldout" / heldout.HELDOUT_FILE).read_text())
+    assert held["name"] == "held" and held["specs"][heldout.SBS] == recorded["sbs"]
+    assert set(held["specs"]) == {"static:0.5", "static", "static:1.5", "static:2", heldout.SBS, "best-rule",
+                                  "heuristic", heldout.VBS}
+    assert held["specs"]["best-rule"].startswith(("behavior:", "grow:"))
+    assert held["closed"][heldout.SBS] in (0.0, None) and held["search_cost"]["env_epochs"] > 0
+    evaluation = json.loads((run / "heldout" / "held" / "eval" / "config.json").read_text())["config"]
+    assert evaluation["seed_stream"] == "evaluation" and evaluation["episodes"] == TINY.seeds
+    searched = {e["env_seed"] for p in (run / "heldout" / "held").glob("*/round-*/episodes.jsonl") for e in
+                read_jsonl(p)}
+    evaluated = {e["env_seed"] for e in read_jsonl(run / "heldout" / "held" / "eval" / "episodes.jsonl")}
+    assert searched and evaluated and not searched & evaluated
     monkeypatch.setattr(precheck, "GAP_THRESHOLD_PP", -1000.0)  # every family gains this much
     assert main(argv) == 0
     assert "Pre-check passed" in capsys.readouterr().out
@@ -56,7 +73,7 @@ def test_the_precheck_runs_end_to_end_refuses_below_the_threshold_and_goes_on_wh
 
 @pytest.mark.parametrize(("extra", "message"), [
     (["--preset", "synthetic"], "--preset does not apply to --family"),
-    (["--seeds", "3"], "--seeds does not apply to --family"),
+    (["--runs", "3"], "--runs does not apply to --family"),
     (["--set", "max_train_samples=512"], "max_train_samples per instance type"),
     (["--selection-seeds", "0"], "--family needs selection seeds"),
 ])

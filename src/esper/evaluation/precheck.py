@@ -18,18 +18,20 @@ from pathlib import Path
 from typing import Any
 
 from esper.env import EpisodeResult
+from esper.evaluation.episodes import EpisodePlan
 from esper.evaluation.phases import Phase, PhaseRunner
 from esper.evaluation.portfolio import GAP_THRESHOLD_PP, portfolio
 from esper.evaluation.regime import frontier_gaps, static_width_labels
 from esper.evaluation.results import ComparisonResult
 from esper.evaluation.runs import Cost, episodes_cost
-from esper.evaluation.selection import BEST_FIXED, run_selection
+from esper.evaluation.selection import BEST_FIXED, Selection, run_selection
 from esper.evaluation.study import selection_plan
 from esper.runtime.families import SCORES, Family, InstanceType, family_task
 from esper.runtime.rundir import write_json_atomic, write_text_atomic
 from esper.simic.ppo.config import TrainingConfig
 
-__all__ = ["PRECHECK_FILE", "Precheck", "run_precheck", "type_config", "type_scores"]
+__all__ = ["PRECHECK_FILE", "STATIC", "Precheck", "Runners", "architectures", "run_precheck", "type_config",
+           "type_scores", "with_portfolio"]
 
 PRECHECK_FILE = "precheck.json"
 STATIC = "static"
@@ -126,8 +128,26 @@ def _merged(results: Sequence[ComparisonResult]) -> ComparisonResult:
                                           seed=results[0].seed)
 
 
-def run_precheck(family: Family, config: TrainingConfig, path: Path, seeds: int,
-                 runner: Callable[[TrainingConfig], PhaseRunner], max_test_samples: int | None = None) -> Precheck:
+def with_portfolio(selection: Selection, run: PhaseRunner, plan: EpisodePlan, path: Path, name: str,
+                   wanted: Sequence[str], seeds: int) -> ComparisonResult:
+    """A type's selection rounds and one phase more (`path`) on the same selection seeds, running the specs of
+    `wanted` the search has not tried there, as one comparison."""
+    tried = {c for r in selection.rounds for c in r.controllers}
+    specs = [c for c in dict.fromkeys(wanted) if c not in tried]
+    return _merged([*selection.rounds, run(Phase(name, path, plan, specs, specs, seeds))])
+
+
+def architectures(scores: dict[str, float]) -> dict[str, float]:
+    """The scores of fixed architectures (`fixed:` specs and the static host): what SBS and VBS choose from."""
+    return {c: v for c, v in scores.items() if c == STATIC or c.startswith("fixed:")}
+
+
+Runners = Callable[[TrainingConfig], PhaseRunner]
+"""The phase runner of an instance type's setting (its type config)."""
+
+
+def run_precheck(family: Family, config: TrainingConfig, path: Path, seeds: int, runner: Runners,
+                 max_test_samples: int | None = None) -> Precheck:
     """The pre-check (see the module docstring) on `seeds` selection seeds per training type, each type's phases in
     `path`/TYPE/ (selection/round-N/, portfolio/); `runner(type config)` runs a phase. Writes precheck.json and
     summary.md in `path`."""
@@ -136,19 +156,14 @@ def run_precheck(family: Family, config: TrainingConfig, path: Path, seeds: int,
         type_conf = type_config(config, family, itype)
         plans[itype.name] = (type_conf, selection_plan(type_conf, max_test_samples))
         selections[itype.name] = run_selection(plans[itype.name][1], path / itype.name / "selection", seeds,
-                                               runner(type_conf), with_rules=False)
+                                               runner(type_conf), kinds=(BEST_FIXED,))
     best_fixed = {t: s.chosen[BEST_FIXED] for t, s in selections.items()}
-    extra = static_width_labels() if family.score == "frontier_gflops" else [STATIC]
-    merged: dict[str, ComparisonResult] = {}
-    for t, (type_conf, plan) in plans.items():
-        tried = {c for r in selections[t].rounds for c in r.controllers}
-        specs = [*extra, *sorted(set(best_fixed.values()) - tried)]
-        portfolio_round = runner(type_conf)(Phase(f"portfolio on {t}", path / t / "portfolio", plan, specs, specs,
-                                                  seeds))
-        merged[t] = _merged([*selections[t].rounds, portfolio_round])
-    val = {t: type_scores(r, family.score, "val") for t, r in merged.items()}
+    statics = static_width_labels() if family.score == "frontier_gflops" else [STATIC]
+    merged = {t: with_portfolio(selections[t], runner(type_conf), plan, path / t / "portfolio", f"portfolio on {t}",
+                                [*statics, *sorted(best_fixed.values())], seeds)
+              for t, (type_conf, plan) in plans.items()}
+    val = {t: architectures(type_scores(r, family.score, "val")) for t, r in merged.items()}
     test = {t: type_scores(r, family.score, "test") for t, r in merged.items()}
-    val = {t: {c: v for c, v in scores.items() if c == STATIC or c.startswith("fixed:")} for t, scores in val.items()}
     chosen = portfolio(val, list(val))
     check = Precheck(family.key, family.score, best_fixed, chosen.sbs, chosen.vbs, val, test,
                      {t: episodes_cost(r.episodes) for t, r in merged.items()}, threshold=GAP_THRESHOLD_PP)

@@ -87,12 +87,15 @@ RunRound = Callable[[int, list[str]], ComparisonResult]
 """Runs (or continues) selection round n on the given candidates and returns its comparison."""
 
 
+BOTH = (BEST_FIXED, BEST_RULE)
+
+
 def greedy_selection(space: ActionSpace, slots: Sequence[str], max_modules: int, run_round: RunRound, *,
-                     with_rules: bool = True) -> Selection:
-    """The greedy rounds (see the module docstring), each run by `run_round`, and best-fixed and best-rule (without
-    `with_rules`, best-fixed alone: the rules are not run)."""
+                     kinds: Sequence[str] = BOTH) -> Selection:
+    """The greedy rounds (see the module docstring), each run by `run_round`, and the chosen `kinds` (best-fixed,
+    best-rule or both; the candidates of a kind not asked for are not run)."""
     fixed, rules = selection_candidates(space, slots)
-    rules = rules if with_rules else []
+    fixed, rules = (fixed if BEST_FIXED in kinds else []), (rules if BEST_RULE in kinds else [])
     candidates = [*fixed, *rules]
     rounds: list[ComparisonResult] = []
     means: dict[str, float] = {}
@@ -102,13 +105,14 @@ def greedy_selection(space: ActionSpace, slots: Sequence[str], max_modules: int,
         more_fixed, more_rules = (greedy_extensions(means, family, candidates, space, slots, max_modules)
                                   if family else [] for family in (fixed, rules))
         fixed, rules, candidates = [*fixed, *more_fixed], [*rules, *more_rules], [*more_fixed, *more_rules]
-    chosen = {BEST_FIXED: choose_best(means, fixed)}
-    return Selection(rounds, chosen | ({BEST_RULE: choose_best(means, rules)} if rules else {}))
+    chosen = {label: choose_best(means, family) for label, family in ((BEST_FIXED, fixed), (BEST_RULE, rules))
+              if family}
+    return Selection(rounds, chosen)
 
 
-def run_selection(plan: EpisodePlan, path: Path, seeds: int, run_phase: PhaseRunner, *, with_rules: bool = True
-                  ) -> Selection:
-    """best-fixed and (`with_rules`) best-rule of `plan`'s setting, chosen on `seeds` paired episodes of its
+def run_selection(plan: EpisodePlan, path: Path, seeds: int, run_phase: PhaseRunner, *,
+                  kinds: Sequence[str] = BOTH) -> Selection:
+    """The chosen `kinds` (best-fixed, best-rule) of `plan`'s setting, chosen on `seeds` paired episodes of its
     (selection) seed stream in greedy rounds, each a phase of its own in `path`/round-N; every round's table is saved
     in `path`/summary.md."""
 
@@ -116,7 +120,7 @@ def run_selection(plan: EpisodePlan, path: Path, seeds: int, run_phase: PhaseRun
         return run_phase(Phase(f"selection round {n}", path / f"round-{n}", plan, candidates, candidates, seeds))
 
     selection = greedy_selection(plan.task.action_space, plan.slots, plan.max_seeds or len(plan.slots), run_round,
-                                 with_rules=with_rules)
+                                 kinds=kinds)
     write_text_atomic(path / SUMMARY, selection_markdown(selection.rounds, selection.chosen))
     return selection
 
@@ -126,14 +130,17 @@ def selection_markdown(rounds: Sequence[ComparisonResult], chosen: dict[str, str
     seeds, best first."""
     stats = {c: (n, r.per_controller[c]) for n, r in enumerate(rounds, 1) for c in r.controllers}
     ranked = sorted(stats, key=lambda c: -stats[c][1]["final_accuracy"]["mean"])
-    rules = BEST_RULE in chosen
-    lines = [f"# Selection of best-fixed{' and best-rule' if rules else ''}", "",
+    what = {BOTH: ("best-fixed and best-rule", "tries every single module, built in (`fixed:`) and grown (`grow:`), "
+                                               "and every behaviour preset; each later round adds one module in a "
+                                               "free slot to the best fixed variant and the best `grow:` rule found "),
+            (BEST_FIXED,): ("best-fixed", "tries every single module built in (`fixed:`); each later round adds one "
+                                          "module in a free slot to the best fixed variant found "),
+            (BEST_RULE,): ("best-rule", "tries every single module grown (`grow:`) and every behaviour preset; each "
+                                        "later round adds one module in a free slot to the best `grow:` rule found ")}
+    title, rounds_text = what[tuple(chosen)]
+    lines = [f"# Selection of {title}", "",
              f"Mean final validation accuracy over the selection seeds ({stats[ranked[0]][1]['episodes']}). Round 1 "
-             + ("tries every single module, built in (`fixed:`) and grown (`grow:`), and every behaviour preset; each "
-                "later round adds one module in a free slot to the best fixed variant and the best `grow:` rule found "
-                if rules else "tries every single module built in (`fixed:`); each later round adds one module in a "
-                              "free slot to the best fixed variant found ")
-             + "in the round before, until a round finds no better one. "
+             + rounds_text + "in the round before, until a round finds no better one. "
              "Chosen: " + ", ".join(f"{label} = {spec}" for label, spec in chosen.items()) + ".", "",
              "| candidate | round | val acc | ± std | params |", "|---|---|---|---|---|"]
     for c in ranked:

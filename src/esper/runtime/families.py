@@ -91,8 +91,9 @@ class InstanceType:
 
 @dataclass(frozen=True)
 class Family:
-    """A named, versioned family: its instance types, the ones `held_out` from training, the study preset whose
-    setting (episode length, validation cap, batch size, seeds) every type shares, and the `score` it reports."""
+    """A named, versioned family: its instance types, the ones `held_out` from training, the training preset whose
+    setting (episode length, validation cap, batch size) every type shares, the `score` it reports, and the size of
+    its study: `selection_seeds` per type for every search, `seeds` paired evaluation seeds per held-out type."""
 
     name: str
     version: int
@@ -100,6 +101,8 @@ class Family:
     types: tuple[InstanceType, ...]
     held_out: tuple[str, ...]
     score: Score = "test_accuracy"
+    selection_seeds: int = 3
+    seeds: int = 10
 
     def __post_init__(self) -> None:
         for t in self.types:
@@ -117,6 +120,8 @@ class Family:
             if t.variant() in held:
                 raise UserInputError(f"Family '{self.key}': training type '{t.name}' is held-out type "
                                      f"'{held[t.variant()]}' under another name")
+        if min(self.selection_seeds, self.seeds) < 1:
+            raise UserInputError(f"Family '{self.key}' needs at least one selection and one evaluation seed")
         if self.score not in SCORES:
             raise UserInputError(f"Family '{self.key}': score '{self.score}' is not one of {sorted(SCORES)}")
 
@@ -190,9 +195,9 @@ def _t(name: str, task: str, cap: int, **variant: Any) -> InstanceType:
     return InstanceType(name, task, cap, **variant)
 
 
-# Five synthetic types a narrow host, fewer samples, noise or blur make different; two held out (a corruption no
-# training type has, and a width and cap between theirs). Sized for a 2-core CPU: caps 1–2k, the 30-epoch
-# `synthetic-family` study preset.
+# Five synthetic types a narrow or wide host, fewer classes, noise or blur make different; two held out (corruptions
+# no training type has, at a width and caps between theirs). Sized for a 2-core CPU: caps 1–2k, the 30-epoch
+# `synthetic` training preset, 3 selection seeds per search, 10 evaluation seeds per held-out type.
 register_family(Family("synthetic-shift", 1, "synthetic", (
     _t("clean", "synthetic", 1024),
     _t("narrow-2k", "synthetic", 2048, width=0.5),
@@ -215,4 +220,4 @@ register_family(Family("fashion-shift", 1, "fashion_mnist", (
     _t("bright-wide-1k", "fashion_mnist", 1024, width=1.5, corruption=("brightness", 3)),
     _t("fog-2k", "fashion_mnist", 2048, corruption=("fog", 3)),
     _t("shift-narrow-6c", "fashion_mnist", 4096, width=0.75, corruption=("translation", 4), classes=6),
-), held_out=("fog-2k", "shift-narrow-6c"), score="test_accuracy"))
+), held_out=("fog-2k", "shift-narrow-6c"), selection_seeds=5, seeds=20))
