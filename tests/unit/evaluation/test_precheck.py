@@ -10,30 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from esper.env import EpisodeResult
 from esper.evaluation import precheck
 from esper.evaluation.phases import Phase, PhaseRunner
 from esper.evaluation.precheck import PRECHECK_FILE, run_precheck, type_scores
 from esper.evaluation.results import ComparisonResult
-from esper.runtime.families import Family, InstanceType, register_family
 from esper.simic.ppo.config import TrainingConfig
-
-FAMILY = register_family(Family("precheck-probe", 1, "synthetic", (
-    InstanceType("a", "synthetic", 512), InstanceType("b", "synthetic", 512, width=0.5),
-    InstanceType("held", "synthetic", 512, corruption=("fog", 2)),
-), held_out=("held",)))
-CONFIG = TrainingConfig.preset("synthetic").with_overrides(device="cpu", param_cost=None)
-Accuracy = Callable[[str, str], float]
-"""(type name, controller spec) → planted final validation accuracy (test is 1 pp below it)."""
-
-
-def _episode(controller: str, episode: int, val: float, gflops: float = 1.0) -> EpisodeResult:
-    return EpisodeResult(controller=controller, env_id=0, episode=episode, batch=0, env_seed=episode, host_width=1.0,
-                         host_params=1000, final_accuracy=val, final_loss=1.0, twin_final_accuracy=None,
-                         twin_final_loss=None, best_accuracy=val, seeds_created=0, seeds_fossilized=0, seeds_culled=0,
-                         params_added=0, action_counts={"WAIT": 1, "GERMINATE": 0, "FOSSILIZE": 0, "CULL": 0},
-                         accuracy_curve=[val], total_reward=0.0, rollbacks=0, final_test_accuracy=val - 1.0,
-                         final_test_loss=1.0, train_flops=int(gflops * 1e9))
+from unit.evaluation.family_probe import CONFIG, FAMILY, Accuracy, episode
 
 
 def _runner(accuracy: Accuracy, ran: list[tuple[str, list[str]]]) -> Callable[[TrainingConfig], PhaseRunner]:
@@ -44,7 +26,7 @@ def _runner(accuracy: Accuracy, ran: list[tuple[str, list[str]]]) -> Callable[[T
         def run(phase: Phase) -> ComparisonResult:
             assert phase.plan.task.name == config.task and phase.plan.stream.value == "selection"
             ran.append((itype, phase.specs))
-            episodes = [_episode(c, s, accuracy(itype, c)) for c in phase.specs for s in range(phase.seeds)]
+            episodes = [episode(c, s, accuracy(itype, c)) for c in phase.specs for s in range(phase.seeds)]
             return ComparisonResult.from_episodes(phase.labels, episodes, tie_threshold=0.01, seed=0)
 
         return run
@@ -101,8 +83,8 @@ def test_the_threshold_decides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 
 def test_against_the_frontier_the_static_host_scores_zero_and_others_their_gap() -> None:
     widths = {"static:0.5": (0.5, 70.0), "static": (1.0, 75.0), "static:1.5": (2.0, 77.0), "static:2": (3.0, 78.0)}
-    episodes = [_episode(c, s, acc, gflops) for c, (gflops, acc) in widths.items() for s in range(2)]
-    episodes += [_episode("fixed:norm@early", s, 80.0, 1.5) for s in range(2)]  # the frontier there: 76
+    episodes = [episode(c, s, acc, gflops) for c, (gflops, acc) in widths.items() for s in range(2)]
+    episodes += [episode("fixed:norm@early", s, 80.0, 1.5) for s in range(2)]  # the frontier there: 76
     result = ComparisonResult.from_episodes([*widths, "fixed:norm@early"], episodes, tie_threshold=0.01, seed=0)
     assert type_scores(result, "frontier_gflops", "val") == pytest.approx({"static": 0.0, "fixed:norm@early": 4.0})
     assert type_scores(result, "frontier_gflops", "test") == pytest.approx({"static": 0.0, "fixed:norm@early": 4.0})
