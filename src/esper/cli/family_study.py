@@ -65,7 +65,7 @@ def _open_study(args: argparse.Namespace, family: Family, settings: dict[str, An
         study = RunDirectory(path)
         study.write_config("study", args.argv, settings, {"data_dir": str(args.data_dir)})
         return study, True
-    check_same_arguments(path, recorded_config(path), settings)
+    check_same_arguments(path, recorded_config(path), settings, may_differ=("seeds",))
     return RunDirectory(path, resume=True), False
 
 
