@@ -29,7 +29,6 @@ events and TensorBoard logs), so each can be reported and resumed on its own.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +42,6 @@ from esper.cli.common import (
     add_worker_options,
     closing_hub,
     console,
-    emit,
     float_in,
     int_in,
     make_hub,
@@ -52,37 +50,35 @@ from esper.cli.common import (
     run_settings,
 )
 from esper.cli.compare import comparison_table
-from esper.cli.episodes import open_episode_run
+from esper.cli.family_study import __doc__ as family_doc
+from esper.cli.family_study import cmd_family_study
 from esper.cli.param_cost import resolve_auto_param_cost
 from esper.cli.report import render_report
 from esper.cli.rundirs import check_same_arguments, discard_on_error, prepare_run_dir
+from esper.cli.study_phases import measured_setting, phase_runner
 from esper.cli.train_ppo import StopAfterStep, flag_overrides, open_training_dir, train_with_stop
-from esper.env import EpisodeResult
-from esper.env.rewards import needs_twin, resolved_param_cost
-from esper.evaluation.comparison import comparison_phases, parse_controllers
-from esper.evaluation.episodes import EpisodePlan, one_test_sample
-from esper.evaluation.results import ComparisonResult
-from esper.evaluation.runs import Cost, RunLabels, episodes_cost, static_episode_cost
-from esper.evaluation.selection import BEST_FIXED, Selection, chosen_blueprints, greedy_selection, selection_markdown
+from esper.evaluation.phases import Phase
+from esper.evaluation.runs import RunLabels, episodes_cost, static_episode_cost
+from esper.evaluation.selection import BEST_FIXED, chosen_blueprints, run_selection
 from esper.evaluation.study import (
     STUDY_PRESETS,
     evaluation_plan,
     replay_seed_count,
+    replay_source_phases,
     run_config,
-    run_evaluation,
+    selection_plan,
     study_controllers,
     study_results,
+    training_cost,
 )
 from esper.evaluation.study_report import SUMMARY_FILE, convergence_line, demo_note, mark_rerun, summary_markdown
-from esper.leyline import TelemetryEventType
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import SeedStream
 from esper.runtime.devices import resolve_devices
+from esper.runtime.families import FAMILIES
 from esper.runtime.readers import SPLITS
-from esper.runtime.rows import read_rows
 from esper.runtime.rundir import (
     RunDirectory,
-    RunDirectoryError,
     checkpoints_dir,
     default_run_dir,
     holds_results,
@@ -100,8 +96,12 @@ MAX_RUNS = 100
 
 def add_study_parser(sub: Any) -> None:
     p = sub.add_parser("study", help="train K PPO controllers, then compare them with every baseline on held-out seeds",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", choices=sorted(STUDY_PRESETS), default="quick")
+                       description=f"{__doc__}\n{family_doc}", formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", choices=sorted(STUDY_PRESETS), help="the study's setting and size (default: quick)")
+    p.add_argument("--family", choices=sorted(FAMILIES),
+                   help="a study across a task family's instance types, beginning with its pre-check (see below)")
+    p.add_argument("--ignore-precheck", action="store_true",
+                   help="with --family: go on where the pre-check finds too little for a per-run controller to win")
     p.add_argument("--runs", type=int_in(1, MAX_RUNS),
                    help="training runs, each on its own training seed stream (default: the preset's)")
     p.add_argument("--seeds", type=int_in(1, MAX_STUDY_SEEDS),
@@ -196,15 +196,6 @@ def _run_configs(args: argparse.Namespace, train_dirs: list[Path], blueprints: l
     return out
 
 
-def _measured_setting(config: TrainingConfig) -> dict[str, Any]:
-    """The training config without where its envs ran (workers change the wall time, not a single number), with
-    the λ_p its reward charged in place of the null that means "the task's"."""
-    setting = {k: v for k, v in config.to_dict().items() if k not in WORKER_FIELDS.values()}
-    setting["param_cost"] = resolved_param_cost(config.reward_family, get_task_spec(config.task),
-                                                config.charged_param_cost(), max_train_samples=config.max_train_samples)
-    return setting
-
-
 def _settings(args: argparse.Namespace, seeds: int, selection_seeds: int, runs: int) -> dict[str, Any]:
     return {"preset": args.preset, "seeds": seeds, "selection_seeds": selection_seeds, "runs": runs,
             "controllers": args.controller, "ppo": None if args.ppo is None else [str(p) for p in args.ppo],
@@ -242,96 +233,12 @@ def _train(args: argparse.Namespace, config: TrainingConfig, checkpoint: Path | 
     return not stop.requested and result.episodes_completed >= config.n_episodes
 
 
-def _phase_config(path: Path, phase: _Phase, config: TrainingConfig, settings: dict[str, Any]
-                  ) -> tuple[dict[str, Any], bool]:
-    """A phase's arguments, and whether a stored phase was of something else (then it starts over: its results
-    describe a policy, a choice or a setting that no longer exists)."""
-    phase_config = {"controllers": phase.labels, "specs": phase.specs, "episodes": phase.seeds,
-                    "seed_stream": phase.plan.stream.value, "training": _measured_setting(config),
-                    **{k: v for k, v in settings.items() if k not in ("seeds", "selection_seeds", "runs")}}
-    if not (path / "config.json").exists():
-        return phase_config, False
-    try:
-        check_same_arguments(path, recorded_config(path), phase_config, may_differ=("episodes",))
-    except RunDirectoryError:
-        return phase_config, True
-    return phase_config, False
-
-
-@dataclass(frozen=True)
-class _Phase:
-    """One paired-episode phase of a study (a selection round, a replay source, the evaluation) in its own
-    directory."""
-
-    name: str
-    path: Path
-    plan: EpisodePlan
-    specs: list[str]
-    labels: list[str]
-    seeds: int
-    match: list[str] | None = None
-
-
-def _run_phase(args: argparse.Namespace, phase: _Phase, config: TrainingConfig, settings: dict[str, Any],
-               cache: DataCache) -> ComparisonResult:
-    """Run (or continue) one phase with its own telemetry and progress."""
-    phases = comparison_phases(parse_controllers(phase.specs), phase.labels)
-    phase_config, stale = _phase_config(phase.path, phase, config, settings)
-    run_dir, resume = open_episode_run(phase.path, "compare", overwrite=stale, argv=args.argv, config=phase_config,
-                                       runtime={"data_dir": str(args.data_dir),
-                                                "param_cost": phase_config["training"]["param_cost"]}, phases=phases,
-                                       plan=phase.plan)
-    tie = args.tie_threshold if args.tie_threshold is not None else one_test_sample(phase.plan, cache)
-    hub, progress = make_hub(args, run_dir, phase_config)
-    with closing_hub(hub, run_dir):
-        emit(hub, TelemetryEventType.TRAINING_STARTED, f"study {phase.name} on {config.task}", {
-            "command": f"study {phase.name}", "task": config.task, "topology": phase.plan.task.topology,
-            "n_envs": len(phase.specs), "controllers": phase.labels, "n_episodes": phase.seeds,
-            "config": phase_config, "reward": phase.plan.describe_reward()})
-        progress.start(phase.name, phase.seeds * len(phase.specs) * config.max_epochs, round_size=len(phases[0]),
-                       done=(resume.episodes_done if resume is not None else 0) * config.max_epochs)
-        return run_evaluation(phase.plan, phase.specs, phase.labels, phase.seeds, cache, run_dir=run_dir, sink=hub,
-                              resume=resume, match=phase.match, tie_threshold=tie)
-
-
-def _select(args: argparse.Namespace, path: Path, config: TrainingConfig, settings: dict[str, Any],
-            cache: DataCache, seeds: int) -> Selection | None:
-    """best-fixed and best-rule, chosen on the selection seeds in greedy rounds (selection/round-N/, each a run
-    directory of its own); the table of every round is saved as selection/summary.md."""
-    if seeds == 0:
-        return None
-    # Nothing selection runs is the policy's, so it is recorded without the policy's blueprints: the same selection
-    # serves a study before and after --blueprints-from-selection has made its choice.
-    config = config.with_overrides(blueprints=None)
-    plan = evaluation_plan(config, SeedStream.SELECTION, args.max_test_samples)
-
-    def run_round(n: int, candidates: list[str]) -> ComparisonResult:
-        return _run_phase(args, _Phase(f"selection round {n}", path / f"round-{n}", plan, candidates, candidates,
-                                       seeds), config, settings, cache)
-
-    selection = greedy_selection(plan.task.action_space, plan.slots, plan.max_seeds or len(plan.slots), run_round)
-    write_text_atomic(path / "summary.md", selection_markdown(selection.rounds, selection.chosen))
-    return selection
-
-
-def _replay_sources(args: argparse.Namespace, path: Path, config: TrainingConfig, settings: dict[str, Any],
-                    cache: DataCache, train_dirs: list[Path], seeds: int) -> list[ComparisonResult]:
-    """Each run's final policy on the first `seeds` selection seeds (replay-source/run-<r>/): the episodes its
-    open-loop replay is read from, none of them an evaluation episode."""
-    plan = evaluation_plan(config, SeedStream.SELECTION, args.max_test_samples)
-    return [_run_phase(args, _Phase(f"replay source of run {r}", path / f"run-{r}", plan,
-                                    [f"ppo:{checkpoints_dir(d) / 'final.pt'}"], [RunLabels(r).final], seeds),
-                       config, settings, cache) for r, d in enumerate(train_dirs)]
-
-
-def _training_cost(config: TrainingConfig, train_dir: Path, twin_episode: Cost) -> Cost:
-    """What training run `train_dir` cost: its episodes plus the static twin each group trained beside them."""
-    episodes = read_rows(train_dir / EpisodeResult.FILE, EpisodeResult)
-    twins = len(episodes) // config.group_size if needs_twin(config.reward_family) else 0
-    return episodes_cost(episodes, twins, twin_episode)
-
-
 def cmd_study(args: argparse.Namespace) -> int:
+    if args.family is not None:
+        return cmd_family_study(args)
+    if args.ignore_precheck:
+        raise UserInputError("--ignore-precheck overrides the pre-check of a --family study: drop it or pass --family")
+    args.preset = args.preset or "quick"
     preset = STUDY_PRESETS[args.preset]
     seeds = args.seeds or preset.seeds
     selection_seeds = preset.selection_seeds if args.selection_seeds is None else args.selection_seeds
@@ -354,7 +261,9 @@ def cmd_study(args: argparse.Namespace) -> int:
     console.print(f"Study directory: [bold]{path}[/bold] ({runs} training run(s); "
                   f"tensorboard --logdir {path})")
     with discard_on_error(study, fresh=fresh, errors=USER_ERRORS):
-        selection = _select(args, path / "selection", config, settings, cache, selection_seeds)
+        selection = None if selection_seeds == 0 else run_selection(
+            selection_plan(config, args.max_test_samples), path / "selection", selection_seeds,
+            phase_runner(args, config.with_overrides(blueprints=None), settings, cache))
         chosen = selection.chosen if selection is not None else {}
         if args.blueprints_from_selection:
             configs = _run_configs(args, train_dirs, chosen_blueprints(chosen[BEST_FIXED]))
@@ -366,24 +275,25 @@ def cmd_study(args: argparse.Namespace) -> int:
                                   f"(--run-dir {path}).")
                     return EXIT_INTERRUPTED
         replay_dirs = [path / "replay-source" / f"run-{r}" for r in range(runs)]
-        sources = _replay_sources(args, path / "replay-source", config, settings, cache, train_dirs,
-                                  replay_seed_count(selection_seeds))
+        run_phase = phase_runner(args, config, settings, cache)
+        sources = [run_phase(p) for p in replay_source_phases(
+            path / "replay-source", evaluation_plan(config, SeedStream.SELECTION, args.max_test_samples), train_dirs,
+            replay_seed_count(selection_seeds))]
         specs, labels = study_controllers(preset.baselines, train_dirs, replay_dirs, chosen, args.controller)
         plan = evaluation_plan(config, max_test_samples=args.max_test_samples,
                                allow_setting_change=args.allow_setting_change)
         match = [RunLabels(r).final for r in range(runs)] if "static:matched" in preset.baselines else None
-        comparison = _run_phase(args, _Phase("evaluation", path / "eval", plan, specs, labels, seeds, match),
-                                config, settings, cache)
+        comparison = run_phase(Phase("evaluation", path / "eval", plan, specs, labels, seeds, match))
     twin = static_episode_cost(comparison)
     results = study_results(
         comparison, runs, chosen=chosen,
         selection=None if selection is None else episodes_cost(e for r in selection.rounds for e in r.episodes),
-        training=[_training_cost(c, d, twin) for (c, _), d in zip(configs, train_dirs, strict=True)],
+        training=[training_cost(c, d, twin) for (c, _), d in zip(configs, train_dirs, strict=True)],
         replay_sources=[episodes_cost(s.episodes) for s in sources])
     reward = plan.describe_reward()
     title = f"esper study --preset {args.preset} ({config.task}; reward {reward})"
     comparison.write(study, {"study": {"preset": args.preset, "seeds": seeds, "selection_seeds": selection_seeds,
-                                       "reward": reward, "training": _measured_setting(config), "chosen": chosen,
+                                       "reward": reward, "training": measured_setting(config), "chosen": chosen,
                                        **results.to_dict()}})
     summary = path / SUMMARY_FILE
     write_text_atomic(summary, summary_markdown(comparison, results, title=title,

@@ -106,30 +106,37 @@ def _axis_value(axis: str) -> Callable[[EpisodeResult], float]:
     return lambda e: float(e.host_params + e.params_added)
 
 
-def frontier_gaps(result: ComparisonResult, axis: str, widths: Sequence[float] = FRONTIER_WIDTHS
-                  ) -> dict[str, FrontierGap]:
-    """For every controller other than the static widths: test accuracy minus the accuracy of the static host
-    interpolated (piecewise linearly, per paired seed) at the controller's training GFLOPs (`axis` "gflops") or
-    final parameter count ("params"). Positive: better than widening the static host at the same cost."""
+def _accuracy(split: str) -> Callable[[EpisodeResult], float | None]:
+    if split == "test":
+        return lambda e: e.final_test_accuracy
+    return lambda e: e.final_accuracy
+
+
+def frontier_gaps(result: ComparisonResult, axis: str, widths: Sequence[float] = FRONTIER_WIDTHS, *,
+                  split: str = "test") -> dict[str, FrontierGap]:
+    """For every controller other than the static widths: test accuracy (final validation accuracy with `split`
+    "val", for choices that must not see the test split) minus the accuracy of the static host interpolated
+    (piecewise linearly, per paired seed) at the controller's training GFLOPs (`axis` "gflops") or final parameter
+    count ("params"). Positive: better than widening the static host at the same cost."""
     statics = static_width_labels(widths)
     if not set(statics) <= set(result.controllers):
         return {}
     by = {c: sorted((e for e in result.episodes if e.controller == c), key=lambda e: e.episode)
           for c in result.controllers}
-    value = _axis_value(axis)
+    value, accuracy = _axis_value(axis), _accuracy(split)
     out: dict[str, FrontierGap] = {}
     for label in result.controllers:
-        if label in statics or any(e.final_test_accuracy is None for e in by[label]):
+        if label in statics or any(accuracy(e) is None for e in by[label]):
             continue
         per_seed: list[float | None] = []
         for i, episode in enumerate(by[label]):
-            points = sorted((value(by[s][i]), by[s][i].final_test_accuracy or 0.0) for s in statics)
+            points = sorted((value(by[s][i]), accuracy(by[s][i]) or 0.0) for s in statics)
             x = value(episode)
             if not points[0][0] <= x <= points[-1][0]:
                 per_seed.append(None)
                 continue
             reached = float(np.interp(x, [p[0] for p in points], [p[1] for p in points]))
-            per_seed.append((episode.final_test_accuracy or 0.0) - reached)
+            per_seed.append((accuracy(episode) or 0.0) - reached)
         known = [d for d in per_seed if d is not None]
         full = len(known) == len(per_seed)
         out[label] = {"axis": axis, "mean_delta": statistics.fmean(known) if full else None,

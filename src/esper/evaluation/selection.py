@@ -11,15 +11,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from esper.datagen.configs import POLICY_PRESETS
+from esper.evaluation.episodes import EpisodePlan
+from esper.evaluation.phases import Phase, PhaseRunner
 from esper.evaluation.results import ComparisonResult
 from esper.leyline import ActionSpace
+from esper.runtime.rundir import write_text_atomic
 from esper.tamiyo import FIXED, GROW, fixed_variants, module_extensions
 from esper.tamiyo.fixed import parse_fixed_modules
 
 __all__ = ["BEST_FIXED", "BEST_RULE", "Selection", "choose_best", "chosen_blueprints", "greedy_extensions",
-           "greedy_selection", "rule_candidates", "selection_candidates", "selection_markdown"]
+           "greedy_selection", "rule_candidates", "run_selection", "selection_candidates", "selection_markdown"]
+
+SUMMARY = "summary.md"
 
 BEST_FIXED, BEST_RULE = "best-fixed", "best-rule"
 
@@ -81,9 +87,15 @@ RunRound = Callable[[int, list[str]], ComparisonResult]
 """Runs (or continues) selection round n on the given candidates and returns its comparison."""
 
 
-def greedy_selection(space: ActionSpace, slots: Sequence[str], max_modules: int, run_round: RunRound) -> Selection:
-    """The greedy rounds (see the module docstring), each run by `run_round`, and best-fixed and best-rule."""
+BOTH = (BEST_FIXED, BEST_RULE)
+
+
+def greedy_selection(space: ActionSpace, slots: Sequence[str], max_modules: int, run_round: RunRound, *,
+                     kinds: Sequence[str] = BOTH) -> Selection:
+    """The greedy rounds (see the module docstring), each run by `run_round`, and the chosen `kinds` (best-fixed,
+    best-rule or both; the candidates of a kind not asked for are not run)."""
     fixed, rules = selection_candidates(space, slots)
+    fixed, rules = (fixed if BEST_FIXED in kinds else []), (rules if BEST_RULE in kinds else [])
     candidates = [*fixed, *rules]
     rounds: list[ComparisonResult] = []
     means: dict[str, float] = {}
@@ -91,9 +103,26 @@ def greedy_selection(space: ActionSpace, slots: Sequence[str], max_modules: int,
         rounds.append(run_round(len(rounds) + 1, candidates))
         means.update({c: rounds[-1].per_controller[c]["final_accuracy"]["mean"] for c in candidates})
         more_fixed, more_rules = (greedy_extensions(means, family, candidates, space, slots, max_modules)
-                                  for family in (fixed, rules))
+                                  if family else [] for family in (fixed, rules))
         fixed, rules, candidates = [*fixed, *more_fixed], [*rules, *more_rules], [*more_fixed, *more_rules]
-    return Selection(rounds, {BEST_FIXED: choose_best(means, fixed), BEST_RULE: choose_best(means, rules)})
+    chosen = {label: choose_best(means, family) for label, family in ((BEST_FIXED, fixed), (BEST_RULE, rules))
+              if family}
+    return Selection(rounds, chosen)
+
+
+def run_selection(plan: EpisodePlan, path: Path, seeds: int, run_phase: PhaseRunner, *,
+                  kinds: Sequence[str] = BOTH) -> Selection:
+    """The chosen `kinds` (best-fixed, best-rule) of `plan`'s setting, chosen on `seeds` paired episodes of its
+    (selection) seed stream in greedy rounds, each a phase of its own in `path`/round-N; every round's table is saved
+    in `path`/summary.md."""
+
+    def run_round(n: int, candidates: list[str]) -> ComparisonResult:
+        return run_phase(Phase(f"selection round {n}", path / f"round-{n}", plan, candidates, candidates, seeds))
+
+    selection = greedy_selection(plan.task.action_space, plan.slots, plan.max_seeds or len(plan.slots), run_round,
+                                 kinds=kinds)
+    write_text_atomic(path / SUMMARY, selection_markdown(selection.rounds, selection.chosen))
+    return selection
 
 
 def selection_markdown(rounds: Sequence[ComparisonResult], chosen: dict[str, str]) -> str:
@@ -101,12 +130,18 @@ def selection_markdown(rounds: Sequence[ComparisonResult], chosen: dict[str, str
     seeds, best first."""
     stats = {c: (n, r.per_controller[c]) for n, r in enumerate(rounds, 1) for c in r.controllers}
     ranked = sorted(stats, key=lambda c: -stats[c][1]["final_accuracy"]["mean"])
-    lines = ["# Selection of best-fixed and best-rule", "",
+    what = {BOTH: ("best-fixed and best-rule", "tries every single module, built in (`fixed:`) and grown (`grow:`), "
+                                               "and every behaviour preset; each later round adds one module in a "
+                                               "free slot to the best fixed variant and the best `grow:` rule found "),
+            (BEST_FIXED,): ("best-fixed", "tries every single module built in (`fixed:`); each later round adds one "
+                                          "module in a free slot to the best fixed variant found "),
+            (BEST_RULE,): ("best-rule", "tries every single module grown (`grow:`) and every behaviour preset; each "
+                                        "later round adds one module in a free slot to the best `grow:` rule found ")}
+    title, rounds_text = what[tuple(chosen)]
+    lines = [f"# Selection of {title}", "",
              f"Mean final validation accuracy over the selection seeds ({stats[ranked[0]][1]['episodes']}). Round 1 "
-             f"tries every single module, built in (`fixed:`) and grown (`grow:`), and every behaviour preset; each "
-             f"later round adds one module in a free slot to the best fixed variant and the best `grow:` rule found "
-             f"in the round before, until a round finds no better one. "
-             f"Chosen: " + ", ".join(f"{label} = {spec}" for label, spec in chosen.items()) + ".", "",
+             + rounds_text + "in the round before, until a round finds no better one. "
+             "Chosen: " + ", ".join(f"{label} = {spec}" for label, spec in chosen.items()) + ".", "",
              "| candidate | round | val acc | ± std | params |", "|---|---|---|---|---|"]
     for c in ranked:
         n, s = stats[c]

@@ -16,8 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from esper.env import EpisodeResult
+from esper.env.rewards import needs_twin
 from esper.evaluation.comparison import ComparisonResult, check_controllers, parse_controllers, run_comparison
 from esper.evaluation.episodes import EpisodePlan
+from esper.evaluation.phases import Phase
 from esper.evaluation.regime import convergence, frontier_gaps, has_headroom, headroom, static_width_labels
 from esper.evaluation.resume import ResumePoint
 from esper.evaluation.runs import (
@@ -28,18 +31,21 @@ from esper.evaluation.runs import (
     RunLabels,
     aggregate_table,
     costs_to_obtain,
+    episodes_cost,
     run_rows,
 )
 from esper.evaluation.selection import BEST_FIXED, BEST_RULE
 from esper.leyline import TelemetrySink
 from esper.leyline.seeding import SeedStream, run_seed
 from esper.runtime.devices import resolve_devices
+from esper.runtime.rows import read_rows
 from esper.runtime.rundir import RunDirectory, checkpoints_dir
 from esper.runtime.tasks import DataCache, get_task_spec
 from esper.simic.ppo.config import TrainingConfig
 
 __all__ = ["REFERENCES", "STUDY_PRESETS", "StudyPreset", "StudyResults", "evaluation_plan", "replay_seed_count",
-           "run_config", "run_evaluation", "study_controllers", "study_results"]
+           "replay_source_phases", "run_config", "run_evaluation", "selection_plan", "study_controllers",
+           "study_results", "training_cost"]
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,27 @@ def evaluation_plan(config: TrainingConfig, stream: SeedStream = SeedStream.EVAL
         param_cost=config.charged_param_cost(), gamma=config.gamma, stream=stream,
         workers=config.worker_options(), allow_setting_change=allow_setting_change, lr_schedule=config.lr_schedule,
     )
+
+
+def selection_plan(config: TrainingConfig, max_test_samples: int | None = None) -> EpisodePlan:
+    """The selection seeds' episodes in the study's setting. Nothing selection runs is the policy's, so the plan (and
+    the setting its phases record) leaves out the policy's blueprints: the same selection serves a study before and
+    after --blueprints-from-selection has made its choice."""
+    return evaluation_plan(config.with_overrides(blueprints=None), SeedStream.SELECTION, max_test_samples)
+
+
+def replay_source_phases(path: Path, plan: EpisodePlan, train_dirs: Sequence[Path], seeds: int) -> list[Phase]:
+    """Each run's final policy on the first `seeds` episodes of `plan` (the selection stream), in
+    `path`/run-<r>/: the episodes its open-loop replay is read from, none of them an evaluation episode."""
+    return [Phase(f"replay source of run {r}", path / f"run-{r}", plan, [f"ppo:{checkpoints_dir(d) / 'final.pt'}"],
+                  [RunLabels(r).final], seeds) for r, d in enumerate(train_dirs)]
+
+
+def training_cost(config: TrainingConfig, train_dir: Path, twin_episode: Cost) -> Cost:
+    """What training run `train_dir` cost: its episodes plus the static twin each group trained beside them."""
+    episodes = read_rows(train_dir / EpisodeResult.FILE, EpisodeResult)
+    twins = len(episodes) // config.group_size if needs_twin(config.reward_family) else 0
+    return episodes_cost(episodes, twins, twin_episode)
 
 
 def study_controllers(baselines: Sequence[str], train_dirs: Sequence[Path], replay_dirs: Sequence[Path],

@@ -60,13 +60,15 @@ def _blur(x: Tensor, severity: int, seeds: Tensor) -> Tensor:
     radius = 1 + severity
     offsets = torch.arange(-radius, radius + 1, dtype=torch.float32)
     kernels = torch.exp(-(offsets.view(1, -1) ** 2) / (2 * sigma.view(-1, 1) ** 2))
-    kernels = kernels / kernels.sum(1, keepdim=True)  # (N, K): separable, applied per image by grouped convolution
-    n, c, h, w = x.shape
-    flat = x.reshape(1, n * c, h, w)
-    weight = kernels.repeat_interleave(c, 0)
-    flat = F.conv2d(F.pad(flat, (radius, radius, 0, 0), mode="replicate"), weight.view(n * c, 1, 1, -1), groups=n * c)
-    flat = F.conv2d(F.pad(flat, (0, 0, radius, radius), mode="replicate"), weight.view(n * c, 1, -1, 1), groups=n * c)
-    return flat.view(n, c, h, w)
+    kernels = kernels / kernels.sum(1, keepdim=True)  # (N, K): separable, one kernel per image
+    # A weighted sum of shifted copies rather than a (grouped) convolution: elementwise arithmetic in a fixed order,
+    # so an image's result is the same bits whichever other images share its batch.
+    _, _, h, w = x.shape
+    taps = [kernels[:, k].view(-1, 1, 1, 1) for k in range(2 * radius + 1)]
+    rows = F.pad(x, (radius, radius, 0, 0), mode="replicate")
+    x = sum((t * rows[..., k:k + w] for k, t in enumerate(taps)), torch.zeros_like(x))
+    cols = F.pad(x, (0, 0, radius, radius), mode="replicate")
+    return sum((t * cols[..., k:k + h, :] for k, t in enumerate(taps)), torch.zeros_like(x))
 
 
 def _affine(x: Tensor, theta: Tensor) -> Tensor:

@@ -31,9 +31,11 @@ leaving no plateau for seeds; at 0.9 it plateaus near 75 % by epoch ~10 while a 
 a task a small host learns to 70–80 % with about 5 pp of headroom that more capacity can claim."""
 _CHUNK = 128
 _PAIR_TABLE = torch.tensor(TEXTURE_PAIRS)
+STEADY_CONTRAST = 0.85
+"""The contrast of every image without photometric jitter: the middle of the jittered range (0.5–1.2)."""
 
 
-def _chunk(seed: int, split: Split, chunk_index: int) -> tuple[Tensor, Tensor]:
+def _chunk(seed: int, split: Split, chunk_index: int, jitter: bool) -> tuple[Tensor, Tensor]:
     """Generate `_CHUNK` images with a generator of their own."""
     g = torch.Generator().manual_seed(derive_seed("synthetic", seed, split, chunk_index))
     n = _CHUNK
@@ -65,17 +67,21 @@ def _chunk(seed: int, split: Split, chunk_index: int) -> tuple[Tensor, Tensor]:
 
     contrast = 0.5 + 0.7 * torch.rand(n, 1, 1, 1, generator=g)
     brightness = 0.3 * torch.randn(n, 3, 1, 1, generator=g)
+    if not jitter:  # drawn all the same, so the noise (and every image's content) matches its jittered twin
+        contrast, brightness = torch.full_like(contrast, STEADY_CONTRAST), torch.zeros_like(brightness)
     noise = torch.randn(n, 3, IMAGE_SIZE, IMAGE_SIZE, generator=g).mul_(NOISE_STD)
     return noise.add_(brightness).addcmul_(mix, contrast), labels
 
 
-def generate_synthetic_images(seed: int, split: Split) -> tuple[Tensor, Tensor]:
+def generate_synthetic_images(seed: int, split: Split, *, jitter: bool = True) -> tuple[Tensor, Tensor]:
     """float32 images (N, 3, 32, 32), already on the scale the model sees (no normalization), and int64 labels.
 
-    Stored as float rather than uint8 because the values are unbounded (Gaussian brightness and noise).
+    Stored as float rather than uint8 because the values are unbounded (Gaussian brightness and noise). Without
+    `jitter` every image has the same contrast and no per-channel brightness shift (a task family varies it); the
+    labels, textures and noise stay those of the jittered images.
     """
     n = SYNTHETIC_SPLIT_SIZES[split]
-    chunks = [_chunk(seed, split, i) for i in range(-(-n // _CHUNK))]
+    chunks = [_chunk(seed, split, i, jitter) for i in range(-(-n // _CHUNK))]
     return torch.cat([c[0] for c in chunks])[:n], torch.cat([c[1] for c in chunks])[:n]
 
 

@@ -15,12 +15,13 @@ from esper.leyline.seeding import derive_seed
 from esper.runtime.array_tasks import arrays_task  # importing it registers the npz: and folder: forms
 from esper.runtime.builtin_tasks import SYNTHETIC_DATA_SEED  # importing it registers esper's own tasks
 from esper.runtime.data import DeviceDataset
+from esper.runtime.family_tasks import instance_task  # importing it registers the family: form
 from esper.runtime.readers import SPLITS, Split, fashion_mnist_directory
 from esper.runtime.task_registry import TASKS, register_task, register_task_form
 from esper.runtime.task_spec import DataOptions, TaskSpec, image_task
 
 __all__ = ["SYNTHETIC_DATA_SEED", "TASKS", "DataCache", "DataOptions", "TaskSpec", "arrays_task", "data_source",
-           "draw_subset", "get_task_spec", "image_task", "register_task", "register_task_form"]
+           "draw_subset", "get_task_spec", "image_task", "instance_task", "register_task", "register_task_form"]
 
 
 def data_source(task: str, options: DataOptions) -> str:

@@ -143,7 +143,7 @@ def test_tasks_register_in_one_place_and_build_on_first_use() -> None:
 
 def test_esper_s_own_tasks_and_forms_are_registered_the_same_way() -> None:
     assert {"synthetic", "cifar10", "fashion_mnist", "tinystories"} <= set(TASKS)
-    assert [f.usage for f in TASKS.forms()] == ["folder:DIR", "npz:PATH.npz"]
+    assert [f.usage for f in TASKS.forms()] == ["family:FAMILY/TYPE", "folder:DIR", "npz:PATH.npz"]
 
 
 def test_a_file_task_names_its_run_directory_by_form_and_stem(tmp_path: Path) -> None:

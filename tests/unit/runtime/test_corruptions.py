@@ -14,15 +14,16 @@ def _images(n: int = 6, c: int = 3, size: int = 16) -> torch.Tensor:
     return torch.rand(n, c, size, size, generator=torch.Generator().manual_seed(0))
 
 
+@pytest.mark.parametrize("channels", [1, 3])
 @pytest.mark.parametrize("name", sorted(CORRUPTIONS))
-def test_each_image_is_corrupted_by_its_own_seed_alone(name: str) -> None:
-    images, seeds = _images(), [11, 12, 13, 14, 15, 16]
+def test_each_image_is_corrupted_by_its_own_seed_alone(name: str, channels: int) -> None:
+    images, seeds = _images(n=12, c=channels, size=8 * channels), list(range(11, 23))
     whole = corrupt(images, name, 3, seeds)
     assert whole.shape == images.shape and torch.isfinite(whole).all()
     assert torch.equal(whole, corrupt(images, name, 3, seeds))  # the same call, the same bits
     # an image corrupted alone, or beside other images in another order, is corrupted exactly the same way
-    order = [4, 0, 5]
-    assert torch.equal(corrupt(images[order], name, 3, [seeds[i] for i in order]), whole[order])
+    for order in ([4, 0, 5], [7]):
+        assert torch.equal(corrupt(images[order], name, 3, [seeds[i] for i in order]), whole[order])
     assert not torch.equal(corrupt(images, name, 3, [s + 100 for s in seeds]), whole)  # another seed, another draw
 
 

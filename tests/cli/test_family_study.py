@@ -1,0 +1,89 @@
+"""`esper study --family` end to end on a tiny family (seconds): the pre-check runs on the training types only,
+prints its table first, keeps it in the study directory, refuses a family below the threshold (exit 3, naming
+--ignore-precheck) and goes on when told to (best-rule on the training types, each held-out type's VBS search and its
+references on evaluation seeds); flags a family study cannot take are refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from esper.cli.main import main
+from esper.evaluation import heldout, precheck
+from esper.runtime.families import Family, InstanceType, register_family
+from esper.runtime.rundir import read_jsonl
+
+pytestmark = pytest.mark.smoke
+
+TINY = register_family(Family("tiny-cli", 1, "synthetic", (
+    InstanceType("plain", "synthetic", 128), InstanceType("narrow-noisy", "synthetic", 128, width=0.5,
+                                                          corruption=("gaussian_noise", 2)),
+    InstanceType("held", "synthetic", 128, corruption=("fog", 2)),
+), held_out=("held",), selection_seeds=1, seeds=2))
+OUTPUT = ["--no-tui", "--no-tensorboard", "--telemetry-level", "minimal", "--device", "cpu"]
+STUDY = ["study", "--family", TINY.key, "--set", "max_epochs=2", "--set",
+         "max_val_samples=64", "--max-test-samples", "64", *OUTPUT]
+
+
+def test_the_precheck_runs_end_to_end_refuses_below_the_threshold_and_goes_on_when_told(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "study"
+    argv = [*STUDY, "--data-dir", str(tmp_path / "data"), "--run-dir", str(run)]
+    monkeypatch.setattr(precheck, "GAP_THRESHOLD_PP", 1000.0)  # no family gains this much
+    assert main(argv) == 3
+    out = capsys.readouterr().out
+    assert "Pre-check of family tiny-cli-v1" in out and "Pre-check refused" in out and "--ignore-precheck" in out
+    recorded = json.loads((run / "precheck" / precheck.PRECHECK_FILE).read_text())
+    assert not recorded["passed"] and set(recorded["best_fixed"]) == {"plain", "narrow-noisy"}
+    assert recorded["sbs"].startswith(("fixed:", "static"))
+    assert not (run / "precheck" / "held").exists()  # a held-out type is never searched
+    table = (run / "precheck" / "summary.md").read_text()
+    assert "| plain |" in table and "| narrow-noisy |" in table and "| held |" not in table
+    for itype in ("plain", "narrow-noisy"):
+        rounds = sorted((run / "precheck" / itype / "selection").glob("round-*"))
+        assert rounds and (run / "precheck" / itype / "portfolio" / "results.json").is_file()
+        config = json.loads((rounds[0] / "config.json").read_text())["config"]
+        assert config["training"]["task"] == f"family:tiny-cli-v1/{itype}"
+        assert config["training"]["max_train_samples"] == 128
+
+    # told to, the same study goes on from its finished pre-check: best-rule on the training types, then each held-out
+    # type's own VBS search and its references on evaluation seeds
+    assert main([*argv, "--ignore-precheck"]) == 0
+    out = capsys.readouterr().out
+    assert "overridden (--ignore-precheck)" in out and "Held-out types of family tiny-cli-v1" in out
+    assert {p.name for p in (run / "rules").iterdir() if p.is_dir()} == {"plain", "narrow-noisy"}
+    (held,) = json.loads((run / "heldout" / heldout.HELDOUT_FILE).read_text())
+    assert held["name"] == "held" and held["specs"][heldout.SBS] == recorded["sbs"]
+    assert set(held["specs"]) == {"static:0.5", "static", "static:1.5", "static:2", heldout.SBS, "best-rule",
+                                  "heuristic", heldout.VBS}
+    assert held["specs"]["best-rule"].startswith(("behavior:", "grow:"))
+    assert held["closed"][heldout.SBS] in (0.0, None) and held["search_cost"]["env_epochs"] > 0
+    evaluation = json.loads((run / "heldout" / "held" / "eval" / "config.json").read_text())["config"]
+    assert evaluation["seed_stream"] == "evaluation" and evaluation["episodes"] == TINY.seeds
+    searched = {e["env_seed"] for p in (run / "heldout" / "held").glob("*/round-*/episodes.jsonl") for e in
+                read_jsonl(p)}
+    evaluated = {e["env_seed"] for e in read_jsonl(run / "heldout" / "held" / "eval" / "episodes.jsonl")}
+    assert searched and evaluated and not searched & evaluated
+    monkeypatch.setattr(precheck, "GAP_THRESHOLD_PP", -1000.0)  # every family gains this much
+    assert main(argv) == 0
+    assert "Pre-check passed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--preset", "synthetic"], "--preset does not apply to --family"),
+    (["--runs", "3"], "--runs does not apply to --family"),
+    (["--set", "max_train_samples=512"], "max_train_samples per instance type"),
+    (["--selection-seeds", "0"], "--family needs selection seeds"),
+])
+def test_flags_a_family_study_cannot_take_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     extra: list[str], message: str) -> None:
+    assert main([*STUDY, *extra, "--run-dir", str(tmp_path / "s")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
+
+
+def test_ignore_precheck_needs_a_family(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["study", "--ignore-precheck", *OUTPUT, "--run-dir", str(tmp_path / "s")]) == 2
+    assert "--ignore-precheck" in capsys.readouterr().err
