@@ -128,7 +128,7 @@ def add_study_parser(sub: Any) -> None:
                    help="|Δ final accuracy| in pp below which a paired difference is a tie (default: one test sample)")
     add_worker_options(p)
     add_shared_options(p, seed_default=None, run_dir_name=("study", "<preset>"))
-    p.set_defaults(func=cmd_study, amp=None, reward_family=None, episodes=None, resume=None, config_json=None)
+    p.set_defaults(func=cmd_study, resume=None, config_json=None)  # effective_config reads them
 
 
 _PLACEMENT = ("device", "devices", *WORKER_FIELDS.values())
