@@ -131,7 +131,7 @@ def add_study_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_study, amp=None, reward_family=None, episodes=None, resume=None, config_json=None)
 
 
-_PLACEMENT = ("device", "devices", *WORKER_FIELDS.values())
+_PLACEMENT = ("device", "devices", *WORKER_FIELDS)
 """Overrides that change where a study runs, not what it measures."""
 
 
@@ -199,7 +199,7 @@ def _run_configs(args: argparse.Namespace, train_dirs: list[Path], blueprints: l
 def _measured_setting(config: TrainingConfig) -> dict[str, Any]:
     """The training config without where its envs ran (workers change the wall time, not a single number), with
     the λ_p its reward charged in place of the null that means "the task's"."""
-    setting = {k: v for k, v in config.to_dict().items() if k not in WORKER_FIELDS.values()}
+    setting = {k: v for k, v in config.to_dict().items() if k not in WORKER_FIELDS}
     setting["param_cost"] = resolved_param_cost(config.reward_family, get_task_spec(config.task),
                                                 config.charged_param_cost(), max_train_samples=config.max_train_samples)
     return setting

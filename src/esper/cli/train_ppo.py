@@ -87,9 +87,9 @@ def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
                          ("init_datasets", getattr(args, "init_dataset", None))):
         if value is not None:
             changes[field] = value
-    for flag, field in (*WORKER_FIELDS.items(), ("threads", "threads")):
-        if getattr(args, flag, None) is not None:
-            changes[field] = getattr(args, flag)
+    for field in (*WORKER_FIELDS, "threads"):
+        if getattr(args, field) is not None:
+            changes[field] = getattr(args, field)
     if args.seed is not None:
         changes["seed"] = args.seed
     return changes

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from esper.datagen.executors import ProcessPoolEpisodeExecutor, SerialExecutor
 
 from esper.datagen.configs import ActionProbabilities, RewardComponents, StepMetadata, state_hash
-from esper.datagen.executors import ProcessPoolEpisodeExecutor, SerialExecutor
 from esper.datagen.orchestrator import GenerationOrchestrator
 from esper.datagen.plans import EpisodeTask, TwinPlan
 from esper.datagen.policies import BehaviorPolicy

@@ -15,8 +15,6 @@ from typing import Any
 
 import pytest
 import torch
-
-import esper
 from esper.datagen.executors import (
     EpisodeExecutor,
     ProcessPoolEpisodeExecutor,
@@ -24,6 +22,8 @@ from esper.datagen.executors import (
     SerialExecutor,
     WorkerError,
 )
+
+import esper
 from esper.datagen.orchestrator import PROGRESS_FILE, GenerationOrchestrator
 from esper.datagen.plans import create_generation_matrix
 from esper.datagen.schema import validate_episode

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from esper.datagen.executors import SerialExecutor
+
 from esper.datagen.orchestrator import (
     PROGRESS_FILE,
     EpisodeRejectedError,

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from esper.datagen.executors import EpisodeExecutor, ProcessPoolEpisodeExecutor, RayEpisodeExecutor, SerialExecutor
 
 import esper
-from esper.datagen.executors import EpisodeExecutor, ProcessPoolEpisodeExecutor, RayEpisodeExecutor, SerialExecutor
 from esper.datagen.generate import GenerateOptions, generate_episode, generate_twin
 from esper.datagen.orchestrator import PROGRESS_FILE, GenerationOrchestrator
 from esper.datagen.reader import read_episodes

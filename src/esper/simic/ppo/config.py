@@ -10,7 +10,7 @@ import json
 import math
 from typing import Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, StrictInt, ValidationInfo, field_validator, model_validator
 
 from esper.env.rewards import AUTO_PARAM_COST, RewardFamily, SparseRewardConfig
 from esper.leyline import CANONICAL_SLOTS, LifecycleOp, ordered_slots
@@ -34,10 +34,10 @@ from esper.leyline.constants import (
 )
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import MAX_BASE_SEED
-from esper.runtime.actors import WorkerOptions
 from esper.runtime.optim import LRSchedule
 from esper.runtime.strict_config import StrictConfig
 from esper.runtime.tasks import get_task_spec
+from esper.runtime.workers import Executor, WorkerOptions, cuda_device_count
 
 _SPARSE_DEFAULTS = SparseRewardConfig()
 
@@ -103,8 +103,6 @@ BOUNDS: dict[str, tuple[float, float, bool]] = {
     "param_budget": (1, 10**12, False),
     "param_penalty_weight": (0.0, 1e6, False),
     "sparse_reward_scale": (0.0, 1e6, True),
-    "n_workers": (0, MAX_ENVS, False),
-    "threads": (1, 1024, False),
 }
 
 
@@ -160,9 +158,11 @@ class TrainingConfig(StrictConfig):
     param_budget: int = _SPARSE_DEFAULTS.param_budget
     param_penalty_weight: float = _SPARSE_DEFAULTS.param_penalty_weight
     sparse_reward_scale: float = _SPARSE_DEFAULTS.sparse_reward_scale
-    n_workers: int = 0  # worker processes (or Ray actors) the env groups spread over; 0: all in this process
-    threads: int = 1  # intra-op threads of every process of the run (its floats depend on it; placement does not)
-    executor: Literal["process", "ray"] = "process"
+    # Where the env groups run (WorkerOptions checks them): `workers` processes or Ray actors (0: all in this
+    # process); `threads`: intra-op threads of every process of the run (its floats depend on it; placement does not)
+    workers: StrictInt = 0
+    threads: StrictInt = 1
+    executor: Executor = "process"
     ray_address: str | None = None  # an existing Ray cluster (default: a local one started for the run)
 
     @field_validator("task")
@@ -233,8 +233,6 @@ class TrainingConfig(StrictConfig):
             (self.n_envs % self.group_size == 0, "n_envs must be a multiple of group_size"),
             (self.n_episodes % self.group_size == 0, "n_episodes must be a multiple of group_size"),
             (self.advantage != "group" or self.group_size > 1, "the group advantage needs group_size >= 2"),
-            (self.executor != "ray" or self.n_workers >= 1, "executor 'ray' needs n_workers >= 1"),
-            (self.ray_address is None or self.executor == "ray", "ray_address needs executor 'ray'"),
             (self.reward_family == RewardFamily.GAP or self.param_cost is None,
              "param_cost only applies to reward_family 'gap'"),
             (self.init_from is None or (self.init_from.startswith("iql:") and len(self.init_from) > 4),
@@ -246,6 +244,7 @@ class TrainingConfig(StrictConfig):
             if not ok:
                 raise UserInputError(message)
         self.blueprint_indices()
+        self.worker_options()
         if self.reward_family != RewardFamily.SPARSE:
             changed = [k for k in ("param_budget", "param_penalty_weight", "sparse_reward_scale")
                        if getattr(self, k) != getattr(_SPARSE_DEFAULTS, k)]
@@ -276,10 +275,10 @@ class TrainingConfig(StrictConfig):
         return self.param_cost
 
     def worker_options(self) -> WorkerOptions:
-        """Where the env groups run. Placement only: any number of workers computes the same run."""
-        cuda = {d for d in (self.devices or [self.device]) if d.startswith("cuda")}
-        gpus = min(1.0, len(cuda) / self.n_workers) if self.executor == "ray" and cuda and self.n_workers else 0.0
-        return WorkerOptions(self.n_workers, self.executor, self.ray_address, self.threads, gpus)
+        """Where the env groups run (Ray actors sharing the env devices' GPUs). Placement only: any number of
+        workers computes the same run."""
+        return WorkerOptions(self.workers, self.executor, self.ray_address, self.threads,
+                             cuda_device_count(self.devices or [self.device]))
 
     # ------------------------------------------------------------------ construction
 
