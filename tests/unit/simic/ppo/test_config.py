@@ -24,7 +24,7 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "initial_op_bias": {}, "blueprints": None, "use_telemetry": True,
     "reward_family": "gap", "param_cost": None, "group_size": 4, "advantage": "gae", "param_budget": 500000,
     "param_penalty_weight": 0.1, "sparse_reward_scale": 1.0, "init_from": None, "init_datasets": None,
-    "n_workers": 0, "threads": 1, "executor": "process", "ray_address": None,
+    "workers": 0, "threads": 1, "executor": "process", "ray_address": None,
 }
 _CPU_SYNTHETIC = {"task": "synthetic", "max_train_samples": 2048, "max_val_samples": 512, "n_epochs": 4,
                   "minibatch_size": 64}
@@ -264,13 +264,27 @@ def test_numbers_must_be_finite_and_in_range(changes: dict[str, Any], field: str
 
 def test_every_numeric_field_is_bounded() -> None:
     """A new numeric field must get a range in BOUNDS (or be deliberately a bool/str/list; a dict of numbers, like
-    initial_op_bias, bounds its values in a validator of its own)."""
+    initial_op_bias, bounds its values in a validator of its own; WorkerOptions bounds the worker fields)."""
     from esper.simic.ppo.config import BOUNDS
 
     numeric = {name for name, f in TrainingConfig.model_fields.items()
                if any(t in str(f.annotation) for t in ("int", "float")) and "bool" not in str(f.annotation)
                and not str(f.annotation).startswith("dict")}
-    assert numeric == set(BOUNDS)
+    assert numeric == set(BOUNDS) | {"workers", "threads"}
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"workers": -1}, r"workers must be an integer in \[0, 256\]"),
+    ({"workers": True}, "workers"),
+    ({"threads": 0}, r"threads must be an integer in \[1, 1024\]"),
+    ({"executor": "ray"}, "The Ray executor needs workers >= 1"),
+    ({"ray_address": "head:6379"}, "--ray-address needs --executor ray"),
+])
+def test_worker_fields_are_checked_by_the_worker_options(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        TrainingConfig.from_dict(changes)
+    assert TrainingConfig.from_dict({"workers": 2, "executor": "ray", "devices": ["cuda:0"], "n_envs": 4}
+                                    ).worker_options().gpus_per_worker == 0.5
 
 
 @pytest.mark.parametrize("field", ["seed", "n_envs", "hidden_dim", "max_epochs", "lr", "max_grad_norm"])
