@@ -132,8 +132,6 @@ def _wait_for(predicate: Any, seconds: float) -> bool:
     return predicate()
 
 
-
-
 SYNTHETIC = ["--task", "synthetic", "--max-epochs", "4", "--max-train-samples", "64", "--max-val-samples", "32"]
 
 
