@@ -14,9 +14,9 @@ depend on how many workers computed them. More cores are put to use by more work
 Every worker loads the plugins this process has loaded (`esper.runtime.plugins`), in the same order, before it builds
 its object, so user blueprints and tasks exist wherever the work runs.
 
-A worker process ignores Ctrl+C (the caller decides when to stop), exits on its own when its parent disappears (so a
-killed run leaves no orphan), and a worker that dies makes the pending `result` raise `WorkerFailed` at once, naming
-the worker. Every command that runs workers stops on it with one line, and its rerun resumes.
+A worker process ignores Ctrl+C from its start (the caller decides when to stop), exits on its own when its parent
+disappears (so a killed run leaves no orphan), and a worker that dies makes the pending `result` raise `WorkerFailed`
+at once, naming the worker. Every command that runs workers stops on it with one line, and its rerun resumes.
 """
 
 from __future__ import annotations
@@ -119,6 +119,7 @@ def _serve(factory: Callable[..., Any], args: tuple[Any, ...], threads: int, con
     """A worker process: load the run's plugins, build the object, then answer calls until told to stop or
     orphaned."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops its workers; Ctrl+C is for it alone
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a Ctrl+C during the start-up is dropped now
     torch.set_num_threads(threads)
     try:
         load_plugins(plugins, installed=False)
@@ -157,7 +158,14 @@ class ProcessActor(Actor):
         self._conn, child = ctx.Pipe()
         self._process = ctx.Process(target=_serve, args=(factory, args, threads, child, os.getpid(), loaded_plugins()),
                                     daemon=True, name=f"esper-{name}")
-        self._process.start()
+        # Ctrl+C at a terminal reaches the whole process group: a worker still importing (before `_serve` ignores
+        # it) would die printing a traceback. So the worker starts with SIGINT blocked, and this process takes one
+        # that arrived meanwhile when it unblocks.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            self._process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         child.close()
         self._waiting = True  # for the constructor's answer
 

@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from esper.runtime.actors import ActorPool
+from esper.runtime.actors import ActorPool, ProcessActor
 from esper.runtime.workers import WorkerFailed, WorkerOptions
 
 
@@ -84,6 +84,15 @@ def test_a_killed_worker_is_reported_at_once_with_its_index() -> None:
             pool.call(Counter.nap, [(0.1,), (60.0,)])
         assert failure.value.actor == 1
         assert time.monotonic() - started < 10
+
+
+def test_a_worker_ignores_ctrl_c_from_its_start() -> None:
+    """Ctrl+C at a terminal reaches every process of the group, a worker still importing torch included."""
+    with ActorPool(WorkerOptions(1, threads=1), Counter, (0,)) as pool:
+        worker = pool.actors[0]
+        assert isinstance(worker, ProcessActor) and worker.pid is not None
+        os.kill(worker.pid, signal.SIGINT)
+        assert pool.call(Counter.add, [(1,)]) == [1]
 
 
 def test_leaving_the_pool_stops_its_workers() -> None:
