@@ -26,6 +26,7 @@ import multiprocessing as mp
 import os
 import pickle
 import signal
+import threading
 import traceback
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -114,12 +115,30 @@ class LocalActor(Actor):
         raise value
 
 
+@contextlib.contextmanager
+def _children_ignore_ctrl_c() -> Iterator[None]:
+    """Processes started inside the block ignore SIGINT from their first instruction.
+
+    Ctrl+C at a terminal reaches the whole process group, and a worker still importing torch (before `_serve` can
+    ignore it) would die printing a traceback. An ignored signal stays ignored across exec, and Python then installs
+    no KeyboardInterrupt handler, so this process ignores SIGINT while it starts one (a few milliseconds; signal
+    dispositions belong to the main thread, so elsewhere the worker is protected once `_serve` runs)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
 def _serve(factory: Callable[..., Any], args: tuple[Any, ...], threads: int, conn: Connection, parent: int,
            plugins: tuple[str, ...]) -> None:
     """A worker process: load the run's plugins, build the object, then answer calls until told to stop or
     orphaned."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops its workers; Ctrl+C is for it alone
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a Ctrl+C during the start-up is dropped now
     torch.set_num_threads(threads)
     try:
         load_plugins(plugins, installed=False)
@@ -158,14 +177,8 @@ class ProcessActor(Actor):
         self._conn, child = ctx.Pipe()
         self._process = ctx.Process(target=_serve, args=(factory, args, threads, child, os.getpid(), loaded_plugins()),
                                     daemon=True, name=f"esper-{name}")
-        # Ctrl+C at a terminal reaches the whole process group: a worker still importing (before `_serve` ignores
-        # it) would die printing a traceback. So the worker starts with SIGINT blocked, and this process takes one
-        # that arrived meanwhile when it unblocks.
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        try:
+        with _children_ignore_ctrl_c():
             self._process.start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         child.close()
         self._waiting = True  # for the constructor's answer
 
