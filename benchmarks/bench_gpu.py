@@ -61,12 +61,12 @@ def scaling_table(base: TrainingConfig, envs: list[int], workers: bool, cache: D
     first: float | None = None
     for k in envs:
         for placement in placements:
-            n_workers = k // base.group_size if placement is None else placement
-            config = base.with_overrides(n_envs=k, n_episodes=2 * k, n_workers=n_workers)
+            count = k // base.group_size if placement is None else placement
+            config = base.with_overrides(n_envs=k, n_episodes=2 * k, workers=count)
             rate, wall, gpu = ppo_rate(config, cache, root)
             first = first or rate
             single.setdefault(placement, rate)
-            where = "in process" if n_workers == 0 else f"{n_workers} worker{'s' * (n_workers > 1)}"
+            where = "in process" if count == 0 else f"{count} worker{'s' * (count > 1)}"
             table.add_row(str(k), where, f"{rate:.2f}", f"{rate / single[placement]:.2f}", f"{rate / first:.2f}",
                           f"{wall:.1f}", "—" if gpu is None else f"{gpu:.0f}")
     return table

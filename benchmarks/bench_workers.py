@@ -140,7 +140,7 @@ def main() -> None:
         for k in args.envs:
             in_process: float | None = None
             for w in args.workers:
-                config = base.with_overrides(n_envs=k, n_episodes=2 * k, n_workers=w)
+                config = base.with_overrides(n_envs=k, n_episodes=2 * k, workers=w)
                 rate, wall, gpu = ppo_rate(config, cache, root)
                 first = first or rate
                 in_process = rate if w == 0 else in_process
@@ -154,7 +154,7 @@ def main() -> None:
                 compare.add_column(column, justify="right")
             baseline: float | None = None
             for w in args.workers:
-                rate = compare_rate(base.with_overrides(n_workers=w), args.compare_episodes, cache, root)
+                rate = compare_rate(base.with_overrides(workers=w), args.compare_episodes, cache, root)
                 baseline = baseline or rate
                 compare.add_row("in process" if w == 0 else str(w), f"{rate:.2f}", f"{rate / baseline:.2f}")
             console.print(compare)

@@ -120,16 +120,16 @@ def _parser_of(prog: str) -> argparse.ArgumentParser:
 
 
 @pytest.mark.parametrize(("prog", "cls", "renamed"), [
-    ("esper train ppo", TrainingConfig, {"n_episodes": "--episodes", "n_workers": "--workers"}),
+    ("esper train ppo", TrainingConfig, {"n_episodes": "--episodes"}),
     ("esper train iql", IQLConfig, {}),
     ("esper evaluate-offline", OPEConfig, {}),
 ])
 def test_every_config_field_has_one_flag_of_its_name(prog: str, cls: type[StrictConfig],
                                                      renamed: dict[str, str]) -> None:
-    """One name per setting from flag to config to logs (two fields keep the flags users know them by)."""
+    """One name per setting from flag to config to logs (n_episodes keeps the flag users know it by)."""
     flags: dict[str, list[str]] = {}
     for action in _parser_of(prog)._actions:
-        field = "n_workers" if action.dest == "workers" else action.dest  # the worker flags' own name
+        field = action.dest
         if field in cls.model_fields:
             flags.setdefault(field, []).extend(s for s in action.option_strings if not s.startswith("--no-"))
     assert flags == {name: [renamed.get(name, "--" + name.replace("_", "-"))] for name in cls.model_fields}

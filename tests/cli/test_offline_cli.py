@@ -25,7 +25,7 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("offline") / "data"
     code = main(["datagen", "--output-dir", str(out), "--task", "synthetic", "--envs", "baseline", "--policies",
                  "random", "baseline", "periodic", "--episodes-per-combo", "2", "--max-epochs", "4",
-                 "--max-train-samples", "96", "--max-val-samples", "48", "--executor", "serial"])
+                 "--max-train-samples", "96", "--max-val-samples", "48"])
     assert code in (0, 1)  # a tiny dataset may fail the diversity health checks, which is not what is tested here
     return out
 

@@ -39,7 +39,7 @@ def test_a_group_epoch_reads_the_host_at_most_twice_outside_the_decision() -> No
     with SyncCounter() as counter:
         for epoch in range(1, EPOCHS + 1):
             before = counter.total
-            observations, _, _ = host.measure(every_event)
+            observations = host.measure(every_event).observations
             measured.append(counter.total - before)
             with counter.phase("decision"):
                 decisions = decide_all(controllers, observations) if epoch < EPOCHS else None

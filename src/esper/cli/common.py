@@ -32,13 +32,13 @@ from esper.leyline import (
 from esper.leyline.constants import MAX_BATCH, MAX_EPISODE_LENGTH, MAX_SAMPLES
 from esper.leyline.seeding import MAX_BASE_SEED
 from esper.nissa import NissaHub, ProgressBackend, build_hub
-from esper.runtime.actors import WorkerFailed, WorkerOptions
 from esper.runtime.devices import DeviceError
 from esper.runtime.optim import LR_SCHEDULES
 from esper.runtime.param_costs import ParamCost
 from esper.runtime.readers import DatasetFormatError, Split
 from esper.runtime.rundir import RUN_DIR_NAME, RunDirectory
 from esper.runtime.tasks import TASKS, DataCache, DataOptions, TaskSpec, data_source, get_task_spec
+from esper.runtime.workers import MAX_THREADS, MAX_WORKERS, WorkerFailed, WorkerOptions, cuda_device_count
 from esper.simic.ppo.config import MAX_EPISODES
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -208,26 +208,30 @@ def add_episode_options(p: argparse.ArgumentParser, *, episodes: int, task: str 
 
 
 def add_worker_options(p: argparse.ArgumentParser) -> None:
-    """Where envs run. Placement only: a fixed-seed CPU run writes the same logs with any number of workers."""
+    """Where the work runs, the same flags on every command that runs workers. Placement only: a fixed-seed CPU run
+    writes the same files with any number of workers."""
     g = p.add_argument_group("parallel workers")
-    g.add_argument("--workers", type=int_in(0, 256),
-                   help="spread env groups (or paired episodes) over N worker processes or Ray actors "
-                        "(default 0: everything in this process)")
+    g.add_argument("--workers", type=int_in(0, MAX_WORKERS),
+                   help="spread the work (env groups, paired episodes, datagen's twins and episodes) over N worker "
+                        "processes or Ray actors (default 0: everything in this process)")
     g.add_argument("--executor", choices=["process", "ray"],
                    help="local worker processes (default) or Ray actors ('pip install esper[dist]')")
     g.add_argument("--ray-address", help="an existing Ray cluster (default: a local one, started for the run)")
-    g.add_argument("--threads", type=int_in(1, 1024),
+    g.add_argument("--threads", type=int_in(1, MAX_THREADS),
                    help="torch intra-op threads of every process of the run (default 1; the numbers depend on it, "
                         "so use --workers, not threads, to put more cores to work)")
 
 
-WORKER_FIELDS = {"workers": "n_workers", "executor": "executor", "ray_address": "ray_address"}
-"""The flags that choose where envs run (never what they compute), and the TrainingConfig fields they set."""
+WORKER_FIELDS = ("workers", "executor", "ray_address")
+"""The flags that choose where the work runs (never what it computes), named as the TrainingConfig fields they set;
+--threads sets `threads` too, but the numbers depend on it."""
 
 
-def worker_options(args: argparse.Namespace) -> WorkerOptions:
-    return WorkerOptions(workers=args.workers or 0, executor=args.executor or "process",
-                         ray_address=args.ray_address, threads=args.threads or 1)
+def worker_options(args: argparse.Namespace, devices: Iterable[str | torch.device]) -> WorkerOptions:
+    """The worker flags as options (an unset flag keeps the default), Ray actors sharing the CUDA devices among
+    `devices`."""
+    given = {name: getattr(args, name) for name in (*WORKER_FIELDS, "threads") if getattr(args, name) is not None}
+    return WorkerOptions(**given, cuda_devices=cuda_device_count(devices))
 
 
 PRESENTATION = frozenset({"run_dir", "runs_root", "overwrite", "no_tui", "no_tensorboard", "telemetry_level", "debug",

@@ -2,8 +2,9 @@
 
 Examples:
     esper datagen --output-dir data/datagen_synth --task synthetic --envs baseline wide deep --episodes-per-combo 2 \\
-        --max-epochs 15 --max-train-samples 512 --max-val-samples 256 --executor pool --workers 2
-    esper datagen --output-dir data/datagen_cifar --task cifar10 --param-cost 0.5 --executor ray --gpus-per-episode 0.25
+        --max-epochs 15 --max-train-samples 512 --max-val-samples 256 --workers 2
+    esper datagen --output-dir data/datagen_cifar --task cifar10 --param-cost 0.5 --devices cuda:0 --workers 4 \\
+        --executor ray
     esper datagen --health-check data/datagen_synth
     esper datagen export data/datagen_synth --format minari --out esper/synthetic-v0
 
@@ -29,15 +30,15 @@ from esper.cli.common import (
     SEED,
     add_plugin_option,
     add_scale_options,
+    add_worker_options,
     console,
-    float_in,
     int_in,
     task_name,
+    worker_options,
 )
 from esper.cli.config_flags import value_type
 from esper.cli.datagen_summary import print_summary
 from esper.datagen.configs import ENVIRONMENT_PRESETS, POLICY_PRESETS
-from esper.datagen.executors import EpisodeExecutor, ProcessPoolEpisodeExecutor, RayEpisodeExecutor, SerialExecutor
 from esper.datagen.export import EXPORT_FORMATS, export_minari
 from esper.datagen.generate import (
     DEFAULT_MAX_EPOCHS,
@@ -47,13 +48,16 @@ from esper.datagen.generate import (
     generate_twin,
 )
 from esper.datagen.health import DatasetHealthCheck, save_report
+from esper.datagen.jobs import GenerationJobs, JobHost, generation_pool
 from esper.datagen.orchestrator import GenerationOrchestrator
 from esper.datagen.plans import GenerationPlan, TwinPlan, create_generation_matrix
 from esper.datagen.reader import check_resumable, read_episodes
 from esper.leyline.errors import UserInputError
+from esper.runtime.actors import ActorPool
 from esper.runtime.devices import resolve_device
 from esper.runtime.param_costs import ParamCost
 from esper.runtime.tasks import DataOptions, get_task_spec
+from esper.runtime.workers import WorkerOptions
 
 HEALTH_FILE = "health_report.json"
 EXIT_UNHEALTHY = EXIT_ERROR
@@ -84,18 +88,15 @@ def add_datagen_parser(sub: Any) -> None:
     g.add_argument("--data-dir", type=Path, default=Path("data"), help="dataset root (CIFAR-10)")
     g.add_argument("--download", action="store_true", help="download CIFAR-10 into --data-dir if it is missing")
     g = p.add_argument_group("execution")
-    g.add_argument("--executor", choices=("serial", "pool", "ray"), default="serial")
-    g.add_argument("--workers", type=int_in(1, 256), default=2, help="pool processes, or CPUs of a local Ray cluster")
-    g.add_argument("--devices", nargs="+", default=["cpu"], help="pool: worker i runs on devices[i mod n]; serial: "
-                   "the first")
-    g.add_argument("--ray-address", help="an existing Ray cluster (default: start a local one)")
-    g.add_argument("--gpus-per-episode", type=float_in(0.0, 64.0), default=0.0, help="Ray GPU share per episode")
+    g.add_argument("--devices", nargs="+", default=["cpu"], help="worker i computes on devices[i mod n] (in process: "
+                   "the first); Ray actors share the CUDA devices named (at most one GPU each)")
     g.add_argument("--max-retries", type=int_in(0, 100), default=2,
                    help="retries of a failed episode before giving up on it")
     g.add_argument("--force-new-matrix", action="store_true",
                    help="start over in a directory that holds another matrix's progress")
     g.add_argument("--retry-failed", action="store_true", help="retry episodes that failed permanently before")
     g.add_argument("--dry-run", action="store_true", help="print the matrix and exit")
+    add_worker_options(p)
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     add_plugin_option(p)
     p.set_defaults(func=cmd_datagen)
@@ -144,23 +145,12 @@ def _check_matrix_args(args: argparse.Namespace) -> None:
         raise UserInputError(f"--max-retries must be >= 0, got {args.max_retries}")
 
 
-def _executor(args: argparse.Namespace) -> EpisodeExecutor:
-    if args.executor == "ray":
-        if args.devices != ["cpu"]:
-            raise UserInputError("--devices places serial and pool workers; Ray places episodes on GPUs itself "
-                                 "(--gpus-per-episode)")
-        try:
-            return RayEpisodeExecutor(args.ray_address, args.gpus_per_episode,
-                                      num_cpus=None if args.ray_address else args.workers)
-        except ImportError as error:
-            raise UserInputError(str(error)) from None
-    if args.gpus_per_episode:
-        raise UserInputError("--gpus-per-episode applies to the Ray executor; pool workers take --devices")
-    for device in args.devices:  # a device this machine lacks fails here once, not in every episode
-        resolve_device(device)
-    if args.executor == "pool":
-        return ProcessPoolEpisodeExecutor(args.workers, args.devices)
-    return SerialExecutor(args.devices[0])
+def _workers(args: argparse.Namespace) -> WorkerOptions:
+    workers = worker_options(args, args.devices)
+    if workers.executor == "process":  # a device this machine lacks fails here once, not in every job
+        for device in args.devices:
+            resolve_device(device)
+    return workers
 
 
 def _dry_run(plans: list[GenerationPlan], options: GenerateOptions, output_dir: Path) -> int:
@@ -192,25 +182,21 @@ def cmd_datagen(args: argparse.Namespace) -> int:
     plans = create_generation_matrix(*matrix)
     if args.dry_run:
         return _dry_run(plans, options, args.output_dir)
-    executor = _executor(args)
-    try:
-        # Load (or download) the data once here, so a missing dataset fails before anything is written.
-        data = DataOptions(data_dir=args.data_dir, download=args.download)
-        get_task_spec(args.task).load(data, "train")
-        get_task_spec(args.task).load(data, "val")
-        check_resumable(args.output_dir)
-        with GenerationOrchestrator(args.output_dir, *matrix, max_retries=args.max_retries,
-                                    settings=options.settings(), force_new_matrix=args.force_new_matrix,
-                                    retry_failed=args.retry_failed) as orchestrator:
-            summary = _generate(orchestrator, executor, options)
-    finally:
-        if isinstance(executor, RayEpisodeExecutor):
-            executor.close()
+    workers = _workers(args)
+    # Load (or download) the data once here, so a missing dataset fails before anything is written.
+    data = DataOptions(data_dir=args.data_dir, download=args.download)
+    get_task_spec(args.task).load(data, "train")
+    get_task_spec(args.task).load(data, "val")
+    check_resumable(args.output_dir)
+    jobs = GenerationJobs(generate_episode, generate_twin, options)
+    with generation_pool(workers, jobs, args.devices) as pool, GenerationOrchestrator(
+            args.output_dir, *matrix, max_retries=args.max_retries, settings=options.settings(),
+            force_new_matrix=args.force_new_matrix, retry_failed=args.retry_failed) as orchestrator:
+        summary = _generate(orchestrator, pool)
     return _finish(args.output_dir, orchestrator, summary)
 
 
-def _generate(orchestrator: GenerationOrchestrator, executor: EpisodeExecutor, options: GenerateOptions
-              ) -> dict[str, Any]:
+def _generate(orchestrator: GenerationOrchestrator, pool: ActorPool[JobHost]) -> dict[str, Any]:
     """Run the pending episodes with a progress bar (a terminal) or one line per episode (logs)."""
     todo, completed_before = orchestrator.remaining_count, orchestrator.completed_count
     pending = [p for p in orchestrator.plans if not orchestrator.is_complete(p.episode_id)
@@ -256,8 +242,7 @@ def _generate(orchestrator: GenerationOrchestrator, executor: EpisodeExecutor, o
 
     with progress:
         bar = progress.add_task("episodes", total=todo, last="")
-        summary = orchestrator.run(executor, generate_episode, generate_twin, options, on_episode=on_episode,
-                                   on_twin=on_twin)
+        summary = orchestrator.run(pool, on_episode=on_episode, on_twin=on_twin)
     summary["wall_s"] = time.monotonic() - start
     summary["generated"] = summary["completed"] - completed_before
     return summary

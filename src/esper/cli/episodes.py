@@ -28,15 +28,16 @@ def episode_plan(args: argparse.Namespace, devices: list[str] | None, *, allow_s
                  ) -> EpisodePlan:
     """The paired-episode plan of the command line; an unusable reward setting fails here, before any work."""
     task = get_task_spec(args.task)
+    env_devices = resolve_devices(args.device, devices)
     reward_config(args.reward_family, task, param_cost=args.param_cost, max_train_samples=args.max_train_samples,
                   logged_only=True)
     return EpisodePlan(
         task=task, slots=ordered_slots(args.slots), max_epochs=args.max_epochs, max_seeds=args.max_seeds,
-        seed=args.seed, devices=resolve_devices(args.device, devices),
+        seed=args.seed, devices=env_devices,
         batch_size=args.batch_size or task.default_batch_size, lr_schedule=args.lr_schedule,
         max_train_samples=args.max_train_samples, max_val_samples=args.max_val_samples,
         max_test_samples=args.max_test_samples, reward_family=args.reward_family, param_cost=args.param_cost,
-        workers=worker_options(args), allow_setting_change=allow_setting_change,
+        workers=worker_options(args, env_devices), allow_setting_change=allow_setting_change,
     )
 
 

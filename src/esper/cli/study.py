@@ -131,7 +131,7 @@ def add_study_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_study, resume=None, config_json=None)  # effective_config reads them
 
 
-_PLACEMENT = ("device", "devices", *WORKER_FIELDS.values())
+_PLACEMENT = ("device", "devices", *WORKER_FIELDS)
 """Overrides that change where a study runs, not what it measures."""
 
 

@@ -29,7 +29,7 @@ def measured_setting(config: TrainingConfig) -> dict[str, Any]:
     """The training config without where its envs ran (workers change the wall time, not a single number), with
     the λ_p its reward charged in place of the null that means "the task's" (`not charged` where only logged: a
     family type's selection episodes, which no policy learns from)."""
-    setting = {k: v for k, v in config.to_dict().items() if k not in WORKER_FIELDS.values()}
+    setting = {k: v for k, v in config.to_dict().items() if k not in WORKER_FIELDS}
     setting["param_cost"] = resolved_param_cost(config.reward_family, get_task_spec(config.task),
                                                 config.charged_param_cost(), max_train_samples=config.max_train_samples,
                                                 logged_only=True)

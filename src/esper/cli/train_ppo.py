@@ -18,7 +18,6 @@ from esper.cli.common import (
     EXIT_OK,
     SCALE_FIELDS,
     USER_ERRORS,
-    WORKER_FIELDS,
     add_scale_options,
     add_shared_options,
     add_worker_options,
@@ -48,7 +47,7 @@ from esper.simic.ppo.config import PRESETS, TrainingConfig
 from esper.simic.ppo.train import PPORun, PPOTrainingResult, train_ppo
 
 PRESET_FIELDS = frozenset(k for preset in PRESETS.values() for k in preset)
-FLAGS_ELSEWHERE = frozenset({*SCALE_FIELDS, "seed", "n_workers", "threads", "executor", "ray_address"})
+FLAGS_ELSEWHERE = frozenset({*SCALE_FIELDS, "seed", "workers", "threads", "executor", "ray_address"})
 """TrainingConfig fields whose flags the shared option groups add (scale, seed, workers)."""
 
 
@@ -67,11 +66,7 @@ def add_ppo_parser(sub: Any) -> None:
 
 def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The TrainingConfig fields the command line sets (a flag wins over --set of the same field)."""
-    changes = config_changes(TrainingConfig, args)
-    for flag, field in WORKER_FIELDS.items():
-        if getattr(args, flag, None) is not None:
-            changes[field] = getattr(args, flag)
-    return changes
+    return config_changes(TrainingConfig, args)  # the worker flags are stored under their fields' names too
 
 
 def preset_of(args: argparse.Namespace) -> str:

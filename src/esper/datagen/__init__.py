@@ -13,9 +13,9 @@ from esper.datagen.configs import (
     RewardComponents,
     StepMetadata,
 )
-from esper.datagen.executors import ProcessPoolEpisodeExecutor, RayEpisodeExecutor, SerialExecutor, WorkerError
 from esper.datagen.generate import GenerateOptions, generate_episode, generate_twin
 from esper.datagen.health import DatasetHealthCheck, HealthCheckResult
+from esper.datagen.jobs import GenerationJobs, JobHost, generation_pool
 from esper.datagen.loader import REWARD_SOURCES, load_transitions
 from esper.datagen.orchestrator import GenerationOrchestrator, MatrixMismatchError
 from esper.datagen.plans import EpisodeTask, GenerationPlan, TwinPlan, create_generation_matrix
@@ -39,25 +39,24 @@ __all__ = [
     "EpisodeIndex",
     "EpisodeTask",
     "GenerateOptions",
+    "GenerationJobs",
     "GenerationOrchestrator",
     "GenerationPlan",
     "HealthCheckResult",
+    "JobHost",
     "MatrixMismatchError",
-    "ProcessPoolEpisodeExecutor",
-    "RayEpisodeExecutor",
     "ResNetHost",
     "RewardComponents",
-    "SerialExecutor",
     "StepMetadata",
     "TransitionBatch",
     "TransitionDataset",
     "TwinPlan",
-    "WorkerError",
     "create_generation_matrix",
     "create_model",
     "create_policy",
     "generate_episode",
     "generate_twin",
+    "generation_pool",
     "load_transitions",
     "read_episodes",
 ]

@@ -8,7 +8,7 @@ behaviour policy on (config, seed) starts from the same network and sees the sam
 exactly the twin measurements a live twin trained beside it would have given.
 
 `generate_twin` and `generate_episode` are the orchestrator's job functions: module-level, picklable, and
-deterministic for a fixed thread count, so every executor produces the same files.
+deterministic for a fixed thread count, so every placement of the workers produces the same files.
 """
 
 from __future__ import annotations

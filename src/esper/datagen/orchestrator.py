@@ -1,4 +1,4 @@
-"""Generation orchestrator: runs the matrix through an executor, writes every file, and survives being killed.
+"""Generation orchestrator: runs the matrix on datagen's workers, writes every file, and survives being killed.
 
 The orchestrator process is the only writer. Workers compute static twins and episodes and return them; the
 orchestrator validates each result, writes it atomically, then records it in `.generation_progress.json` (also
@@ -19,10 +19,10 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any
 
 import esper
-from esper.datagen.executors import EpisodeExecutor, JobFn
+from esper.datagen.jobs import JobHost, computed
 from esper.datagen.plans import (
     DEFAULT_BASE_SEED,
     EpisodeTask,
@@ -40,6 +40,8 @@ from esper.datagen.schema import (
 )
 from esper.env import StoredTwin
 from esper.leyline.errors import UserInputError
+from esper.runtime.actors import ActorPool
+from esper.runtime.workers import WorkerFailed
 
 try:
     import fcntl
@@ -56,7 +58,6 @@ __all__ = [
     "create_generation_matrix",
 ]
 
-Opt = TypeVar("Opt")
 PROGRESS_FILE = ".generation_progress.json"
 PROGRESS_VERSION = 1
 LOCK_FILE = ".generation.lock"
@@ -315,24 +316,17 @@ class GenerationOrchestrator:
 
     # -- driving -----------------------------------------------------------------------------------------------
 
-    def run(
-        self,
-        executor: EpisodeExecutor,
-        episode_fn: JobFn[EpisodeTask, Opt, Mapping[str, Any]],
-        twin_fn: JobFn[TwinPlan, Opt, Mapping[str, Any]],
-        options: Opt,
-        *,
-        on_episode: EpisodeCallback | None = None,
-        on_twin: TwinCallback | None = None,
-    ) -> dict[str, Any]:
-        """Generate every pending episode; returns the progress summary.
+    def run(self, pool: ActorPool[JobHost], *, on_episode: EpisodeCallback | None = None,
+            on_twin: TwinCallback | None = None) -> dict[str, Any]:
+        """Generate every pending episode on `pool`'s workers; returns the progress summary.
 
         Rounds repeat until nothing is pending: first the missing twins of the pending episodes, then every
         episode whose twin is stored. Each round completes or spends an attempt on every job it runs, so the loop
-        ends. An episode whose twin failed permanently fails permanently too.
+        ends. An episode whose twin failed permanently fails permanently too. A worker that dies spends the attempt
+        of the job it held and stops the run (`WorkerFailed`); the same command then resumes it.
         """
         while pending := self.get_next_batch(self.total_planned):
-            twins = self._prepare_twins(executor, twin_fn, options, pending, on_twin)
+            twins = self._prepare_twins(pool, pending, on_twin)
             tasks: list[EpisodeTask] = []
             for plan in pending:
                 twin_id = plan.twin.twin_id
@@ -343,7 +337,7 @@ class GenerationOrchestrator:
                     self._fail_permanently(plan.episode_id, message)
                     if on_episode is not None:
                         on_episode(plan, RuntimeError(message))
-            for task, result in executor.run(tasks, episode_fn, options):
+            for task, result in computed(pool, JobHost.episode, tasks, self._lost_episode):
                 error = result if isinstance(result, Exception) else self._try_write(task.plan, result)
                 if error is not None:
                     self.mark_failed(task.plan.episode_id, f"{type(error).__name__}: {error}")
@@ -361,11 +355,23 @@ class GenerationOrchestrator:
     def _twin_permanently_failed(self, twin_id: str) -> bool:
         return self._failed_twins.get(twin_id, {}).get("attempts", 0) > self.max_retries
 
-    def _prepare_twins(
-        self, executor: EpisodeExecutor, twin_fn: JobFn[TwinPlan, Opt, Mapping[str, Any]], options: Opt,
-        pending: Sequence[GenerationPlan], on_twin: TwinCallback | None,
-    ) -> dict[str, StoredTwin]:
-        """Stored twins of the pending episodes, computing the missing ones (each once) through the executor."""
+    def _lost_episode(self, task: EpisodeTask, lost: WorkerFailed) -> str:
+        self.mark_failed(task.plan.episode_id, f"WorkerFailed: {lost}")
+        return f"episode {task.plan.episode_id}"
+
+    def _twin_failed(self, twin: TwinPlan, error: Exception) -> None:
+        entry = self._failed_twins.setdefault(twin.twin_id, {"attempts": 0, "last_error": ""})
+        entry["attempts"] += 1
+        entry["last_error"] = f"{type(error).__name__}: {error}"
+
+    def _lost_twin(self, twin: TwinPlan, lost: WorkerFailed) -> str:
+        self._twin_failed(twin, lost)
+        self._save_progress()
+        return f"static twin {twin.twin_id}"
+
+    def _prepare_twins(self, pool: ActorPool[JobHost], pending: Sequence[GenerationPlan], on_twin: TwinCallback | None
+                       ) -> dict[str, StoredTwin]:
+        """Stored twins of the pending episodes, computing the missing ones (each once) on the pool."""
         twins: dict[str, StoredTwin] = {}
         missing: list[TwinPlan] = []
         for twin in dict.fromkeys(p.twin for p in pending):
@@ -374,7 +380,7 @@ class GenerationOrchestrator:
                 twins[twin.twin_id] = stored
             elif not self._twin_permanently_failed(twin.twin_id):
                 missing.append(twin)
-        for twin, result in executor.run(missing, twin_fn, options):
+        for twin, result in computed(pool, JobHost.twin, missing, self._lost_twin):
             failure: Exception | None = None
             try:
                 if isinstance(result, Exception):
@@ -382,9 +388,7 @@ class GenerationOrchestrator:
                 twins[twin.twin_id] = self.store_twin(twin, result)
             except Exception as error:
                 failure = error
-                entry = self._failed_twins.setdefault(twin.twin_id, {"attempts": 0, "last_error": ""})
-                entry["attempts"] += 1
-                entry["last_error"] = f"{type(error).__name__}: {error}"
+                self._twin_failed(twin, error)
             self._save_progress()
             if on_twin is not None:
                 on_twin(twin, failure)

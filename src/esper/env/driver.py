@@ -13,18 +13,20 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Concatenate, TypeVar
 
 from esper.env.groups import EnvHost, EpisodeSetting, GroupPlan, StepOutcome, wanted_events
 from esper.env.logs import EpisodeResult
 from esper.env.loop import decide_all
 from esper.leyline import TelemetrySink
-from esper.runtime.actors import ActorPool, WorkerFailed, WorkerOptions, intra_op_threads
+from esper.runtime.actors import ActorPool
 from esper.runtime.tasks import DataCache
+from esper.runtime.workers import WorkerFailed, WorkerOptions, intra_op_threads
 from esper.tamiyo import TamiyoDecision, TamiyoPolicy
 
 __all__ = ["EnvPool", "OutcomeCallback", "PoolRun"]
 
+R = TypeVar("R")
 OutcomeCallback = Callable[[list[tuple[StepOutcome, TamiyoDecision]]], None]
 """Receives the transitions an epoch completed, each with the decision (as the controller made it) it credits."""
 
@@ -73,18 +75,18 @@ class EnvPool:
         n_envs = sum(len(g.members) for g in groups)
         if len(controllers) != n_envs:
             raise ValueError(f"{n_envs} envs but {len(controllers)} controllers")
-        self._call(parts, "start", [(setting, part) for part in parts])
+        self._call(parts, EnvHost.start, [(setting, part) for part in parts])
         offsets = [0]
         for part in parts:
             offsets.append(offsets[-1] + sum(len(g.members) for g in part))
         decided: list[TamiyoDecision] = []
         for epoch in range(1, setting.max_epochs + 1):
             wanted = wanted_events(sink)
-            answers = self._call(parts, "measure", [(wanted,)] * len(parts))
-            observations = [o for obs, _, _ in answers for o in obs]
+            measured = self._call(parts, EnvHost.measure, [(wanted,)] * len(parts))
+            observations = [o for m in measured for o in m.observations]
             steps = [dataclasses.replace(s, position=offsets[i] + s.position)
-                     for i, (_, outcomes, _) in enumerate(answers) for s in outcomes]
-            _emit_all(sink, [e for _, _, events in answers for e in events])
+                     for i, m in enumerate(measured) for s in m.steps]
+            _emit_all(sink, [e for m in measured for e in m.events])
             if on_steps is not None and steps:
                 on_steps([(s, decided[s.position]) for s in steps])
             shipped: list[list[TamiyoDecision] | None] = [None] * len(parts)
@@ -93,17 +95,18 @@ class EnvPool:
                     decided = decide_all(controllers, observations)  # workers' cores, and its floats stay put
                 lean = [dataclasses.replace(d, info={}) for d in decided]  # a policy's tensors stay here
                 shipped = [lean[offsets[i]:offsets[i + 1]] for i in range(len(parts))]
-            events = self._call(parts, "conclude", [(d, wanted) for d in shipped])
+            events = self._call(parts, EnvHost.conclude, [(d, wanted) for d in shipped])
             _emit_all(sink, [e for part_events in events for e in part_events])
             if sink is not None:
                 sink.tick()
             if should_stop is not None and should_stop() and epoch < setting.max_epochs:
                 return None
-        finished = self._call(parts, "finish", [()] * len(parts))
-        return PoolRun([r for results, _, _ in finished for r in results],
-                       [m for _, models, _ in finished for m in models], sum(loads for _, _, loads in finished))
+        finished = self._call(parts, EnvHost.finish, [()] * len(parts))
+        return PoolRun([r for f in finished for r in f.results], [m for f in finished for m in f.models],
+                       sum(f.batch_loads for f in finished))
 
-    def _call(self, parts: list[list[GroupPlan]], method: str, args: list[tuple[Any, ...]]) -> list[Any]:
+    def _call(self, parts: list[list[GroupPlan]], method: Callable[Concatenate[EnvHost, ...], R],
+              args: list[tuple[Any, ...]]) -> list[R]:
         try:
             return self.actors.call(method, args)
         except WorkerFailed as error:

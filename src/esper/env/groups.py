@@ -32,7 +32,8 @@ from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 from esper.tamiyo import TamiyoDecision
 from esper.tolaria import queue_validation, validate_batch
 
-__all__ = ["EnvHost", "EpisodeSetting", "GroupPlan", "MemberPlan", "StepOutcome", "TwinEnvPlan", "wanted_events"]
+__all__ = ["EnvHost", "EpisodeSetting", "Finished", "GroupPlan", "Measured", "MemberPlan", "StepOutcome", "TwinEnvPlan",
+           "wanted_events"]
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,26 @@ class StepOutcome:
     row: dict[str, Any]
     reward: ShapedRewardComponents
     terminal: bool
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What `EnvHost.measure` answers: its envs' observations (in env order), the transitions the epoch completed,
+    and the telemetry it produced."""
+
+    observations: list[EnvObservation]
+    steps: list[StepOutcome]
+    events: list[TelemetryEvent]
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What `EnvHost.finish` answers: every env's episode result and final model (None unless the setting keeps
+    models), and how many train and validation batches the host materialized."""
+
+    results: list[EpisodeResult]
+    models: list[dict[str, Any] | None]
+    batch_loads: int
 
 
 class _Relay:
@@ -200,10 +221,8 @@ class EnvHost:
         return [twin if twin is not None and i == group.twin else MorphoEnv(member_spec(m), m.controller, twin=twin)
                 for i, m in enumerate(group.members)]
 
-    def measure(self, wanted: frozenset[TelemetryEventType]
-                ) -> tuple[list[EnvObservation], list[StepOutcome], list[TelemetryEvent]]:
-        """Train, validate and observe every env for the next epoch: the observations (in env order), the
-        transitions this epoch completed, and the telemetry it produced."""
+    def measure(self, wanted: frozenset[TelemetryEventType]) -> Measured:
+        """Train, validate and observe every env for the next epoch."""
         assert self.setting is not None, "start() before measure()"
         self.relay.wanted = wanted
         measured = [run.measure() for run in self.runs]
@@ -211,7 +230,7 @@ class EnvHost:
         position = {id(env): i for i, env in enumerate(env for run in self.runs for env in run.envs)}
         steps = [StepOutcome(s.env.env_id, position[id(s.env)], s.row().to_dict(), s.reward, s.record.is_terminal)
                  for m in measured for s in m.steps]
-        return observations, steps, self.relay.drain()
+        return Measured(observations, steps, self.relay.drain())
 
     def conclude(self, decisions: Sequence[TamiyoDecision] | None, wanted: frozenset[TelemetryEventType]
                  ) -> list[TelemetryEvent]:
@@ -227,9 +246,8 @@ class EnvHost:
             offset += n
         return self.relay.drain()
 
-    def finish(self) -> tuple[list[EpisodeResult], list[dict[str, Any] | None], int]:
-        """Every env's episode result (test-scored when the setting asks), its final model when asked, and how many
-        train and validation batches this host materialized."""
+    def finish(self) -> Finished:
+        """End the episodes: results test-scored when the setting asks, final models when it keeps them."""
         assert self.setting is not None
         results: list[EpisodeResult] = []
         models: list[dict[str, Any] | None] = []
@@ -243,7 +261,7 @@ class EnvHost:
             models += [model_checkpoint(env.model, task=self.setting.task) if self.setting.keep_models else None
                        for env in run.envs]
         self.runs = []
-        return results, models, loads
+        return Finished(results, models, loads)
 
 
 def _score_test(envs: Sequence[MorphoEnv], results: Sequence[EpisodeResult], setting: EpisodeSetting,

@@ -27,11 +27,11 @@ from esper.evaluation.stats import one_sample_pp
 from esper.leyline import TelemetryEvent, TelemetryEventType, TelemetrySink
 from esper.leyline.constants import DEFAULT_GAMMA
 from esper.leyline.seeding import SeedStream, episode_seeds
-from esper.runtime.actors import WorkerOptions
 from esper.runtime.devices import env_device_map
 from esper.runtime.optim import LRSchedule
 from esper.runtime.rundir import RunDirectory
 from esper.runtime.tasks import DataCache, TaskSpec
+from esper.runtime.workers import WorkerOptions
 from esper.tamiyo import ControllerContext, ControllerSpec, StaticPolicy, TamiyoDecision, TamiyoPolicy, host_variant
 
 __all__ = [

@@ -1,10 +1,11 @@
 """Actors: one object that answers method calls, living in this process, in a spawned worker process, or in a Ray
 actor on any machine of a cluster.
 
-Parallel env work (PPO's env groups, a comparison's paired episodes) and datagen's jobs run through these. A caller
-`submit`s a call to every actor and then collects each `result`, so the actors compute side by side while the caller
-waits. Whatever the placement the calls are the same and run in the same order, so an actor computes the same numbers
-wherever it lives; only the wall time changes.
+Parallel env work (PPO's env groups, a comparison's paired episodes) and datagen's twins and episodes run through
+these. A caller names a method of the hosted class by the method itself (`pool.call(EnvHost.measure, ...)`), so readers
+and type checkers follow it to its definition and its result type. `call` runs one call on every actor at once
+(lockstep work); `unordered` hands independent jobs to whichever actor is free and yields their results as they
+complete. Whatever the placement an actor computes the same numbers; only the wall time changes.
 
 Every process of a run computes with the same number of torch intra-op threads (`WorkerOptions.threads`, one by
 default): CPU kernels split their work by thread count, so their floats depend on it, and a run's numbers must not
@@ -13,9 +14,9 @@ depend on how many workers computed them. More cores are put to use by more work
 Every worker loads the plugins this process has loaded (`esper.runtime.plugins`), in the same order, before it builds
 its object, so user blueprints and tasks exist wherever the work runs.
 
-A worker process ignores Ctrl+C (the caller decides when to stop), exits on its own when its parent disappears (so a
-killed run leaves no orphan), and a worker that dies makes the pending `result` raise `WorkerFailed` at once, naming
-the worker.
+A worker process ignores Ctrl+C from its start (the caller decides when to stop), exits on its own when its parent
+disappears (so a killed run leaves no orphan), and a worker that dies makes the pending `result` raise `WorkerFailed`
+at once, naming the worker. Every command that runs workers stops on it with one line, and its rerun resumes.
 """
 
 from __future__ import annotations
@@ -25,82 +26,26 @@ import multiprocessing as mp
 import os
 import pickle
 import signal
+import threading
 import traceback
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from types import ModuleType, TracebackType
-from typing import Any, Literal
+from typing import Any, Concatenate, Generic, TypeVar
 
 import torch
 
-from esper.leyline.errors import UserInputError
 from esper.runtime.plugins import load_plugins, loaded_plugins
 from esper.runtime.ray_cluster import ensure_ray
+from esper.runtime.workers import WorkerFailed, WorkerOptions
 
-__all__ = ["Actor", "ActorPool", "WorkerFailed", "WorkerOptions", "intra_op_threads"]
+__all__ = ["Actor", "ActorPool"]
 
-Executor = Literal["process", "ray"]
+T = TypeVar("T")
+R = TypeVar("R")
 _POLL_S = 0.5
 _JOIN_S = 5.0
-
-
-@contextlib.contextmanager
-def intra_op_threads(threads: int) -> Iterator[None]:
-    """torch computes with `threads` intra-op threads inside the block, and as before it afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-class WorkerFailed(RuntimeError):
-    """A worker died (killed, out of memory, a crash) or could not be reached; the message names it and `actor` is
-    its index in its pool (None until the pool knows it)."""
-
-    def __init__(self, message: str, actor: int | None = None) -> None:
-        super().__init__(message)
-        self.actor = actor
-
-
-@dataclass(frozen=True)
-class WorkerOptions:
-    """Where parallel env work runs: `workers` = 0 keeps it in this process; otherwise that many worker processes
-    (`executor="process"`) or Ray actors (`executor="ray"`, on the cluster at `ray_address` or a local one), under
-    Ray with `gpus_per_worker` of a GPU each. `threads`: the intra-op threads of every process of the run, this one
-    included (it decides the float path, so it is the same wherever the work runs)."""
-
-    workers: int = 0
-    executor: Executor = "process"
-    ray_address: str | None = None
-    threads: int = 1
-    gpus_per_worker: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.workers < 0:
-            raise UserInputError(f"workers must be >= 0 (0: in this process), got {self.workers}")
-        if self.executor not in ("process", "ray"):
-            raise UserInputError(f"executor must be 'process' or 'ray', got {self.executor!r}")
-        if self.executor == "ray" and self.workers < 1:
-            raise UserInputError("The Ray executor needs workers >= 1 (--workers N): the actors it starts")
-        if self.ray_address is not None and self.executor != "ray":
-            raise UserInputError("--ray-address needs --executor ray")
-        if self.threads < 1:
-            raise UserInputError(f"threads must be >= 1, got {self.threads}")
-        if self.gpus_per_worker < 0:
-            raise UserInputError(f"gpus_per_worker must be >= 0, got {self.gpus_per_worker}")
-
-    @property
-    def in_process(self) -> bool:
-        return self.workers == 0
-
-    def describe(self) -> str:
-        if self.in_process:
-            return "in process"
-        where = f"Ray actors ({self.ray_address or 'local cluster'})" if self.executor == "ray" else "processes"
-        return f"{self.workers} worker {where}, {self.threads} thread(s) each"
 
 
 def _exception_payload(error: BaseException) -> bytes:
@@ -141,6 +86,12 @@ class Actor:
     def close(self) -> None:
         """Stop hosting the object (idempotent)."""
 
+    @staticmethod
+    def first_ready(actors: Sequence[Actor]) -> int:
+        """The index among `actors` (of this class, each with a call submitted) of one whose `result` will not
+        block, waiting for one. A local actor computes at `submit`, so each is ready."""
+        return 0
+
 
 class LocalActor(Actor):
     """The object in this process: a call runs at `submit` (so local actors run one after another)."""
@@ -162,6 +113,25 @@ class LocalActor(Actor):
         if ok:
             return value
         raise value
+
+
+@contextlib.contextmanager
+def _children_ignore_ctrl_c() -> Iterator[None]:
+    """Processes started inside the block ignore SIGINT from their first instruction.
+
+    Ctrl+C at a terminal reaches the whole process group, and a worker still importing torch (before `_serve` can
+    ignore it) would die printing a traceback. An ignored signal stays ignored across exec, and Python then installs
+    no KeyboardInterrupt handler, so this process ignores SIGINT while it starts one (a few milliseconds; signal
+    dispositions belong to the main thread, so elsewhere the worker is protected once `_serve` runs)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 def _serve(factory: Callable[..., Any], args: tuple[Any, ...], threads: int, conn: Connection, parent: int,
@@ -207,7 +177,8 @@ class ProcessActor(Actor):
         self._conn, child = ctx.Pipe()
         self._process = ctx.Process(target=_serve, args=(factory, args, threads, child, os.getpid(), loaded_plugins()),
                                     daemon=True, name=f"esper-{name}")
-        self._process.start()
+        with _children_ignore_ctrl_c():
+            self._process.start()
         child.close()
         self._waiting = True  # for the constructor's answer
 
@@ -233,6 +204,15 @@ class ProcessActor(Actor):
     def _died(self) -> WorkerFailed:
         self._process.join(timeout=_JOIN_S)
         return WorkerFailed(f"{self.name} died (exit code {self._process.exitcode})")
+
+    @staticmethod
+    def first_ready(actors: Sequence[Actor]) -> int:
+        """The first of `actors` to answer or to die."""
+        index: dict[Any, int] = {}
+        for i, actor in enumerate(actors):
+            assert isinstance(actor, ProcessActor)
+            index[actor._conn] = index[actor._process.sentinel] = i
+        return index[wait(list(index))[0]]
 
     @property
     def pid(self) -> int | None:
@@ -292,36 +272,49 @@ class RayActor(Actor):
     def pid(self) -> int:
         return int(self._ray.get(self._handle.pid.remote()))
 
+    @staticmethod
+    def first_ready(actors: Sequence[Actor]) -> int:
+        """The first of `actors` whose call Ray has finished (or failed)."""
+        refs = {actor._ref: i for i, actor in enumerate(actors) if isinstance(actor, RayActor)}
+        ray = next(a._ray for a in actors if isinstance(a, RayActor))
+        ready, _ = ray.wait(list(refs), num_returns=1)
+        return refs[ready[0]]
+
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self._ray.kill(self._handle)
 
 
-class ActorPool:
-    """`options.workers` actors hosting `factory(*args)` (one local actor when the work stays in this process).
+class ActorPool(Generic[T]):
+    """`options.workers` actors hosting `factory(*args)` (one local actor when the work stays in this process);
+    `args` may instead be a function of the actor's index (e.g. to give each its device).
 
-    While it is open this process, too, computes with `options.threads` intra-op threads. Use as a context manager:
-    leaving it stops every worker (and a Ray cluster it started) and restores this process's thread count, also on
-    an error or Ctrl+C.
+    Calls name a method of the hosted class by the method itself, and return what it returns. While the pool is
+    open this process, too, computes with `options.threads` intra-op threads. Use as a context manager: leaving it
+    stops every worker (and a Ray cluster it started) and restores this process's thread count, also on an error or
+    Ctrl+C.
     """
 
-    def __init__(self, options: WorkerOptions, factory: Callable[..., Any], args: tuple[Any, ...] = (),
-                 *, role: str = "worker") -> None:
+    def __init__(self, options: WorkerOptions, factory: Callable[..., T],
+                 args: tuple[Any, ...] | Callable[[int], tuple[Any, ...]] = (), *, role: str = "worker") -> None:
         self.options = options
+        self._factory = factory
         self._ray: ModuleType | None = None
         self._started_ray = False
         self._threads_before: int | None = torch.get_num_threads()
         torch.set_num_threads(options.threads)
+        args_of = args if callable(args) else lambda _: args
         self.actors: list[Actor] = []
         try:
             if options.in_process:
-                self.actors.append(LocalActor(f"{role} (in process)", factory, args))
+                self.actors.append(LocalActor(f"{role} (in process)", factory, args_of(0)))
             elif options.executor == "ray":
-                self._ray, self._started_ray = ensure_ray(options.ray_address)
-                self.actors += [RayActor(self._ray, f"{role} {i}", factory, args, options.threads,
+                self._ray, self._started_ray = ensure_ray(options.ray_address,
+                                                          num_cpus=options.workers * options.threads)
+                self.actors += [RayActor(self._ray, f"{role} {i}", factory, args_of(i), options.threads,
                                          options.gpus_per_worker) for i in range(options.workers)]
             else:
-                self.actors += [ProcessActor(f"{role} {i}", factory, args, options.threads)
+                self.actors += [ProcessActor(f"{role} {i}", factory, args_of(i), options.threads)
                                 for i in range(options.workers)]
         except BaseException:
             self.close()
@@ -330,14 +323,26 @@ class ActorPool:
     def __len__(self) -> int:
         return len(self.actors)
 
-    def call(self, method: str, per_actor: Sequence[tuple[Any, ...]]) -> list[Any]:
+    def _name(self, method: Callable[..., Any]) -> str:
+        """The attribute of the hosted class that holds `method` (the name the actors call it by)."""
+        if not isinstance(self._factory, type):
+            return method.__name__
+        for klass in self._factory.__mro__:
+            for name, value in vars(klass).items():
+                if value is method:
+                    return name
+        raise TypeError(f"{method.__qualname__} is not a method of {self._factory.__qualname__}, the class these "
+                        "actors host")
+
+    def call(self, method: Callable[Concatenate[T, ...], R], per_actor: Sequence[tuple[Any, ...]]) -> list[R]:
         """Call `method` on every actor at once (actor i with the arguments `per_actor[i]`) and return their
         results in actor order. The first failure raises, after every other actor has answered (or died)."""
         if len(per_actor) != len(self.actors):
             raise ValueError(f"{len(per_actor)} argument tuples for {len(self.actors)} actors")
+        name = self._name(method)
         for actor, args in zip(self.actors, per_actor, strict=True):
-            actor.submit(method, *args)
-        results: list[Any] = []
+            actor.submit(name, *args)
+        results: list[R] = []
         failure: BaseException | None = None
         for i, actor in enumerate(self.actors):
             try:
@@ -350,6 +355,36 @@ class ActorPool:
             raise failure
         return results
 
+    def unordered(self, method: Callable[Concatenate[T, ...], R], jobs: Sequence[tuple[Any, ...]]
+                  ) -> Iterator[tuple[int, R | Exception]]:
+        """Call `method` once per argument tuple of `jobs`, each on whichever actor is free, and yield (index of
+        the job, its result) as the calls complete; in this process, in job order. A call that raised yields its
+        exception instead, so one failed job never stops the others; a worker that dies raises `WorkerFailed`
+        naming the job it held."""
+        name = self._name(method)
+        queue = deque(enumerate(jobs))
+        held: dict[int, int] = {}  # actor index -> the job it computes
+        while queue or held:
+            for i, actor in enumerate(self.actors):
+                if i not in held and queue:
+                    job, args = queue.popleft()
+                    held[i] = job
+                    try:
+                        actor.submit(name, *args)
+                    except WorkerFailed as error:
+                        raise WorkerFailed(str(error), actor=i, job=job) from None
+            busy = list(held)
+            i = busy[type(self.actors[0]).first_ready([self.actors[b] for b in busy])]
+            job = held.pop(i)
+            outcome: R | Exception
+            try:
+                outcome = self.actors[i].result()
+            except WorkerFailed as error:
+                raise WorkerFailed(str(error), actor=i, job=job) from None
+            except Exception as error:
+                outcome = error
+            yield job, outcome
+
     def close(self) -> None:
         for actor in self.actors:
             actor.close()
@@ -360,7 +395,7 @@ class ActorPool:
             torch.set_num_threads(self._threads_before)
             self._threads_before = None
 
-    def __enter__(self) -> ActorPool:
+    def __enter__(self) -> ActorPool[T]:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None

@@ -1,4 +1,4 @@
-"""Ray for esper's executors: connected to the cluster at an address, or a local one started here that only this
+"""Ray for esper's workers: connected to the cluster at an address, or a local one started here that only this
 machine can reach.
 
 Ray's processes (GCS server, raylet, every worker) serve gRPC on the address of their node, and Ray does not
@@ -25,11 +25,12 @@ LOOPBACK = "127.0.0.1"
 
 
 def import_ray() -> ModuleType:
+    """Ray; its absence is the user's to fix (install the extra, or choose worker processes)."""
     try:
         import ray
     except ImportError as error:
-        raise ImportError("Ray executors need the optional [dist] extra: pip install 'esper[dist]' (or run without "
-                          "--executor ray)") from error
+        raise UserInputError("Ray workers need the optional [dist] extra: pip install 'esper[dist]' (or run without "
+                             "--executor ray)") from error
     return ray
 
 

@@ -1,7 +1,7 @@
 """Test support for datagen: schema-2.1.0 episode builders and cheap, deterministic, picklable job functions.
 
-The job functions live at module level so spawned pool workers and Ray workers can import them. Running this
-module (`python -m unit.datagen.support OUT LOG [serial|pool]`) generates a small matrix with slow fake jobs; the
+The job functions live at module level so spawned worker processes and Ray actors can import them. Running this
+module (`python -m unit.datagen.support OUT LOG WORKERS`) generates a small matrix with slow fake jobs; the
 kill-and-resume test kills it mid-run.
 """
 
@@ -21,14 +21,16 @@ from typing import Any
 import torch
 
 from esper.datagen.configs import ActionProbabilities, RewardComponents, StepMetadata, state_hash
-from esper.datagen.executors import ProcessPoolEpisodeExecutor, SerialExecutor
+from esper.datagen.jobs import GenerationJobs, JobHost, generation_pool
 from esper.datagen.orchestrator import GenerationOrchestrator
 from esper.datagen.plans import EpisodeTask, TwinPlan
 from esper.datagen.policies import BehaviorPolicy
 from esper.datagen.schema import SCHEMA_VERSION
 from esper.env.features import obs_dim
 from esper.leyline import EnvObservation
+from esper.runtime.actors import ActorPool
 from esper.runtime.tasks import get_task_spec
+from esper.runtime.workers import WorkerOptions
 
 CNN = get_task_spec("synthetic").action_space
 NUM_JOINT_ACTIONS, OBS_DIM = CNN.num_joint_actions, obs_dim(CNN)  # 43 and 80 with the built-in blueprints
@@ -117,11 +119,13 @@ def without_timestamps(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class FakeOptions:
-    """How the fake jobs behave: episode length, delay, ids that always fail, and where to log each run."""
+    """How the fake jobs behave: episode length, delay, ids that always fail, ids whose worker dies, and where to
+    log each run."""
 
     max_epochs: int = 5
     delay_s: float = 0.0
     fail_ids: frozenset[str] = frozenset()
+    crash_ids: frozenset[str] = frozenset()
     log_dir: str | None = None
 
 
@@ -144,6 +148,8 @@ def fake_episode_fn(task: EpisodeTask, options: FakeOptions, device: str) -> dic
     """A deterministic episode derived from the plan's seed and twin (the gap reward uses the twin curve)."""
     plan = task.plan
     _log(options, plan.episode_id)
+    if plan.episode_id in options.crash_ids:
+        os._exit(3)
     if plan.episode_id in options.fail_ids:
         raise RuntimeError(f"planned failure of {plan.episode_id}")
     time.sleep(options.delay_s)
@@ -161,25 +167,20 @@ def fake_episode_fn(task: EpisodeTask, options: FakeOptions, device: str) -> dic
     return episode
 
 
-def crash_or_echo(job: str, options: None, device: str) -> str:
-    """Pool robustness: "crash" kills the worker process, "fail" raises, anything else is echoed with the device."""
-    if job == "crash":
-        os._exit(3)
-    if job == "fail":
-        raise ValueError("asked to fail")
-    return f"{job}@{device}"
+def fake_pool(options: FakeOptions, workers: int = 0, episode_fn: Any = fake_episode_fn) -> ActorPool[JobHost]:
+    """Datagen workers computing the fake jobs (in this process by default)."""
+    return generation_pool(WorkerOptions(workers), GenerationJobs(episode_fn, fake_twin_fn, options))
 
 
 def main(argv: Sequence[str]) -> None:
     """Generate a small matrix with slow fake jobs (the kill-and-resume test's subject)."""
     from unit.datagen import support  # pickle the job functions by their importable name, not __main__
 
-    out, log, kind = argv[0], argv[1], argv[2]
-    executor = SerialExecutor() if kind == "serial" else ProcessPoolEpisodeExecutor(2)
+    out, log, workers = argv[0], argv[1], int(argv[2])
     options = FakeOptions(delay_s=0.25, log_dir=log)
-    with GenerationOrchestrator(out, KILL_MATRIX[0], KILL_MATRIX[1], KILL_MATRIX[2],
-                                settings={"max_epochs": options.max_epochs}) as orchestrator:
-        orchestrator.run(executor, support.fake_episode_fn, support.fake_twin_fn, options)
+    with support.fake_pool(options, workers) as pool, GenerationOrchestrator(
+            out, KILL_MATRIX[0], KILL_MATRIX[1], KILL_MATRIX[2], settings={"max_epochs": options.max_epochs}) as orch:
+        orch.run(pool)
 
 
 if __name__ == "__main__":

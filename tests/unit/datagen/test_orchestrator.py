@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from esper.datagen.executors import SerialExecutor
 from esper.datagen.orchestrator import (
     PROGRESS_FILE,
     EpisodeRejectedError,
@@ -18,7 +17,7 @@ from esper.datagen.orchestrator import (
 )
 from esper.datagen.plans import EpisodeTask, GenerationPlan, TwinPlan, paired_seed
 from esper.datagen.schema import read_json, validate_episode, write_strict_json
-from unit.datagen.support import FakeOptions, episode_ids, fake_episode_fn, fake_twin_fn, logged_runs, make_episode
+from unit.datagen.support import FakeOptions, episode_ids, fake_episode_fn, fake_pool, logged_runs, make_episode
 
 SETTINGS = {"task": "synthetic", "max_epochs": 5}
 
@@ -39,7 +38,8 @@ def logged(log: Path) -> list[str]:
 def run_all(orch: GenerationOrchestrator, log: Path, **options: Any) -> dict[str, Any]:
     log.mkdir(exist_ok=True)
     fake = FakeOptions(log_dir=str(log), **options)
-    return orch.run(SerialExecutor(), fake_episode_fn, fake_twin_fn, fake)
+    with fake_pool(fake) as pool:
+        return orch.run(pool)
 
 
 def test_init_writes_progress_and_manifest(tmp_path: Path) -> None:
@@ -80,9 +80,8 @@ def test_run_generates_every_episode_and_each_twin_once(tmp_path: Path) -> None:
     out, log = tmp_path / "out", tmp_path / "log"
     seen: list[tuple[str, Exception | None]] = []
     log.mkdir()
-    with orchestrator(out) as orch:
-        summary = orch.run(SerialExecutor(), fake_episode_fn, fake_twin_fn, FakeOptions(log_dir=str(log)),
-                           on_episode=lambda plan, error: seen.append((plan.episode_id, error)))
+    with orchestrator(out) as orch, fake_pool(FakeOptions(log_dir=str(log))) as pool:
+        summary = orch.run(pool, on_episode=lambda plan, error: seen.append((plan.episode_id, error)))
         assert summary == {"total_planned": 8, "completed": 8, "failed": 0, "remaining": 0, "progress_pct": 100.0}
         ids = [p.episode_id for p in orch.plans]
     assert sorted(i for i, _ in seen) == sorted(ids) and all(e is None for _, e in seen)
@@ -195,7 +194,8 @@ def test_malformed_episodes_are_rejected_not_written(tmp_path: Path) -> None:
     out = tmp_path / "out"
     with orchestrator(out, env_ids=["baseline"], policy_ids=["baseline"], episodes_per_combo=1,
                       max_retries=0) as orch:
-        orch.run(SerialExecutor(), bad_episode_fn, fake_twin_fn, FakeOptions())
+        with fake_pool(FakeOptions(), episode_fn=bad_episode_fn) as pool:
+            orch.run(pool)
         error = orch.failures()["baseline_baseline_0000"]
         assert error.startswith("EpisodeRejectedError") and "differs from the stored (gap)" in error
         plan = orch.plans[0]

@@ -1,5 +1,5 @@
-"""Real episodes through every executor and through a SIGKILL: the same files wherever an episode is computed, and a
-killed generation resumes with every file complete and nothing generated twice."""
+"""Real episodes on every placement of the workers and through a SIGKILL: the same files wherever an episode is
+computed, and a killed generation resumes with every file complete and nothing generated twice."""
 
 from __future__ import annotations
 
@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 
 import esper
-from esper.datagen.executors import EpisodeExecutor, ProcessPoolEpisodeExecutor, RayEpisodeExecutor, SerialExecutor
 from esper.datagen.generate import GenerateOptions, generate_episode, generate_twin
+from esper.datagen.jobs import GenerationJobs, generation_pool
 from esper.datagen.orchestrator import PROGRESS_FILE, GenerationOrchestrator
 from esper.datagen.reader import read_episodes
+from esper.runtime.workers import WorkerOptions
 from unit.datagen.support import episode_ids, without_timestamps
 
 SRC = Path(esper.__file__).resolve().parents[1]
@@ -26,31 +27,32 @@ OPTIONS = GenerateOptions.for_task("synthetic", max_epochs=3, max_train_samples=
 MATRIX = (["baseline"], ["random", "aggressive"], 1)  # two real plans sharing one twin
 
 
-def generate(out: Path, executor: EpisodeExecutor) -> dict[str, Any]:
-    with GenerationOrchestrator(out, *MATRIX, settings=OPTIONS.settings()) as orchestrator:
-        assert orchestrator.run(executor, generate_episode, generate_twin, OPTIONS)["completed"] == 2
+def generate(out: Path, workers: WorkerOptions) -> dict[str, Any]:
+    jobs = GenerationJobs(generate_episode, generate_twin, OPTIONS)
+    with GenerationOrchestrator(out, *MATRIX, settings=OPTIONS.settings()) as orchestrator, \
+            generation_pool(workers, jobs) as pool:
+        assert orchestrator.run(pool)["completed"] == 2
     files = sorted(p for p in out.rglob("*.json") if p.name != "manifest.json")
     return {str(p.relative_to(out)): without_timestamps(json.loads(p.read_text())) for p in files}
 
 
 @pytest.fixture(scope="module")
-def serial_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    files = generate(tmp_path_factory.mktemp("serial"), SerialExecutor())
+def in_process_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    files = generate(tmp_path_factory.mktemp("in_process"), WorkerOptions())
     assert len(files) == 4  # two episodes, one twin, the progress file
     return files
 
 
-def test_process_pool_writes_the_serial_files(tmp_path: Path, serial_files: dict[str, Any]) -> None:
-    assert generate(tmp_path, ProcessPoolEpisodeExecutor(2)) == serial_files
+def test_worker_processes_write_the_in_process_files(tmp_path: Path, in_process_files: dict[str, Any]) -> None:
+    assert generate(tmp_path, WorkerOptions(2)) == in_process_files
 
 
 @pytest.mark.slow
-def test_ray_writes_the_serial_files(tmp_path: Path, serial_files: dict[str, Any],
-                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ray_actors_write_the_in_process_files(tmp_path: Path, in_process_files: dict[str, Any],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("ray")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(SRC), *filter(None, [os.environ.get("PYTHONPATH")])]))
-    with RayEpisodeExecutor(num_cpus=2) as executor:
-        assert generate(tmp_path, executor) == serial_files
+    assert generate(tmp_path, WorkerOptions(2, "ray")) == in_process_files
 
 
 @pytest.mark.slow

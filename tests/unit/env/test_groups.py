@@ -6,8 +6,8 @@ from __future__ import annotations
 from esper.env.driver import EnvPool
 from esper.env.groups import EpisodeSetting, GroupPlan, MemberPlan
 from esper.env.rewards import ContributionRewardConfig
-from esper.runtime.actors import WorkerOptions
 from esper.runtime.tasks import DataCache, DataOptions
+from esper.runtime.workers import WorkerOptions
 from esper.tamiyo import RandomPolicy, StaticPolicy
 
 SETTING = EpisodeSetting("synthetic", ("early", "mid", "late"), 3, 32, ContributionRewardConfig(), 0.99,

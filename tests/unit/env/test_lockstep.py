@@ -17,8 +17,8 @@ from esper.env.logs import EpisodeResult
 from esper.env.rewards import ContributionRewardConfig, compute_reward
 from esper.env.step_record import StepRecord
 from esper.leyline import EnvObservation
-from esper.runtime.actors import WorkerOptions
 from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
+from esper.runtime.workers import WorkerOptions
 from esper.tamiyo import InvalidDecisionError, RandomPolicy, StaticPolicy, TamiyoDecision
 
 TASK = get_task_spec("synthetic")

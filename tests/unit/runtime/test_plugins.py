@@ -62,13 +62,14 @@ def test_a_plugin_module_by_name_and_the_workers_of_a_run_load_it_too(tmp_path: 
     out = _python("""
         import json
         from esper.kasmina import DEFAULT_REGISTRY
-        from esper.runtime.actors import ActorPool, WorkerOptions
+        from esper.runtime.actors import ActorPool
+        from esper.runtime.workers import WorkerOptions
         from esper.runtime.plugins import load_plugins
         from probe import Probe
 
         load_plugins(["mine"])
         with ActorPool(WorkerOptions(workers=1), Probe) as pool:
-            [worker] = pool.call("head", [()])
+            [worker] = pool.call(Probe.head, [()])
         print(json.dumps({"main": list(DEFAULT_REGISTRY.action_space("cnn").head), "worker": worker}))
     """, cwd=tmp_path, path=tmp_path)
     assert out["main"] == out["worker"] and out["worker"][-1] == "pointwise"  # type: ignore[index]

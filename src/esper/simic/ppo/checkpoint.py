@@ -43,7 +43,7 @@ __all__ = ["PPO_FORMAT", "RESUMABLE_FIELDS", "TRAINING_LABEL", "PPOLearnerState"
            "read_policy_checkpoint", "resume_config", "seed_everything", "trim_logs"]
 
 PPO_FORMAT = "esper-ppo-v2"
-RESUMABLE_FIELDS = frozenset({"n_episodes", "device", "devices", "amp", "n_workers", "executor", "ray_address"})
+RESUMABLE_FIELDS = frozenset({"n_episodes", "device", "devices", "amp", "workers", "executor", "ray_address"})
 """The only config fields a resume may change: extend the run, or move it to other hardware or other workers."""
 TRAINING_LABEL = "ppo"
 """The controller label of training episodes in steps.jsonl and episodes.jsonl."""

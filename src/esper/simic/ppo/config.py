@@ -32,11 +32,11 @@ from esper.leyline.constants import (
 )
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import MAX_BASE_SEED
-from esper.runtime.actors import WorkerOptions
 from esper.runtime.optim import LRSchedule
 from esper.runtime.param_costs import AUTO_PARAM_COST, ParamCostOrAuto
 from esper.runtime.strict_config import BatchSize, EpisodeLength, SampleCap, StrictConfig
 from esper.runtime.tasks import get_task_spec
+from esper.runtime.workers import Executor, WorkerOptions, cuda_device_count
 
 _SPARSE_DEFAULTS = SparseRewardConfig()
 
@@ -154,13 +154,13 @@ class TrainingConfig(StrictConfig):
                                               description="sparse reward's weight of parameters over the budget")
     sparse_reward_scale: Positive = Field(default=_SPARSE_DEFAULTS.sparse_reward_scale,
                                           description="sparse reward's scale")
-    n_workers: StrictInt = Field(default=0, ge=0, le=MAX_ENVS,
-                                 description="worker processes (or Ray actors) the env groups spread over; 0: all in "
-                                             "this process")
+    workers: StrictInt = Field(default=0, ge=0, le=MAX_ENVS,
+                               description="worker processes (or Ray actors) the env groups spread over; 0: all in "
+                                           "this process")
     threads: StrictInt = Field(default=1, ge=1, le=1024,
                                description="intra-op threads of every process of the run (its floats depend on it; "
                                            "placement does not)")
-    executor: Literal["process", "ray"] = "process"
+    executor: Executor = Field(default="process", description="where workers run: local processes or Ray actors")
     ray_address: str | None = None  # an existing Ray cluster (default: a local one started for the run)
 
     @field_validator("task")
@@ -203,8 +203,6 @@ class TrainingConfig(StrictConfig):
             (self.n_envs % self.group_size == 0, "n_envs must be a multiple of group_size"),
             (self.n_episodes % self.group_size == 0, "n_episodes must be a multiple of group_size"),
             (self.advantage != "group" or self.group_size > 1, "the group advantage needs group_size >= 2"),
-            (self.executor != "ray" or self.n_workers >= 1, "executor 'ray' needs n_workers >= 1"),
-            (self.ray_address is None or self.executor == "ray", "ray_address needs executor 'ray'"),
             (self.reward_family == RewardFamily.GAP or self.param_cost is None,
              "param_cost only applies to reward_family 'gap'"),
             (self.init_from is None or (self.init_from.startswith("iql:") and len(self.init_from) > 4),
@@ -216,6 +214,7 @@ class TrainingConfig(StrictConfig):
             if not ok:
                 raise UserInputError(message)
         self.blueprint_indices()
+        self.worker_options()
         if self.reward_family != RewardFamily.SPARSE:
             changed = [k for k in ("param_budget", "param_penalty_weight", "sparse_reward_scale")
                        if getattr(self, k) != getattr(_SPARSE_DEFAULTS, k)]
@@ -246,10 +245,10 @@ class TrainingConfig(StrictConfig):
         return self.param_cost
 
     def worker_options(self) -> WorkerOptions:
-        """Where the env groups run. Placement only: any number of workers computes the same run."""
-        cuda = {d for d in (self.devices or [self.device]) if d.startswith("cuda")}
-        gpus = min(1.0, len(cuda) / self.n_workers) if self.executor == "ray" and cuda and self.n_workers else 0.0
-        return WorkerOptions(self.n_workers, self.executor, self.ray_address, self.threads, gpus)
+        """Where the env groups run (Ray actors sharing the env devices' GPUs). Placement only: any number of
+        workers computes the same run."""
+        return WorkerOptions(self.workers, self.executor, self.ray_address, self.threads,
+                             cuda_device_count(self.devices or [self.device]))
 
     # ------------------------------------------------------------------ construction
 

@@ -24,7 +24,7 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "initial_op_bias": {}, "blueprints": None, "use_telemetry": True,
     "reward_family": "gap", "param_cost": None, "group_size": 4, "advantage": "gae", "param_budget": 500000,
     "param_penalty_weight": 0.1, "sparse_reward_scale": 1.0, "init_from": None, "init_datasets": None,
-    "n_workers": 0, "threads": 1, "executor": "process", "ray_address": None,
+    "workers": 0, "threads": 1, "executor": "process", "ray_address": None,
 }
 _CPU_SYNTHETIC = {"task": "synthetic", "max_train_samples": 2048, "max_val_samples": 512, "n_epochs": 4,
                   "minibatch_size": 64}
@@ -260,6 +260,20 @@ def test_numbers_must_be_finite_and_in_range(changes: dict[str, Any], field: str
     with pytest.raises(ValueError, match=field) as info:
         TrainingConfig.from_dict(changes)
     assert "--set KEY=VALUE" in str(info.value)
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"workers": -1}, r"workers: Input should be greater than or equal to 0"),
+    ({"workers": True}, "workers"),
+    ({"threads": 0}, r"threads: Input should be greater than or equal to 1"),
+    ({"executor": "ray"}, "The Ray executor needs workers >= 1"),
+    ({"ray_address": "head:6379"}, "--ray-address needs --executor ray"),
+])
+def test_worker_fields_are_checked_by_the_worker_options(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        TrainingConfig.from_dict(changes)
+    assert TrainingConfig.from_dict({"workers": 2, "executor": "ray", "devices": ["cuda:0"], "n_envs": 4}
+                                    ).worker_options().gpus_per_worker == 0.5
 
 
 def test_initial_op_bias_is_keyed_by_op_name_and_becomes_one_value_per_op() -> None:
