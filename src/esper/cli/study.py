@@ -56,7 +56,13 @@ from esper.cli.param_cost import resolve_auto_param_cost
 from esper.cli.report import render_report
 from esper.cli.rundirs import check_same_arguments, discard_on_error, prepare_run_dir
 from esper.cli.study_phases import measured_setting, phase_runner
-from esper.cli.train_ppo import StopAfterStep, flag_overrides, open_training_dir, train_with_stop
+from esper.cli.train_ppo import (
+    StopAfterStep,
+    flag_overrides,
+    open_training_dir,
+    print_training_result,
+    print_training_start,
+)
 from esper.evaluation.phases import Phase
 from esper.evaluation.runs import RunLabels, episodes_cost, static_episode_cost
 from esper.evaluation.selection import BEST_FIXED, chosen_blueprints, run_selection
@@ -88,7 +94,7 @@ from esper.runtime.rundir import (
 from esper.runtime.tasks import DataCache, get_task_spec
 from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config
 from esper.simic.ppo.config import TrainingConfig
-from esper.simic.ppo.train import PPORun
+from esper.simic.ppo.train import PPORun, train_ppo
 
 MAX_STUDY_SEEDS = 10_000
 MAX_RUNS = 100
@@ -228,8 +234,11 @@ def _train(args: argparse.Namespace, config: TrainingConfig, checkpoint: Path | 
     with closing_hub(hub, train_dir):
         ppo = PPORun(train_dir, sink=hub, data=cache, resume_from=checkpoint, should_stop=lambda: stop.requested,
                      progress=phase_progress(progress))
-        result = train_with_stop(config, ppo, stop, progress, preset=STUDY_PRESETS[args.preset].training,
-                                 debug=args.telemetry_level == "debug", episodes_done=episodes_done)
+        print_training_start(config, progress, preset=STUDY_PRESETS[args.preset].training,
+                             debug=args.telemetry_level == "debug", episodes_done=episodes_done)
+        with stop.installed():
+            result = train_ppo(config, ppo)
+        print_training_result(config, ppo, result, stopped=stop.requested)
     return not stop.requested and result.episodes_completed >= config.n_episodes
 
 

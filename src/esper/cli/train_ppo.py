@@ -23,7 +23,6 @@ from esper.cli.common import (
     add_worker_options,
     closing_hub,
     console,
-    emit,
     make_hub,
     phase_progress,
     preload_data,
@@ -35,7 +34,6 @@ from esper.cli.config_flags import add_config_flags, config_changes
 from esper.cli.param_cost import resolve_auto_param_cost
 from esper.cli.rundirs import discard_on_error, prepare_run_dir
 from esper.env.rewards import resolved_param_cost
-from esper.leyline import TelemetryEventType
 from esper.leyline.errors import UserInputError
 from esper.nissa import ProgressBackend, trim_event_log
 from esper.runtime.devices import env_device_map, resolve_device, resolve_devices
@@ -212,27 +210,22 @@ def _batch_finished(event: dict[str, Any], batches: int) -> bool | None:
     return batch < batches
 
 
-def train_with_stop(config: TrainingConfig, run: PPORun, stop: StopAfterStep, progress: ProgressBackend, *,
-                    preset: str | None, debug: bool, episodes_done: int) -> PPOTrainingResult:
-    """Train with Ctrl+C meaning "stop after the current step" (the last batch checkpoint stays)."""
+def print_training_start(config: TrainingConfig, progress: ProgressBackend, *, preset: str | None, debug: bool,
+                         episodes_done: int) -> None:
+    """The config (in full at debug level) and the envs' devices; starts the progress display's training phase."""
     console.print(config_table(config) if debug else config_summary(config, preset))
     console.print(device_summary(config))
     progress.start("training", config.n_episodes * config.max_epochs, done=episodes_done * config.max_epochs,
                    round_size=config.n_envs)
-    with stop.installed():
-        result = train_ppo(config, run)
-    if run.sink is not None:
-        emit(run.sink, TelemetryEventType.RUN_COMPLETED, "PPO training stopped" if stop.requested else
-             "PPO training finished", {"batches_completed": result.batches_completed,
-                                       "episodes_completed": result.episodes_completed,
-                                       "best_rolling_accuracy": result.best_rolling_accuracy})
-    if run.resume_from is not None and not result.history and not stop.requested:
+
+
+def print_training_result(config: TrainingConfig, run: PPORun, result: PPOTrainingResult, *, stopped: bool) -> None:
+    if run.resume_from is not None and not result.history and not stopped:
         console.print(f"Nothing to train: this run already completed {result.episodes_completed} episodes "
                       f"(--episodes {config.n_episodes}).")
     best = f"{result.best_rolling_accuracy:.2f}%" if result.batches_completed else "—"
     console.print(f"Batches: {result.batches_completed}, episodes: {result.episodes_completed}, best rolling "
                   f"accuracy: {best}")
-    return result
 
 
 def compare_hint(config: TrainingConfig, run: Path) -> str:
@@ -272,8 +265,11 @@ def cmd_train_ppo(args: argparse.Namespace) -> int:
         with closing_hub(hub, run_dir):
             run = PPORun(run_dir, sink=hub, data=cache, resume_from=checkpoint, should_stop=lambda: stop.requested,
                          progress=phase_progress(progress))
-            result = train_with_stop(config, run, stop, progress, preset=preset,
-                                     debug=args.telemetry_level == "debug", episodes_done=episodes_done)
+            print_training_start(config, progress, preset=preset, debug=args.telemetry_level == "debug",
+                                 episodes_done=episodes_done)
+            with stop.installed():  # Ctrl+C: stop after the current step (the last batch checkpoint stays)
+                result = train_ppo(config, run)
+            print_training_result(config, run, result, stopped=stop.requested)
     if stop.requested:
         if (run_dir.checkpoints / "latest.pt").exists():
             console.print(f"Stopped. Resume with: esper train ppo --resume {run_dir.path}")

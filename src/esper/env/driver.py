@@ -1,30 +1,39 @@
 """`EnvPool`: env groups spread over actors, advanced together one epoch at a time, with decisions made here.
 
 The caller (a PPO learner, a comparison) keeps its controllers; the groups' envs live in `EnvHost`s on the actors of
-an `ActorPool` (this process, worker processes or Ray actors). Per epoch every host measures its envs at once, the
-observations come back in env order, every controller decides for all of its envs in one batch (so a policy samples
-exactly as it would with every env in one process), and the hosts execute the decisions. Groups go to actors in
-contiguous runs and come back in the order they were given, so the logs a run writes do not depend on how many
-workers computed them.
+an `ActorPool` (this process, worker processes or Ray actors). `epochs` measures every host's envs at once and yields
+the epoch's observations in env order; the caller decides for all of them (so a policy samples exactly as it would
+with every env in one process) and hands the decisions to `apply`, which the hosts execute; `finish` collects the
+results:
+
+    for m in pool.epochs(setting, groups):
+        ...  # m.steps: the transitions the epoch completed
+        if not m.last:
+            pool.apply(decide(m.observations))
+    results = pool.finish()
+
+Groups go to actors in contiguous runs and come back in the order they were given, so the logs a run writes do not
+depend on how many workers computed them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Concatenate, TypeVar
 
 from esper.env.groups import EnvHost, EpisodeSetting, GroupPlan, StepOutcome, wanted_events
+from esper.env.lockstep import EpochOrderError
 from esper.env.logs import EpisodeResult
 from esper.env.loop import decide_all
-from esper.leyline import TelemetrySink
+from esper.leyline import EnvObservation, TelemetryEventType, TelemetrySink
 from esper.runtime.actors import ActorPool
 from esper.runtime.tasks import DataCache
 from esper.runtime.workers import WorkerFailed, WorkerOptions, intra_op_threads
 from esper.tamiyo import TamiyoDecision, TamiyoPolicy
 
-__all__ = ["EnvPool", "OutcomeCallback", "PoolRun"]
+__all__ = ["EnvPool", "OutcomeCallback", "PoolEpoch", "PoolRun"]
 
 R = TypeVar("R")
 OutcomeCallback = Callable[[list[tuple[StepOutcome, TamiyoDecision]]], None]
@@ -39,6 +48,30 @@ class PoolRun:
     results: list[EpisodeResult]
     models: list[dict[str, Any] | None]
     batch_loads: int
+
+
+@dataclass(frozen=True)
+class PoolEpoch:
+    """One measured epoch of every env of the call, in group order: the observations to decide on (the last epoch
+    takes no decision) and the transitions the epoch completed, each crediting the decision taken on its env after
+    the previous epoch (`StepOutcome.position` is the env's index among the observations)."""
+
+    epoch: int
+    last: bool
+    observations: list[EnvObservation]
+    steps: list[StepOutcome]
+
+
+@dataclass
+class _Call:
+    """The episodes `epochs` is running: where their groups live and what the caller's sink wants this epoch."""
+
+    parts: list[list[GroupPlan]]
+    offsets: list[int]
+    sink: TelemetrySink | None
+    wanted: frozenset[TelemetryEventType] = frozenset()
+    awaiting: bool = False  # measured, its decisions not applied yet
+    done: bool = False  # every epoch concluded: `finish` may collect
 
 
 def _split(groups: Sequence[GroupPlan], parts: int) -> list[list[GroupPlan]]:
@@ -56,6 +89,7 @@ class EnvPool:
         gpu_actor = options.executor == "ray" and options.gpus_per_worker > 0
         args: tuple[Any, ...] = (cache,) if options.in_process else (cache.options, "cuda:0" if gpu_actor else None)
         self.actors = ActorPool(options, EnvHost, args, role=role)
+        self._open: _Call | None = None
 
     def __enter__(self) -> EnvPool:
         return self
@@ -66,44 +100,72 @@ class EnvPool:
     def close(self) -> None:
         self.actors.close()
 
-    def run(self, setting: EpisodeSetting, groups: Sequence[GroupPlan], controllers: Sequence[TamiyoPolicy], *,
-            sink: TelemetrySink | None = None, on_steps: OutcomeCallback | None = None,
-            should_stop: Callable[[], bool] | None = None) -> PoolRun | None:
-        """Run the groups' episodes to the end (None when `should_stop` ended them early); `controllers[i]` drives
-        the i-th env in group order."""
+    def epochs(self, setting: EpisodeSetting, groups: Sequence[GroupPlan], *,
+               sink: TelemetrySink | None = None) -> Iterator[PoolEpoch]:
+        """Start fresh episodes for `groups` and measure them one epoch at a time; after every epoch but the last,
+        `apply` its decisions before the loop goes on. Leaving the loop early abandons the episodes."""
         parts = _split(groups, len(self.actors))
-        n_envs = sum(len(g.members) for g in groups)
-        if len(controllers) != n_envs:
-            raise ValueError(f"{n_envs} envs but {len(controllers)} controllers")
         self._call(parts, EnvHost.start, [(setting, part) for part in parts])
         offsets = [0]
         for part in parts:
             offsets.append(offsets[-1] + sum(len(g.members) for g in part))
-        decided: list[TamiyoDecision] = []
+        self._open = call = _Call(parts, offsets, sink)
         for epoch in range(1, setting.max_epochs + 1):
-            wanted = wanted_events(sink)
-            measured = self._call(parts, EnvHost.measure, [(wanted,)] * len(parts))
-            observations = [o for m in measured for o in m.observations]
+            call.wanted = wanted_events(sink)
+            measured = self._call(parts, EnvHost.measure, [(call.wanted,)] * len(parts))
             steps = [dataclasses.replace(s, position=offsets[i] + s.position)
                      for i, m in enumerate(measured) for s in m.steps]
             _emit_all(sink, [e for m in measured for e in m.events])
-            if on_steps is not None and steps:
-                on_steps([(s, decided[s.position]) for s in steps])
-            shipped: list[list[TamiyoDecision] | None] = [None] * len(parts)
-            if epoch < setting.max_epochs:
-                with intra_op_threads(1):  # a policy forward on a few dozen rows; idle threads would spin on the
-                    decided = decide_all(controllers, observations)  # workers' cores, and its floats stay put
-                lean = [dataclasses.replace(d, info={}) for d in decided]  # a policy's tensors stay here
-                shipped = [lean[offsets[i]:offsets[i + 1]] for i in range(len(parts))]
-            events = self._call(parts, EnvHost.conclude, [(d, wanted) for d in shipped])
-            _emit_all(sink, [e for part_events in events for e in part_events])
-            if sink is not None:
-                sink.tick()
-            if should_stop is not None and should_stop() and epoch < setting.max_epochs:
-                return None
-        finished = self._call(parts, EnvHost.finish, [()] * len(parts))
+            last = epoch == setting.max_epochs
+            call.awaiting = not last
+            yield PoolEpoch(epoch, last, [o for m in measured for o in m.observations], steps)
+            if call.awaiting:
+                raise EpochOrderError(f"Epoch {epoch} of {setting.max_epochs} takes decisions: apply() them before "
+                                      f"measuring the next one")
+        self._conclude(call, [None] * len(parts))
+        call.done = True
+
+    def apply(self, decisions: Sequence[TamiyoDecision]) -> None:
+        """Execute one decision per env of the epoch `epochs` just yielded, in the order of its observations."""
+        call = self._open
+        if call is None or not call.awaiting:
+            raise EpochOrderError("apply() follows an epoch that takes decisions, yielded by epochs()")
+        if len(decisions) != call.offsets[-1]:
+            raise ValueError(f"{len(decisions)} decisions for {call.offsets[-1]} envs")
+        lean = [dataclasses.replace(d, info={}) for d in decisions]  # a controller's extras stay in this process
+        self._conclude(call, [lean[call.offsets[i]:call.offsets[i + 1]] for i in range(len(call.parts))])
+        call.awaiting = False
+
+    def finish(self) -> PoolRun:
+        """The results of the episodes `epochs` ran to their end."""
+        call, self._open = self._open, None
+        if call is None or not call.done:
+            raise EpochOrderError("finish() follows an epochs() loop that ran to the end")
+        finished = self._call(call.parts, EnvHost.finish, [()] * len(call.parts))
         return PoolRun([r for f in finished for r in f.results], [m for f in finished for m in f.models],
                        sum(f.batch_loads for f in finished))
+
+    def run(self, setting: EpisodeSetting, groups: Sequence[GroupPlan], controllers: Sequence[TamiyoPolicy], *,
+            sink: TelemetrySink | None = None, on_steps: OutcomeCallback | None = None) -> PoolRun:
+        """Run the groups' episodes to the end; `controllers[i]` drives the i-th env in group order."""
+        n_envs = sum(len(g.members) for g in groups)
+        if len(controllers) != n_envs:
+            raise ValueError(f"{n_envs} envs but {len(controllers)} controllers")
+        decided: list[TamiyoDecision] = []
+        for m in self.epochs(setting, groups, sink=sink):
+            if on_steps is not None and m.steps:
+                on_steps([(s, decided[s.position]) for s in m.steps])
+            if not m.last:
+                with intra_op_threads(1):  # a policy forward on a few dozen rows; idle threads would spin on the
+                    decided = decide_all(controllers, m.observations)  # workers' cores, and its floats stay put
+                self.apply(decided)
+        return self.finish()
+
+    def _conclude(self, call: _Call, shipped: list[list[TamiyoDecision]] | list[None]) -> None:
+        events = self._call(call.parts, EnvHost.conclude, [(d, call.wanted) for d in shipped])
+        _emit_all(call.sink, [e for part_events in events for e in part_events])
+        if call.sink is not None:
+            call.sink.tick()
 
     def _call(self, parts: list[list[GroupPlan]], method: Callable[Concatenate[EnvHost, ...], R],
               args: list[tuple[Any, ...]]) -> list[R]:

@@ -3,8 +3,11 @@ controller decision per env reaches its env, and a host run in place gives the n
 
 from __future__ import annotations
 
+import pytest
+
 from esper.env.driver import EnvPool
 from esper.env.groups import EpisodeSetting, GroupPlan, MemberPlan
+from esper.env.lockstep import EpochOrderError
 from esper.env.rewards import ContributionRewardConfig
 from esper.runtime.tasks import DataCache, DataOptions
 from esper.runtime.workers import WorkerOptions
@@ -35,3 +38,30 @@ def test_envs_keep_their_group_order_and_their_own_decisions() -> None:
     assert [r.env_id for r in run.results] == [0, 1, 2] and [r.controller for r in run.results] == ["c0", "c1", "c2"]
     assert ops[0] == ops[2] == {"WAIT"}  # the static controllers' envs got WAITs, not the random one's actions
     assert run.results[0].env_seed == 100 and run.results[2].env_seed == 102
+
+
+def test_the_caller_decides_between_the_epochs_the_pool_yields() -> None:
+    """`epochs` yields every epoch with the transitions it completed; the caller applies each epoch's decisions
+    before the next, and collects the results after the last."""
+    groups = [_group(0, 1), _group(1, 1)]
+    policy = StaticPolicy()
+    with EnvPool(WorkerOptions(), DataCache(DataOptions())) as pool:
+        with pytest.raises(EpochOrderError, match="apply"):
+            pool.apply([])
+        seen = []
+        for m in pool.epochs(SETTING, groups):
+            seen.append((m.epoch, m.last, len(m.observations), [s.position for s in m.steps]))
+            if not m.last:
+                with pytest.raises(ValueError, match="1 decisions for 2 envs"):
+                    pool.apply([policy.decide(m.observations[0])])
+                pool.apply([policy.decide(o) for o in m.observations])
+        results = pool.finish().results
+        assert seen == [(1, False, 2, []), (2, False, 2, [0, 1]), (3, True, 2, [0, 1])]
+        assert [r.env_id for r in results] == [0, 1]
+
+        epochs = pool.epochs(SETTING, groups)
+        next(epochs)
+        with pytest.raises(EpochOrderError, match="apply"):
+            next(epochs)  # epoch 2 measured before epoch 1's decisions
+        with pytest.raises(EpochOrderError, match="finish"):
+            pool.finish()  # the episodes never ended

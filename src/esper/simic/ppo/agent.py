@@ -1,8 +1,8 @@
-"""PPO for the factored Tamiyo policy: the policy network, its optimizer and rollout buffer, and the update.
+"""PPO for the factored Tamiyo policy: the policy network, its optimizer, and the update.
 
-`update` reads top to bottom like CleanRL's: advantages (GAE with the value baseline, or leave-one-out within a
-group of envs that share a host seed), then epochs × minibatches of clipped policy loss, clipped value loss
-and an entropy bonus, with target-KL early stopping measured on the minibatch just optimized.
+`update` reads top to bottom like CleanRL's: given a rollout and its advantages, epochs × minibatches of clipped
+policy loss, clipped value loss and an entropy bonus, with target-KL early stopping measured on the minibatch just
+optimized.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from esper.leyline.constants import ANOMALY_RATIO_COLLAPSE, ANOMALY_RATIO_EXPLOS
 from esper.leyline.seeding import derive_seed
 from esper.runtime.checkpoint import detached_copy
 from esper.simic.ppo.anomaly import RatioExplosionDiagnostic
-from esper.simic.ppo.buffer import FactoredRolloutBuffer
+from esper.simic.ppo.buffer import RolloutBuffer, env_major
 from esper.simic.ppo.config import TrainingConfig
 from esper.simic.ppo.metrics import UpdateStats
 from esper.simic.ppo.network import FactoredActorCritic, head_relevance
@@ -42,7 +42,6 @@ class PPOAgent:
         self.network = FactoredActorCritic(state_dim, num_blueprints=space.num_blueprints,
                                            hidden_dim=config.hidden_dim, op_bias=config.op_bias()).to(self.device)
         self.optimizer = torch.optim.Adam(self.network.parameters(), lr=config.lr, eps=1e-5)
-        self.buffer = FactoredRolloutBuffer()
         self.train_steps = 0
         # Dedicated streams: action sampling never perturbs minibatch order (and vice versa), and both resume exactly.
         self.action_generator = torch.Generator(device=self.device)
@@ -65,18 +64,12 @@ class PPOAgent:
         progress = min(self.train_steps / self.entropy_anneal_steps, 1.0)
         return c.entropy_coef + progress * (c.entropy_coef_min - c.entropy_coef)
 
-    def update(self, clear_buffer: bool = True) -> dict[str, Any]:
-        """One PPO update over the buffer; returns the update's health metrics ({} for an empty buffer)."""
-        if len(self.buffer) == 0:
-            return {}
+    def update(self, rollout: RolloutBuffer, returns: torch.Tensor, advantages: torch.Tensor) -> dict[str, Any]:
+        """One PPO update over the rollout, whose env-major `returns` and `advantages` are given; returns the
+        update's health metrics."""
         c = self.config
-        if c.advantage == "group":
-            returns, advantages = self.buffer.group_relative_advantages(c.gamma, c.group_size, device=self.device)
-        else:
-            returns, advantages = self.buffer.compute_returns_and_advantages(0.0, c.gamma, c.gae_lambda,
-                                                                             device=self.device)
         # Explained variance of the rollout's value estimates, before any step.
-        values = torch.tensor([t.value for t in self.buffer.steps], dtype=torch.float32, device=self.device)
+        values = env_major(rollout.values)
         var_returns = float(returns.var(correction=0))
         residual = float((returns - values).var(correction=0))
         explained_variance = 1.0 - residual / var_returns if var_returns > 1e-8 else 0.0
@@ -87,22 +80,22 @@ class PPOAgent:
         ratio_diagnostic: dict[str, Any] | None = None
 
         for epoch in range(1, c.n_epochs + 1):
-            for batch, idx in self.buffer.get_batches(c.minibatch_size, self.device, self.minibatch_generator):
-                actions, old_log_probs, old_values = batch["actions"], batch["old_log_probs"], batch["values"]
-                new = self.network.evaluate_heads(batch["states"], actions, batch["action_masks"])
+            for batch in rollout.minibatches(c.minibatch_size, self.minibatch_generator):
+                actions, old_log_probs, old_values = batch.actions, batch.log_probs, batch.values
+                new = self.network.evaluate_heads(batch.states, actions, batch.masks)
                 log_ratio = new.log_probs - old_log_probs
                 ratio = log_ratio.exp()
                 with torch.no_grad():
                     approx_kl = ((ratio - 1.0) - log_ratio).mean()
                     clip_fraction = ((ratio - 1.0).abs() > c.clip_ratio).float().mean()
 
-                mb_advantages = advantages[idx]
+                mb_advantages = advantages[batch.index]
                 if mb_advantages.numel() > 1:
                     mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
                 clipped_ratio = ratio.clamp(1.0 - c.clip_ratio, 1.0 + c.clip_ratio)
                 policy_loss = -torch.min(ratio * mb_advantages, clipped_ratio * mb_advantages).mean()
 
-                mb_returns = returns[idx]
+                mb_returns = returns[batch.index]
                 if c.value_clip is not None:
                     v_clipped = old_values + (new.values - old_values).clamp(-c.value_clip, c.value_clip)
                     value_loss = 0.5 * torch.max((new.values - mb_returns) ** 2, (v_clipped - mb_returns) ** 2).mean()
@@ -132,8 +125,6 @@ class PPOAgent:
                 break
 
         self.train_steps += 1
-        if clear_buffer:
-            self.buffer.clear()
 
         metrics = stats.metrics()
         metrics.update(explained_variance=explained_variance, entropy_coef=entropy_coef)

@@ -1,178 +1,153 @@
-"""Rollout buffer for factored actions with per-environment GAE.
+"""The rollout of one PPO batch in preallocated `[steps, envs]` tensors, and the advantages computed over it.
 
-Transitions are kept per env and read back in env-major order (ascending env_id, insertion order within an env), so
-the interleaving in which lock-stepped envs report never changes any env's returns, and one env's episode never
-leaks into another's advantage chain.
+Step t holds the decisions every env took after epoch t + 1 (what the policy saw and chose) and the reward that
+decision earned, credited one epoch later. The envs of a batch run their episodes in lock-step, so every env has the
+same number of steps and the advantage recursions run backwards over time for all envs at once. The update reads
+the rollout env-major (each env's steps in order), the order its minibatch indices address.
+
+Rewards and the advantage recursions stay in float64 on the CPU and round to float32 once, at the end: the numbers
+of a plain per-step loop in Python floats, bit for bit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import NamedTuple, TypedDict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
-from esper.env.masks import condition_on_action
+from esper.env.masks import HEAD_KEYS
+from esper.leyline.constants import NUM_BLENDS, NUM_OPS, NUM_SLOTS
+from esper.tamiyo import TamiyoDecision
 
-__all__ = ["FactoredBatch", "FactoredRolloutBuffer", "FactoredTransition"]
-
-
-class FactoredTransition(NamedTuple):
-    state: torch.Tensor
-    slot_action: int
-    blueprint_action: int
-    blend_action: int
-    op_action: int
-    log_prob: float
-    value: float
-    reward: float
-    done: bool
-    slot_mask: torch.Tensor
-    blueprint_mask: torch.Tensor
-    blend_mask: torch.Tensor
-    op_mask: torch.Tensor
-    env_id: int = 0
+__all__ = ["Minibatch", "PolicyStep", "RolloutBuffer", "env_major", "gae", "group_advantages"]
 
 
-class FactoredBatch(TypedDict):
+@dataclass(frozen=True)
+class PolicyStep:
+    """One batched policy forward for the envs of an epoch ([envs, ...] tensors on the policy's device), and the
+    decisions the envs execute."""
+
+    raw: torch.Tensor  # observation features as measured (the normalizer's input)
+    states: torch.Tensor  # normalized features: what the network saw
+    actions: dict[str, torch.Tensor]  # head → long; heads irrelevant to the op hold 0
+    log_probs: torch.Tensor
+    values: torch.Tensor
+    masks: dict[str, torch.Tensor]  # head → the mask each head sampled under (all-True for irrelevant heads)
+    decisions: list[TamiyoDecision]
+
+
+@dataclass(frozen=True)
+class Minibatch:
+    """Rows of the env-major rollout, `index` into it (for the matching returns and advantages)."""
+
+    index: torch.Tensor
     states: torch.Tensor
     actions: dict[str, torch.Tensor]
-    old_log_probs: torch.Tensor
+    log_probs: torch.Tensor
     values: torch.Tensor
-    action_masks: dict[str, torch.Tensor]
+    masks: dict[str, torch.Tensor]
 
 
-class FactoredRolloutBuffer:
-    def __init__(self) -> None:
-        self._by_env: dict[int, list[FactoredTransition]] = {}
+class RolloutBuffer:
+    """`steps` decisions of `envs` envs; `device` holds what the network reads, the CPU the rewards."""
 
-    def add(
-        self,
-        state: torch.Tensor,
-        action: Mapping[str, int | torch.Tensor],
-        log_prob: float | torch.Tensor,
-        value: float | torch.Tensor,
-        reward: float,
-        done: bool,
-        action_masks: Mapping[str, torch.Tensor],
-        env_id: int = 0,
-    ) -> None:
-        """Store one step. `action_masks` may be the four used masks or a full mask dict; both are conditioned on
-        the action (idempotent for used masks), so irrelevant heads always carry all-True masks."""
-        used = condition_on_action(action_masks, action)
-        self._by_env.setdefault(int(env_id), []).append(
-            FactoredTransition(
-                state=state.detach(),
-                slot_action=int(action["slot"]),
-                blueprint_action=int(action["blueprint"]),
-                blend_action=int(action["blend"]),
-                op_action=int(action["op"]),
-                log_prob=float(log_prob),
-                value=float(value),
-                reward=float(reward),
-                done=bool(done),
-                slot_mask=used["slot"].detach(),
-                blueprint_mask=used["blueprint"].detach(),
-                blend_mask=used["blend"].detach(),
-                op_mask=used["op"].detach(),
-                env_id=int(env_id),
-            )
-        )
+    def __init__(self, steps: int, envs: int, state_dim: int, num_blueprints: int,
+                 device: str | torch.device = "cpu") -> None:
+        self.steps, self.envs, self.device = steps, envs, torch.device(device)
 
-    def __len__(self) -> int:
-        return sum(len(steps) for steps in self._by_env.values())
+        def zeros(*shape: int, dtype: torch.dtype = torch.float32, on: torch.device = self.device) -> torch.Tensor:
+            return torch.zeros(steps, envs, *shape, dtype=dtype, device=on)
 
-    def clear(self) -> None:
-        self._by_env.clear()
+        sizes = {"op": NUM_OPS, "slot": NUM_SLOTS, "blueprint": num_blueprints, "blend": NUM_BLENDS}
+        self.raw = zeros(state_dim)
+        self.states = zeros(state_dim)
+        self.actions = {h: zeros(dtype=torch.long) for h in HEAD_KEYS}
+        self.log_probs = zeros()
+        self.values = zeros()
+        self.masks = {h: zeros(sizes[h], dtype=torch.bool) for h in HEAD_KEYS}
+        self.rewards = zeros(dtype=torch.float64, on=torch.device("cpu"))
+        self.dones = zeros(dtype=torch.bool, on=torch.device("cpu"))
 
-    @property
-    def steps(self) -> list[FactoredTransition]:
-        """All transitions in env-major order."""
-        return [t for env_id in sorted(self._by_env) for t in self._by_env[env_id]]
+    def add(self, t: int, step: PolicyStep) -> None:
+        """Store step t's decisions (row e of `step` is env e)."""
+        self.raw[t], self.states[t] = step.raw, step.states
+        self.log_probs[t], self.values[t] = step.log_probs, step.values
+        for h in HEAD_KEYS:
+            self.actions[h][t], self.masks[h][t] = step.actions[h], step.masks[h]
 
-    def group_relative_advantages(
-        self, gamma: float, group_size: int, device: str | torch.device = "cpu"
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Leave-one-out advantages (env-major order): envs `group_size·g … group_size·g + K − 1` form group g and
-        share a host seed, so at each decision index a member's return-to-go minus the mean of the other members'
-        isolates what its own decisions were worth. Returns (returns-to-go, advantages)."""
-        returns_by_env: dict[int, list[float]] = {}
-        for env_id in sorted(self._by_env):
-            steps = self._by_env[env_id]
-            running, out = 0.0, [0.0] * len(steps)
-            for i in range(len(steps) - 1, -1, -1):
-                running = steps[i].reward + gamma * (0.0 if steps[i].done else running)
-                out[i] = running
-            returns_by_env[env_id] = out
-        returns: list[float] = []
-        advantages: list[float] = []
-        for env_id in sorted(self._by_env):
-            group = env_id // group_size
-            peers = [returns_by_env[e] for e in returns_by_env if e // group_size == group and e != env_id]
-            own = returns_by_env[env_id]
-            if not peers or any(len(p) != len(own) for p in peers):
-                raise ValueError(f"env {env_id}: the group advantage needs complete episodes of every group member")
-            returns.extend(own)
-            advantages.extend(g - sum(p[t] for p in peers) / len(peers) for t, g in enumerate(own))
-        return (torch.tensor(returns, dtype=torch.float32, device=device),
-                torch.tensor(advantages, dtype=torch.float32, device=device))
+    def credit(self, t: int, positions: Sequence[int], rewards: Sequence[float], dones: Sequence[bool]) -> None:
+        """The rewards (and whether the episode ended) of step t's decisions, one per env."""
+        if sorted(positions) != list(range(self.envs)):
+            raise ValueError(f"step {t}: rewards for envs {sorted(positions)}, expected one for each of {self.envs}")
+        self.rewards[t, list(positions)] = torch.tensor(rewards, dtype=torch.float64)
+        self.dones[t, list(positions)] = torch.tensor(dones, dtype=torch.bool)
 
-    def compute_returns_and_advantages(
-        self, last_value: float, gamma: float, gae_lambda: float, device: str | torch.device = "cpu"
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """GAE per env (env-major order). The chain resets at every `done` (episodes run their full length, so a
-        `done` is always terminal); an env's unfinished tail bootstraps from `last_value`."""
-        returns: list[float] = []
-        advantages: list[float] = []
-        for env_id in sorted(self._by_env):
-            env_steps = self._by_env[env_id]
-            env_adv = [0.0] * len(env_steps)
-            next_value, next_adv = float(last_value), 0.0
-            for i in range(len(env_steps) - 1, -1, -1):
-                step = env_steps[i]
-                if step.done:
-                    next_value = 0.0
-                    next_adv = 0.0
-                delta = step.reward + gamma * next_value - step.value
-                env_adv[i] = delta + gamma * gae_lambda * next_adv
-                next_value, next_adv = step.value, env_adv[i]
-            advantages.extend(env_adv)
-            returns.extend(a + s.value for a, s in zip(env_adv, env_steps))
-        return (
-            torch.tensor(returns, dtype=torch.float32, device=device),
-            torch.tensor(advantages, dtype=torch.float32, device=device),
-        )
+    def advantages(self, kind: Literal["gae", "group"], gamma: float, gae_lambda: float, group_size: int
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(returns, advantages) env-major in float32 on the buffer's device: GAE with the value baseline (`gae`),
+        or leave-one-out within groups of `group_size` envs (`group`)."""
+        if kind == "group":
+            returns, advantages = group_advantages(self.rewards, self.dones, gamma, group_size)
+        else:
+            returns, advantages = gae(self.rewards, self.values.to("cpu", torch.float64), self.dones, gamma,
+                                      gae_lambda)
+        return (env_major(returns).to(self.device, torch.float32),
+                env_major(advantages).to(self.device, torch.float32))
 
-    def get_batches(
-        self, batch_size: int, device: str | torch.device = "cpu", generator: torch.Generator | None = None
-    ) -> Iterator[tuple[FactoredBatch, torch.Tensor]]:
-        """Minibatches over a random permutation; `indices` address the env-major order of `steps`/GAE outputs."""
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be ≥ 1, got {batch_size}")
-        steps = self.steps
-        n = len(steps)
-        if n == 0:
-            return
-        states = torch.stack([t.state for t in steps]).to(device)
+    def minibatches(self, size: int, generator: torch.Generator) -> Iterator[Minibatch]:
+        """Minibatches of `size` rows over a random permutation of the env-major rollout."""
+        if size < 1:
+            raise ValueError(f"minibatch size must be ≥ 1, got {size}")
+        states, log_probs, values = (env_major(x) for x in (self.states, self.log_probs, self.values))
+        actions = {h: env_major(a) for h, a in self.actions.items()}
+        masks = {h: env_major(m) for h, m in self.masks.items()}
+        permutation = torch.randperm(self.steps * self.envs, generator=generator).to(self.device)
+        for start in range(0, len(permutation), size):
+            i = permutation[start:start + size]
+            yield Minibatch(i, states[i], {h: a[i] for h, a in actions.items()}, log_probs[i], values[i],
+                            {h: m[i] for h, m in masks.items()})
 
-        def column(name: str, dtype: torch.dtype) -> torch.Tensor:
-            return torch.tensor([getattr(t, name) for t in steps], dtype=dtype, device=device)
 
-        actions = {head: column(f"{head}_action", torch.long) for head in ("slot", "blueprint", "blend", "op")}
-        masks = {
-            head: torch.stack([getattr(t, f"{head}_mask") for t in steps]).to(device)
-            for head in ("slot", "blueprint", "blend", "op")
-        }
-        old_log_probs = column("log_prob", torch.float32)
-        values = column("value", torch.float32)
-        permutation = torch.randperm(n, generator=generator).to(device)
-        for start in range(0, n, batch_size):
-            idx = permutation[start : start + batch_size]
-            batch: FactoredBatch = {
-                "states": states[idx],
-                "actions": {k: v[idx] for k, v in actions.items()},
-                "old_log_probs": old_log_probs[idx],
-                "values": values[idx],
-                "action_masks": {k: v[idx] for k, v in masks.items()},
-            }
-            yield batch, idx
+
+def env_major(x: torch.Tensor) -> torch.Tensor:
+    """[steps, envs, ...] → [envs · steps, ...], each env's steps in order."""
+    return x.transpose(0, 1).reshape(-1, *x.shape[2:])
+
+
+def gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, gamma: float, gae_lambda: float
+        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(returns, advantages) [steps, envs] by generalized advantage estimation, per env. The chain resets at every
+    `done` (episodes run their full length, so a `done` is always terminal); the step after the last is worth 0."""
+    advantages = torch.zeros_like(values)
+    next_value = next_advantage = torch.zeros_like(values[0])
+    for t in range(rewards.shape[0] - 1, -1, -1):
+        next_value = torch.where(dones[t], 0.0, next_value)
+        next_advantage = torch.where(dones[t], 0.0, next_advantage)
+        delta = rewards[t] + gamma * next_value - values[t]
+        advantages[t] = delta + gamma * gae_lambda * next_advantage
+        next_value, next_advantage = values[t], advantages[t]
+    return advantages + values, advantages
+
+
+def group_advantages(rewards: torch.Tensor, dones: torch.Tensor, gamma: float, group_size: int
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(returns-to-go, leave-one-out advantages) [steps, envs]: envs `group_size·g … group_size·g + K − 1` form
+    group g and share a host seed, so at each step a member's return-to-go minus the mean of its peers' isolates
+    what its own decisions were worth."""
+    steps, envs = rewards.shape
+    if group_size < 2 or envs % group_size:
+        raise ValueError(f"the group advantage needs whole groups of ≥ 2 envs, got {envs} envs in groups of "
+                         f"{group_size}")
+    returns = torch.zeros_like(rewards)
+    running = torch.zeros_like(rewards[0])
+    for t in range(steps - 1, -1, -1):
+        running = rewards[t] + gamma * torch.where(dones[t], 0.0, running)
+        returns[t] = running
+    members = returns.reshape(steps, envs // group_size, group_size)
+    peers = torch.tensor([[j for j in range(group_size) if j != i] for i in range(group_size)])
+    peer_sum = torch.zeros_like(members)
+    for k in range(group_size - 1):  # each member's peers in env order, as a plain sum adds them
+        peer_sum = peer_sum + members[:, :, peers[:, k]]
+    return returns, (members - peer_sum / (group_size - 1)).reshape(steps, envs)

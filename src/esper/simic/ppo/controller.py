@@ -1,8 +1,8 @@
 """PPOPolicy: the learned Tamiyo policy as a controller (training rollouts and deterministic evaluation).
 
 One batched network forward decides for all envs that share the controller. Observations are normalized with frozen
-running statistics; the raw features travel in the decision's `info` so the trainer can update the normalizer once
-per rollout batch and store exactly what the policy saw.
+running statistics; `act` returns the raw features beside the decisions (a `PolicyStep`) so the trainer can update
+the normalizer once per rollout batch and store exactly what the policy saw.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from esper.runtime.rundir import checkpoint_file
 from esper.runtime.tasks import get_task_spec
 from esper.simic.normalization import RunningMeanStd
 from esper.simic.ppo.agent import PPOAgent
+from esper.simic.ppo.buffer import PolicyStep
 from esper.simic.ppo.checkpoint import load_policy_state, read_policy_checkpoint
 from esper.simic.ppo.config import TrainingConfig
 from esper.tamiyo import ControllerContext, TamiyoDecision, check_trained_setting, register_controller
@@ -56,6 +57,10 @@ class PPOPolicy:
         return self.decide_batch([obs])[0]
 
     def decide_batch(self, observations: Sequence[EnvObservation]) -> list[TamiyoDecision]:
+        return self.act(observations).decisions
+
+    def act(self, observations: Sequence[EnvObservation]) -> PolicyStep:
+        """One forward for all `observations`: the decisions, and what PPO stores of them."""
         device, space = self.agent.device, self.agent.space
         for obs in observations:
             if obs.action_space.head != space.head:
@@ -87,15 +92,9 @@ class PPOPolicy:
         decisions = []
         for i, (slot, blueprint, blend, op) in enumerate(rows):
             factored = space.action(slot, blueprint, blend, op)
-            info: dict[str, Any] = {
-                "raw_features": raw[i], "state": states[i],
-                "action": {"slot": slot, "blueprint": blueprint, "blend": blend, "op": op},
-                "log_prob": lp[i], "value": v[i], "used_masks": {k: m[i] for k, m in used.items()},
-            }
             decisions.append(TamiyoDecision(factored.to_command(space), factored,
-                                            reason=f"policy (value {v[i]:+.2f})",
-                                            confidence=min(1.0, math.exp(lp[i])), info=info))
-        return decisions
+                                            reason=f"policy (value {v[i]:+.2f})", confidence=min(1.0, math.exp(lp[i]))))
+        return PolicyStep(raw, states, actions, log_probs, values, used, decisions)
 
     @torch.no_grad()
     def action_probs(self, raw_states: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:

@@ -9,20 +9,26 @@ states, so the actor sees the features scaled as PPO will scale them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch.nn import functional as F
 
+from esper.datagen.loader import load_transitions
 from esper.datagen.transitions import TransitionDataset
 from esper.env.masks import HEAD_KEYS, condition_on_action, masks_from_joint
+from esper.leyline.errors import UserInputError
+from esper.runtime.rundir import checkpoint_file, run_dir_of
+from esper.runtime.tasks import TaskSpec
 from esper.simic.iql.controller import IQLPolicy
 from esper.simic.ppo.checkpoint import PPOLearnerState
 from esper.simic.ppo.distributions import MaskedCategorical
 from esper.simic.ppo.network import head_relevance
 
-__all__ = ["DistillConfig", "DistillResult", "distill"]
+__all__ = ["DistillConfig", "DistillResult", "distill", "distill_from_iql", "iql_datasets"]
 
 
 PROGRESS_EVERY = 20
@@ -96,3 +102,26 @@ def distill(learner: PPOLearnerState, teacher: IQLPolicy, dataset: TransitionDat
     if progress is not None:
         progress("distilling the IQL policy", config.steps, config.steps)
     return DistillResult(len(states), _greedy_agreement(learner, states, masks, targets), float(loss.detach()))
+
+
+def distill_from_iql(learner: PPOLearnerState, init_from: str, datasets: Sequence[str] | None, task: TaskSpec,
+                     slots: Sequence[str], config: DistillConfig,
+                     progress: Callable[[str, int, int], None] | None = None) -> tuple[Path, DistillResult]:
+    """Distill the IQL policy `init_from` ("iql:RUN") into the learner's actor, on the states of `datasets` (default:
+    the ones it was trained on); returns the IQL run and the result."""
+    source = Path(init_from.removeprefix("iql:"))
+    teacher = IQLPolicy.from_checkpoint(checkpoint_file(source, "final.pt"), space=task.action_space, slots=slots)
+    # Distillation reads states and masks only; the `accuracy` reward exists in every schema version, `gap` does not.
+    states = load_transitions(datasets or iql_datasets(source), reward_source="accuracy")
+    return source, distill(learner, teacher, states, config, progress=progress)
+
+
+def iql_datasets(source: Path) -> list[str]:
+    """The datagen directories an IQL run was trained on (from its config.json)."""
+    record = run_dir_of(source) / "config.json"
+    try:
+        datasets = json.loads(record.read_text(encoding="utf-8"))["config"]["datasets"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise UserInputError(f"Cannot tell which datasets {source} was trained on ({record} unreadable): set "
+                             f"init_datasets") from None
+    return [str(d) for d in datasets]

@@ -1,13 +1,16 @@
 """train_ppo: PPO over vectorized, real morphogenetic training environments.
 
-    esper train ppo --preset quick          # the command line wraps train_ppo(config, run)
+    esper train ppo --preset quick          # the command line parses, prints, and calls train_ppo(config, run)
 
-One rollout batch b, read top to bottom in `train_ppo`:
+One rollout batch b, read top to bottom in `_train` and `_collect`:
 1. collect: re-seed everything from (seed, b); run min(n_envs, remaining) fresh episodes in lock-step (envs mapped
-   round-robin over the devices, one shared data batch per device feeds every env on it, one batched policy forward
-   per epoch); store normalized rewards in the rollout buffer;
-2. update: `ppo_updates_per_batch` PPO updates (GAE inside the agent), reverted if they leave a non-finite policy;
-   then update the observation normalizer once, with the batch's raw features;
+   round-robin over the devices, one shared data batch per device feeds every env on it). Per epoch the env pool
+   yields every env's observation, the policy decides for all of them in one forward, the `RolloutBuffer` stores
+   the step in its [steps, envs] tensors, and the envs execute the decisions; the next epoch brings their rewards,
+   normalized as they arrive;
+2. update: advantages over the whole rollout (GAE per env, or leave-one-out within a group of envs), then
+   `ppo_updates_per_batch` PPO updates, reverted if they leave a non-finite policy; then the observation normalizer
+   is updated once, with the batch's raw features;
 3. log: anomalies, the history row and the batch's events;
 4. checkpoint: best, latest and final.
 Because every batch derives its randomness from (seed, b) and the checkpoint holds all learner state, a resumed run
@@ -17,21 +20,19 @@ continues exactly.
 from __future__ import annotations
 
 import copy
-import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from esper.datagen.loader import load_transitions
 from esper.env import EpisodeResult
 from esper.env.driver import EnvPool
 from esper.env.features import obs_dim
-from esper.env.groups import EpisodeSetting, GroupPlan, MemberPlan, StepOutcome, TwinEnvPlan
+from esper.env.groups import EpisodeSetting, GroupPlan, MemberPlan, TwinEnvPlan
 from esper.env.rewards import (
     SUMMED_FIELDS,
     RewardConfig,
@@ -42,14 +43,14 @@ from esper.env.rewards import (
 )
 from esper.leyline import LifecycleOp, TelemetryEventType, TelemetrySink, emit_if_wanted
 from esper.leyline.constants import ANOMALY_ESCALATION_EPOCHS
-from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import SeedStream, derive_seed
 from esper.leyline.telemetry import Severity
 from esper.runtime.devices import env_device_map, resolve_device, resolve_devices
-from esper.runtime.rundir import RunDirectory, checkpoint_file, run_dir_of
+from esper.runtime.rundir import RunDirectory
 from esper.runtime.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
-from esper.simic.iql.controller import IQLPolicy
+from esper.runtime.workers import intra_op_threads
 from esper.simic.ppo.anomaly import AnomalyDetector, AnomalyReport, collect_per_layer_gradients
+from esper.simic.ppo.buffer import RolloutBuffer
 from esper.simic.ppo.checkpoint import (
     TRAINING_LABEL,
     PPOLearnerState,
@@ -59,10 +60,9 @@ from esper.simic.ppo.checkpoint import (
 )
 from esper.simic.ppo.config import TrainingConfig
 from esper.simic.ppo.controller import PPOPolicy
-from esper.simic.ppo.distill import DistillConfig, distill
+from esper.simic.ppo.distill import DistillConfig, distill_from_iql
 from esper.simic.ppo.history import PPOHistoryRow
 from esper.simic.ppo.metrics import merge_updates
-from esper.tamiyo import TamiyoDecision
 
 __all__ = ["PPORun", "PPOTrainingResult", "batch_seeds", "train_ppo"]
 
@@ -107,7 +107,11 @@ def train_ppo(config: TrainingConfig, run: PPORun) -> PPOTrainingResult:
     cache = run.data if run.data is not None else DataCache(DataOptions())
     cache.preload(task, env_devices)
     with EnvPool(config.worker_options(), cache) as pool:  # from here on, every process uses config.threads
-        return _train(config, run, task, env_devices, pool)
+        result = _train(config, run, task, env_devices, pool)
+    run.emit(TelemetryEventType.RUN_COMPLETED, "PPO training stopped" if run.stopped() else "PPO training finished",
+             {"batches_completed": result.batches_completed, "episodes_completed": result.episodes_completed,
+              "best_rolling_accuracy": result.best_rolling_accuracy})
+    return result
 
 
 def _train(config: TrainingConfig, run: PPORun, task: TaskSpec, env_devices: list[torch.device], pool: EnvPool
@@ -118,10 +122,15 @@ def _train(config: TrainingConfig, run: PPORun, task: TaskSpec, env_devices: lis
         _resume(learner, config, run)
     else:
         if config.init_from is not None:
-            _start_from_iql(learner, config, task, run)
+            source, result = distill_from_iql(learner, config.init_from, config.init_datasets, task, config.slots,
+                                              DistillConfig(seed=config.seed), progress=run.progress)
+            run.emit(TelemetryEventType.CHECKPOINT_LOADED, f"actor distilled from {config.init_from}: greedy "
+                     f"agreement {100 * result.agreement:.1f} % on {result.states} dataset states",
+                     {"path": str(source), "kind": "distilled", "agreement": result.agreement,
+                      "states": result.states, "final_loss": result.final_loss, "batch": 0})
         _checkpoint(learner, run, "init")  # the policy before any update: evaluations compare final with init
-    controller = PPOPolicy(learner.agent, learner.obs_normalizer, use_telemetry=config.use_telemetry,
-                           blueprints=config.blueprint_indices())
+    policy = PPOPolicy(learner.agent, learner.obs_normalizer, use_telemetry=config.use_telemetry,
+                       blueprints=config.blueprint_indices())
     reward = reward_config(config.reward_family, task, SparseRewardConfig(
         config.param_budget, config.param_penalty_weight, config.sparse_reward_scale), config.charged_param_cost(),
         max_train_samples=config.max_train_samples)
@@ -137,24 +146,26 @@ def _train(config: TrainingConfig, run: PPORun, task: TaskSpec, env_devices: lis
         while learner.batches_completed < n_batches and not run.stopped():
             b = learner.batches_completed
             started = time.perf_counter()
-            rollout = _collect_rollout(config, env_devices, learner, controller, pool, reward, run)
-            if rollout is None:  # interrupted mid-batch: the last checkpoint is the resume point
-                learner.agent.buffer.clear()
+            batch = _collect(config, env_devices, learner, policy, pool, reward, run)
+            if batch is None:  # interrupted mid-batch: the last checkpoint is the resume point
                 break
-            rollout.seconds = time.perf_counter() - started
+            batch.seconds = time.perf_counter() - started
 
             update_started = time.perf_counter()
-            metrics = _update_policy(learner, config.ppo_updates_per_batch, run, gradient_stats=report.has_anomaly)
-            learner.obs_normalizer.update(torch.stack(rollout.raw_observations))
+            returns, advantages = batch.rollout.advantages(config.advantage, config.gamma, config.gae_lambda,
+                                                           config.group_size)
+            metrics = _update_policy(learner, batch.rollout, returns, advantages, config.ppo_updates_per_batch, run,
+                                     gradient_stats=report.has_anomaly)
+            learner.obs_normalizer.update(batch.rollout.raw.flatten(0, 1))
             update_seconds = time.perf_counter() - update_started
 
             learner.batches_completed += 1
-            learner.episodes_completed += len(rollout.results)
-            previous_rolling, improved = _record_accuracy(learner, rollout.results)
+            learner.episodes_completed += len(batch.results)
+            previous_rolling, improved = _record_accuracy(learner, batch.results)
             report = detector.check_all(metrics.get("ratio_max", 1.0), metrics.get("ratio_min", 1.0),
                                         metrics.get("explained_variance", 1.0), bool(metrics.get("skipped_update")),
                                         learner.episodes_completed, config.n_episodes)
-            row = _history_row(b, learner, rollout, metrics, report, update_seconds, config.max_epochs)
+            row = _history_row(b, learner, batch, metrics, report, update_seconds, config.max_epochs)
             history.append(row)
             _log_batch(row, metrics, report, previous_rolling, learner, n_batches, run)
 
@@ -173,34 +184,90 @@ def _train(config: TrainingConfig, run: PPORun, task: TaskSpec, env_devices: lis
                              history)
 
 
+@dataclass
+class _Batch:
+    """One collected rollout batch: the episodes' results, the rollout, the steps.jsonl rows and reward sums."""
+
+    results: list[EpisodeResult]
+    rollout: RolloutBuffer
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    component_sums: dict[str, float] = field(default_factory=lambda: dict.fromkeys(SUMMED_FIELDS, 0.0))
+    batch_loads: int = 0
+    seconds: float = 0.0
+
+
+def _collect(config: TrainingConfig, env_devices: list[torch.device], learner: PPOLearnerState, policy: PPOPolicy,
+             pool: EnvPool, reward: RewardConfig, run: PPORun) -> _Batch | None:
+    """Run one batch of episodes into a fresh rollout; None if a stop request cut it short (then nothing of the batch
+    is written)."""
+    b = learner.batches_completed
+    seed_everything(derive_seed(config.seed, SeedStream.TRAINING, b, "learner"))
+    n_b = min(config.n_envs, config.n_episodes - learner.episodes_completed)
+    setting = EpisodeSetting(config.task, tuple(config.slots), config.max_epochs, config.batch_size, reward,
+                             config.gamma, max_train_samples=config.max_train_samples,
+                             max_val_samples=config.max_val_samples, amp=config.amp, lr_schedule=config.lr_schedule)
+    groups = _groups(config, env_device_map(config.n_envs, env_devices), n_b, learner)
+    agent = learner.agent
+    batch = _Batch([], RolloutBuffer(config.max_epochs - 1, n_b, agent.state_dim, agent.space.num_blueprints,
+                                     agent.device))
+    for m in pool.epochs(setting, groups, sink=run.sink):
+        if m.steps:  # the rewards of the decisions taken after the previous epoch
+            batch.rollout.credit(m.epoch - 2, [s.position for s in m.steps],
+                                 [learner.reward_normalizer.update_and_normalize(s.reward.total()) for s in m.steps],
+                                 [s.terminal for s in m.steps])
+            for s in m.steps:
+                batch.rows.append(s.row)
+                for name in SUMMED_FIELDS:
+                    batch.component_sums[name] += getattr(s.reward, name)
+        if m.last:
+            continue
+        with intra_op_threads(1):  # a forward on a few dozen rows: idle threads would spin on the workers' cores
+            step = policy.act(m.observations)
+        batch.rollout.add(m.epoch - 1, step)
+        pool.apply(step.decisions)
+        if run.stopped():
+            return None
+    finished = pool.finish()
+    for row in batch.rows:
+        run.run_dir.append("steps.jsonl", row)
+    for r in finished.results:
+        run.run_dir.append("episodes.jsonl", r.to_dict())
+    batch.results, batch.batch_loads = finished.results, finished.batch_loads
+    return batch
+
+
+def _update_policy(learner: PPOLearnerState, rollout: RolloutBuffer, returns: torch.Tensor, advantages: torch.Tensor,
+                   updates: int, run: PPORun, *, gradient_stats: bool) -> dict[str, Any]:
+    """`updates` PPO update calls on one rollout (stopping after an early stop), merged into one metrics dict.
+
+    An update that leaves non-finite policy parameters is reverted from an in-memory copy. `gradient_stats` (after
+    an anomaly) emits per-layer policy gradient statistics even when the run is not at debug level.
+    """
+    agent = learner.agent
+    before = copy.deepcopy((agent.network.state_dict(), agent.optimizer.state_dict()))
+    train_steps = agent.train_steps
+    runs: list[dict[str, Any]] = []
+    for _ in range(updates):
+        runs.append(agent.update(rollout, returns, advantages))
+        if runs[-1].get("early_stopped"):
+            break
+    if not all(torch.isfinite(p).all() for p in agent.network.parameters()):
+        agent.network.load_state_dict(before[0])
+        agent.optimizer.load_state_dict(before[1])
+        agent.train_steps = train_steps  # the entropy schedule does not advance on a reverted update
+        run.emit(TelemetryEventType.NUMERICAL_INSTABILITY_DETECTED, "non-finite policy after update: reverted",
+                 {"detail": "non-finite policy parameters", "diagnostic": None}, severity="warning")
+        return {"skipped_update": 1.0, "updates_run": len(runs)}
+    sink = run.sink
+    if sink is not None and gradient_stats and not sink.wants(TelemetryEventType.GRADIENT_STATS):
+        sink.escalate(1)  # the anomaly's escalation window has passed by now; reopen it for this report
+    if sink is not None and sink.wants(TelemetryEventType.GRADIENT_STATS):
+        run.emit(TelemetryEventType.GRADIENT_STATS, "policy gradient statistics",
+                 {"layers": collect_per_layer_gradients(agent.network)})
+    return merge_updates(runs)
+
+
 # ----------------------------------------------------------------------------------------------------- the steps
-
-
-def _start_from_iql(learner: PPOLearnerState, config: TrainingConfig, task: TaskSpec, run: PPORun) -> None:
-    """Distill the IQL policy of `config.init_from` into the actor, on its datasets' states."""
-    assert config.init_from is not None
-    source = Path(config.init_from.removeprefix("iql:"))
-    teacher = IQLPolicy.from_checkpoint(checkpoint_file(source, "final.pt"), space=task.action_space,
-                                        slots=config.slots)
-    datasets = config.init_datasets or iql_datasets(source)
-    # Distillation reads states and masks only; the `accuracy` reward exists in every schema version, `gap` does not.
-    states = load_transitions(datasets, reward_source="accuracy")
-    result = distill(learner, teacher, states, DistillConfig(seed=config.seed), progress=run.progress)
-    run.emit(TelemetryEventType.CHECKPOINT_LOADED, f"actor distilled from {config.init_from}: greedy agreement "
-             f"{100 * result.agreement:.1f} % on {result.states} dataset states",
-             {"path": str(source), "kind": "distilled", "agreement": result.agreement, "states": result.states,
-              "final_loss": result.final_loss, "batch": 0})
-
-
-def iql_datasets(source: Path) -> list[str]:
-    """The datagen directories an IQL run was trained on (from its config.json)."""
-    record = run_dir_of(source) / "config.json"
-    try:
-        datasets = json.loads(record.read_text(encoding="utf-8"))["config"]["datasets"]
-    except (OSError, ValueError, KeyError, TypeError):
-        raise UserInputError(f"Cannot tell which datasets {source} was trained on ({record} unreadable): set "
-                             f"init_datasets") from None
-    return [str(d) for d in datasets]
 
 
 def _resume(learner: PPOLearnerState, config: TrainingConfig, run: PPORun) -> None:
@@ -223,55 +290,6 @@ def _announce(config: TrainingConfig, task: TaskSpec, env_devices: list[torch.de
         "reward": reward_summary(config.reward_family, task, config.charged_param_cost(),
                                  max_train_samples=config.max_train_samples),
         "envs_per_device": {str(d): sum(1 for x in device_of if x == d) for d in env_devices}})
-
-
-@dataclass
-class _Rollout:
-    """One rollout batch: the episodes' results, the raw features the policy saw, and the reward aggregates."""
-
-    results: list[EpisodeResult]
-    raw_observations: list[torch.Tensor]
-    components: dict[str, list[float]]
-    batch_loads: int
-    seconds: float = 0.0
-
-
-def _collect_rollout(config: TrainingConfig, env_devices: list[torch.device], learner: PPOLearnerState,
-                     controller: PPOPolicy, pool: EnvPool, reward: RewardConfig, run: PPORun) -> _Rollout | None:
-    """Run one batch of episodes and fill the agent's buffer; None if a stop request cut it short (then nothing of
-    the batch is written)."""
-    b = learner.batches_completed
-    seed_everything(derive_seed(config.seed, SeedStream.TRAINING, b, "learner"))
-    n_b = min(config.n_envs, config.n_episodes - learner.episodes_completed)
-    setting = EpisodeSetting(config.task, tuple(config.slots), config.max_epochs, config.batch_size, reward,
-                             config.gamma, max_train_samples=config.max_train_samples,
-                             max_val_samples=config.max_val_samples, amp=config.amp, lr_schedule=config.lr_schedule)
-    groups = _groups(config, env_device_map(config.n_envs, env_devices), n_b, learner)
-    raw: list[torch.Tensor] = []
-    components: dict[str, list[float]] = {}
-    rows: list[dict[str, Any]] = []
-
-    def store(steps: list[tuple[StepOutcome, TamiyoDecision]]) -> None:
-        for step, decision in steps:
-            info = decision.info
-            raw.append(info["raw_features"])
-            for name in SUMMED_FIELDS:
-                components.setdefault(name, []).append(getattr(step.reward, name))
-            learner.agent.buffer.add(
-                info["state"], info["action"], info["log_prob"], info["value"],
-                learner.reward_normalizer.update_and_normalize(step.reward.total()), step.terminal,
-                info["used_masks"], env_id=step.env_id)
-            rows.append(step.row)
-
-    finished = pool.run(setting, groups, [controller] * n_b, sink=run.sink, on_steps=store,
-                        should_stop=run.should_stop)
-    if finished is None:
-        return None
-    for row in rows:
-        run.run_dir.append("steps.jsonl", row)
-    for r in finished.results:
-        run.run_dir.append("episodes.jsonl", r.to_dict())
-    return _Rollout(finished.results, raw, components, finished.batch_loads)
 
 
 def batch_seeds(seed: int, batch: int, groups: int) -> tuple[list[int], int]:
@@ -297,38 +315,6 @@ def _groups(config: TrainingConfig, device_of: list[torch.device], n_b: int, lea
         for g in range(n_b // k)]
 
 
-def _update_policy(learner: PPOLearnerState, updates: int, run: PPORun, *, gradient_stats: bool) -> dict[str, Any]:
-    """`updates` PPO update calls on one rollout batch (stopping after an early stop), merged into one metrics dict.
-
-    An update that leaves non-finite policy parameters is reverted from an in-memory copy. `gradient_stats` (after
-    an anomaly) emits per-layer policy gradient statistics even when the run is not at debug level.
-    """
-    agent = learner.agent
-    before = copy.deepcopy((agent.network.state_dict(), agent.optimizer.state_dict()))
-    train_steps = agent.train_steps
-    runs: list[dict[str, Any]] = []
-    for k in range(1, updates + 1):
-        m = agent.update(clear_buffer=(k == updates))
-        runs.append(m)
-        if m.get("early_stopped"):
-            agent.buffer.clear()
-            break
-    if not all(torch.isfinite(p).all() for p in agent.network.parameters()):
-        agent.network.load_state_dict(before[0])
-        agent.optimizer.load_state_dict(before[1])
-        agent.train_steps = train_steps  # the entropy schedule does not advance on a reverted update
-        run.emit(TelemetryEventType.NUMERICAL_INSTABILITY_DETECTED, "non-finite policy after update: reverted",
-                 {"detail": "non-finite policy parameters", "diagnostic": None}, severity="warning")
-        return {"skipped_update": 1.0, "updates_run": len(runs)}
-    sink = run.sink
-    if sink is not None and gradient_stats and not sink.wants(TelemetryEventType.GRADIENT_STATS):
-        sink.escalate(1)  # the anomaly's escalation window has passed by now; reopen it for this report
-    if sink is not None and sink.wants(TelemetryEventType.GRADIENT_STATS):
-        run.emit(TelemetryEventType.GRADIENT_STATS, "policy gradient statistics",
-                 {"layers": collect_per_layer_gradients(agent.network)})
-    return merge_updates(runs)
-
-
 def _record_accuracy(learner: PPOLearnerState, results: list[EpisodeResult]) -> tuple[float, bool]:
     """Add the batch's mean final accuracy to the rolling window; returns (previous rolling accuracy, improved)."""
     previous = learner.rolling_accuracy
@@ -340,9 +326,9 @@ def _record_accuracy(learner: PPOLearnerState, results: list[EpisodeResult]) -> 
     return previous, improved
 
 
-def _history_row(batch: int, learner: PPOLearnerState, rollout: _Rollout, metrics: dict[str, Any],
+def _history_row(batch: int, learner: PPOLearnerState, collected: _Batch, metrics: dict[str, Any],
                  report: AnomalyReport, update_seconds: float, max_epochs: int) -> PPOHistoryRow:
-    results = rollout.results
+    results = collected.results
     n_b = len(results)
     action_totals = {op.name: sum(r.action_counts[op.name] for r in results) for op in LifecycleOp}
     n_actions = max(1, sum(action_totals.values()))
@@ -352,12 +338,12 @@ def _history_row(batch: int, learner: PPOLearnerState, rollout: _Rollout, metric
         best_rolling_accuracy=learner.best_rolling_accuracy, env_accuracies=[r.final_accuracy for r in results],
         avg_reward=sum(r.total_reward for r in results) / n_b,
         action_shares={op: n / n_actions for op, n in action_totals.items()},
-        reward_components={k: sum(v) / len(v) for k, v in rollout.components.items()},
+        reward_components={k: total / len(collected.rows) for k, total in collected.component_sums.items()},
         seeds_created=sum(r.seeds_created for r in results),
         seeds_fossilized=sum(r.seeds_fossilized for r in results),
         seeds_culled=sum(r.seeds_culled for r in results), rollbacks=sum(r.rollbacks for r in results),
-        anomalies=report.anomaly_types, rollout_seconds=rollout.seconds, update_seconds=update_seconds,
-        env_epochs_per_second=n_b * max_epochs / rollout.seconds, batch_loads=rollout.batch_loads,
+        anomalies=report.anomaly_types, rollout_seconds=collected.seconds, update_seconds=update_seconds,
+        env_epochs_per_second=n_b * max_epochs / collected.seconds, batch_loads=collected.batch_loads,
         **{k: v for k, v in metrics.items() if k != "ratio_diagnostic"},
     )
 

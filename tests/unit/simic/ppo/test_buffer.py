@@ -1,168 +1,119 @@
-"""FactoredRolloutBuffer: storage, per-env GAE, masks and minibatches."""
+"""RolloutBuffer: [steps, envs] storage, per-env GAE, group advantages, env-major order and minibatches."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from esper.env.masks import compute_action_masks
-from esper.leyline import MaskSeedInfo, SeedStage
-from esper.runtime.tasks import get_task_spec
-from esper.simic.ppo.buffer import FactoredRolloutBuffer
+from esper.simic.ppo.buffer import PolicyStep, RolloutBuffer, env_major, gae, group_advantages
 
-WAIT = {"slot": 0, "blueprint": 0, "blend": 0, "op": 0}
+HEAD_SIZES = {"op": 4, "slot": 3, "blueprint": 5, "blend": 3}
+D = 4
 
 
-def open_masks() -> dict[str, torch.Tensor]:
-    return {
-        "slot": torch.ones(3, dtype=torch.bool),
-        "blueprint": torch.ones(5, dtype=torch.bool),
-        "blend": torch.ones(3, dtype=torch.bool),
-        "op": torch.ones(4, dtype=torch.bool),
-    }
+def step(envs: int, t: int, *, values: list[float] | None = None) -> PolicyStep:
+    """Step t of `envs` envs, every number telling where it belongs (env e at step t: state and log-prob e·10 + t)."""
+    tag = torch.tensor([e * 10.0 + t for e in range(envs)])
+    masks = {h: torch.arange(n).expand(envs, n) != (t + torch.arange(envs)).unsqueeze(1) % n
+             for h, n in HEAD_SIZES.items()}
+    return PolicyStep(raw=tag.unsqueeze(1).expand(envs, D) + 0.5, states=tag.unsqueeze(1).expand(envs, D),
+                      actions={h: (t + torch.arange(envs)) % n for h, n in HEAD_SIZES.items()}, log_probs=-tag,
+                      values=torch.tensor(values) if values is not None else tag / 100, masks=masks, decisions=[])
 
 
-def add(
-    buffer: FactoredRolloutBuffer,
-    reward: float,
-    value: float,
-    done: bool,
-    env_id: int = 0,
-) -> None:
-    buffer.add(torch.randn(6), WAIT, -1.0, value, reward, done, open_masks(), env_id)
+def filled(steps: int, envs: int) -> RolloutBuffer:
+    buffer = RolloutBuffer(steps, envs, D, HEAD_SIZES["blueprint"])
+    for t in range(steps):
+        buffer.add(t, step(envs, t))
+        buffer.credit(t, list(range(envs)), [float(t)] * envs, [t == steps - 1] * envs)
+    return buffer
 
 
-# --- factored-action cases ----------------------------------------------------------------------------------
-def test_factored_buffer_add_and_len() -> None:
-    buffer = FactoredRolloutBuffer()
-    masks = open_masks()
-    masks["op"] = torch.tensor([True, True, False, False])
-    buffer.add(torch.randn(50), {"slot": 0, "blueprint": 1, "blend": 2, "op": 1}, -1.5, 0.5, 1.0, False, masks)
-    assert len(buffer) == 1
+def test_a_step_lands_in_its_row_with_the_masks_as_sampled() -> None:
+    buffer = filled(3, 2)
+    assert buffer.states.shape == (3, 2, D) and buffer.rewards.dtype == torch.float64
+    assert buffer.states[2, 1, 0] == 12.0 and buffer.raw[2, 1, 0] == 12.5 and buffer.log_probs[1, 1] == -11.0
+    assert buffer.actions["blueprint"][2, 1] == 3 and buffer.masks["blueprint"][2, 1].tolist() == [
+        True, True, True, False, True]
+    assert buffer.rewards[:, 0].tolist() == [0.0, 1.0, 2.0] and buffer.dones[:, 1].tolist() == [False, False, True]
 
 
-def test_factored_buffer_get_batches() -> None:
-    buffer = FactoredRolloutBuffer()
-    for i in range(10):
-        buffer.add(
-            state=torch.randn(50),
-            action={"slot": i % 3, "blueprint": i % 5, "blend": i % 3, "op": i % 4},
-            log_prob=-1.0,
-            value=0.5,
-            reward=1.0,
-            done=(i == 9),
-            action_masks=open_masks(),
-        )
-    batches = list(buffer.get_batches(batch_size=5, device="cpu"))
-    assert len(batches) == 2
-    batch, indices = batches[0]
-    assert isinstance(batch["actions"], dict)
-    assert set(batch["actions"].keys()) == {"slot", "blueprint", "blend", "op"}
-    assert batch["actions"]["slot"].shape == (5,)
-    assert indices.shape == (5,)
+def test_credit_takes_rewards_in_any_env_order_but_one_per_env() -> None:
+    buffer = RolloutBuffer(1, 3, D, 5)
+    buffer.credit(0, [2, 0, 1], [2.0, 0.0, 1.0], [True, False, False])
+    assert buffer.rewards[0].tolist() == [0.0, 1.0, 2.0] and buffer.dones[0].tolist() == [False, False, True]
+    with pytest.raises(ValueError, match="one for each of 3"):
+        buffer.credit(0, [0, 1], [0.0, 1.0], [False, False])
 
 
-def test_factored_buffer_gae_resets_on_done() -> None:
-    buffer = FactoredRolloutBuffer()
-    for i in range(3):
-        add(buffer, reward=1.0, value=1.0, done=(i == 2))
-    for i in range(2):
-        add(buffer, reward=10.0, value=1.0, done=(i == 1))
-    returns, advantages = buffer.compute_returns_and_advantages(last_value=0.0, gamma=0.99, gae_lambda=0.95)
-    assert returns.shape == (5,) and advantages.shape == (5,)
-    alone = FactoredRolloutBuffer()
-    for i in range(3):
-        add(alone, reward=1.0, value=1.0, done=(i == 2))
-    _, adv_alone = alone.compute_returns_and_advantages(last_value=0.0, gamma=0.99, gae_lambda=0.95)
-    assert torch.allclose(advantages[:3], adv_alone)  # episode 2 does not bleed into episode 1
-    assert advantages[2].item() == pytest.approx(0.0)  # r + 0 − v at the terminal step
-
-
-# --- GAE values ------------------------------------------------------------------------------------------------------
-def test_gae_matches_hand_computation_with_bootstrap() -> None:
-    buffer = FactoredRolloutBuffer()
+def test_gae_matches_a_hand_computation() -> None:
     rewards, values = [1.0, 0.0, 2.0], [0.5, 0.2, 0.1]
-    for r, v in zip(rewards, values):
-        add(buffer, reward=r, value=v, done=False)
-    gamma, lam, last = 0.9, 0.8, 0.7
-    returns, adv = buffer.compute_returns_and_advantages(last, gamma, lam)
-    d2 = 2.0 + gamma * last - 0.1
+    gamma, lam = 0.9, 0.8
+    returns, adv = gae(torch.tensor(rewards, dtype=torch.float64).unsqueeze(1),
+                       torch.tensor(values, dtype=torch.float64).unsqueeze(1), torch.zeros(3, 1, dtype=torch.bool),
+                       gamma, lam)
+    d2 = 2.0 - 0.1  # the step after the last is worth 0
     d1 = 0.0 + gamma * 0.1 - 0.2
     d0 = 1.0 + gamma * 0.2 - 0.5
     a2 = d2
     a1 = d1 + gamma * lam * a2
     a0 = d0 + gamma * lam * a1
-    assert adv.tolist() == pytest.approx([a0, a1, a2])
-    assert returns.tolist() == pytest.approx([a0 + 0.5, a1 + 0.2, a2 + 0.1])
+    assert adv[:, 0].tolist() == [a0, a1, a2]
+    assert returns[:, 0].tolist() == [a0 + 0.5, a1 + 0.2, a2 + 0.1]
 
 
-def test_terminal_step_ignores_last_value() -> None:
-    terminal = FactoredRolloutBuffer()
-    add(terminal, reward=1.0, value=0.5, done=True)
-    _, adv_t = terminal.compute_returns_and_advantages(last_value=100.0, gamma=0.5, gae_lambda=1.0)
-    assert adv_t.item() == pytest.approx(0.5)
+def test_gae_resets_at_an_episode_end_and_keeps_envs_apart() -> None:
+    """Env 0 runs episodes of 3 and 2 steps, env 1 one of 5: env 0's second episode never reaches its first."""
+    rewards = torch.tensor([[1.0, 5.0], [1.0, 6.0], [1.0, 7.0], [10.0, 8.0], [10.0, 9.0]], dtype=torch.float64)
+    values = torch.ones(5, 2, dtype=torch.float64)
+    dones = torch.tensor([[False, False], [False, False], [True, False], [False, False], [True, True]])
+    _, adv = gae(rewards, values, dones, 0.99, 0.95)
+    first, _ = gae(rewards[:3, :1], values[:3, :1], dones[:3, :1], 0.99, 0.95)
+    alone, _ = gae(rewards[:, 1:], values[:, 1:], dones[:, 1:], 0.99, 0.95)
+    assert torch.equal(adv[:3, :1] + values[:3, :1], first) and torch.equal(adv[:, 1:], alone - values[:, 1:])
+    assert adv[2, 0] == 0.0  # r − v at the terminal step: 1 − 1
 
 
-def test_envs_are_isolated_and_steps_are_env_major() -> None:
-    interleaved = FactoredRolloutBuffer()
-    for t in range(4):
-        for env in (2, 0):
-            add(interleaved, reward=float(env * 10 + t), value=0.1 * t, done=(t == 3), env_id=env)
-    assert [s.env_id for s in interleaved.steps] == [0, 0, 0, 0, 2, 2, 2, 2]
-    assert [s.reward for s in interleaved.steps] == [0.0, 1.0, 2.0, 3.0, 20.0, 21.0, 22.0, 23.0]
-    _, adv = interleaved.compute_returns_and_advantages(0.0, 0.99, 0.95)
-    for env, chunk in ((0, adv[:4]), (2, adv[4:])):
-        alone = FactoredRolloutBuffer()
-        for t in range(4):
-            add(alone, reward=float(env * 10 + t), value=0.1 * t, done=(t == 3))
-        assert torch.allclose(chunk, alone.compute_returns_and_advantages(0.0, 0.99, 0.95)[1])
+def test_group_advantage_is_the_return_minus_the_peers_mean() -> None:
+    """Two groups of three; one step each, so the return is the reward."""
+    rewards = torch.tensor([[1.0, 2.0, 6.0, 0.0, 0.0, 3.0]], dtype=torch.float64)
+    returns, adv = group_advantages(rewards, torch.ones(1, 6, dtype=torch.bool), 0.9, 3)
+    assert returns.tolist() == rewards.tolist()
+    assert adv.tolist() == [[1.0 - 4.0, 2.0 - 3.5, 6.0 - 1.5, 0.0 - 1.5, 0.0 - 1.5, 3.0 - 0.0]]
+    two_steps, _ = group_advantages(torch.tensor([[1.0, 0.0], [2.0, 4.0]], dtype=torch.float64),
+                                    torch.tensor([[False, False], [True, True]]), 0.5, 2)
+    assert two_steps.tolist() == [[2.0, 2.0], [2.0, 4.0]]  # returns-to-go: 1 + 0.5 · 2, 0 + 0.5 · 4
+    with pytest.raises(ValueError, match="whole groups"):
+        group_advantages(torch.zeros(1, 5, dtype=torch.float64), torch.ones(1, 5, dtype=torch.bool), 0.9, 2)
 
 
-# --- storage and batches -------------------------------------------------------------------------------------------
-def test_full_masks_are_conditioned_on_insert_and_tensors_detached() -> None:
-    masks = compute_action_masks({"early": None, "mid": MaskSeedInfo(SeedStage.PROBATIONARY, 4), "late": None},
-                                 space=get_task_spec("synthetic").action_space)
-    buffer = FactoredRolloutBuffer()
-    state = torch.randn(6, requires_grad=True)
-    buffer.add(state, WAIT, torch.tensor(-0.3), torch.tensor(0.2), 1.0, False, masks)
-    buffer.add(state, {"slot": 2, "blueprint": 1, "blend": 0, "op": 1}, -1.0, 0.0, 0.0, False, masks)
-    wait_step, germ_step = buffer.steps
-    assert not wait_step.state.requires_grad
-    assert wait_step.slot_mask.all() and wait_step.blueprint_mask.all()
-    assert isinstance(wait_step.log_prob, float) and wait_step.log_prob == pytest.approx(-0.3)
-    assert germ_step.slot_mask.tolist() == [True, False, True]
-    assert germ_step.blueprint_mask.tolist() == [False, True, True, True, True]
+def test_advantages_come_env_major_in_float32() -> None:
+    buffer = filled(3, 2)
+    returns, adv = buffer.advantages("gae", 0.9, 0.8, 1)
+    expected_returns, expected = gae(buffer.rewards, buffer.values.double(), buffer.dones, 0.9, 0.8)
+    assert adv.dtype == torch.float32 and adv.shape == (6,)
+    assert torch.equal(adv, expected.T.reshape(-1).float())
+    assert torch.equal(returns, expected_returns.T.reshape(-1).float())
+    _, grouped = buffer.advantages("group", 0.9, 0.8, 2)
+    assert torch.equal(grouped, group_advantages(buffer.rewards, buffer.dones, 0.9, 2)[1].T.reshape(-1).float())
 
 
-def test_get_batches_cover_a_permutation_and_align_with_steps() -> None:
-    buffer = FactoredRolloutBuffer()
-    for i in range(11):
-        buffer.add(torch.full((4,), float(i)), {"slot": i % 3, "blueprint": 1, "blend": i % 3, "op": 1},
-                   -float(i), float(i), 0.0, False, open_masks(), env_id=i % 2)
-    steps = buffer.steps
+def test_minibatches_cover_a_permutation_of_the_env_major_rows() -> None:
+    buffer = filled(4, 3)
     seen: list[int] = []
-    for batch, idx in buffer.get_batches(4, generator=torch.Generator().manual_seed(0)):
-        seen.extend(idx.tolist())
-        for row, i in enumerate(idx.tolist()):
-            assert batch["states"][row, 0].item() == steps[i].state[0].item()
-            assert batch["old_log_probs"][row].item() == steps[i].log_prob
-            assert batch["values"][row].item() == steps[i].value
-            assert batch["actions"]["slot"][row].item() == steps[i].slot_action
-        assert batch["action_masks"]["blueprint"].shape[1:] == (5,)
-    assert sorted(seen) == list(range(11))
+    for batch in buffer.minibatches(5, torch.Generator().manual_seed(0)):
+        seen.extend(batch.index.tolist())
+        for row, i in enumerate(batch.index.tolist()):
+            e, t = divmod(i, 4)  # env-major: env e's step t is row e · steps + t
+            assert batch.states[row, 0] == e * 10 + t and batch.log_probs[row] == -(e * 10 + t)
+            assert batch.values[row] == buffer.values[t, e] and batch.actions["op"][row] == (t + e) % 4
+            assert torch.equal(batch.masks["slot"][row], buffer.masks["slot"][t, e])
+    assert sorted(seen) == list(range(12))
 
     def order(seed: int) -> list[int]:
-        batches = buffer.get_batches(4, generator=torch.Generator().manual_seed(seed))
-        return [i for _, idx in batches for i in idx.tolist()]
+        return [i for b in buffer.minibatches(5, torch.Generator().manual_seed(seed)) for i in b.index.tolist()]
 
     assert order(1) == order(1) and order(1) != order(2)
-
-
-def test_clear_and_empty_batches() -> None:
-    buffer = FactoredRolloutBuffer()
-    add(buffer, reward=0.0, value=0.0, done=True)
-    buffer.clear()
-    assert len(buffer) == 0 and buffer.steps == []
-    assert list(buffer.get_batches(4)) == []
-    with pytest.raises(ValueError, match="batch_size"):
-        list(buffer.get_batches(0))
+    assert env_major(torch.arange(6).reshape(3, 2)).tolist() == [0, 2, 4, 1, 3, 5]
+    with pytest.raises(ValueError, match="minibatch size"):
+        next(buffer.minibatches(0, torch.Generator()))

@@ -107,11 +107,12 @@ def test_a_blueprint_restriction_travels_with_the_checkpoint_and_binds_every_dec
     PPOLearnerState.new(config, torch.device("cpu")).save(path)
     sampled = PPOPolicy.from_checkpoint(path, deterministic=False)
     torch.manual_seed(0)
-    decisions = sampled.decide_batch([make_obs() for _ in range(64)])
-    germinated = {d.command.blueprint_id for d in decisions if d.command.op == LifecycleOp.GERMINATE}
+    step = sampled.act([make_obs() for _ in range(64)])
+    germinated = {d.command.blueprint_id for d in step.decisions if d.command.op == LifecycleOp.GERMINATE}
     assert germinated == {"norm"}  # the bias makes nearly every decision a germination; none is another blueprint
-    used = [d.info["used_masks"]["blueprint"] for d in decisions]
-    assert all(m.tolist() == [False, False, False, True, False] for m in used)  # what PPO's update re-evaluates
+    used = step.masks["blueprint"][step.actions["op"] == LifecycleOp.GERMINATE]
+    assert used.tolist() == [[False, False, False, True, False]] * len(used)  # what PPO's update re-evaluates
+    assert all(d.info == {} for d in step.decisions)  # the policy's tensors stay in the step, never in a decision
     greedy = PPOPolicy.from_checkpoint(path)
     valid = torch.ones(8, CNN.num_joint_actions, dtype=torch.bool)
     probs = greedy.action_probs(torch.randn(8, obs_dim(CNN, config.use_telemetry)), valid)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ from esper.leyline import ActionSpace, ActionValidity, MaskSeedInfo, SeedStage
 from esper.leyline import compute_action_validity as leyline_validity
 from esper.runtime.tasks import get_task_spec
 from esper.simic.ppo.agent import PPOAgent
+from esper.simic.ppo.buffer import PolicyStep, RolloutBuffer
 from esper.simic.ppo.config import TrainingConfig
 from esper.simic.ppo.network import FactoredActorCritic
 
@@ -57,12 +59,22 @@ def act_one(agent: PPOAgent, state: torch.Tensor, masks: dict[str, torch.Tensor]
             {k: v[0] for k, v in used.items()})
 
 
-def fill(agent: PPOAgent, n: int = 20, masks: dict[str, torch.Tensor] | None = None, logp_shift: float = 0.0) -> None:
+def fill(agent: PPOAgent, n: int = 20, masks: dict[str, torch.Tensor] | None = None, logp_shift: float = 0.0
+         ) -> RolloutBuffer:
+    """One env's episode of `n` steps, acted on by the agent (rewards 0, 1, 2, 3, 4, 0, ...)."""
     masks = masks or open_masks()
-    for i in range(n):
-        state = torch.randn(D)
-        action, log_prob, value, _ = act_one(agent, state, masks)
-        agent.buffer.add(state, action, log_prob + logp_shift, value, float(i % 5), i == n - 1, masks)
+    buffer = RolloutBuffer(n, 1, D, CNN.num_blueprints)
+    for t in range(n):
+        state = torch.randn(1, D)
+        actions, log_probs, values, used = agent.act(state, {k: v.unsqueeze(0) for k, v in masks.items()})
+        buffer.add(t, PolicyStep(state, state, actions, log_probs + logp_shift, values, used, []))
+        buffer.credit(t, [0], [float(t % 5)], [t == n - 1])
+    return buffer
+
+
+def update(agent: PPOAgent, buffer: RolloutBuffer) -> dict[str, Any]:
+    c = agent.config
+    return agent.update(buffer, *buffer.advantages(c.advantage, c.gamma, c.gae_lambda, c.group_size))
 
 
 def small_agent(state_dim: int = D, **fields: object) -> PPOAgent:
@@ -104,27 +116,22 @@ def test_action_sampling_is_seeded() -> None:
 
 
 # --- update ------------------------------------------------------------------------------------------------------
-def test_update_on_empty_buffer_returns_empty_dict() -> None:
-    assert small_agent().update() == {}
-
-
 def test_update_reports_exactly_the_contract_metrics() -> None:
     agent = small_agent(target_kl=None)
-    fill(agent, 20)
-    metrics = agent.update()
+    metrics = update(agent, fill(agent, 20))
     assert set(metrics) >= METRICS and set(metrics) - METRICS <= OPTIONAL
     assert metrics["n_minibatch_updates"] == 2 * 3  # n_epochs × ceil(20 / 8)
-    assert len(agent.buffer) == 0 and agent.train_steps == 1
+    assert agent.train_steps == 1
     assert all(isinstance(metrics[k], float) for k in METRICS - {"n_minibatch_updates"})
     assert 0.0 <= metrics["entropy_op"] <= 1.0 and metrics["ratio_min"] <= metrics["ratio_mean"] <= metrics["ratio_max"]
 
 
 def test_first_minibatch_sees_ratio_one_and_the_value_loss_formula() -> None:
     agent = small_agent(n_epochs=1, minibatch_size=64, target_kl=None)
-    fill(agent, 20)
-    returns, advantages = agent.buffer.compute_returns_and_advantages(0.0, agent.config.gamma, agent.config.gae_lambda)
-    values = torch.tensor([t.value for t in agent.buffer.steps])
-    metrics = agent.update()
+    buffer = fill(agent, 20)
+    returns, advantages = buffer.advantages("gae", agent.config.gamma, agent.config.gae_lambda, 1)
+    values = buffer.values[:, 0]
+    metrics = agent.update(buffer, returns, advantages)
     assert metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-5) and metrics["ratio_std"] < 1e-5
     assert metrics["approx_kl"] == pytest.approx(0.0, abs=1e-6) and metrics["clip_fraction"] == 0.0
     assert metrics["policy_loss"] == pytest.approx(0.0, abs=1e-5)  # −mean of normalized advantages
@@ -135,8 +142,7 @@ def test_first_minibatch_sees_ratio_one_and_the_value_loss_formula() -> None:
 
 def test_target_kl_stops_early_inside_the_loop() -> None:
     agent = small_agent(hidden_dim=64, n_epochs=100, target_kl=0.001, minibatch_size=64)
-    fill(agent, 20)
-    metrics = agent.update()
+    metrics = update(agent, fill(agent, 20))
     assert metrics["early_stopped"] == 1.0
     assert 1 <= metrics["early_stop_epoch"] < 100
     assert metrics["n_minibatch_updates"] == metrics["early_stop_epoch"]  # one minibatch per epoch here
@@ -144,21 +150,18 @@ def test_target_kl_stops_early_inside_the_loop() -> None:
 
 def test_no_early_stop_without_target_kl() -> None:
     agent = small_agent(n_epochs=3, target_kl=None)
-    fill(agent, 10)
-    metrics = agent.update()
+    metrics = update(agent, fill(agent, 10))
     assert "early_stopped" not in metrics and metrics["n_minibatch_updates"] == 3 * 2
 
 
 def test_per_head_entropy_counts_only_relevant_steps() -> None:
     agent = small_agent()
-    fill(agent, 12, masks=open_masks([True, False, False, False]))  # only WAIT is valid
-    metrics = agent.update()
+    metrics = update(agent, fill(agent, 12, masks=open_masks([True, False, False, False])))  # only WAIT is valid
     assert metrics["entropy"] == pytest.approx(0.0, abs=1e-6)
     assert metrics["entropy_op"] == pytest.approx(0.0, abs=1e-6)
     assert metrics["entropy_slot"] == metrics["entropy_blueprint"] == metrics["entropy_blend"] == 0.0
     agent = small_agent()
-    fill(agent, 40, masks=open_masks([False, True, False, False]))  # only GERMINATE: all heads relevant
-    metrics = agent.update()
+    metrics = update(agent, fill(agent, 40, masks=open_masks([False, True, False, False])))  # GERMINATE: all heads
     assert metrics["entropy_op"] == pytest.approx(0.0, abs=1e-6)
     for head in ("slot", "blueprint", "blend"):
         assert metrics[f"entropy_{head}"] > 0.9  # near-uniform at init
@@ -166,34 +169,21 @@ def test_per_head_entropy_counts_only_relevant_steps() -> None:
 
 def test_ratio_explosion_attaches_a_diagnostic() -> None:
     agent = small_agent(n_epochs=1)
-    fill(agent, 16, logp_shift=-3.0)  # stored log-probs too low → ratio ≈ e³ ≈ 20
-    metrics = agent.update()
+    metrics = update(agent, fill(agent, 16, logp_shift=-3.0))  # stored log-probs too low → ratio ≈ e³ ≈ 20
     assert metrics["ratio_max"] > 5.0
     diag = metrics["ratio_diagnostic"]
     assert diag["n_exploded"] > 0 and len(diag["worst_indices"]) > 0
     agent = small_agent(n_epochs=1)
-    fill(agent, 16)
-    assert "ratio_diagnostic" not in agent.update()
-
-
-def test_clear_buffer_false_keeps_transitions() -> None:
-    agent = small_agent()
-    fill(agent, 10)
-    agent.update(clear_buffer=False)
-    assert len(agent.buffer) == 10 and agent.train_steps == 1
-    agent.update()
-    assert len(agent.buffer) == 0 and agent.train_steps == 2
+    assert "ratio_diagnostic" not in update(agent, fill(agent, 16))
 
 
 def test_entropy_coefficient_schedule() -> None:
     constant = small_agent(entropy_coef=0.05)
-    fill(constant, 8)
-    assert constant.update()["entropy_coef"] == 0.05 and constant.entropy_coef() == 0.05
+    assert update(constant, fill(constant, 8))["entropy_coef"] == 0.05 and constant.entropy_coef() == 0.05
     agent = small_agent(entropy_coef=0.05, entropy_coef_min=0.01, entropy_anneal_episodes=4, n_epochs=1)
     used = []
     for _ in range(6):
-        fill(agent, 8)
-        used.append(agent.update()["entropy_coef"])
+        used.append(update(agent, fill(agent, 8))["entropy_coef"])
     assert used == pytest.approx([0.05, 0.04, 0.03, 0.02, 0.01, 0.01])
 
 
@@ -202,8 +192,7 @@ def test_updates_are_reproducible_for_a_seed() -> None:
     for _ in range(2):
         torch.manual_seed(0)  # network init uses the global RNG (the trainer seeds it per batch)
         agent = small_agent(seed=7)
-        fill(agent, 20)
-        agent.update()
+        update(agent, fill(agent, 20))
         agents.append(agent)
     for p, q in zip(agents[0].network.parameters(), agents[1].network.parameters()):
         assert torch.equal(p, q)
@@ -212,8 +201,7 @@ def test_updates_are_reproducible_for_a_seed() -> None:
 # --- state -----------------------------------------------------------------------------------------------------
 def test_state_dict_round_trip_restores_weights_optimizer_and_generators() -> None:
     agent = small_agent(seed=11, entropy_anneal_episodes=5)
-    fill(agent, 12)
-    agent.update()
+    update(agent, fill(agent, 12))
     state = agent.state_dict()
     loaded = small_agent(seed=99, entropy_anneal_episodes=5)
     loaded.load_state_dict(state)
@@ -228,8 +216,7 @@ def test_state_dict_round_trip_restores_weights_optimizer_and_generators() -> No
     # Optimizer state restored: one more identical update gives identical parameters.
     for x in (agent, loaded):
         torch.manual_seed(1)
-        fill(x, 12)
-        x.update()
+        update(x, fill(x, 12))
     for p, q in zip(agent.network.parameters(), loaded.network.parameters()):
         assert torch.equal(p, q)
 
@@ -275,9 +262,10 @@ def test_ppo_learns_a_masked_factored_bandit(seed: int) -> None:
             factored = CNN.action(action["slot"], action["blueprint"], action["blend"], action["op"])
             assert TOY_VALIDITY[c].is_valid(factored), f"masked action sampled: {action} in context {c}"
             rewards.append(toy_reward(c, action))
-            agent.buffer.add(states[i], action, log_probs[i], values[i], rewards[-1], True,
-                             {k: m[i] for k, m in used.items()}, env_id=i)
-        agent.update()
+        buffer = RolloutBuffer(1, 64, 4, CNN.num_blueprints)  # 64 one-step episodes
+        buffer.add(0, PolicyStep(states, states, actions, log_probs, values, used, []))
+        buffer.credit(0, list(range(64)), rewards, [True] * 64)
+        update(agent, buffer)
         mean_rewards.append(sum(rewards) / len(rewards))
     greedy, *_ = agent.act(eye, compute_batch_masks(TOY_VALIDITY), deterministic=True)
     assert [toy_reward(c, {k: int(v[c]) for k, v in greedy.items()}) for c in range(4)] == [1.0] * 4

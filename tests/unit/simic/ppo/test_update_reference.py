@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import dataclass, field
 
 import pytest
 import torch
@@ -18,6 +19,7 @@ import torch.nn.functional as F
 
 from esper.runtime.tasks import get_task_spec
 from esper.simic.ppo.agent import PPOAgent
+from esper.simic.ppo.buffer import PolicyStep, RolloutBuffer
 from esper.simic.ppo.config import TrainingConfig
 
 D, N = 12, 24
@@ -35,9 +37,24 @@ def _config(**overrides: object) -> TrainingConfig:
     return TrainingConfig.from_dict(fields)
 
 
-def _rollout(agent: PPOAgent) -> None:
+@dataclass
+class _Plain:
+    """The rollout as plain env-major lists (env 0's steps, then env 1's), what the reference reads."""
+
+    states: list[torch.Tensor] = field(default_factory=list)
+    actions: list[dict[str, int]] = field(default_factory=list)
+    masks: list[dict[str, torch.Tensor]] = field(default_factory=list)
+    log_probs: list[float] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    dones: list[bool] = field(default_factory=list)
+    envs: list[int] = field(default_factory=list)
+
+
+def _rollout(agent: PPOAgent) -> tuple[RolloutBuffer, _Plain]:
     """Two envs × 12 steps; each env's last step is terminal. Masks vary; log-probs and values are shifted."""
     g = torch.Generator().manual_seed(0)
+    plain = _Plain()
     for i in range(N):
         env, t = divmod(i, N // 2)
         masks = {h: torch.rand(SIZES[h], generator=g) > 0.4 for h in HEADS}
@@ -46,12 +63,28 @@ def _rollout(agent: PPOAgent) -> None:
         state = torch.randn(D, generator=g)
         batched = {h: m.unsqueeze(0) for h, m in masks.items()}
         actions, log_probs, values, used = agent.act(state.unsqueeze(0), batched)
-        action = {h: int(v[0]) for h, v in actions.items()}
         logp_shift = (0.6, -0.6, 0.0)[i % 3]  # ratios start at e^∓0.6 ≈ 0.55 / 1.8: outside [0.8, 1.2]
         value_shift = (1.0, -1.0)[i % 2]  # stored values far from the network's: value clipping binds
-        reward = float(torch.randn((), generator=g))
-        agent.buffer.add(state, action, float(log_probs[0]) + logp_shift, float(values[0]) + value_shift, reward,
-                         t == N // 2 - 1, {h: u[0] for h, u in used.items()}, env_id=env)
+        plain.states.append(state)
+        plain.actions.append({h: int(v[0]) for h, v in actions.items()})
+        plain.masks.append({h: u[0] for h, u in used.items()})
+        plain.log_probs.append(float(log_probs[0] + logp_shift))
+        plain.values.append(float(values[0] + value_shift))
+        plain.rewards.append(float(torch.randn((), generator=g)))
+        plain.dones.append(t == N // 2 - 1)
+        plain.envs.append(env)
+    steps = N // 2
+    buffer = RolloutBuffer(steps, 2, D, SIZES["blueprint"])
+    for t in range(steps):
+        rows = [t, steps + t]  # env 0's and env 1's step t
+        buffer.add(t, PolicyStep(
+            raw=torch.stack([plain.states[i] for i in rows]), states=torch.stack([plain.states[i] for i in rows]),
+            actions={h: torch.tensor([plain.actions[i][h] for i in rows]) for h in HEADS},
+            log_probs=torch.tensor([plain.log_probs[i] for i in rows]),
+            values=torch.tensor([plain.values[i] for i in rows]),
+            masks={h: torch.stack([plain.masks[i][h] for i in rows]) for h in HEADS}, decisions=[]))
+        buffer.credit(t, [0, 1], [plain.rewards[i] for i in rows], [plain.dones[i] for i in rows])
+    return buffer, plain
 
 
 def _gae(rewards: list[float], values: list[float], dones: list[bool], gamma: float, lam: float) -> list[float]:
@@ -70,7 +103,7 @@ def _masked_log_softmax(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tenso
     return F.log_softmax(logits.masked_fill(~mask, torch.finfo(logits.dtype).min), dim=-1)
 
 
-def _reference(agent: PPOAgent, network: torch.nn.Module, generator: torch.Generator,
+def _reference(agent: PPOAgent, plain: _Plain, network: torch.nn.Module, generator: torch.Generator,
                clip_bounds: tuple[float, float] | None = None) -> dict[str, object]:
     """The update written out plainly; returns the final network parameters and the per-minibatch records.
 
@@ -78,25 +111,24 @@ def _reference(agent: PPOAgent, network: torch.nn.Module, generator: torch.Gener
     """
     c = agent.config
     low, high = clip_bounds or (1 - c.clip_ratio, 1 + c.clip_ratio)
-    steps = agent.buffer.steps  # env-major order, the index space of the minibatches
-    rewards, values, dones = [s.reward for s in steps], [s.value for s in steps], [s.done for s in steps]
+    n = len(plain.states)  # env-major order, the index space of the minibatches
     advantages: list[float] = []
-    for env in sorted({s.env_id for s in steps}):
-        rows = [i for i, s in enumerate(steps) if s.env_id == env]
-        advantages += _gae([rewards[i] for i in rows], [values[i] for i in rows], [dones[i] for i in rows],
-                           c.gamma, c.gae_lambda)
+    for env in sorted(set(plain.envs)):
+        rows = [i for i in range(n) if plain.envs[i] == env]
+        advantages += _gae([plain.rewards[i] for i in rows], [plain.values[i] for i in rows],
+                           [plain.dones[i] for i in rows], c.gamma, c.gae_lambda)
     adv = torch.tensor(advantages)
-    old_values = torch.tensor(values)
+    old_values = torch.tensor(plain.values)
     returns = adv + old_values
-    states = torch.stack([s.state for s in steps])
-    actions = {h: torch.tensor([getattr(s, f"{h}_action") for s in steps]) for h in HEADS}
-    masks = {h: torch.stack([getattr(s, f"{h}_mask") for s in steps]) for h in HEADS}
-    old_logp = torch.tensor([s.log_prob for s in steps])
+    states = torch.stack(plain.states)
+    actions = {h: torch.tensor([a[h] for a in plain.actions]) for h in HEADS}
+    masks = {h: torch.stack([m[h] for m in plain.masks]) for h in HEADS}
+    old_logp = torch.tensor(plain.log_probs)
     optimizer = torch.optim.Adam(network.parameters(), lr=c.lr, eps=1e-5)
     records = []
     for _epoch in range(c.n_epochs):
-        order = torch.randperm(len(steps), generator=generator)
-        for start in range(0, len(steps), c.minibatch_size):
+        order = torch.randperm(n, generator=generator)
+        for start in range(0, n, c.minibatch_size):
             idx = order[start:start + c.minibatch_size]
             logits, new_values = network(states[idx])
             op = actions["op"][idx]
@@ -140,12 +172,12 @@ def _run_both(config: TrainingConfig, clip_bounds: tuple[float, float] | None = 
               ) -> tuple[PPOAgent, dict[str, object], dict[str, object]]:
     torch.manual_seed(0)
     agent = PPOAgent(config, state_dim=D, space=get_task_spec("synthetic").action_space)
-    _rollout(agent)
+    buffer, plain = _rollout(agent)
     network = copy.deepcopy(agent.network)
     generator = torch.Generator()
     generator.set_state(agent.minibatch_generator.get_state())
-    reference = _reference(agent, network, generator, clip_bounds)
-    metrics = agent.update()
+    reference = _reference(agent, plain, network, generator, clip_bounds)
+    metrics = agent.update(buffer, *buffer.advantages("gae", config.gamma, config.gae_lambda, config.group_size))
     return agent, metrics, reference
 
 
