@@ -110,7 +110,7 @@ def _foreign_episode(out: Path) -> None:
 @pytest.mark.parametrize(("args", "prepare", "message"), [
     (["--envs", "nosuch"], None, "Unknown environment preset(s) nosuch"),
     (["--policies", "baseline", "nosuch"], None, "Unknown behaviour policy preset(s) nosuch"),
-    (["--task", "cifar10"], None, "no measured parameter cost"),
+    (["--task", "cifar10"], None, "has no parameter cost for the gap reward"),
     (["--devices", "cuda:7"], None, "Device 'cuda:7' is not available"),
     (["--executor", "ray"], None, "The Ray executor needs workers >= 1 (--workers N)"),
     ([], lambda out: (out.mkdir(), (out / "broken.json").write_text("{oops")), "is not valid JSON"),
