@@ -151,7 +151,9 @@ def read_policy_checkpoint(path: Path) -> dict[str, Any]:
     try:
         config = TrainingConfig.from_dict(data["config"])
     except ValueError as exc:
-        raise CheckpointFormatError(f"Checkpoint {path} holds an invalid config ({exc})") from exc
+        raise CheckpointFormatError(f"Checkpoint {path} holds an invalid config ({exc}); a checkpoint written by "
+                                    f"another esper version loads in that version: retrain the policy with this "
+                                    f"one") from exc
     check_blueprint_head(path, data, get_task_spec(config.task).action_space)
     return data
 

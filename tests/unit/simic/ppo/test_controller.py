@@ -68,6 +68,8 @@ def _checkpoint(tmp_path: Path, edit: Any = None) -> Path:
     (lambda d: d["agent"].pop("network"), "'network'"),
     (lambda d: d.__setitem__("agent", [1, 2]), "must be dicts"),
     (lambda d: d["config"].update(hidden_dim=10**6), "invalid config"),
+    (lambda d: d["config"].__setitem__("n_workers", d["config"].pop("workers")),  # a field's older name
+     r"Unknown config keys: \['n_workers'\].*another esper version.*retrain the policy"),
     (lambda d: d["agent"]["network"].__setitem__(next(iter(d["agent"]["network"])), torch.zeros(2, 2)),
      "size mismatch"),
 ])
