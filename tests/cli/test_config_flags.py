@@ -17,7 +17,7 @@ from esper.cli.main import build_parser, main
 from esper.cli.train_iql import iql_config
 from esper.cli.train_ppo import flag_overrides
 from esper.evaluation.ope import OPEConfig
-from esper.runtime.strict_config import StrictConfig
+from esper.leyline.strict_config import StrictConfig
 from esper.simic.iql.config import IQLConfig
 from esper.simic.ppo.config import TrainingConfig
 

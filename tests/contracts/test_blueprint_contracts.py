@@ -99,7 +99,7 @@ def _step_gradients(m: MorphogeneticModel, topology: str) -> dict[str, torch.Ten
     """Every parameter's gradient as one real train step sees it (captured by a post-backward hook, i.e. after the
     main backward and the incubator, before the optimizer step), by parameter name."""
     x, y = _batch(topology)
-    spec = OptimizerSpec("sgd", 0.01)
+    spec = OptimizerSpec(name="sgd", lr=0.01)
     ts = TrainState(m, spec, spec, _task_type(topology), torch.device("cpu"))  # type: ignore[arg-type]
     seen: dict[str, torch.Tensor | None] = {}
 
@@ -231,7 +231,7 @@ def test_fossilized_seed_trains_with_host_and_round_trips(topology: str, name: s
         first_block = next(m.host.blocks[0].parameters())  # type: ignore[index]
         assert first_block.grad is not None and first_block.grad.abs().sum() > 0  # upstream host layers train
 
-        ts = TrainState(m, OptimizerSpec("sgd", 0.01), OptimizerSpec("sgd", 0.01), "classification",
+        ts = TrainState(m, OptimizerSpec(name="sgd", lr=0.01), OptimizerSpec(name="sgd", lr=0.01), "classification",
                         torch.device("cpu"))
         host_ids = {id(p) for g in ts.host_optimizer.param_groups for p in g["params"]}
         assert {id(p) for p in m.seed_parameters(slot)} <= host_ids and not ts.seed_optimizers
@@ -257,7 +257,8 @@ def test_gated_parameters_are_in_the_seed_optimizer(topology: str) -> None:
     m = _model(topology, 32 if topology == "transformer" else 8)
     name = DEFAULT_REGISTRY.names(topology)[1]
     _germinate(m, name, "mid", "gated")
-    ts = TrainState(m, OptimizerSpec("sgd", 0.01), OptimizerSpec("sgd", 0.01), "classification", torch.device("cpu"))
+    sgd = OptimizerSpec(name="sgd", lr=0.01)
+    ts = TrainState(m, sgd, sgd, "classification", torch.device("cpu"))
     gate = m.slot("mid").gate
     assert gate is not None
     _, opt = ts.seed_optimizers["mid"]

@@ -50,6 +50,8 @@ def _allowed() -> dict[str, frozenset[str]]:
 
 ALLOWED_ESPER: dict[str, frozenset[str]] = _allowed()
 STDLIB_ONLY = frozenset({"leyline"})
+# What a stdlib-only layer may still import: pydantic validates the contracts (every config is a StrictConfig).
+CONTRACT_LIBRARIES = frozenset({"pydantic"})
 # Third-party top-level modules forbidden per layer (in addition to STDLIB_ONLY layers).
 FORBIDDEN_THIRD_PARTY: dict[str, frozenset[str]] = {"tamiyo": frozenset({"torch", "numpy"})}
 
@@ -100,7 +102,7 @@ def violations(source: str, modname: str, is_package: bool = False) -> list[str]
                 continue  # the top-level package (__version__) or an attribute of it
             if rest[0] not in allowed:
                 problems.append(f"{modname}:{line} imports {name} (layer '{layer}' may not import '{rest[0]}')")
-        elif layer in STDLIB_ONLY and top not in sys.stdlib_module_names:
+        elif layer in STDLIB_ONLY and top not in sys.stdlib_module_names and top not in CONTRACT_LIBRARIES:
             problems.append(f"{modname}:{line} imports non-stdlib module {name}")
         elif top in FORBIDDEN_THIRD_PARTY.get(layer, frozenset()):
             problems.append(f"{modname}:{line} imports forbidden module {name}")

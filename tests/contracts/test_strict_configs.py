@@ -19,11 +19,19 @@ from pydantic.fields import FieldInfo
 import esper
 from esper.datagen.configs import ENVIRONMENT_PRESETS, POLICY_PRESETS, BehaviorPolicyConfig, EnvironmentConfig
 from esper.datagen.generate import GenerateOptions
+from esper.env.contribution import ContributionRewardConfig
 from esper.env.gym import GymEnvConfig
+from esper.env.rewards import GapRewardConfig, LossRewardConfig, SparseRewardConfig
 from esper.evaluation.ope import OPEConfig
-from esper.runtime.strict_config import StrictConfig
+from esper.kasmina.state import LifecycleConfig
+from esper.leyline.strict_config import StrictConfig
+from esper.runtime.optim import OptimizerSpec
+from esper.runtime.task_spec import DataOptions
+from esper.runtime.workers import WorkerOptions
 from esper.simic.iql.config import IQLConfig
 from esper.simic.ppo.config import TrainingConfig
+from esper.simic.ppo.distill import DistillConfig
+from esper.tamiyo.heuristic import HeuristicPolicyConfig
 
 VALID: dict[type[StrictConfig], StrictConfig] = {
     TrainingConfig: TrainingConfig(),
@@ -33,7 +41,19 @@ VALID: dict[type[StrictConfig], StrictConfig] = {
     BehaviorPolicyConfig: POLICY_PRESETS["baseline"],
     GenerateOptions: GenerateOptions(task="synthetic", param_cost=1.0),
     GymEnvConfig: GymEnvConfig(),
+    GapRewardConfig: GapRewardConfig(param_cost=1.0),
+    ContributionRewardConfig: ContributionRewardConfig(),
+    LossRewardConfig: LossRewardConfig.for_task("classification", 2.3, 0.3, 0.1),
+    SparseRewardConfig: SparseRewardConfig(),
+    HeuristicPolicyConfig: HeuristicPolicyConfig(max_concurrent_seeds=2),
+    DistillConfig: DistillConfig(),
+    OptimizerSpec: OptimizerSpec(name="sgd", lr=0.01),
+    WorkerOptions: WorkerOptions(),
+    LifecycleConfig: LifecycleConfig(),
+    DataOptions: DataOptions(),
 }
+CONFIG_NAMES = ("Config", "Options", "OptimizerSpec")
+"""How esper names a configuration object: a set of settings a user or a task chooses."""
 HUGE = 10**30
 
 
@@ -41,12 +61,24 @@ def _all_subclasses(cls: type) -> set[type]:
     return {s for sub in cls.__subclasses__() for s in (sub, *_all_subclasses(sub))}
 
 
+def _esper_modules() -> list[types.ModuleType]:
+    return [importlib.import_module(m.name) for m in pkgutil.walk_packages(esper.__path__, "esper.")
+            if not m.name.endswith("__main__")]
+
+
 def test_every_strict_config_is_checked_here() -> None:
     """A new StrictConfig anywhere in esper joins VALID (and so every check below)."""
-    for module in pkgutil.walk_packages(esper.__path__, "esper."):
-        if not module.name.endswith("__main__"):
-            importlib.import_module(module.name)
+    _esper_modules()
     assert {c for c in _all_subclasses(StrictConfig) if c.__module__.startswith("esper.")} == set(VALID)
+
+
+def test_every_config_is_a_strict_config() -> None:
+    """No config keeps its own checks (a dataclass with `__post_init__` bounds): each one named like a config is a
+    StrictConfig, so it refuses unknown keys and checks its fields the same way as every other."""
+    configs = {obj for module in _esper_modules() for name, obj in vars(module).items()
+               if isinstance(obj, type) and obj.__module__ == module.__name__ and name.endswith(CONFIG_NAMES)}
+    assert len(configs) >= len(VALID)
+    assert sorted(c.__qualname__ for c in configs if not issubclass(c, StrictConfig)) == []
 
 
 def _leaves(annotation: Any) -> list[tuple[type, Any]]:

@@ -38,8 +38,9 @@ def _run(slot_id: str, label_shift: int) -> tuple[MorphogeneticModel, list[float
     torch.manual_seed(0)
     host = CNNHost(in_channels=3, num_classes=CLASSES, channels=(8, 16, 32))
     model = MorphogeneticModel(host, slots=[slot_id], lifecycle=LifecycleConfig())
-    spec = OptimizerSpec("sgd", 0.003, momentum=0.9)
-    ts = TrainState(model, spec, OptimizerSpec("sgd", 0.01, momentum=0.9), "classification", torch.device("cpu"))
+    spec = OptimizerSpec(name="sgd", lr=0.003, momentum=0.9)
+    seed_spec = OptimizerSpec(name="sgd", lr=0.01, momentum=0.9)
+    ts = TrainState(model, spec, seed_spec, "classification", torch.device("cpu"))
     train, val = _data(1, 512), _data(2, 256)
     train_epoch(ts, train)
     for group in ts.host_optimizer.param_groups:
@@ -98,7 +99,7 @@ def test_a_seed_that_hurts_stays_in_training(slot_id: str) -> None:
 def test_validation_does_not_change_the_model(label_shift: int) -> None:
     """Probing is a measurement: a second validation of the same model gives the same numbers."""
     model, _, _ = _run("early", label_shift)
-    ts = TrainState(model, OptimizerSpec("sgd", 0.01), OptimizerSpec("sgd", 0.01), "classification",
+    ts = TrainState(model, OptimizerSpec(name="sgd", lr=0.01), OptimizerSpec(name="sgd", lr=0.01), "classification",
                     torch.device("cpu"))
     val = _data(2, 256)
     first, second = validate(ts, val), validate(ts, val)

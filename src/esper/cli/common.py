@@ -231,7 +231,7 @@ def worker_options(args: argparse.Namespace, devices: Iterable[str | torch.devic
     """The worker flags as options (an unset flag keeps the default), Ray actors sharing the CUDA devices among
     `devices`."""
     given = {name: getattr(args, name) for name in (*WORKER_FIELDS, "threads") if getattr(args, name) is not None}
-    return WorkerOptions(**given, cuda_devices=cuda_device_count(devices))
+    return WorkerOptions.from_dict({**given, "cuda_devices": cuda_device_count(devices)})
 
 
 PRESENTATION = frozenset({"run_dir", "runs_root", "overwrite", "no_tui", "no_tensorboard", "telemetry_level", "debug",

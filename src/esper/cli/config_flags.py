@@ -22,7 +22,7 @@ from pydantic import ConfigDict, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
 from esper.leyline.errors import UserInputError
-from esper.runtime.strict_config import StrictConfig, validation_messages
+from esper.leyline.strict_config import StrictConfig, validation_messages
 
 __all__ = ["add_config_flags", "config_changes", "config_from_args", "value_type"]
 

@@ -19,7 +19,7 @@ from pydantic import ConfigDict, Field, StrictFloat, StrictInt, field_validator
 
 from esper.leyline import LifecycleOp
 from esper.leyline.errors import UserInputError
-from esper.runtime.strict_config import BatchSize, EpisodeLength, StrictConfig
+from esper.leyline.strict_config import BatchSize, EpisodeLength, StrictConfig
 
 __all__ = [
     "ENVIRONMENT_PRESETS",

@@ -32,10 +32,10 @@ from esper.leyline import CANONICAL_SLOTS
 from esper.leyline.constants import DEFAULT_GAMMA, MAX_SAMPLES
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import derive_seed
+from esper.leyline.strict_config import EpisodeLength, StrictConfig
 from esper.runtime.devices import resolve_device
 from esper.runtime.optim import OptimizerSpec
 from esper.runtime.param_costs import ParamCost, measured_param_cost, missing_param_cost
-from esper.runtime.strict_config import EpisodeLength, StrictConfig
 from esper.runtime.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
 from esper.tamiyo import StaticPolicy
 
@@ -97,8 +97,9 @@ class GenerateOptions(StrictConfig):
 def _optimizer(config: EnvironmentConfig) -> OptimizerSpec:
     """The preset's optimizer; seeds get the same (type, learning rate, momentum, weight decay) as the host."""
     if config.optimizer == "Adam":
-        return OptimizerSpec("adam", lr=config.learning_rate, weight_decay=config.weight_decay)
-    return OptimizerSpec("sgd", lr=config.learning_rate, momentum=config.momentum, weight_decay=config.weight_decay)
+        return OptimizerSpec(name="adam", lr=config.learning_rate, weight_decay=config.weight_decay)
+    return OptimizerSpec(name="sgd", lr=config.learning_rate, momentum=config.momentum,
+                         weight_decay=config.weight_decay)
 
 
 def datagen_task(task: TaskSpec, config: EnvironmentConfig) -> TaskSpec:

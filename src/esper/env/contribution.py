@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import ClassVar
 
 from esper.env.shared_terms import base_components, rent
 from esper.env.step_record import ShapedRewardComponents, SlotRewardInfo, StepRecord
@@ -24,6 +24,7 @@ from esper.leyline.constants import (
     MIN_PROBATION_EPOCHS,
 )
 from esper.leyline.stages import SeedStage, is_live_stage
+from esper.leyline.strict_config import StrictConfig, Weight
 
 __all__ = ["ContributionRewardConfig", "compute_contribution_reward"]
 
@@ -43,25 +44,28 @@ FOSSILIZE_RANSOMWARE_PENALTY, RANSOMWARE_MIN_CONTRIBUTION, RANSOMWARE_MAX_IMPROV
 CULL_GOOD_SEED_SCALE = 0.05
 
 
-@dataclass(frozen=True, slots=True)
-class ContributionRewardConfig:
-    contribution_weight: float = DEFAULT_CONTRIBUTION_WEIGHT
-    proxy_contribution_weight: float = 0.0  # >0 pays the host's own progress while a seed is unmeasured
-    pbrs_weight: float = DEFAULT_PBRS_WEIGHT
-    rent_weight: float = DEFAULT_RENT_WEIGHT
-    max_rent: float = 8.0
-    germinate_cost: float = -0.02
-    fossilize_cost: float = -0.01
-    cull_cost: float = -0.005
-    fossilize_base_bonus: float = 0.5
-    fossilize_contribution_scale: float = 0.1
-    fossilize_noncontributing_penalty: float = -0.2
-    cull_hurting_bonus: float = 0.3
-    cull_acceptable_bonus: float = 0.1
-    cull_good_seed_penalty: float = -0.3
-    cull_hurting_threshold: float = -0.5
-    terminal_acc_weight: float = 0.05
-    fossilize_terminal_scale: float = DEFAULT_FOSSILIZE_TERMINAL_SCALE
+class ContributionRewardConfig(StrictConfig):
+    """Weights of the contribution family: per-seed attributed accuracy, potential shaping, rent and per-action
+    terms."""
+
+    KIND: ClassVar[str] = "contribution reward config"
+    contribution_weight: Weight = DEFAULT_CONTRIBUTION_WEIGHT
+    proxy_contribution_weight: Weight = 0.0  # >0 pays the host's own progress while a seed is unmeasured
+    pbrs_weight: Weight = DEFAULT_PBRS_WEIGHT
+    rent_weight: Weight = DEFAULT_RENT_WEIGHT
+    max_rent: Weight = 8.0
+    germinate_cost: Weight = -0.02
+    fossilize_cost: Weight = -0.01
+    cull_cost: Weight = -0.005
+    fossilize_base_bonus: Weight = 0.5
+    fossilize_contribution_scale: Weight = 0.1
+    fossilize_noncontributing_penalty: Weight = -0.2
+    cull_hurting_bonus: Weight = 0.3
+    cull_acceptable_bonus: Weight = 0.1
+    cull_good_seed_penalty: Weight = -0.3
+    cull_hurting_threshold: Weight = -0.5
+    terminal_acc_weight: Weight = 0.05
+    fossilize_terminal_scale: Weight = DEFAULT_FOSSILIZE_TERMINAL_SCALE
 
 
 def _slot_attribution(info: SlotRewardInfo, c: float, val_accuracy: float, weight: float) -> tuple[float, float, float]:

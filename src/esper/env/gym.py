@@ -59,10 +59,10 @@ from esper.leyline import CANONICAL_SLOTS, ActionSpace, EnvObservation, SeedStag
 from esper.leyline.constants import DEFAULT_BATCH_SIZE_TRAINING, DEFAULT_GAMMA
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import derive_seed
+from esper.leyline.strict_config import BatchSize, EpisodeLength, SampleCap, StrictConfig
 from esper.runtime.devices import resolve_device
 from esper.runtime.param_costs import ParamCost
 from esper.runtime.plugins import load_plugins
-from esper.runtime.strict_config import BatchSize, EpisodeLength, SampleCap, StrictConfig
 from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 from esper.runtime.workers import intra_op_threads
 from esper.tamiyo import TamiyoDecision

@@ -16,16 +16,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
+from typing import ClassVar, Self
+
+from pydantic import Field, StrictBool, StrictFloat, StrictInt, model_validator
 
 from esper.env.contribution import ContributionRewardConfig, compute_contribution_reward
 from esper.env.shared_terms import base_components, clamp, rent
 from esper.env.step_record import SUMMED_FIELDS, Measurement, ShapedRewardComponents, StepRecord
 from esper.leyline.actions import LifecycleOp
-from esper.leyline.errors import UserInputError
-from esper.runtime.param_costs import measured_param_cost, missing_param_cost
+from esper.leyline.constants import MAX_EPISODE_LENGTH, MAX_PARAM_BUDGET, MAX_WEIGHT
+from esper.leyline.strict_config import StrictConfig, Weight
+from esper.runtime.param_costs import ParamCost, measured_param_cost, missing_param_cost
 from esper.runtime.tasks import TaskSpec
 
 __all__ = [
@@ -64,47 +67,41 @@ INTERVENTION_COSTS: Mapping[LifecycleOp, float] = MappingProxyType(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class GapRewardConfig:
+class GapRewardConfig(StrictConfig):
     """`param_cost` λ_p: pp of accuracy per 100 % of added parameters. `lm`: measure the gap in validation loss.
     `charged` False: no λ_p is known for the run and nothing learns from its reward, so the parameter term is left
     out (λ_p 0) and the reward says so."""
 
-    param_cost: float
-    lm: bool = False
-    charged: bool = True
-
-    def __post_init__(self) -> None:
-        if not self.param_cost >= 0:
-            raise UserInputError(f"param_cost must be >= 0, got {self.param_cost}")
+    KIND: ClassVar[str] = "gap reward config"
+    param_cost: ParamCost
+    lm: StrictBool = False
+    charged: StrictBool = True
 
 
 LOSS_RENT_WEIGHT_BY_TASK_TYPE: Mapping[str, float] = MappingProxyType({"classification": 0.05, "lm": 0.01})
 
 
-@dataclass(frozen=True, slots=True)
-class LossRewardConfig:
+class LossRewardConfig(StrictConfig):
     """Loss-family weights. The first four fields are per task (use `for_task`); the rest are fixed defaults."""
 
-    typical_loss_delta_std: float
-    compute_rent_weight: float
-    baseline_loss: float
-    target_loss: float
-    loss_delta_weight: float = 5.0
-    max_loss_delta: float = 5.0
-    regression_penalty_scale: float = 0.5
-    max_rent_penalty: float = 5.0
-    grace_epochs: int = 3
-    stage_potential_weight: float = 0.1
-    terminal_loss_weight: float = 1.0
+    KIND: ClassVar[str] = "loss reward config"
+    typical_loss_delta_std: StrictFloat = Field(gt=0.0, le=MAX_WEIGHT)
+    compute_rent_weight: Weight
+    baseline_loss: Weight
+    target_loss: Weight
+    loss_delta_weight: Weight = 5.0
+    max_loss_delta: Weight = 5.0
+    regression_penalty_scale: Weight = 0.5
+    max_rent_penalty: Weight = 5.0
+    grace_epochs: StrictInt = Field(default=3, ge=0, le=MAX_EPISODE_LENGTH)
+    stage_potential_weight: Weight = 0.1
+    terminal_loss_weight: Weight = 1.0
 
-    def __post_init__(self) -> None:
-        if not self.typical_loss_delta_std > 0:
-            raise ValueError(f"typical_loss_delta_std must be > 0, got {self.typical_loss_delta_std}")
+    @model_validator(mode="after")
+    def _baseline_above_target(self) -> Self:
         if not self.baseline_loss > self.target_loss:
             raise ValueError(f"baseline_loss {self.baseline_loss} must exceed target_loss {self.target_loss}")
-        if self.grace_epochs < 0:
-            raise ValueError(f"grace_epochs must be >= 0, got {self.grace_epochs}")
+        return self
 
     @classmethod
     def for_task(
@@ -121,15 +118,11 @@ class LossRewardConfig:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class SparseRewardConfig:
-    param_budget: int = 500_000
-    param_penalty_weight: float = 0.1
-    sparse_reward_scale: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.param_budget <= 0:
-            raise UserInputError(f"param_budget must be > 0, got {self.param_budget}")
+class SparseRewardConfig(StrictConfig):
+    KIND: ClassVar[str] = "sparse reward config"
+    param_budget: StrictInt = Field(default=500_000, ge=1, le=MAX_PARAM_BUDGET)
+    param_penalty_weight: StrictFloat = Field(default=0.1, ge=0.0, le=MAX_WEIGHT)
+    sparse_reward_scale: StrictFloat = Field(default=1.0, gt=0.0, le=MAX_WEIGHT)
 
 
 RewardConfig = GapRewardConfig | ContributionRewardConfig | LossRewardConfig | SparseRewardConfig
@@ -215,10 +208,10 @@ def reward_config(family: RewardFamily | str, task: TaskSpec, sparse: SparseRewa
         lm = task.task_type == "lm"
         cost = param_cost if param_cost is not None else measured_param_cost(task.name, max_train_samples)
         if cost is None and logged_only:
-            return GapRewardConfig(0.0, lm=lm, charged=False)
+            return GapRewardConfig(param_cost=0.0, lm=lm, charged=False)
         if cost is None:
             raise missing_param_cost(task.name, max_train_samples)
-        return GapRewardConfig(cost, lm=lm)
+        return GapRewardConfig(param_cost=cost, lm=lm)
     if family == RewardFamily.LOSS:
         return LossRewardConfig.for_task(task.task_type, task.random_guess_loss, task.target_loss,
                                          task.typical_loss_delta_std)

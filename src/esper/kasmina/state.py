@@ -9,7 +9,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
+
+from pydantic import Field, StrictFloat
 
 from esper.leyline import (
     GateLevel,
@@ -31,30 +33,26 @@ from esper.leyline.constants import (
     DEFAULT_MIN_PROBE_CONTRIBUTION,
     DEFAULT_MIN_TRAINING_EPOCHS,
     MAX_GRADIENT_RATIO,
+    MAX_WEIGHT,
 )
 from esper.leyline.errors import UserInputError
+from esper.leyline.strict_config import EpochCount, PositiveEpochCount, StrictConfig, Weight
 
 STAGE_HISTORY_CAP = 100
 
 
-@dataclass(frozen=True, slots=True)
-class LifecycleConfig:
+class LifecycleConfig(StrictConfig):
     """Per-task lifecycle thresholds (LM tasks train seeds longer before blending)."""
 
-    min_training_epochs: int = DEFAULT_MIN_TRAINING_EPOCHS
-    min_probe_contribution: float = DEFAULT_MIN_PROBE_CONTRIBUTION
-    min_seed_gradient_ratio: float = DEFAULT_GRADIENT_RATIO_THRESHOLD
-    blending_steps: int = DEFAULT_BLENDING_TOTAL_STEPS
-    min_blending_epochs: int = DEFAULT_MIN_BLENDING_EPOCHS
-    alpha_complete_threshold: float = DEFAULT_ALPHA_COMPLETE_THRESHOLD
-    max_probation_epochs: int = DEFAULT_MAX_PROBATION_EPOCHS
-    min_fossilize_contribution: float = DEFAULT_MIN_FOSSILIZE_CONTRIBUTION
-
-    def __post_init__(self) -> None:
-        if self.blending_steps < 1:
-            raise UserInputError("blending_steps must be >= 1")
-        if self.min_training_epochs < 0 or self.min_blending_epochs < 0 or self.max_probation_epochs < 1:
-            raise UserInputError("epoch thresholds must be non-negative (max_probation_epochs >= 1)")
+    KIND: ClassVar[str] = "lifecycle config"
+    min_training_epochs: EpochCount = DEFAULT_MIN_TRAINING_EPOCHS
+    min_probe_contribution: Weight = DEFAULT_MIN_PROBE_CONTRIBUTION
+    min_seed_gradient_ratio: StrictFloat = Field(default=DEFAULT_GRADIENT_RATIO_THRESHOLD, ge=0.0, le=MAX_WEIGHT)
+    blending_steps: PositiveEpochCount = DEFAULT_BLENDING_TOTAL_STEPS
+    min_blending_epochs: EpochCount = DEFAULT_MIN_BLENDING_EPOCHS
+    alpha_complete_threshold: StrictFloat = Field(default=DEFAULT_ALPHA_COMPLETE_THRESHOLD, gt=0.0, le=1.0)
+    max_probation_epochs: PositiveEpochCount = DEFAULT_MAX_PROBATION_EPOCHS
+    min_fossilize_contribution: Weight = DEFAULT_MIN_FOSSILIZE_CONTRIBUTION
 
 
 # The `SeedMetrics` fields a seed does not measure: the derived ones follow from the measured ones on every update;

@@ -1,4 +1,5 @@
-"""Leyline: esper's shared contracts (enums, dataclasses, constants, pure validity rules). Standard library only."""
+"""Leyline: esper's shared contracts (enums, dataclasses, constants, pure validity rules, the strict config base).
+Standard library only, and pydantic for the configs."""
 
 from esper.leyline.actions import (
     BLEND_IDS,

@@ -15,6 +15,7 @@ from enum import Enum
 from pathlib import PurePath
 from typing import Any
 
+from esper.leyline.strict_config import StrictConfig
 from esper.leyline.telemetry import TelemetryEvent
 
 __all__ = ["EVENT_KEYS", "event_to_dict", "event_to_json", "to_json_safe"]
@@ -57,6 +58,8 @@ def to_json_safe(value: Any) -> Any:
         return {str(to_json_safe(k)): to_json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple | set | frozenset):
         return [to_json_safe(v) for v in value]
+    if isinstance(value, StrictConfig):
+        return value.to_dict()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_json_safe(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, PurePath):

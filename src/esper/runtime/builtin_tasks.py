@@ -37,7 +37,7 @@ SYNTHETIC_DATA_SEED = 0
 """The synthetic tasks are one fixed dataset each: the data seed is part of the task, not of the run."""
 
 _LM_LIFECYCLE = LifecycleConfig(min_training_epochs=5)
-_SYNTHETIC_SGD = OptimizerSpec("sgd", lr=0.05, momentum=0.9, weight_decay=5e-4)
+_SYNTHETIC_SGD = OptimizerSpec(name="sgd", lr=0.05, momentum=0.9, weight_decay=5e-4)
 """At lr 0.01 the host on `synthetic` is still climbing at epoch 20, so a 25-epoch episode
 has no plateau to grow into. At 0.05 it reaches its ~80 % knee by epoch 8 (measured, see README)."""
 _CIFAR_NORM: Normalization = ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
@@ -106,8 +106,8 @@ def _tinystories_task() -> TaskSpec:
         name="tinystories", topology="transformer", task_type="lm", num_outputs=VOCAB_SIZE, input_shape=(256,),
         host_factory=_transformer_host(n_embd=256, n_layer=6, block_size=256, dropout=DEFAULT_DROPOUT),
         loader=_tinystories,
-        host_optimizer=OptimizerSpec("adamw", lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1),
-        seed_optimizer=OptimizerSpec("adamw", lr=3e-4, weight_decay=0.0),
+        host_optimizer=OptimizerSpec(name="adamw", lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1),
+        seed_optimizer=OptimizerSpec(name="adamw", lr=3e-4, weight_decay=0.0),
         target_loss=1.2, typical_loss_delta_std=0.15, default_batch_size=32, val_batch_size=64,
         lifecycle=_LM_LIFECYCLE, block_size=256,
     )
@@ -119,8 +119,8 @@ def _synthetic_text_task() -> TaskSpec:
         name="synthetic_text", topology="transformer", task_type="lm", num_outputs=VOCAB_SIZE, input_shape=(64,),
         host_factory=_transformer_host(n_embd=64, n_layer=3, block_size=64, dropout=0.0),
         loader=_synthetic_text,
-        host_optimizer=OptimizerSpec("adamw", lr=1e-3),
-        seed_optimizer=OptimizerSpec("adamw", lr=1e-3),
+        host_optimizer=OptimizerSpec(name="adamw", lr=1e-3),
+        seed_optimizer=OptimizerSpec(name="adamw", lr=1e-3),
         target_loss=0.6, typical_loss_delta_std=0.15, default_batch_size=32, val_batch_size=64,
         lifecycle=_LM_LIFECYCLE, block_size=64, source="generated in memory",
     )

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import torch
+from pydantic import Field, StrictFloat
 from torch import nn
 
-from esper.leyline.errors import UserInputError
+from esper.leyline.strict_config import StrictConfig
 
 OptimizerName = Literal["sgd", "adam", "adamw"]
 LRSchedule = Literal["constant", "cosine"]
 LR_SCHEDULES: tuple[LRSchedule, ...] = ("constant", "cosine")
+Beta = Annotated[StrictFloat, Field(ge=0.0, lt=1.0)]
+"""Adam's decay rate of a moment estimate."""
 
 
 def lr_factor(schedule: LRSchedule, epoch: int, max_epochs: int) -> float:
@@ -28,19 +30,15 @@ def lr_factor(schedule: LRSchedule, epoch: int, max_epochs: int) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * (epoch - 1) / max_epochs))
 
 
-@dataclass(frozen=True, slots=True)
-class OptimizerSpec:
-    name: OptimizerName
-    lr: float
-    momentum: float = 0.0
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.999)
+class OptimizerSpec(StrictConfig):
+    """An optimizer and its hyperparameters, as a task declares them for its host and its seeds."""
 
-    def __post_init__(self) -> None:
-        if self.name not in ("sgd", "adam", "adamw"):
-            raise UserInputError(f"Unknown optimizer '{self.name}'. Available: ['sgd', 'adam', 'adamw']")
-        if self.lr <= 0:
-            raise UserInputError(f"Learning rate must be > 0, got {self.lr}")
+    KIND: ClassVar[str] = "optimizer"
+    name: OptimizerName
+    lr: StrictFloat = Field(gt=0.0, le=10.0)
+    momentum: StrictFloat = Field(default=0.0, ge=0.0, lt=1.0)
+    weight_decay: StrictFloat = Field(default=0.0, ge=0.0, le=1.0)
+    betas: tuple[Beta, Beta] = (0.9, 0.999)
 
     def build(self, params: Iterable[nn.Parameter] | list[dict[str, Any]]) -> torch.optim.Optimizer:
         if self.name == "sgd":

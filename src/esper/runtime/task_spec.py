@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import ClassVar, Literal, Protocol
 
 import torch
 from torch import nn
@@ -18,6 +18,7 @@ from esper.kasmina.state import LifecycleConfig
 from esper.leyline.actions import ActionSpace
 from esper.leyline.constants import DEFAULT_BATCH_SIZE_TRAINING, DEFAULT_HOST_LR, DEFAULT_SEED_LR
 from esper.leyline.errors import UserInputError
+from esper.leyline.strict_config import StrictConfig
 from esper.runtime.data import Augmentation, DeviceDataset, Normalization
 from esper.runtime.optim import OptimizerSpec
 from esper.runtime.readers import Split, TokenWindows
@@ -28,9 +29,10 @@ __all__ = ["CNN_SGD", "SEED_SGD", "DataOptions", "HostFactory", "Loader", "TaskS
 TaskType = Literal["classification", "lm"]
 
 
-@dataclass(frozen=True, slots=True)
-class DataOptions:
+class DataOptions(StrictConfig):
     """Where a run's data comes from (CLI: --data-dir, --data-path, --download)."""
+
+    KIND: ClassVar[str] = "data options"
 
     data_dir: Path = Path("data")
     data_path: Path | None = None
@@ -91,8 +93,8 @@ class TaskSpec:
         return DeviceDataset(inputs, targets, device, self.normalization)
 
 
-CNN_SGD = OptimizerSpec("sgd", lr=DEFAULT_HOST_LR, momentum=0.9, weight_decay=5e-4)
-SEED_SGD = OptimizerSpec("sgd", lr=DEFAULT_SEED_LR, momentum=0.9)
+CNN_SGD = OptimizerSpec(name="sgd", lr=DEFAULT_HOST_LR, momentum=0.9, weight_decay=5e-4)
+SEED_SGD = OptimizerSpec(name="sgd", lr=DEFAULT_SEED_LR, momentum=0.9)
 CNN_CHANNELS = (8, 16, 32)
 """The small CNN host every image task trains by default: three blocks, a slot after each."""
 

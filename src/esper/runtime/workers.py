@@ -8,19 +8,31 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, ClassVar, Literal, Self
 
 import torch
+from pydantic import Field, StrictInt, model_validator
 
-from esper.leyline.errors import UserInputError
+from esper.leyline.strict_config import StrictConfig
 
-__all__ = ["MAX_THREADS", "MAX_WORKERS", "Executor", "WorkerFailed", "WorkerOptions", "cuda_device_count",
-           "intra_op_threads"]
+__all__ = ["MAX_THREADS", "MAX_WORKERS", "Executor", "Threads", "WorkerFailed", "WorkerOptions", "Workers",
+           "cuda_device_count", "intra_op_threads", "placement_problem"]
 
 Executor = Literal["process", "ray"]
 MAX_WORKERS = 256
 MAX_THREADS = 1024
+Workers = Annotated[StrictInt, Field(ge=0, le=MAX_WORKERS)]
+"""Worker processes or Ray actors; 0 keeps the work in this process."""
+Threads = Annotated[StrictInt, Field(ge=1, le=MAX_THREADS)]
+
+
+def placement_problem(workers: int, executor: Executor, ray_address: str | None) -> str | None:
+    """What makes a placement impossible (None: nothing): the one check every config holding these settings runs."""
+    if executor == "ray" and workers < 1:
+        return "The Ray executor needs workers >= 1 (--workers N): the actors it starts"
+    if ray_address is not None and executor != "ray":
+        return "--ray-address needs --executor ray"
+    return None
 
 
 @contextlib.contextmanager
@@ -44,8 +56,7 @@ class WorkerFailed(RuntimeError):
         self.job = job
 
 
-@dataclass(frozen=True)
-class WorkerOptions:
+class WorkerOptions(StrictConfig):
     """Where parallel work runs: `workers` = 0 keeps it in this process; otherwise that many worker processes
     (`executor="process"`) or Ray actors (`executor="ray"`, on the cluster at `ray_address` or a local one).
     `threads`: the intra-op threads of every process of the run, this one included (it decides the float path, so
@@ -55,26 +66,20 @@ class WorkerOptions:
     The one place these settings are checked: every command's flags and `TrainingConfig` build one.
     """
 
-    workers: int = 0
+    KIND: ClassVar[str] = "worker options"
+    FIX: ClassVar[str] = "set them with --workers N, --executor {process,ray}, --ray-address and --threads N"
+    workers: Workers = 0
     executor: Executor = "process"
     ray_address: str | None = None
-    threads: int = 1
-    cuda_devices: int = 0
+    threads: Threads = 1
+    cuda_devices: StrictInt = Field(default=0, ge=0, le=MAX_WORKERS)
 
-    def __post_init__(self) -> None:
-        if isinstance(self.workers, bool) or not 0 <= self.workers <= MAX_WORKERS:
-            raise UserInputError(f"workers must be an integer in [0, {MAX_WORKERS}] (0: in this process), got "
-                                 f"{self.workers}")
-        if self.executor not in ("process", "ray"):
-            raise UserInputError(f"executor must be 'process' or 'ray', got {self.executor!r}")
-        if self.executor == "ray" and self.workers < 1:
-            raise UserInputError("The Ray executor needs workers >= 1 (--workers N): the actors it starts")
-        if self.ray_address is not None and self.executor != "ray":
-            raise UserInputError("--ray-address needs --executor ray")
-        if isinstance(self.threads, bool) or not 1 <= self.threads <= MAX_THREADS:
-            raise UserInputError(f"threads must be an integer in [1, {MAX_THREADS}], got {self.threads}")
-        if self.cuda_devices < 0:
-            raise UserInputError(f"cuda_devices must be >= 0, got {self.cuda_devices}")
+    @model_validator(mode="after")
+    def _placement(self) -> Self:
+        problem = placement_problem(self.workers, self.executor, self.ray_address)
+        if problem:
+            raise ValueError(problem)
+        return self
 
     @property
     def in_process(self) -> bool:

@@ -22,8 +22,9 @@ seed germinated after the snapshot is observed the same way, which is the conser
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
+from typing import ClassVar
+
+from pydantic import Field, StrictFloat, field_validator
 
 from esper.leyline import (
     BLEND_IDS,
@@ -46,8 +47,10 @@ from esper.leyline.constants import (
     DEFAULT_MIN_EPOCHS_BEFORE_GERMINATE,
     DEFAULT_MIN_TRAINING_EPOCHS,
     DEFAULT_PLATEAU_EPOCHS_TO_GERMINATE,
+    MAX_WEIGHT,
 )
 from esper.leyline.errors import UserInputError
+from esper.leyline.strict_config import EpochCount, PositiveEpochCount, StrictConfig, Weight
 from esper.tamiyo.protocol import TamiyoDecision
 from esper.tamiyo.registry import ControllerContext, register_controller
 
@@ -62,8 +65,7 @@ DEFAULT_BLUEPRINT_ROTATION: dict[str, tuple[str, ...]] = {
 _PENALTY_FLOOR = 0.1  # decayed penalties below this are forgotten
 
 
-@dataclass(frozen=True, slots=True)
-class HeuristicPolicyConfig:
+class HeuristicPolicyConfig(StrictConfig):
     """Thresholds of the heuristic. `max_concurrent_seeds` None means one live seed per enabled slot.
 
     `min_epochs_before_germinate` defaults to 2, the first decision at which the host's loss can have come down.
@@ -74,37 +76,37 @@ class HeuristicPolicyConfig:
     longer (the LM tasks: 5 epochs) needs its own value.
     """
 
-    min_epochs_before_germinate: int = DEFAULT_MIN_EPOCHS_BEFORE_GERMINATE
-    plateau_epochs_to_germinate: int = DEFAULT_PLATEAU_EPOCHS_TO_GERMINATE
-    min_epochs_between_germinations: int = 3
-    seed_training_epochs: int = DEFAULT_MIN_TRAINING_EPOCHS
-    seed_blending_epochs: int = max(DEFAULT_BLENDING_TOTAL_STEPS, DEFAULT_MIN_BLENDING_EPOCHS)
-    cull_after_epochs_without_improvement: int = DEFAULT_CULL_AFTER_EPOCHS_WITHOUT_IMPROVEMENT
-    cull_if_accuracy_drops_by: float = DEFAULT_CULL_IF_ACCURACY_DROPS_BY
-    stall_training_epochs: int = 10
-    embargo_epochs_after_cull: int = DEFAULT_EMBARGO_EPOCHS_AFTER_CULL
-    max_concurrent_seeds: int | None = None
+    KIND: ClassVar[str] = "heuristic config"
+    min_epochs_before_germinate: EpochCount = DEFAULT_MIN_EPOCHS_BEFORE_GERMINATE
+    plateau_epochs_to_germinate: EpochCount = DEFAULT_PLATEAU_EPOCHS_TO_GERMINATE
+    min_epochs_between_germinations: EpochCount = 3
+    seed_training_epochs: PositiveEpochCount = DEFAULT_MIN_TRAINING_EPOCHS
+    seed_blending_epochs: PositiveEpochCount = max(DEFAULT_BLENDING_TOTAL_STEPS, DEFAULT_MIN_BLENDING_EPOCHS)
+    cull_after_epochs_without_improvement: PositiveEpochCount = DEFAULT_CULL_AFTER_EPOCHS_WITHOUT_IMPROVEMENT
+    cull_if_accuracy_drops_by: StrictFloat = Field(default=DEFAULT_CULL_IF_ACCURACY_DROPS_BY, ge=0.0, le=100.0)
+    stall_training_epochs: PositiveEpochCount = 10
+    embargo_epochs_after_cull: EpochCount = DEFAULT_EMBARGO_EPOCHS_AFTER_CULL
+    max_concurrent_seeds: PositiveEpochCount | None = None  # at most one germination per epoch
     blend_id: str = "sigmoid"
-    blueprint_rotation: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_BLUEPRINT_ROTATION))
-    blueprint_penalty_on_cull: float = DEFAULT_BLUEPRINT_PENALTY_ON_CULL
-    blueprint_penalty_decay: float = DEFAULT_BLUEPRINT_PENALTY_DECAY
-    blueprint_penalty_threshold: float = DEFAULT_BLUEPRINT_PENALTY_THRESHOLD
+    blueprint_rotation: dict[str, tuple[str, ...]] = Field(default_factory=lambda: dict(DEFAULT_BLUEPRINT_ROTATION))
+    blueprint_penalty_on_cull: StrictFloat = Field(default=DEFAULT_BLUEPRINT_PENALTY_ON_CULL, ge=0.0, le=MAX_WEIGHT)
+    blueprint_penalty_decay: StrictFloat = Field(default=DEFAULT_BLUEPRINT_PENALTY_DECAY, gt=0.0, lt=1.0)
+    blueprint_penalty_threshold: Weight = DEFAULT_BLUEPRINT_PENALTY_THRESHOLD
 
-    def __post_init__(self) -> None:
-        if self.blend_id not in BLEND_IDS:
-            raise UserInputError(f"Unknown blend '{self.blend_id}'. Available: {list(BLEND_IDS)}")
-        for topology, rotation in self.blueprint_rotation.items():
+    @field_validator("blend_id")
+    @classmethod
+    def _known_blend(cls, blend_id: str) -> str:
+        if blend_id not in BLEND_IDS:
+            raise ValueError(f"Unknown blend '{blend_id}'. Available: {list(BLEND_IDS)}")
+        return blend_id
+
+    @field_validator("blueprint_rotation")
+    @classmethod
+    def _usable_rotations(cls, rotations: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+        for topology, rotation in rotations.items():
             if not rotation or len(set(rotation)) != len(rotation) or "noop" in rotation:
-                raise UserInputError(f"Rotation for '{topology}' must be non-empty, unique and without noop: "
-                                     f"{rotation}")
-        if self.max_concurrent_seeds is not None and self.max_concurrent_seeds < 1:
-            raise UserInputError(f"max_concurrent_seeds must be None or >= 1, got {self.max_concurrent_seeds}")
-        if not 0.0 < self.blueprint_penalty_decay < 1.0:
-            raise UserInputError(f"blueprint_penalty_decay must be in (0, 1), got {self.blueprint_penalty_decay}")
-        if self.blueprint_penalty_on_cull < 0.0 or self.embargo_epochs_after_cull < 0:
-            raise UserInputError("blueprint_penalty_on_cull and embargo_epochs_after_cull must be >= 0")
-        if self.seed_training_epochs < 1 or self.seed_blending_epochs < 1:
-            raise UserInputError("seed_training_epochs and seed_blending_epochs must be >= 1")
+                raise ValueError(f"Rotation for '{topology}' must be non-empty, unique and without noop: {rotation}")
+        return rotations
 
 
 class HeuristicTamiyo:
@@ -291,11 +293,9 @@ class HeuristicTamiyo:
 
 @register_controller("heuristic", summary="rules: germinate early, fossilize proven seeds, cull failing ones")
 def _heuristic(argument: str | None, context: ControllerContext) -> HeuristicTamiyo:
-    config = HeuristicPolicyConfig()
-    if context.seed_training_epochs is not None:
-        config = dataclasses.replace(config, seed_training_epochs=context.seed_training_epochs)
-    if context.seed_blending_epochs is not None:
-        config = dataclasses.replace(config, seed_blending_epochs=context.seed_blending_epochs)
+    lifecycle = {"seed_training_epochs": context.seed_training_epochs,
+                 "seed_blending_epochs": context.seed_blending_epochs}
+    config = HeuristicPolicyConfig.model_validate({k: v for k, v in lifecycle.items() if v is not None})
     return HeuristicTamiyo(config, topology=context.topology)
 
 

@@ -169,7 +169,7 @@ def fake_episode_fn(task: EpisodeTask, options: FakeOptions, device: str) -> dic
 
 def fake_pool(options: FakeOptions, workers: int = 0, episode_fn: Any = fake_episode_fn) -> ActorPool[JobHost]:
     """Datagen workers computing the fake jobs (in this process by default)."""
-    return generation_pool(WorkerOptions(workers), GenerationJobs(episode_fn, fake_twin_fn, options))
+    return generation_pool(WorkerOptions(workers=workers), GenerationJobs(episode_fn, fake_twin_fn, options))
 
 
 def main(argv: Sequence[str]) -> None:

@@ -56,14 +56,14 @@ def in_process_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]
 
 
 def test_worker_processes_write_the_in_process_files(tmp_path: Path, in_process_files: dict[str, Any]) -> None:
-    assert generate(tmp_path, WorkerOptions(2)) == in_process_files
+    assert generate(tmp_path, WorkerOptions(workers=2)) == in_process_files
 
 
 def test_ray_actors_write_the_in_process_files(tmp_path: Path, in_process_files: dict[str, Any],
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("ray")
     monkeypatch.setenv("PYTHONPATH", PYTHONPATH)  # Ray's workers find esper and the test helpers
-    assert generate(tmp_path, WorkerOptions(2, "ray")) == in_process_files
+    assert generate(tmp_path, WorkerOptions(workers=2, executor="ray")) == in_process_files
 
 
 def test_every_job_ran_with_one_thread_on_its_workers_device(tmp_path: Path,

@@ -44,7 +44,7 @@ def in_process_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]
 
 
 def test_worker_processes_write_the_in_process_files(tmp_path: Path, in_process_files: dict[str, Any]) -> None:
-    assert generate(tmp_path, WorkerOptions(2)) == in_process_files
+    assert generate(tmp_path, WorkerOptions(workers=2)) == in_process_files
 
 
 @pytest.mark.slow
@@ -52,7 +52,7 @@ def test_ray_actors_write_the_in_process_files(tmp_path: Path, in_process_files:
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("ray")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(SRC), *filter(None, [os.environ.get("PYTHONPATH")])]))
-    assert generate(tmp_path, WorkerOptions(2, "ray")) == in_process_files
+    assert generate(tmp_path, WorkerOptions(workers=2, executor="ray")) == in_process_files
 
 
 @pytest.mark.slow

@@ -417,11 +417,11 @@ def test_gap_without_a_twin_is_a_clear_error(where: str, field: str, lm: bool) -
 
 def test_gap_param_cost_term() -> None:
     grown = record(seed_param_counts=((1, 500),), host_param_count=1000)
-    assert compute_gap_reward(grown, GapRewardConfig(0.0)).param_cost == 0.0
-    assert compute_gap_reward(grown, GapRewardConfig(3.0)).param_cost == pytest.approx(-1.5)
+    assert compute_gap_reward(grown, GapRewardConfig(param_cost=0.0)).param_cost == 0.0
+    assert compute_gap_reward(grown, GapRewardConfig(param_cost=3.0)).param_cost == pytest.approx(-1.5)
     shrunk = record(one(seed(B, 1)), cmd(LifecycleOp.CULL), after_slots=EMPTY,
                     before={"seed_param_counts": ((4, 300), (9, 200))}, seed_param_counts=((10, 200),))
-    culled = compute_gap_reward(shrunk, GapRewardConfig(3.0))
+    culled = compute_gap_reward(shrunk, GapRewardConfig(param_cost=3.0))
     assert culled.param_cost == pytest.approx(3.0 * 0.3)  # removing parameters refunds their cost
     assert culled.total() == pytest.approx(0.9 - 0.005)
 
@@ -533,25 +533,27 @@ def test_reward_config_per_family() -> None:
     assert reward_config("sparse", task) == SparseRewardConfig()
     custom = SparseRewardConfig(param_budget=10)
     assert reward_config("sparse", task, sparse=custom) is custom
-    assert reward_config("gap", task, param_cost=1.5) == GapRewardConfig(1.5, lm=False)
-    assert reward_config("gap", get_task_spec("synthetic_text"), param_cost=0.5) == GapRewardConfig(0.5, lm=True)
+    assert reward_config("gap", task, param_cost=1.5) == GapRewardConfig(param_cost=1.5, lm=False)
+    lm = reward_config("gap", get_task_spec("synthetic_text"), param_cost=0.5)
+    assert lm == GapRewardConfig(param_cost=0.5, lm=True)
     with pytest.raises(ValueError):
         reward_config("dense", task)
 
 
 def test_gap_uses_the_cost_measured_nearest_the_run_sample_cap_unless_one_is_given() -> None:
     task = get_task_spec("synthetic")
-    by_cap = {c.max_train_samples: c.param_cost for c in PARAM_COSTS["synthetic"].calibrations}
-    assert reward_config("gap", task, max_train_samples=192) == GapRewardConfig(by_cap[192])
-    assert reward_config("gap", task, max_train_samples=400) == GapRewardConfig(by_cap[192])  # nearer 192 by ratio
-    assert reward_config("gap", task, max_train_samples=1000) == GapRewardConfig(by_cap[2048])
-    assert reward_config("gap", task) == GapRewardConfig(by_cap[2048])  # no cap: all 5,000, nearest 2,048
-    assert reward_config("gap", task, max_train_samples=48) == GapRewardConfig(by_cap[192])  # 4× away: still served
+    by_cap = {c.max_train_samples: GapRewardConfig(param_cost=c.param_cost)
+              for c in PARAM_COSTS["synthetic"].calibrations}
+    assert reward_config("gap", task, max_train_samples=192) == by_cap[192]
+    assert reward_config("gap", task, max_train_samples=400) == by_cap[192]  # nearer 192 by ratio
+    assert reward_config("gap", task, max_train_samples=1000) == by_cap[2048]
+    assert reward_config("gap", task) == by_cap[2048]  # no cap: all 5,000, nearest 2,048
+    assert reward_config("gap", task, max_train_samples=48) == by_cap[192]  # 4× away: still served
     with pytest.raises(ValueError, match="measured at 2048, 192 training samples, not near 40"):
         reward_config("gap", task, max_train_samples=40)  # more than 4× from every measured cap
     with pytest.raises(ValueError, match="not near all 60000"):
         reward_config("gap", get_task_spec("fashion_mnist"))  # measured on 192 samples only
-    assert reward_config("gap", task, param_cost=0.0, max_train_samples=192) == GapRewardConfig(0.0)
+    assert reward_config("gap", task, param_cost=0.0, max_train_samples=192) == GapRewardConfig(param_cost=0.0)
     unmeasured = get_task_spec("cifar10")
     with pytest.raises(ValueError, match="param_cost"):
         reward_config("gap", unmeasured)

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from esper.kasmina.state import LifecycleConfig
 from esper.leyline.stages import SeedStage
 from esper.leyline.telemetry import TelemetryEvent, TelemetryEventType
 from esper.nissa import JsonlBackend, event_to_dict, to_json_safe, trim_event_log
@@ -92,6 +93,10 @@ def test_array_likes_become_lists() -> None:
 
     assert to_json_safe(ArrayLike()) == [1.0, "NaN"]
     assert to_json_safe(True) is True
+
+
+def test_a_config_in_an_event_is_its_fields() -> None:
+    assert to_json_safe({"lifecycle": LifecycleConfig(blending_steps=4)})["lifecycle"]["blending_steps"] == 4
 
 
 def test_buffers_ten_lines(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import time
 import pytest
 import torch
 
+from esper.leyline.errors import UserInputError
 from esper.runtime.actors import ActorPool, ProcessActor
 from esper.runtime.workers import WorkerFailed, WorkerOptions
 
@@ -59,7 +60,7 @@ class Other:
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_calls_keep_state_and_come_back_in_actor_order(workers: int) -> None:
-    with ActorPool(WorkerOptions(workers, threads=1), Counter, (10,)) as pool:
+    with ActorPool(WorkerOptions(workers=workers, threads=1), Counter, (10,)) as pool:
         n = len(pool)
         assert n == max(1, workers)
         assert pool.call(Counter.add, [(i,) for i in range(n)]) == [10 + i for i in range(n)]
@@ -70,14 +71,14 @@ def test_calls_keep_state_and_come_back_in_actor_order(workers: int) -> None:
 
 @pytest.mark.parametrize("workers", [0, 1])
 def test_an_error_in_a_call_arrives_as_itself(workers: int) -> None:
-    with ActorPool(WorkerOptions(workers, threads=1), Counter, (0,)) as pool:
+    with ActorPool(WorkerOptions(workers=workers, threads=1), Counter, (0,)) as pool:
         with pytest.raises(ValueError, match="bad input"):
             pool.call(Counter.fail, [("bad input",)] * len(pool))
         assert pool.call(Counter.add, [(2,)] * len(pool)) == [2] * len(pool)  # the actor lives on
 
 
 def test_a_killed_worker_is_reported_at_once_with_its_index() -> None:
-    with ActorPool(WorkerOptions(2, threads=1), Counter, (0,)) as pool:
+    with ActorPool(WorkerOptions(workers=2, threads=1), Counter, (0,)) as pool:
         victim = pool.call(Counter.pid, [(), ()])[1]
         threading.Timer(0.5, os.kill, (victim, signal.SIGKILL)).start()
         started = time.monotonic()
@@ -90,7 +91,7 @@ def test_a_killed_worker_is_reported_at_once_with_its_index() -> None:
 def test_a_worker_ignores_ctrl_c_from_its_start() -> None:
     """Ctrl+C at a terminal reaches every process of the group, a worker still importing torch included: here it
     comes every 20 ms from the worker's start until it has answered."""
-    with ActorPool(WorkerOptions(1, threads=1), Counter, (0,)) as pool:
+    with ActorPool(WorkerOptions(workers=1, threads=1), Counter, (0,)) as pool:
         worker = pool.actors[0]
         assert isinstance(worker, ProcessActor) and worker.pid is not None
         answered = threading.Event()
@@ -110,7 +111,7 @@ def test_a_worker_ignores_ctrl_c_from_its_start() -> None:
 
 
 def test_leaving_the_pool_stops_its_workers() -> None:
-    with ActorPool(WorkerOptions(2, threads=1), Counter, (0,)) as pool:
+    with ActorPool(WorkerOptions(workers=2, threads=1), Counter, (0,)) as pool:
         pids = pool.call(Counter.pid, [(), ()])
     for pid in pids:
         with pytest.raises(ProcessLookupError):
@@ -118,22 +119,23 @@ def test_leaving_the_pool_stops_its_workers() -> None:
 
 
 @pytest.mark.parametrize(("options", "message"), [
-    ({"workers": -1}, r"workers must be an integer in \[0, 256\]"),
-    ({"workers": True}, "workers must be an integer"),
-    ({"workers": 0, "executor": "ray"}, "needs workers >= 1"),
-    ({"workers": 2, "ray_address": "host:6379"}, "needs --executor ray"),
-    ({"workers": 2, "threads": 0}, r"threads must be an integer in \[1, 1024\]"),
-    ({"workers": 2, "executor": "thread"}, "'process' or 'ray'"),
+    ({"workers": -1}, r"workers: Input should be greater than or equal to 0, got -1 \(set them with --workers N"),
+    ({"workers": 257}, "workers: Input should be less than or equal to 256, got 257"),
+    ({"workers": True}, "workers: Input should be a valid integer, got true"),
+    ({"workers": 0, "executor": "ray"}, "The Ray executor needs workers >= 1"),
+    ({"workers": 2, "ray_address": "host:6379"}, "--ray-address needs --executor ray"),
+    ({"workers": 2, "threads": 0}, "threads: Input should be greater than or equal to 1, got 0"),
+    ({"workers": 2, "executor": "thread"}, "executor: Input should be 'process' or 'ray'"),
 ])
-def test_options_that_cannot_work_are_refused(options: dict[str, object], message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        WorkerOptions(**options)  # type: ignore[arg-type]
+def test_options_that_cannot_work_are_refused_naming_the_flags(options: dict[str, object], message: str) -> None:
+    with pytest.raises(UserInputError, match=message):
+        WorkerOptions.from_dict(options)
 
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_every_process_of_the_pool_uses_the_threads_asked_for(workers: int) -> None:
     before = torch.get_num_threads()
-    with ActorPool(WorkerOptions(workers, threads=2), Counter, (0,)) as pool:
+    with ActorPool(WorkerOptions(workers=workers, threads=2), Counter, (0,)) as pool:
         assert torch.get_num_threads() == 2
         assert pool.call(Counter.threads, [()] * len(pool)) == [2] * len(pool)
     assert torch.get_num_threads() == before
@@ -145,7 +147,7 @@ def test_a_call_names_a_method_of_the_hosted_class() -> None:
 
 
 def test_each_actor_can_be_built_with_its_own_arguments() -> None:
-    with ActorPool(WorkerOptions(2, threads=1), Counter, lambda i: (100 * i,)) as pool:
+    with ActorPool(WorkerOptions(workers=2, threads=1), Counter, lambda i: (100 * i,)) as pool:
         assert pool.call(Counter.add, [(1,), (1,)]) == [1, 101]
 
 
@@ -158,7 +160,7 @@ def test_unordered_jobs_in_process_come_back_in_job_order_with_failures_as_excep
 
 
 def test_unordered_jobs_on_workers_come_back_as_they_complete() -> None:
-    with ActorPool(WorkerOptions(2, threads=1), Counter, lambda i: (i,)) as pool:
+    with ActorPool(WorkerOptions(workers=2, threads=1), Counter, lambda i: (i,)) as pool:
         results = list(pool.unordered(Counter.job, [("slow",), ("a",), ("fail",), ("b",), ("c",)]))
         assert sorted(i for i, _ in results) == [0, 1, 2, 3, 4]
         assert results[-1] == (0, "slow@0")  # worker 0 naps while worker 1 takes every other job
@@ -167,7 +169,7 @@ def test_unordered_jobs_on_workers_come_back_as_they_complete() -> None:
 
 
 def test_a_worker_dying_in_an_unordered_run_names_its_job() -> None:
-    with ActorPool(WorkerOptions(2, threads=1), Counter, (0,)) as pool:
+    with ActorPool(WorkerOptions(workers=2, threads=1), Counter, (0,)) as pool:
         done: list[int] = []
         with pytest.raises(WorkerFailed, match=r"worker 1 died \(exit code 3\)") as failure:
             for job, _ in pool.unordered(Counter.job, [("slow",), ("crash",), ("a",)]):
@@ -178,5 +180,5 @@ def test_a_worker_dying_in_an_unordered_run_names_its_job() -> None:
 @pytest.mark.parametrize(("executor", "workers", "cuda", "share"), [
     ("ray", 4, 2, 0.5), ("ray", 1, 2, 1.0), ("ray", 2, 0, 0.0), ("process", 2, 2, 0.0)])
 def test_ray_actors_share_the_cuda_devices(executor: str, workers: int, cuda: int, share: float) -> None:
-    options = WorkerOptions(workers, executor, cuda_devices=cuda)  # type: ignore[arg-type]
+    options = WorkerOptions(workers=workers, executor=executor, cuda_devices=cuda)  # type: ignore[arg-type]
     assert options.gpus_per_worker == share

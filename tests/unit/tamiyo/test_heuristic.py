@@ -52,7 +52,7 @@ def _heuristic(topology: str = "cnn", **config: Any) -> HeuristicTamiyo:
 
 def test_config_defaults_follow_the_design() -> None:
     cfg = HeuristicPolicyConfig()
-    assert dataclasses.asdict(cfg) == {
+    assert cfg.model_dump() == {
         "min_epochs_before_germinate": 2,
         "plateau_epochs_to_germinate": 3,
         "min_epochs_between_germinations": 3,

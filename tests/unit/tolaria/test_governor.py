@@ -31,7 +31,7 @@ def _fill(gov: TolariaGovernor, losses: list[float]) -> None:
 
 def _train_state() -> TrainState:
     model = MorphogeneticModel(CNNHost(channels=(8, 16, 32)), slots=["mid"], lifecycle=LifecycleConfig())
-    spec = OptimizerSpec("sgd", lr=0.01, momentum=0.9)
+    spec = OptimizerSpec(name="sgd", lr=0.01, momentum=0.9)
     return TrainState(model, spec, spec, "classification", torch.device("cpu"))
 
 

@@ -28,7 +28,7 @@ from esper.tolaria import (
     validate_batch,
 )
 
-SGD = OptimizerSpec("sgd", lr=0.05, momentum=0.9, weight_decay=5e-4)
+SGD = OptimizerSpec(name="sgd", lr=0.05, momentum=0.9, weight_decay=5e-4)
 
 
 def _ts(seed: int) -> TrainState:

@@ -27,8 +27,8 @@ from esper.tolaria import (
     validate_batch,
 )
 
-HOST_SPEC = OptimizerSpec("sgd", lr=0.01, momentum=0.9, weight_decay=5e-4)
-SEED_SPEC = OptimizerSpec("sgd", lr=0.01, momentum=0.9)
+HOST_SPEC = OptimizerSpec(name="sgd", lr=0.01, momentum=0.9, weight_decay=5e-4)
+SEED_SPEC = OptimizerSpec(name="sgd", lr=0.01, momentum=0.9)
 EPS = 1e-8
 
 

@@ -10,7 +10,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, StrictFloat, StrictInt
 
-from esper.runtime.strict_config import BatchSize, StrictConfig
+from esper.leyline.strict_config import BatchSize, StrictConfig
 
 __all__ = ["RESUMABLE_FIELDS", "IQLConfig"]
 

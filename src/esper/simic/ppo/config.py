@@ -29,14 +29,16 @@ from esper.leyline.constants import (
     DEFAULT_TARGET_KL,
     DEFAULT_VALUE_CLIP,
     DEFAULT_VALUE_COEF,
+    MAX_PARAM_BUDGET,
+    MAX_WEIGHT,
 )
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import MAX_BASE_SEED
+from esper.leyline.strict_config import BatchSize, EpisodeLength, SampleCap, StrictConfig
 from esper.runtime.optim import LRSchedule
 from esper.runtime.param_costs import AUTO_PARAM_COST, ParamCostOrAuto
-from esper.runtime.strict_config import BatchSize, EpisodeLength, SampleCap, StrictConfig
 from esper.runtime.tasks import get_task_spec
-from esper.runtime.workers import Executor, WorkerOptions, cuda_device_count
+from esper.runtime.workers import Executor, Threads, WorkerOptions, Workers, cuda_device_count, placement_problem
 
 _SPARSE_DEFAULTS = SparseRewardConfig()
 
@@ -148,18 +150,16 @@ class TrainingConfig(StrictConfig):
     init_datasets: list[str] | None = Field(default=None,
                                             description="the datagen directories to distill on (default: the IQL "
                                                         "run's)")
-    param_budget: StrictInt = Field(default=_SPARSE_DEFAULTS.param_budget, ge=1, le=10**12,
+    param_budget: StrictInt = Field(default=_SPARSE_DEFAULTS.param_budget, ge=1, le=MAX_PARAM_BUDGET,
                                     description="sparse reward's parameter budget")
-    param_penalty_weight: StrictFloat = Field(default=_SPARSE_DEFAULTS.param_penalty_weight, ge=0.0, le=1e6,
+    param_penalty_weight: StrictFloat = Field(default=_SPARSE_DEFAULTS.param_penalty_weight, ge=0.0, le=MAX_WEIGHT,
                                               description="sparse reward's weight of parameters over the budget")
     sparse_reward_scale: Positive = Field(default=_SPARSE_DEFAULTS.sparse_reward_scale,
                                           description="sparse reward's scale")
-    workers: StrictInt = Field(default=0, ge=0, le=MAX_ENVS,
-                               description="worker processes (or Ray actors) the env groups spread over; 0: all in "
-                                           "this process")
-    threads: StrictInt = Field(default=1, ge=1, le=1024,
-                               description="intra-op threads of every process of the run (its floats depend on it; "
-                                           "placement does not)")
+    workers: Workers = Field(default=0, description="worker processes (or Ray actors) the env groups spread over; 0: "
+                                                    "all in this process")
+    threads: Threads = Field(default=1, description="intra-op threads of every process of the run (its floats depend "
+                                                    "on it; placement does not)")
     executor: Executor = Field(default="process", description="where workers run: local processes or Ray actors")
     ray_address: str | None = None  # an existing Ray cluster (default: a local one started for the run)
 
@@ -214,7 +214,9 @@ class TrainingConfig(StrictConfig):
             if not ok:
                 raise UserInputError(message)
         self.blueprint_indices()
-        self.worker_options()
+        placement = placement_problem(self.workers, self.executor, self.ray_address)
+        if placement:
+            raise UserInputError(placement)
         if self.reward_family != RewardFamily.SPARSE:
             changed = [k for k in ("param_budget", "param_penalty_weight", "sparse_reward_scale")
                        if getattr(self, k) != getattr(_SPARSE_DEFAULTS, k)]
@@ -247,8 +249,8 @@ class TrainingConfig(StrictConfig):
     def worker_options(self) -> WorkerOptions:
         """Where the env groups run (Ray actors sharing the env devices' GPUs). Placement only: any number of
         workers computes the same run."""
-        return WorkerOptions(self.workers, self.executor, self.ray_address, self.threads,
-                             cuda_device_count(self.devices or [self.device]))
+        return WorkerOptions(workers=self.workers, executor=self.executor, ray_address=self.ray_address,
+                             threads=self.threads, cuda_devices=cuda_device_count(self.devices or [self.device]))
 
     # ------------------------------------------------------------------ construction
 

@@ -13,14 +13,17 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import torch
+from pydantic import Field, StrictFloat, StrictInt
 from torch.nn import functional as F
 
 from esper.datagen.loader import load_transitions
 from esper.datagen.transitions import TransitionDataset
 from esper.env.masks import HEAD_KEYS, condition_on_action, masks_from_joint
 from esper.leyline.errors import UserInputError
+from esper.leyline.strict_config import BatchSize, StrictConfig
 from esper.runtime.rundir import checkpoint_file, run_dir_of
 from esper.runtime.tasks import TaskSpec
 from esper.simic.iql.controller import IQLPolicy
@@ -34,12 +37,14 @@ __all__ = ["DistillConfig", "DistillResult", "distill", "distill_from_iql", "iql
 PROGRESS_EVERY = 20
 
 
-@dataclass(frozen=True)
-class DistillConfig:
-    steps: int = 2000
-    batch_size: int = 256
-    lr: float = 1e-3
-    seed: int = 0
+class DistillConfig(StrictConfig):
+    """Supervised steps that copy the IQL teacher's greedy actions into the PPO actor."""
+
+    KIND: ClassVar[str] = "distillation config"
+    steps: StrictInt = Field(default=2000, ge=1, le=10**9)
+    batch_size: BatchSize = 256
+    lr: StrictFloat = Field(default=1e-3, gt=0.0, le=1.0)
+    seed: StrictInt = Field(default=0, ge=0, lt=2**63)
 
 
 @dataclass(frozen=True)

@@ -132,7 +132,8 @@ def _train(config: TrainingConfig, run: PPORun, task: TaskSpec, env_devices: lis
     policy = PPOPolicy(learner.agent, learner.obs_normalizer, use_telemetry=config.use_telemetry,
                        blueprints=config.blueprint_indices())
     reward = reward_config(config.reward_family, task, SparseRewardConfig(
-        config.param_budget, config.param_penalty_weight, config.sparse_reward_scale), config.charged_param_cost(),
+        param_budget=config.param_budget, param_penalty_weight=config.param_penalty_weight,
+        sparse_reward_scale=config.sparse_reward_scale), config.charged_param_cost(),
         max_train_samples=config.max_train_samples)
     detector = AnomalyDetector()
     _announce(config, task, env_devices, n_batches, run)

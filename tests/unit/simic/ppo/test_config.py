@@ -123,12 +123,13 @@ def test_boundary_values_are_accepted(changes: dict[str, Any]) -> None:
     assert all(config.to_dict()[k] == v for k, v in changes.items())
 
 
-def test_assignment_is_validated() -> None:
+def test_a_config_is_immutable_a_change_is_a_new_checked_config() -> None:
     config = TrainingConfig()
-    with pytest.raises(ValueError):
-        config.lr = 0.0
-    with pytest.raises(ValueError):
-        config.max_epochs = 1
+    with pytest.raises(ValueError, match="frozen"):
+        config.lr = 0.01
+    with pytest.raises(ValueError, match="lr"):
+        config.with_overrides(lr=0.0)
+    assert config.with_overrides(lr=0.01).lr == 0.01 and config.lr != 0.01
 
 
 def test_slots_are_stored_in_canonical_order() -> None:

@@ -12,13 +12,22 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError
 
-from esper.leyline.constants import MAX_BATCH, MAX_EPISODE_LENGTH, MAX_SAMPLES
+from esper.leyline.constants import MAX_BATCH, MAX_EPISODE_LENGTH, MAX_SAMPLES, MAX_WEIGHT
 from esper.leyline.errors import UserInputError
 
-__all__ = ["BatchSize", "EpisodeLength", "SampleCap", "StrictConfig", "describe_validation_error",
-           "validation_messages"]
+__all__ = [
+    "BatchSize",
+    "EpisodeLength",
+    "EpochCount",
+    "PositiveEpochCount",
+    "SampleCap",
+    "StrictConfig",
+    "Weight",
+    "describe_validation_error",
+    "validation_messages",
+]
 
 # The sizes several configs share, bounded the same way everywhere.
 EpisodeLength = Annotated[StrictInt, Field(ge=2, le=MAX_EPISODE_LENGTH)]
@@ -26,12 +35,18 @@ EpisodeLength = Annotated[StrictInt, Field(ge=2, le=MAX_EPISODE_LENGTH)]
 SampleCap = Annotated[StrictInt, Field(ge=1, le=MAX_SAMPLES)]
 """Samples of a split an episode uses."""
 BatchSize = Annotated[StrictInt, Field(ge=1, le=MAX_BATCH)]
+EpochCount = Annotated[StrictInt, Field(ge=0, le=MAX_EPISODE_LENGTH)]
+"""A number of epochs: a threshold, a wait, a grace period."""
+PositiveEpochCount = Annotated[StrictInt, Field(ge=1, le=MAX_EPISODE_LENGTH)]
+Weight = Annotated[StrictFloat, Field(ge=-MAX_WEIGHT, le=MAX_WEIGHT)]
+"""A signed coefficient of a reward or score term, or a threshold on one."""
 
 
 class StrictConfig(BaseModel):
-    """Base of every configuration object; subclasses declare fields and validators."""
+    """Base of every configuration object; subclasses declare fields and validators. A config is a value: frozen (a
+    change is a new config, `with_overrides`), hashable where its fields are, and checked once when built."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     KIND: ClassVar[str] = "config"  # how error messages name this config
     FIX: ClassVar[str] = "set it with --set KEY=VALUE or in --config-json"  # how a user sets a field
 
