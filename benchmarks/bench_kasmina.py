@@ -84,7 +84,7 @@ def plain_step(module: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Step:
 
 
 def tolaria_step(model: MorphogeneticModel, x: torch.Tensor, y: torch.Tensor) -> Step:
-    spec = OptimizerSpec("sgd", 0.01, momentum=0.9)
+    spec = OptimizerSpec(name="sgd", lr=0.01, momentum=0.9)
     ts = TrainState(model, spec, spec, "classification", x.device)
     return lambda: train_step(ts, x, y)
 

@@ -1,5 +1,6 @@
 """`param_cost: "auto"`: a learning command measures λ_p for its own setting, caches it under the data directory,
-and every later run of that setting reuses it without measuring again."""
+and every later run of that setting reuses it without measuring again; a run across a family measures one per
+training type."""
 
 from __future__ import annotations
 
@@ -8,15 +9,18 @@ from pathlib import Path
 
 import pytest
 
+from esper.cli import param_cost as cli_param_cost
 from esper.cli.main import main
 from esper.evaluation import param_cost as param_cost_module
 from esper.evaluation.comparison import host_params
 from esper.evaluation.param_cost import ParamCostSetting, measure_param_cost
-from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
+from esper.runtime.families import Family, InstanceType, register_family
+from esper.runtime.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
 
 CAPS = ["--set", "max_train_samples=64", "--set", "max_val_samples=32", "--set", "max_epochs=3"]
-TINY = [*CAPS, "--set", "n_envs=2", "--set", "group_size=2", "--set", "n_episodes=2", "--no-tui", "--no-tensorboard",
-        "--telemetry-level", "minimal", "--device", "cpu"]
+RUN = ["--set", "n_envs=2", "--set", "group_size=2", "--set", "n_episodes=2", "--no-tui", "--no-tensorboard",
+       "--telemetry-level", "minimal", "--device", "cpu"]
+TINY = [*CAPS, *RUN]
 
 
 def _train(tmp_path: Path, name: str) -> int:
@@ -71,3 +75,29 @@ def test_an_unreadable_cache_file_is_a_clear_error(tmp_path: Path, capsys: pytes
     err = " ".join(capsys.readouterr().err.split())
     assert str(path) in err and "delete it" in err
     assert path.read_text() == "{not json"  # the user's file is left as it was
+
+
+FAMILY = register_family(Family("auto-probe", 1, "synthetic", (
+    InstanceType("plain", "synthetic", 64), InstanceType("narrow", "synthetic", 96, width=0.5),
+    InstanceType("held", "synthetic", 64, corruption=("fog", 2)),
+), held_out=("held",)))
+
+
+def test_a_run_across_a_family_measures_one_lambda_per_training_type_in_its_own_setting(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    measured: dict[str, ParamCostSetting] = {}
+
+    def cached(task: TaskSpec, setting: ParamCostSetting, *args: object, **kwargs: object) -> tuple[float, Path, bool]:
+        measured[task.name] = setting
+        return {"plain": 0.5, "narrow": 3.0}[task.name.rsplit("/", 1)[1]], tmp_path / "cached.json", True
+
+    monkeypatch.setattr(cli_param_cost, "cached_param_cost", cached)
+    run = tmp_path / "run"
+    assert main(["train", "ppo", "--family", FAMILY.key, "--set", 'param_cost="auto"', "--set", "max_epochs=2",
+                 "--set", "max_val_samples=32", *RUN, "--data-dir", str(tmp_path / "data"), "--run-dir",
+                 str(run)]) == 0
+    assert {name: (s.max_train_samples, s.max_epochs) for name, s in measured.items()} == {
+        "family:auto-probe-v1/plain": (64, 2), "family:auto-probe-v1/narrow": (96, 2)}  # never the held-out type
+    recorded = json.loads((run / "config.json").read_text())
+    assert recorded["config"]["param_cost"] is None and recorded["runtime"]["preset"] == "synthetic"
+    assert recorded["config"]["type_param_costs"] == recorded["runtime"]["param_cost"] == {"plain": 0.5, "narrow": 3.0}

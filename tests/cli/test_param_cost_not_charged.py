@@ -25,7 +25,7 @@ def test_the_task_has_no_calibration_so_these_tests_mean_something() -> None:
 def test_a_logged_only_reward_leaves_the_parameter_term_uncharged() -> None:
     task = get_task_spec("synthetic_text")
     config = reward_config("gap", task, max_train_samples=64, logged_only=True)
-    assert config == GapRewardConfig(0.0, lm=True, charged=False)
+    assert config == GapRewardConfig(param_cost=0.0, lm=True, charged=False)
     assert NOT_CHARGED in reward_summary("gap", task, max_train_samples=64, logged_only=True)
     with pytest.raises(ValueError, match="--set param_cost=C"):
         reward_config("gap", task, max_train_samples=64)

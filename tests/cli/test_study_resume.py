@@ -67,6 +67,21 @@ def test_study_reruns_resume_consistently(tmp_path: Path, capsys: pytest.Capture
     assert _results(run) == complete
     assert _episodes(run) == episodes
 
+    # a phase recorded before the training config had a field ran as that field's default does: it is kept ...
+    phase_config, finished_rows = run / "eval" / "config.json", read_jsonl(run / "eval" / "episodes.jsonl")
+    record = json.loads(phase_config.read_text())
+    assert record["config"]["training"].pop("family") is None
+    phase_config.write_text(json.dumps(record))
+    assert main(argv) == 0
+    assert read_jsonl(run / "eval" / "episodes.jsonl") == finished_rows  # not one episode rerun (same wall times)
+    assert json.loads(phase_config.read_text())["config"]["training"]["family"] is None  # and recorded whole
+    # ... unless the study now sets it otherwise: then the phase describes another setting and starts over
+    record = json.loads(phase_config.read_text())
+    record["config"]["training"].pop("max_epochs")  # 3 here, not the default
+    phase_config.write_text(json.dumps(record))
+    assert main(argv) == 0
+    assert read_jsonl(run / "eval" / "episodes.jsonl") != finished_rows and _episodes(run) == episodes
+
     assert main([*STUDY, "--seeds", "3", "--run-dir", str(run)]) == 0  # more seeds extend the evaluation
     assert len(read_jsonl(run / "eval" / "episodes.jsonl")) == 3 * per_seed
     assert _episodes(run)[:2 * per_seed] == episodes

@@ -40,12 +40,9 @@ from esper.cli.common import (
     add_scale_options,
     add_shared_options,
     add_worker_options,
-    closing_hub,
     console,
     float_in,
     int_in,
-    make_hub,
-    phase_progress,
     preload_data,
     run_settings,
 )
@@ -55,14 +52,8 @@ from esper.cli.family_study import cmd_family_study
 from esper.cli.param_cost import resolve_auto_param_cost
 from esper.cli.report import render_report
 from esper.cli.rundirs import check_same_arguments, discard_on_error, prepare_run_dir
-from esper.cli.study_phases import measured_setting, phase_runner
-from esper.cli.train_ppo import (
-    StopAfterStep,
-    flag_overrides,
-    open_training_dir,
-    print_training_result,
-    print_training_start,
-)
+from esper.cli.study_phases import measured_setting, phase_runner, saved_run, train_run
+from esper.cli.train_ppo import flag_overrides
 from esper.evaluation.phases import Phase
 from esper.evaluation.runs import RunLabels, episodes_cost, static_episode_cost
 from esper.evaluation.selection import BEST_FIXED, chosen_blueprints, run_selection
@@ -91,10 +82,9 @@ from esper.runtime.rundir import (
     recorded_config,
     write_text_atomic,
 )
-from esper.runtime.tasks import DataCache, get_task_spec
+from esper.runtime.tasks import get_task_spec
 from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config
 from esper.simic.ppo.config import TrainingConfig
-from esper.simic.ppo.train import PPORun, train_ppo
 
 MAX_STUDY_SEEDS = 10_000
 MAX_RUNS = 100
@@ -191,14 +181,13 @@ def _run_configs(args: argparse.Namespace, train_dirs: list[Path], blueprints: l
     out: list[tuple[TrainingConfig, Path | None]] = []
     for r, d in enumerate(train_dirs):
         requested = run_config(base, r)
-        latest = checkpoints_dir(d) / "latest.pt"
-        if not latest.exists() or args.overwrite:
+        saved = None if args.overwrite else saved_run(d)
+        if saved is None:
             out.append((requested, None))
             continue
-        saved = TrainingConfig.from_dict(read_policy_checkpoint(latest)["config"])
         if args.blueprints_from_selection and blueprints is None:  # before selection: check everything else
-            requested = requested.with_overrides(blueprints=saved.blueprints)
-        out.append((resume_config(saved, requested), latest))
+            requested = requested.with_overrides(blueprints=saved[0].blueprints)
+        out.append((resume_config(saved[0], requested), saved[1]))
     return out
 
 
@@ -217,29 +206,6 @@ def _open_study(path: Path, args: argparse.Namespace, settings: dict[str, Any]) 
         return study, True
     check_same_arguments(path, recorded_config(path), settings, may_differ=("seeds", "runs"))
     return RunDirectory(path, resume=True), False
-
-
-def _train(args: argparse.Namespace, config: TrainingConfig, checkpoint: Path | None, train_path: Path,
-           cache: DataCache, run: int) -> bool:
-    """Train (or continue training) policy `run` in its directory, with that directory's own telemetry (so a resume
-    trims its own events); False when stopped before the last batch."""
-    episodes_done = int(read_policy_checkpoint(checkpoint)["episodes_completed"]) if checkpoint is not None else 0
-    if episodes_done >= config.n_episodes and (checkpoints_dir(train_path) / "final.pt").is_file():
-        console.print(f"Training run {run}: finished ({episodes_done} episodes in {train_path}).")
-        return True
-    console.print(f"Training run {run} ({train_path}):")
-    train_dir = open_training_dir(train_path, config, args, checkpoint, cache, STUDY_PRESETS[args.preset].training)
-    hub, progress = make_hub(args, train_dir, config.to_dict())
-    stop = StopAfterStep()
-    with closing_hub(hub, train_dir):
-        ppo = PPORun(train_dir, sink=hub, data=cache, resume_from=checkpoint, should_stop=lambda: stop.requested,
-                     progress=phase_progress(progress))
-        print_training_start(config, progress, preset=STUDY_PRESETS[args.preset].training,
-                             debug=args.telemetry_level == "debug", episodes_done=episodes_done)
-        with stop.installed():
-            result = train_ppo(config, ppo)
-        print_training_result(config, ppo, result, stopped=stop.requested)
-    return not stop.requested and result.episodes_completed >= config.n_episodes
 
 
 def cmd_study(args: argparse.Namespace) -> int:
@@ -279,7 +245,7 @@ def cmd_study(args: argparse.Namespace) -> int:
             config = configs[0][0]
         if args.ppo is None:
             for r, ((run_conf, checkpoint), train_dir) in enumerate(zip(configs, train_dirs, strict=True)):
-                if not _train(args, run_conf, checkpoint, train_dir, cache, r):
+                if not train_run(args, run_conf, checkpoint, train_dir, cache, r, preset.training):
                     console.print(f"Stopped during training run {r}. Continue with the same command "
                                   f"(--run-dir {path}).")
                     return EXIT_INTERRUPTED

@@ -1,16 +1,19 @@
-"""A study's paired-episode phases as the command line runs them: each in its run directory, with its own telemetry
-hub and progress, recording the setting it measured so that a rerun continues it or (another setting) starts it over.
+"""A study's phases as the command line runs them: each paired-episode phase in its run directory, with its own
+telemetry hub and progress, recording the setting it measured so that a rerun continues it or (another setting)
+starts it over; each training run in its own PPO run directory, continued from its last checkpoint.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
-from esper.cli.common import WORKER_FIELDS, closing_hub, emit, make_hub
+from esper.cli.common import WORKER_FIELDS, closing_hub, console, emit, make_hub, phase_progress
 from esper.cli.episodes import open_episode_run
 from esper.cli.rundirs import check_same_arguments
+from esper.cli.train_ppo import StopAfterStep, open_training_dir, print_training_result, print_training_start
 from esper.env.rewards import resolved_param_cost
 from esper.evaluation.comparison import comparison_phases, parse_controllers
 from esper.evaluation.episodes import one_test_sample
@@ -18,11 +21,13 @@ from esper.evaluation.phases import Phase, PhaseRunner
 from esper.evaluation.results import ComparisonResult
 from esper.evaluation.study import run_evaluation
 from esper.leyline import TelemetryEventType
-from esper.runtime.rundir import RunDirectoryError, recorded_config
+from esper.runtime.rundir import RunDirectoryError, checkpoints_dir, recorded_config, write_json_atomic
 from esper.runtime.tasks import DataCache, get_task_spec
+from esper.simic.ppo.checkpoint import read_policy_checkpoint
 from esper.simic.ppo.config import TrainingConfig
+from esper.simic.ppo.train import PPORun, train_ppo
 
-__all__ = ["measured_setting", "phase_runner"]
+__all__ = ["measured_setting", "phase_runner", "saved_run", "train_run"]
 
 
 def measured_setting(config: TrainingConfig) -> dict[str, Any]:
@@ -36,6 +41,17 @@ def measured_setting(config: TrainingConfig) -> dict[str, Any]:
     return setting
 
 
+def _with_new_fields(recorded: dict[str, Any]) -> dict[str, Any]:
+    """A phase recorded before the training config had some of today's fields ran as their defaults do: a field
+    only describes a setting its phase could have run in once it exists, and a new field defaults to what the code
+    did before it. So a phase stays valid across such a change instead of being rerun (hours of a study)."""
+    training = recorded.get("training")
+    if not isinstance(training, dict):
+        return recorded
+    defaults = {k: v for k, v in TrainingConfig().to_dict().items() if k not in WORKER_FIELDS and k not in training}
+    return {**recorded, "training": {**defaults, **training}}
+
+
 def _phase_config(path: Path, phase: Phase, config: TrainingConfig, settings: dict[str, Any]
                   ) -> tuple[dict[str, Any], bool]:
     """A phase's arguments, and whether a stored phase was of something else (then it starts over: its results
@@ -45,10 +61,15 @@ def _phase_config(path: Path, phase: Phase, config: TrainingConfig, settings: di
                     **{k: v for k, v in settings.items() if k not in ("seeds", "selection_seeds", "runs")}}
     if not (path / "config.json").exists():
         return phase_config, False
+    recorded = recorded_config(path)
+    complete = _with_new_fields(recorded)
     try:
-        check_same_arguments(path, recorded_config(path), phase_config, may_differ=("episodes",))
+        check_same_arguments(path, complete, phase_config, may_differ=("episodes",))
     except RunDirectoryError:
         return phase_config, True
+    if complete != recorded:  # from now on the phase's record names every field of the setting it ran in
+        record = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        write_json_atomic(path / "config.json", {**record, "config": complete})
     return phase_config, False
 
 
@@ -77,3 +98,34 @@ def _run_phase(args: argparse.Namespace, phase: Phase, config: TrainingConfig, s
                        done=(resume.episodes_done if resume is not None else 0) * config.max_epochs)
         return run_evaluation(phase.plan, phase.specs, phase.labels, phase.seeds, cache, run_dir=run_dir, sink=hub,
                               resume=resume, match=phase.match, tie_threshold=tie)
+
+
+def saved_run(train_dir: Path) -> tuple[TrainingConfig, Path] | None:
+    """A study's training run so far: the config its last checkpoint holds and that checkpoint (None: none yet)."""
+    latest = checkpoints_dir(train_dir) / "latest.pt"
+    if not latest.exists():
+        return None
+    return TrainingConfig.from_dict(read_policy_checkpoint(latest)["config"]), latest
+
+
+def train_run(args: argparse.Namespace, config: TrainingConfig, checkpoint: Path | None, train_path: Path,
+              cache: DataCache, run: int, preset: str) -> bool:
+    """Train (or continue training) a study's policy `run` in its directory, with that directory's own telemetry (so
+    a resume trims its own events); False when stopped before the last batch."""
+    episodes_done = int(read_policy_checkpoint(checkpoint)["episodes_completed"]) if checkpoint is not None else 0
+    if episodes_done >= config.n_episodes and (checkpoints_dir(train_path) / "final.pt").is_file():
+        console.print(f"Training run {run}: finished ({episodes_done} episodes in {train_path}).")
+        return True
+    console.print(f"Training run {run} ({train_path}):")
+    train_dir = open_training_dir(train_path, config, args, checkpoint, cache, preset)
+    hub, progress = make_hub(args, train_dir, config.to_dict())
+    stop = StopAfterStep()
+    with closing_hub(hub, train_dir):
+        ppo = PPORun(train_dir, sink=hub, data=cache, resume_from=checkpoint, should_stop=lambda: stop.requested,
+                     progress=phase_progress(progress))
+        print_training_start(config, progress, preset=preset, debug=args.telemetry_level == "debug",
+                             episodes_done=episodes_done)
+        with stop.installed():
+            result = train_ppo(config, ppo)
+        print_training_result(config, ppo, result, stopped=stop.requested)
+    return not stop.requested and result.episodes_completed >= config.n_episodes

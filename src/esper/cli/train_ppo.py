@@ -37,11 +37,12 @@ from esper.env.rewards import resolved_param_cost
 from esper.leyline.errors import UserInputError
 from esper.nissa import ProgressBackend, trim_event_log
 from esper.runtime.devices import env_device_map, resolve_device, resolve_devices
+from esper.runtime.families import family_task, get_family
 from esper.runtime.plugins import loaded_plugins
 from esper.runtime.rundir import RunDirectory, checkpoint_file, checkpoints_dir, default_run_dir, run_dir_of
 from esper.runtime.tasks import DataCache, data_source, get_task_spec
 from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config, trim_logs
-from esper.simic.ppo.config import PRESETS, TrainingConfig
+from esper.simic.ppo.config import PRESETS, TrainingConfig, family_fields
 from esper.simic.ppo.train import PPORun, PPOTrainingResult, train_ppo
 
 PRESET_FIELDS = frozenset(k for preset in PRESETS.values() for k in preset)
@@ -68,19 +69,27 @@ def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def preset_of(args: argparse.Namespace) -> str:
-    """--preset, or the preset made for --task (a synthetic run must not inherit CIFAR-10's settings)."""
+    """--preset, or the preset of --family's family, or the preset made for --task (a synthetic run must not inherit
+    CIFAR-10's settings)."""
     if args.preset is not None:
         return str(args.preset)
+    family = flag_overrides(args).get("family")
+    if isinstance(family, str):
+        return get_family(family).preset
     task = (args.task or "").lower()
     return task if task in PRESETS else "cifar10"
 
 
 def effective_config(args: argparse.Namespace) -> TrainingConfig:
-    """preset → --config-json → flags and --set (a param_cost of "auto" measured, or reused from the cache)."""
+    """preset → --config-json → flags and --set (a param_cost of "auto" measured, or reused from the cache); --family
+    sets the task and sample cap a run across the family has."""
     config = TrainingConfig.preset(preset_of(args))
     if args.config_json is not None:
         config = TrainingConfig.from_json(args.config_json, base=config)
-    return resolve_auto_param_cost(config.with_overrides(**flag_overrides(args)), args)
+    overrides = flag_overrides(args)
+    if isinstance(overrides.get("family"), str):
+        overrides = {**family_fields(get_family(overrides["family"])), **overrides}
+    return resolve_auto_param_cost(config.with_overrides(**overrides), args)
 
 
 def _resume_target(args: argparse.Namespace) -> Path | None:
@@ -191,8 +200,9 @@ def open_training_dir(path: Path, config: TrainingConfig, args: argparse.Namespa
         "devices": [str(d) for d in devices],
         "policy_device": str(resolve_device(config.device)), "preset": preset,
         "telemetry_level": args.telemetry_level,
-        "param_cost": resolved_param_cost(config.reward_family, get_task_spec(config.task), config.charged_param_cost(),
-                                          max_train_samples=config.max_train_samples)})
+        "param_cost": config.type_param_costs if config.family is not None else resolved_param_cost(
+            config.reward_family, get_task_spec(config.task), config.charged_param_cost(),
+            max_train_samples=config.max_train_samples)})
     return run_dir
 
 
@@ -231,15 +241,20 @@ def print_training_result(config: TrainingConfig, run: PPORun, result: PPOTraini
 def compare_hint(config: TrainingConfig, run: Path) -> str:
     """An `esper compare` of the trained policy in exactly the setting it learned in (every setting that changes the
     result, the plugins it was trained with included), on the held-out evaluation seeds of its base seed (a seed stream
-    its training never draws from)."""
-    parts = ["esper compare --controllers static heuristic", f"ppo:{run}", f"--task {config.task}",
+    its training never draws from); a policy trained across a family on its first held-out type."""
+    task, cap = config.task, config.max_train_samples
+    cost = None if config.family is not None else config.charged_param_cost()  # a held-out type's is only logged
+    if config.family is not None:
+        family = get_family(config.family)
+        held = family.held_out_types[0]
+        task, cap = family_task(family, held), held.max_train_samples
+    parts = ["esper compare --controllers static heuristic", f"ppo:{run}", f"--task {task}",
              *(f"--plugin {p}" for p in loaded_plugins() if not p.startswith("ep:")),
              f"--max-epochs {config.max_epochs}", f"--slots {' '.join(config.slots)}",
              f"--reward-family {config.reward_family.value}", f"--seed {config.seed}",
              f"--batch-size {config.batch_size}", f"--lr-schedule {config.lr_schedule}"]
-    for flag, value in (("--max-train-samples", config.max_train_samples),
-                        ("--max-val-samples", config.max_val_samples), ("--max-seeds", config.max_seeds),
-                        ("--param-cost", config.charged_param_cost())):
+    for flag, value in (("--max-train-samples", cap), ("--max-val-samples", config.max_val_samples),
+                        ("--max-seeds", config.max_seeds), ("--param-cost", cost)):
         if value is not None:
             parts.append(f"{flag} {value}")
     return " ".join(parts)

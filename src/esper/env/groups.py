@@ -21,7 +21,7 @@ import torch
 from esper.env.env import EnvSpec, MorphoEnv
 from esper.env.lockstep import EpochData, Lockstep
 from esper.env.logs import EpisodeResult
-from esper.env.rewards import RewardConfig, compute_reward
+from esper.env.rewards import RewardConfig, RewardFn, compute_reward
 from esper.env.step_record import ShapedRewardComponents
 from esper.leyline import EnvObservation, TelemetryEvent, TelemetryEventType
 from esper.runtime.checkpoint import model_checkpoint
@@ -86,7 +86,9 @@ class GroupPlan:
     """Envs sharing one host seed, one data seed (their subsets and batch order) and their static twin.
 
     `twin` is None when the reward needs no twin, the index of the member (a plain static host) that is its own and
-    its peers' twin, or a `TwinEnvPlan` for a twin env of its own.
+    its peers' twin, or a `TwinEnvPlan` for a twin env of its own. `setting` is the group's own episode setting
+    where it is not the call's (a family's instance type: its task, sample cap and λ_p); its episode length must be
+    the call's, since every env of a call advances one epoch at a time.
     """
 
     seed: int
@@ -94,6 +96,7 @@ class GroupPlan:
     members: tuple[MemberPlan, ...]
     twin: TwinEnvPlan | int | None = None
     batch: int = 0
+    setting: EpisodeSetting | None = None
 
     @property
     def env_ids(self) -> list[int]:
@@ -171,30 +174,33 @@ class EnvHost:
         self.device_override = device_override  # a Ray GPU actor sees its GPU as cuda:0, whatever the caller named
         self.relay = _Relay()
         self.setting: EpisodeSetting | None = None
-        self.runs: list[Lockstep] = []  # one per run of consecutive groups sharing a data seed
+        self.runs: list[Lockstep] = []  # one per run of consecutive groups sharing a data seed (and so a setting)
+        self.run_settings: list[EpisodeSetting] = []
 
     def _device(self, name: str) -> torch.device:
         return torch.device(self.device_override or name)
 
     def start(self, setting: EpisodeSetting, groups: Sequence[GroupPlan]) -> None:
-        """Build fresh envs for `groups`, kept in group order (consecutive groups of one data seed train on one
-        shared batch stream)."""
-        self.setting, self.runs = setting, []
-        task = get_task_spec(setting.task)
-        config, gamma = setting.reward, setting.gamma
-        runs: list[tuple[int, list[MorphoEnv]]] = []  # consecutive groups of one data seed share a batch stream
+        """Build fresh envs for `groups`, kept in group order (consecutive groups of one data seed and setting train
+        on one shared batch stream)."""
+        self.setting, self.runs, self.run_settings = setting, [], []
+        runs: list[tuple[int, EpisodeSetting, list[MorphoEnv]]] = []
         for group in groups:
-            envs = self._build_group(setting, group)
-            if runs and runs[-1][0] == group.data_seed:
-                runs[-1][1].extend(envs)
+            own = group.setting or setting
+            if own.max_epochs != setting.max_epochs:
+                raise ValueError(f"a group's episodes last {own.max_epochs} epochs, the call's {setting.max_epochs}")
+            envs = self._build_group(own, group)
+            if runs and runs[-1][0] == group.data_seed and runs[-1][1] == own:
+                runs[-1][2].extend(envs)
             else:
-                runs.append((group.data_seed, envs))
-        for data_seed, envs in runs:
+                runs.append((group.data_seed, own, envs))
+        for data_seed, own, envs in runs:
             devices = sorted({env.spec.device for env in envs}, key=str)
-            data = EpochData.build(task, self.cache, devices, batch_size=setting.batch_size, seed=data_seed,
-                                   max_train_samples=setting.max_train_samples,
-                                   max_val_samples=setting.max_val_samples)
-            self.runs.append(Lockstep(envs, data, lambda record: compute_reward(record, config, gamma)))
+            data = EpochData.build(get_task_spec(own.task), self.cache, devices, batch_size=own.batch_size,
+                                   seed=data_seed, max_train_samples=own.max_train_samples,
+                                   max_val_samples=own.max_val_samples)
+            self.runs.append(Lockstep(envs, data, _reward_fn(own)))
+            self.run_settings.append(own)
 
     def _build_group(self, setting: EpisodeSetting, group: GroupPlan) -> list[MorphoEnv]:
         task = get_task_spec(setting.task)
@@ -252,16 +258,21 @@ class EnvHost:
         results: list[EpisodeResult] = []
         models: list[dict[str, Any] | None] = []
         loads = 0
-        for run in self.runs:
+        for run, setting in zip(self.runs, self.run_settings, strict=True):
             data = run.data
             loads += sum(data.train.materializations.values()) + sum(data.val.materializations.values())
             finished = [env.result() for env in run.envs]
-            results += _score_test(run.envs, finished, self.setting, self.cache, data.seed) \
-                if self.setting.score_test else finished
-            models += [model_checkpoint(env.model, task=self.setting.task) if self.setting.keep_models else None
+            results += _score_test(run.envs, finished, setting, self.cache, data.seed) \
+                if setting.score_test else finished
+            models += [model_checkpoint(env.model, task=setting.task) if setting.keep_models else None
                        for env in run.envs]
-        self.runs = []
+        self.runs, self.run_settings = [], []
         return Finished(results, models, loads)
+
+
+def _reward_fn(setting: EpisodeSetting) -> RewardFn:
+    config, gamma = setting.reward, setting.gamma
+    return lambda record: compute_reward(record, config, gamma)
 
 
 def _score_test(envs: Sequence[MorphoEnv], results: Sequence[EpisodeResult], setting: EpisodeSetting,

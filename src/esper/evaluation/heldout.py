@@ -10,7 +10,8 @@ share of the type's SBS → VBS gap it closes (`portfolio.gap_closed`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import statistics
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from esper.evaluation.precheck import (
     with_portfolio,
 )
 from esper.evaluation.regime import static_width_labels
+from esper.evaluation.results import ComparisonResult
 from esper.evaluation.runs import Cost, episodes_cost
 from esper.evaluation.selection import BEST_FIXED, BEST_RULE, run_selection
 from esper.evaluation.study import evaluation_plan, selection_plan
@@ -34,7 +36,8 @@ from esper.runtime.families import SCORES, Family
 from esper.runtime.rundir import write_json_atomic, write_text_atomic
 from esper.simic.ppo.config import TrainingConfig
 
-__all__ = ["HELDOUT_FILE", "SBS", "VBS", "HeldOutType", "run_heldout", "select_rule"]
+__all__ = ["HELDOUT_FILE", "SBS", "VBS", "HeldOutType", "episode_gflops", "run_heldout", "select_rule",
+           "write_heldout"]
 
 HELDOUT_FILE = "heldout.json"
 SBS, VBS = "SBS", "VBS"
@@ -59,13 +62,16 @@ def select_rule(family: Family, config: TrainingConfig, path: Path, seeds: int, 
 
 @dataclass
 class HeldOutType:
-    """One held-out type: each reference's spec (role → spec) and score on the evaluation seeds, its VBS search's
-    cost, and each reference's share of the SBS → VBS gap closed (None where VBS does not beat SBS there)."""
+    """One held-out type: each reference's spec (role → spec), score and training GFLOPs per episode on the
+    evaluation seeds, its VBS search's cost, and each reference's share of the SBS → VBS gap closed (None where VBS
+    does not beat SBS there); `result` is the references' evaluation, which a policy's episodes pair with."""
 
     name: str
     specs: dict[str, str]
     scores: dict[str, float]
     search_cost: Cost
+    gflops: dict[str, float]
+    result: ComparisonResult = field(repr=False)
 
     @property
     def gap(self) -> float:
@@ -76,7 +82,16 @@ class HeldOutType:
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "specs": self.specs, "scores": self.scores, "search_cost": self.search_cost,
-                "gap": self.gap, "closed": {role: self.closed(role) for role in self.scores}}
+                "gap": self.gap, "closed": {role: self.closed(role) for role in self.scores},
+                "gflops_per_episode": self.gflops}
+
+
+def episode_gflops(result: ComparisonResult) -> dict[str, float]:
+    """Each controller's mean training GFLOPs per episode in `result`, from its episode records."""
+    by: dict[str, list[float]] = {}
+    for e in result.episodes:
+        by.setdefault(e.controller, []).append(e.train_flops / 1e9)
+    return {c: statistics.fmean(v) for c, v in by.items()}
 
 
 def _references(check: Precheck, best_rule: str, vbs: str, frontier: bool) -> dict[str, str]:
@@ -105,12 +120,21 @@ def run_heldout(family: Family, config: TrainingConfig, check: Precheck, best_ru
         specs = list(dict.fromkeys([*(static_width_labels() if frontier else []), *roles.values()]))
         result = run(Phase(f"held-out evaluation on {itype.name}", where / "eval",
                            evaluation_plan(type_conf, SeedStream.EVALUATION, max_test_samples), specs, specs, seeds))
-        scores = type_scores(result, family.score, "test")
+        scores, gflops = type_scores(result, family.score, "test"), episode_gflops(result)
         out.append(HeldOutType(itype.name, roles, {role: scores[spec] for role, spec in roles.items()},
-                               episodes_cost(searched.episodes)))
-    write_json_atomic(path / HELDOUT_FILE, [h.to_dict() for h in out])
-    write_text_atomic(path / "summary.md", heldout_markdown(family, out))
+                               episodes_cost(searched.episodes), {role: gflops[spec] for role, spec in roles.items()},
+                               result))
+    write_heldout(path, family, out)
     return out
+
+
+def write_heldout(path: Path, family: Family, types: list[HeldOutType], policy: dict[str, Any] | None = None,
+                  policy_markdown: str = "") -> None:
+    """heldout.json and summary.md in `path`: the references on each held-out type, and what a policy trained across
+    the training types did there (`policy`, once it has run)."""
+    write_json_atomic(path / HELDOUT_FILE, {"family": family.key, "types": [h.to_dict() for h in types],
+                                            "policy": policy})
+    write_text_atomic(path / "summary.md", heldout_markdown(family, types) + policy_markdown)
 
 
 def heldout_markdown(family: Family, types: list[HeldOutType]) -> str:
@@ -123,10 +147,11 @@ def heldout_markdown(family: Family, types: list[HeldOutType]) -> str:
         cost = h.search_cost
         lines += [f"## {h.name}", "", f"VBS − SBS: {h.gap:+.2f}; VBS search: {cost['env_epochs']} env-epochs, "
                                       f"{cost['gflops']:.1f} training GFLOPs.", "",
-                  "| reference | spec | score | share of the SBS → VBS gap closed |", "|---|---|---|---|"]
+                  "| reference | spec | score | share of the SBS → VBS gap closed | training GFLOPs per episode |",
+                  "|---|---|---|---|---|"]
         for role, spec in h.specs.items():
             closed = h.closed(role)
             lines.append(f"| {role} | {spec} | {h.scores[role]:.2f} | "
-                         f"{'—' if closed is None else f'{100 * closed:.0f} %'} |")
+                         f"{'—' if closed is None else f'{100 * closed:.0f} %'} | {h.gflops[role]:.2f} |")
         lines.append("")
     return "\n".join(lines)

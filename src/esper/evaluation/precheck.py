@@ -30,18 +30,19 @@ from esper.runtime.families import SCORES, Family, InstanceType, family_task
 from esper.runtime.rundir import write_json_atomic, write_text_atomic
 from esper.simic.ppo.config import TrainingConfig
 
-__all__ = ["PRECHECK_FILE", "STATIC", "Precheck", "Runners", "architectures", "run_precheck", "type_config",
-           "type_scores", "with_portfolio"]
+__all__ = ["PRECHECK_FILE", "STATIC", "Precheck", "Runners", "architectures", "merged_results", "run_precheck",
+           "type_config", "type_scores", "with_portfolio"]
 
 PRECHECK_FILE = "precheck.json"
 STATIC = "static"
 
 
 def type_config(config: TrainingConfig, family: Family, itype: InstanceType) -> TrainingConfig:
-    """The study's setting on one instance type: its task and sample cap. The reward is only logged here (no policy
-    learns from it), so it charges no λ_p; nothing selection runs is the policy's, so no blueprints either."""
+    """The study's setting on one instance type: its task and sample cap (a single-task setting, not a run across the
+    family). The reward is only logged here (no policy learns from it), so it charges no λ_p; nothing selection runs
+    is the policy's, so no blueprints either."""
     return config.with_overrides(task=family_task(family, itype), max_train_samples=itype.max_train_samples,
-                                 param_cost=None, blueprints=None)
+                                 family=None, param_cost=None, type_param_costs=None, blueprints=None)
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -120,7 +121,7 @@ class Precheck:
         return "\n".join(lines) + "\n"
 
 
-def _merged(results: Sequence[ComparisonResult]) -> ComparisonResult:
+def merged_results(results: Sequence[ComparisonResult]) -> ComparisonResult:
     """One comparison of every controller of `results` (phases of one type on the same paired selection seeds)."""
     labels = list(dict.fromkeys(c for r in results for c in r.controllers))
     episodes = [e for r in results for e in r.episodes]
@@ -134,7 +135,7 @@ def with_portfolio(selection: Selection, run: PhaseRunner, plan: EpisodePlan, pa
     `wanted` the search has not tried there, as one comparison."""
     tried = {c for r in selection.rounds for c in r.controllers}
     specs = [c for c in dict.fromkeys(wanted) if c not in tried]
-    return _merged([*selection.rounds, run(Phase(name, path, plan, specs, specs, seeds))])
+    return merged_results([*selection.rounds, run(Phase(name, path, plan, specs, specs, seeds))])
 
 
 def architectures(scores: dict[str, float]) -> dict[str, float]:

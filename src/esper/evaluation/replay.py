@@ -2,10 +2,11 @@
 
 A policy that reads its observations should beat a schedule that ignores them. `replay:RUN` takes the run directory
 of a comparison in which the policy ran on some paired seeds (a study's `replay-source/run-<r>/`, or any
-`esper compare` run of one controller), and builds the schedule: for each epoch, the action (op, slot, blueprint,
-blend) the policy took most often at that epoch over those episodes (ties go to the action seen first). Replayed on
-other seeds, an action the env does not allow at that moment (a slot already occupied, a seed not ready to
-fossilize) becomes WAIT. A policy that does not beat its replay has learned a schedule, not a controller.
+`esper compare` run of one controller), or a directory of such run directories (a family study's
+`replay-source/run-<r>/`: one per training type), and builds the schedule: for each epoch, the action (op, slot,
+blueprint, blend) the policy took most often at that epoch over those episodes (ties go to the action seen first).
+Replayed on other seeds, an action the env does not allow at that moment (a slot already occupied, a seed not ready
+to fossilize) becomes WAIT. A policy that does not beat its replay has learned a schedule, not a controller.
 """
 
 from __future__ import annotations
@@ -63,10 +64,20 @@ class ReplayPolicy:
                                            confidence=1.0)
 
 
+def _steps_files(path: Path) -> list[Path]:
+    """A run directory's steps.jsonl, a steps.jsonl itself, or those of the run directories a directory holds (a
+    family study's replay source: one per training type)."""
+    if not path.is_dir():
+        return [path]
+    if (path / StepRow.FILE).is_file():
+        return [path / StepRow.FILE]
+    return sorted(path.glob(f"*/{StepRow.FILE}"))
+
+
 def load_replay(path: Path, context: ControllerContext) -> ReplayPolicy:
-    """The replay of the policy whose episodes `path` (a run directory, or its steps.jsonl) holds."""
-    steps = path / StepRow.FILE if path.is_dir() else path
-    rows = read_rows(steps, StepRow)
+    """The replay of the policy whose episodes `path` (a run directory, its steps.jsonl, or a directory of run
+    directories) holds."""
+    rows = [row for steps in _steps_files(path) for row in read_rows(steps, StepRow)]
     if not rows:
         raise UserInputError(f"replay:{path}: no {StepRow.FILE} with decisions there; name the run directory of an "
                              f"esper compare run of the policy to replay")

@@ -23,7 +23,8 @@ SEED_RULE = "named-streams-1"
 class SeedStream(StrEnum):
     """The named streams of host/data seeds. Episodes of different streams never share a host or a data seed."""
 
-    TRAINING = "training"  # PPO rollouts: (batch, group) for hosts, (batch, "data") for the batch's data
+    TRAINING = "training"  # PPO rollouts: (batch, group) for hosts, (batch, "data") for the batch's data, and
+    # (batch, group, "data") for a group's own data across a task family
     SELECTION = "selection"  # a study's best-fixed/best-rule selection episodes: index (episode,)
     EVALUATION = "evaluation"  # compare and a study's held-out evaluation: index (episode,)
     DATAGEN = "datagen"  # offline dataset generation: index (environment config, episode)

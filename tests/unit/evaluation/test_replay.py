@@ -10,9 +10,11 @@ import pytest
 
 from esper.cli.main import main
 from esper.env.logs import StepRow
-from esper.evaluation.replay import replay_schedule
-from esper.leyline import LifecycleCommand, LifecycleOp, UserInputError
+from esper.evaluation.replay import load_replay, replay_schedule
+from esper.leyline import CANONICAL_SLOTS, LifecycleCommand, LifecycleOp, UserInputError
 from esper.runtime.rows import read_rows
+from esper.runtime.tasks import get_task_spec
+from esper.tamiyo import ControllerContext
 
 OUTPUT = ["--no-tui", "--no-tensorboard", "--telemetry-level", "minimal", "--device", "cpu"]
 TINY = ["--task", "synthetic", "--episodes", "1", "--max-epochs", "12", "--max-train-samples", "128",
@@ -84,3 +86,19 @@ def test_a_replay_refuses_another_episode_length(tmp_path: Path, capsys: pytest.
     assert main(["compare", "--controllers", f"replay:{recorded}", *TINY, "--max-epochs", "8",
                  "--run-dir", str(tmp_path / "other")]) == 2
     assert "--max-epochs 12" in capsys.readouterr().err
+
+
+def test_a_replay_reads_every_run_directory_a_directory_holds(tmp_path: Path) -> None:
+    """A family study's replay source holds one run directory per training type: the schedule is the modal action
+    over all of their episodes."""
+    germinate = ("GERMINATE", "early", "norm", "linear")
+    for name, rows in (("a", [_row(0, 1, *germinate), _row(0, 2, "WAIT")]),
+                       ("b", [_row(0, 1, "WAIT"), _row(1, 1, "WAIT"), _row(0, 2, "WAIT")])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / StepRow.FILE).write_text("".join(json.dumps(r.to_dict()) + "\n" for r in rows))
+    context = ControllerContext(space=get_task_spec("synthetic").action_space, slots=tuple(CANONICAL_SLOTS),
+                                max_epochs=3)
+    assert load_replay(tmp_path, context).schedule == {1: LifecycleCommand(LifecycleOp.WAIT),
+                                                       2: LifecycleCommand(LifecycleOp.WAIT)}
+    assert load_replay(tmp_path / "a", context).schedule[1] == LifecycleCommand(LifecycleOp.GERMINATE, "early",
+                                                                                 "norm", "linear")

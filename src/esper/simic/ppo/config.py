@@ -35,8 +35,9 @@ from esper.leyline.constants import (
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import MAX_BASE_SEED
 from esper.leyline.strict_config import BatchSize, EpisodeLength, SampleCap, StrictConfig
+from esper.runtime.families import Family, family_task, get_family
 from esper.runtime.optim import LRSchedule
-from esper.runtime.param_costs import AUTO_PARAM_COST, ParamCostOrAuto
+from esper.runtime.param_costs import AUTO_PARAM_COST, ParamCost, ParamCostOrAuto
 from esper.runtime.tasks import get_task_spec
 from esper.runtime.workers import Executor, Threads, WorkerOptions, Workers, cuda_device_count, placement_problem
 
@@ -142,6 +143,15 @@ class TrainingConfig(StrictConfig):
                                                            "'auto': measured for this run's setting before training "
                                                            "(and cached); none: the task's, measured at the nearest "
                                                            "sample cap")
+    family: str | None = Field(default=None,
+                               description="train across this task family's training types (its key, e.g. "
+                                           "synthetic-shift-v1): each env group trains on the type its data seed "
+                                           "draws, never a held-out one")
+    type_param_costs: dict[str, ParamCost] | None = Field(default=None,
+                                                          description="with family and the gap reward: λ_p per "
+                                                                      "training type, type name → pp per 100 % of "
+                                                                      "added parameters (param_cost 'auto' measures "
+                                                                      "them)")
     group_size: Envs = Field(default=4, description="envs sharing one host seed and one static twin")
     advantage: Literal["gae", "group"] = Field(default="gae", description="advantage estimator")
     init_from: str | None = Field(default=None,
@@ -217,6 +227,7 @@ class TrainingConfig(StrictConfig):
         placement = placement_problem(self.workers, self.executor, self.ray_address)
         if placement:
             raise UserInputError(placement)
+        self._check_family()
         if self.reward_family != RewardFamily.SPARSE:
             changed = [k for k in ("param_budget", "param_penalty_weight", "sparse_reward_scale")
                        if getattr(self, k) != getattr(_SPARSE_DEFAULTS, k)]
@@ -224,6 +235,39 @@ class TrainingConfig(StrictConfig):
                 raise UserInputError(f"{changed} only apply to reward_family 'sparse' "
                                      f"(got '{self.reward_family.value}')")
         return self
+
+    def _check_family(self) -> None:
+        """A family run's task is its first training type (it builds the policy's action space, which every type of
+        a family shares), it has no sample cap of its own (each type brings one), and its gap reward charges each
+        type its own λ_p: measured per type ("auto") or given per type, never one number for all."""
+        if self.family is None:
+            if self.type_param_costs is not None:
+                raise UserInputError("type_param_costs only applies to a family run: set family or drop them")
+            return
+        family = get_family(self.family)
+        fields = family_fields(family)
+        if self.task != fields["task"] or self.max_train_samples is not None:
+            raise UserInputError(f"a run across family {family.key} trains each env group on the type its data seed "
+                                 f"draws, at that type's sample cap: its task is {fields['task']} (whose action space "
+                                 f"every type shares) and max_train_samples null; drop --set task and "
+                                 f"max_train_samples")
+        if self.reward_family != RewardFamily.GAP:
+            if self.type_param_costs is not None:
+                raise UserInputError("type_param_costs only applies to reward_family 'gap'")
+            return
+        if self.param_cost == AUTO_PARAM_COST:
+            if self.type_param_costs is not None:
+                raise UserInputError("param_cost 'auto' measures type_param_costs: drop one of them")
+            return
+        if self.param_cost is not None:
+            raise UserInputError(f"a run across family {family.key} charges each training type its own λ_p: drop "
+                                 f"param_cost={self.param_cost} and set param_cost 'auto' (measured per type) or "
+                                 f"type_param_costs")
+        names = [t.name for t in family.training]
+        if self.type_param_costs is None or sorted(self.type_param_costs) != sorted(names):
+            raise UserInputError(f"type_param_costs must give λ_p for exactly the training types {names} of family "
+                                 f"{family.key} (or set param_cost 'auto' to measure them), got "
+                                 f"{sorted(self.type_param_costs or {})}")
 
     def blueprint_indices(self) -> frozenset[int] | None:
         """`blueprints` as indices of the topology's blueprint head (None: all of them); unknown names are refused."""
@@ -237,13 +281,17 @@ class TrainingConfig(StrictConfig):
                                  f"{self.blueprints}")
         return frozenset(head.index(b) for b in self.blueprints)
 
-    def charged_param_cost(self) -> float | None:
-        """The λ_p the reward charges (None: the task's measured one). "auto" is measured by the command line
-        (`esper train ppo`, `esper study`) before training, so a config that still says "auto" here is refused."""
+    def charged_param_cost(self, itype: str | None = None) -> float | None:
+        """The λ_p the reward charges (None: the task's measured one, or no λ_p for a reward without one); in a
+        family run, on training type `itype`. "auto" is measured by the command line (`esper train ppo`,
+        `esper study`) before training, so a config that still says "auto" here is refused."""
         if isinstance(self.param_cost, str):  # AUTO_PARAM_COST, the one string the field accepts
             raise UserInputError("param_cost 'auto' is measured by `esper train ppo` and `esper study` before training;"
                                  " from Python, measure it with esper.evaluation.param_cost.cached_param_cost and pass "
                                  "the number")
+        if self.type_param_costs is not None:
+            assert itype is not None, "a family run charges λ_p per training type"
+            return self.type_param_costs[itype]
         return self.param_cost
 
     def worker_options(self) -> WorkerOptions:
@@ -259,3 +307,9 @@ class TrainingConfig(StrictConfig):
         if name not in PRESETS:
             raise UserInputError(f"Unknown preset '{name}'. Available: {sorted(PRESETS)}")
         return cls(**PRESETS[name])
+
+
+def family_fields(family: Family) -> dict[str, Any]:
+    """What a run across `family` sets on top of a preset: the family, its first training type's task (the policy's
+    action space, the same for every type) and no sample cap of its own."""
+    return {"family": family.key, "task": family_task(family, family.training[0]), "max_train_samples": None}

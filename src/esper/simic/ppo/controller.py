@@ -18,6 +18,7 @@ from esper.env.features import obs_dim, observation_features
 from esper.env.masks import compute_batch_masks, masks_from_joint
 from esper.leyline import ActionSpace, EnvObservation, FactoredAction, LifecycleOp, ordered_slots
 from esper.leyline.errors import UserInputError
+from esper.runtime.families import FAMILY_PREFIX
 from esper.runtime.rundir import checkpoint_file
 from esper.runtime.tasks import get_task_spec
 from esper.simic.normalization import RunningMeanStd
@@ -25,7 +26,13 @@ from esper.simic.ppo.agent import PPOAgent
 from esper.simic.ppo.buffer import PolicyStep
 from esper.simic.ppo.checkpoint import load_policy_state, read_policy_checkpoint
 from esper.simic.ppo.config import TrainingConfig
-from esper.tamiyo import ControllerContext, TamiyoDecision, check_trained_setting, register_controller
+from esper.tamiyo import (
+    ControllerContext,
+    SettingChangeError,
+    TamiyoDecision,
+    check_trained_setting,
+    register_controller,
+)
 
 
 class NonFinitePolicyError(RuntimeError):
@@ -129,6 +136,7 @@ class PPOPolicy:
             raise UserInputError(f"{path} was trained with slots {config.slots}, not {list(slots)}: evaluate it with "
                                  f"--slots {' '.join(config.slots)}")
         if context is not None:
+            _check_family(path, config, context)
             check_trained_setting(str(path), trained_setting(config), context)
         dim = obs_dim(trained, config.use_telemetry)
         agent = PPOAgent(config, state_dim=dim, space=trained, device=device)
@@ -156,7 +164,23 @@ def _ppo(argument: str | None, context: ControllerContext) -> PPOPolicy:
 
 
 def trained_setting(config: TrainingConfig) -> dict[str, Any]:
-    """The setting a PPO policy learned in: its task, episode length, sample caps, batch size and schedule."""
-    return {"task": config.task, "max_epochs": config.max_epochs, "max_train_samples": config.max_train_samples,
-            "max_val_samples": config.max_val_samples, "batch_size": config.batch_size,
-            "lr_schedule": config.lr_schedule}
+    """The setting a PPO policy learned in: its task, episode length, sample caps, batch size and schedule (across a
+    family, the types set task and training cap, so `_check_family` checks those)."""
+    setting = {"task": config.task, "max_epochs": config.max_epochs, "max_train_samples": config.max_train_samples,
+               "max_val_samples": config.max_val_samples, "batch_size": config.batch_size,
+               "lr_schedule": config.lr_schedule}
+    if config.family is not None:
+        del setting["task"], setting["max_train_samples"]
+    return setting
+
+
+def _check_family(path: Path, config: TrainingConfig, context: ControllerContext) -> None:
+    """A policy trained across a family runs on any type of that family (its held-out types are what it is measured
+    on), and on no other task unless the context allows the change."""
+    if config.family is None or context.setting is None or context.allow_setting_change:
+        return
+    task = str(context.setting["task"])
+    if not task.startswith(f"{FAMILY_PREFIX}:{config.family}/"):
+        raise SettingChangeError(f"{path} was trained across family {config.family}, not on {task}: run it on a "
+                                 f"type of that family (--task {FAMILY_PREFIX}:{config.family}/TYPE), or pass "
+                                 f"--allow-setting-change to evaluate it there anyway")

@@ -4,10 +4,11 @@
 
 One rollout batch b, read top to bottom in `_train` and `_collect`:
 1. collect: re-seed everything from (seed, b); run min(n_envs, remaining) fresh episodes in lock-step (envs mapped
-   round-robin over the devices, one shared data batch per device feeds every env on it). Per epoch the env pool
-   yields every env's observation, the policy decides for all of them in one forward, the `RolloutBuffer` stores
-   the step in its [steps, envs] tensors, and the envs execute the decisions; the next epoch brings their rewards,
-   normalized as they arrive;
+   round-robin over the devices, one shared data batch per device feeds every env on it; across a task family, each
+   env group trains on a type of its own: `settings.TrainingSettings`). Per epoch the env pool yields every env's
+   observation, the policy decides for all of them in one forward, the `RolloutBuffer` stores the step in its
+   [steps, envs] tensors, and the envs execute the decisions; the next epoch brings their rewards, normalized as they
+   arrive;
 2. update: advantages over the whole rollout (GAE per env, or leave-one-out within a group of envs), then
    `ppo_updates_per_batch` PPO updates, reverted if they leave a non-finite policy; then the observation normalizer
    is updated once, with the batch's raw features;
@@ -32,15 +33,8 @@ import torch
 from esper.env import EpisodeResult
 from esper.env.driver import EnvPool
 from esper.env.features import obs_dim
-from esper.env.groups import EpisodeSetting, GroupPlan, MemberPlan, TwinEnvPlan
-from esper.env.rewards import (
-    SUMMED_FIELDS,
-    RewardConfig,
-    SparseRewardConfig,
-    needs_twin,
-    reward_config,
-    reward_summary,
-)
+from esper.env.groups import GroupPlan, MemberPlan, TwinEnvPlan
+from esper.env.rewards import SUMMED_FIELDS, needs_twin
 from esper.leyline import LifecycleOp, TelemetryEventType, TelemetrySink, emit_if_wanted
 from esper.leyline.constants import ANOMALY_ESCALATION_EPOCHS
 from esper.leyline.seeding import SeedStream, derive_seed
@@ -63,6 +57,7 @@ from esper.simic.ppo.controller import PPOPolicy
 from esper.simic.ppo.distill import DistillConfig, distill_from_iql
 from esper.simic.ppo.history import PPOHistoryRow
 from esper.simic.ppo.metrics import merge_updates
+from esper.simic.ppo.settings import TrainingSettings
 
 __all__ = ["PPORun", "PPOTrainingResult", "batch_seeds", "train_ppo"]
 
@@ -102,20 +97,22 @@ class PPOTrainingResult:
 
 def train_ppo(config: TrainingConfig, run: PPORun) -> PPOTrainingResult:
     """Train the Tamiyo policy with PPO; returns what was completed (a stop request ends after the current step)."""
-    task = get_task_spec(config.task)
+    settings = TrainingSettings.of(config)
     env_devices = resolve_devices(config.device, config.devices)
     cache = run.data if run.data is not None else DataCache(DataOptions())
-    cache.preload(task, env_devices)
+    for task in settings.tasks:
+        cache.preload(get_task_spec(task), env_devices)
     with EnvPool(config.worker_options(), cache) as pool:  # from here on, every process uses config.threads
-        result = _train(config, run, task, env_devices, pool)
+        result = _train(config, run, settings, env_devices, pool)
     run.emit(TelemetryEventType.RUN_COMPLETED, "PPO training stopped" if run.stopped() else "PPO training finished",
              {"batches_completed": result.batches_completed, "episodes_completed": result.episodes_completed,
               "best_rolling_accuracy": result.best_rolling_accuracy})
     return result
 
 
-def _train(config: TrainingConfig, run: PPORun, task: TaskSpec, env_devices: list[torch.device], pool: EnvPool
-           ) -> PPOTrainingResult:
+def _train(config: TrainingConfig, run: PPORun, settings: TrainingSettings, env_devices: list[torch.device],
+           pool: EnvPool) -> PPOTrainingResult:
+    task = get_task_spec(config.task)
     n_batches = math.ceil(config.n_episodes / config.n_envs)
     learner = PPOLearnerState.new(config, resolve_device(config.device))
     if run.resume_from is not None:
@@ -131,12 +128,8 @@ def _train(config: TrainingConfig, run: PPORun, task: TaskSpec, env_devices: lis
         _checkpoint(learner, run, "init")  # the policy before any update: evaluations compare final with init
     policy = PPOPolicy(learner.agent, learner.obs_normalizer, use_telemetry=config.use_telemetry,
                        blueprints=config.blueprint_indices())
-    reward = reward_config(config.reward_family, task, SparseRewardConfig(
-        param_budget=config.param_budget, param_penalty_weight=config.param_penalty_weight,
-        sparse_reward_scale=config.sparse_reward_scale), config.charged_param_cost(),
-        max_train_samples=config.max_train_samples)
     detector = AnomalyDetector()
-    _announce(config, task, env_devices, n_batches, run)
+    _announce(config, task, settings, env_devices, n_batches, run)
     if run.progress is not None:  # (re)start the training phase's clock: a distillation before it is no training
         run.progress("training", learner.episodes_completed * config.max_epochs, config.n_episodes * config.max_epochs)
 
@@ -147,7 +140,7 @@ def _train(config: TrainingConfig, run: PPORun, task: TaskSpec, env_devices: lis
         while learner.batches_completed < n_batches and not run.stopped():
             b = learner.batches_completed
             started = time.perf_counter()
-            batch = _collect(config, env_devices, learner, policy, pool, reward, run)
+            batch = _collect(config, env_devices, learner, policy, pool, settings, run)
             if batch is None:  # interrupted mid-batch: the last checkpoint is the resume point
                 break
             batch.seconds = time.perf_counter() - started
@@ -198,20 +191,17 @@ class _Batch:
 
 
 def _collect(config: TrainingConfig, env_devices: list[torch.device], learner: PPOLearnerState, policy: PPOPolicy,
-             pool: EnvPool, reward: RewardConfig, run: PPORun) -> _Batch | None:
+             pool: EnvPool, settings: TrainingSettings, run: PPORun) -> _Batch | None:
     """Run one batch of episodes into a fresh rollout; None if a stop request cut it short (then nothing of the batch
     is written)."""
     b = learner.batches_completed
     seed_everything(derive_seed(config.seed, SeedStream.TRAINING, b, "learner"))
     n_b = min(config.n_envs, config.n_episodes - learner.episodes_completed)
-    setting = EpisodeSetting(config.task, tuple(config.slots), config.max_epochs, config.batch_size, reward,
-                             config.gamma, max_train_samples=config.max_train_samples,
-                             max_val_samples=config.max_val_samples, amp=config.amp, lr_schedule=config.lr_schedule)
-    groups = _groups(config, env_device_map(config.n_envs, env_devices), n_b, learner)
+    groups = _groups(config, settings, env_device_map(config.n_envs, env_devices), n_b, learner)
     agent = learner.agent
     batch = _Batch([], RolloutBuffer(config.max_epochs - 1, n_b, agent.state_dim, agent.space.num_blueprints,
                                      agent.device))
-    for m in pool.epochs(setting, groups, sink=run.sink):
+    for m in pool.epochs(settings.base, groups, sink=run.sink):
         if m.steps:  # the rewards of the decisions taken after the previous epoch
             batch.rollout.credit(m.epoch - 2, [s.position for s in m.steps],
                                  [learner.reward_normalizer.update_and_normalize(s.reward.total()) for s in m.steps],
@@ -280,16 +270,15 @@ def _resume(learner: PPOLearnerState, config: TrainingConfig, run: PPORun) -> No
              {"path": str(run.resume_from), "kind": "resume", "batch": learner.batches_completed})
 
 
-def _announce(config: TrainingConfig, task: TaskSpec, env_devices: list[torch.device], n_batches: int,
-              run: PPORun) -> None:
+def _announce(config: TrainingConfig, task: TaskSpec, settings: TrainingSettings, env_devices: list[torch.device],
+              n_batches: int, run: PPORun) -> None:
     device_of = env_device_map(config.n_envs, env_devices)
     run.emit(TelemetryEventType.TRAINING_STARTED, f"PPO on {config.task}: {config.n_envs} envs, {n_batches} batches", {
         "command": "train ppo", "task": config.task, "topology": task.topology, "n_envs": config.n_envs,
         "env_devices": {i: str(device_of[i]) for i in range(config.n_envs)}, "total_batches": n_batches,
         "n_episodes": config.n_episodes, "obs_dim": obs_dim(task.action_space, config.use_telemetry),
         "config": config.to_dict(),
-        "reward": reward_summary(config.reward_family, task, config.charged_param_cost(),
-                                 max_train_samples=config.max_train_samples),
+        "reward": settings.describe_reward(config),
         "envs_per_device": {str(d): sum(1 for x in device_of if x == d) for d in env_devices}})
 
 
@@ -300,16 +289,17 @@ def batch_seeds(seed: int, batch: int, groups: int) -> tuple[list[int], int]:
             derive_seed(seed, SeedStream.TRAINING, batch, "data"))
 
 
-def _groups(config: TrainingConfig, device_of: list[torch.device], n_b: int, learner: PPOLearnerState
-            ) -> list[GroupPlan]:
+def _groups(config: TrainingConfig, settings: TrainingSettings, device_of: list[torch.device], n_b: int,
+            learner: PPOLearnerState) -> list[GroupPlan]:
     """`n_b` envs in groups of `group_size`: a group shares one host seed (and one static twin when the reward
     compares with it), so its members differ only in the actions their policy sampled. Every group of a batch trains
-    on the batch's data subset and order."""
+    on the batch's data subset and order; across a family, each group on its own and on the type it draws."""
     b, k = learner.batches_completed, config.group_size
     host_seeds, data_seed = batch_seeds(config.seed, b, n_b // k)
+    data_seeds = settings.data_seeds(config.seed, b, n_b // k, data_seed)
     twin = needs_twin(config.reward_family)
     return [GroupPlan(
-        seed=host_seeds[g], data_seed=data_seed, batch=b,
+        seed=host_seeds[g], data_seed=data_seeds[g], batch=b, setting=settings.of_group(data_seeds[g]),
         members=tuple(MemberPlan(i, TRAINING_LABEL, str(device_of[i]), episode=learner.episodes_completed + i,
                                  max_seeds=config.max_seeds) for i in range(g * k, (g + 1) * k)),
         twin=TwinEnvPlan(n_b + g, str(device_of[g * k])) if twin else None)

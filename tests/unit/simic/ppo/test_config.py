@@ -22,7 +22,8 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "n_epochs": 10, "minibatch_size": 64, "target_kl": 0.015, "ppo_updates_per_batch": 1, "entropy_coef": 0.05,
     "entropy_coef_min": 0.01, "entropy_anneal_episodes": 0, "hidden_dim": 256,
     "initial_op_bias": {}, "blueprints": None, "use_telemetry": True,
-    "reward_family": "gap", "param_cost": None, "group_size": 4, "advantage": "gae", "param_budget": 500000,
+    "reward_family": "gap", "param_cost": None, "family": None, "type_param_costs": None,
+    "group_size": 4, "advantage": "gae", "param_budget": 500000,
     "param_penalty_weight": 0.1, "sparse_reward_scale": 1.0, "init_from": None, "init_datasets": None,
     "workers": 0, "threads": 1, "executor": "process", "ray_address": None,
 }
