@@ -7,6 +7,7 @@ kill-and-resume test kills it mid-run.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
@@ -97,6 +98,17 @@ def make_episode(
         "final_features": [0.0] * OBS_DIM, "total_seeds_created": created, "total_seeds_fossilized": fossilized,
         "total_seeds_culled": culled, "started_at": datetime.now(UTC).isoformat(),
     }
+
+
+def generated_files(out: Path, jobs: GenerationJobs, matrix: tuple[list[str], list[str], int], settings: dict[str, Any],
+                    workers: WorkerOptions, devices: tuple[str, ...] = ("cpu",)) -> dict[str, Any]:
+    """`matrix` (env ids, policy ids, episodes each) generated through the orchestrator on `workers`: every file
+    written but the manifest, without its timestamps, by path; the two episodes of the matrix must complete."""
+    with GenerationOrchestrator(out, *matrix, settings=settings) as orchestrator, \
+            generation_pool(workers, jobs, devices) as pool:
+        assert orchestrator.run(pool)["completed"] == 2
+    files = sorted(p for p in out.rglob("*.json") if p.name != "manifest.json")
+    return {str(p.relative_to(out)): without_timestamps(json.loads(p.read_text())) for p in files}
 
 
 def logged_runs(log: Path) -> list[tuple[str, int]]:

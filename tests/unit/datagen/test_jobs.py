@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import esper
-from esper.datagen.jobs import GenerationJobs, generation_pool
+from esper.datagen.jobs import GenerationJobs
 from esper.datagen.orchestrator import PROGRESS_FILE, GenerationOrchestrator
 from esper.datagen.plans import create_generation_matrix
 from esper.datagen.schema import validate_episode
@@ -28,8 +28,8 @@ from unit.datagen.support import (
     fake_episode_fn,
     fake_pool,
     fake_twin_fn,
+    generated_files,
     logged_runs,
-    without_timestamps,
 )
 
 SRC = Path(esper.__file__).resolve().parents[1]
@@ -41,11 +41,7 @@ MATRIX = (["baseline"], ["baseline", "random"], 1)  # two plans sharing one twin
 def generate(out: Path, workers: WorkerOptions, devices: tuple[str, ...] = ("cpu",)) -> dict[str, Any]:
     """The matrix through the orchestrator; the written files without their timestamps."""
     jobs = GenerationJobs(fake_episode_fn, fake_twin_fn, FakeOptions())
-    with GenerationOrchestrator(out, *MATRIX, settings={"max_epochs": 5}) as orch, \
-            generation_pool(workers, jobs, devices) as pool:
-        assert orch.run(pool)["completed"] == 2
-    files = sorted(p for p in out.rglob("*.json") if p.name not in ("manifest.json",))
-    return {str(p.relative_to(out)): without_timestamps(json.loads(p.read_text())) for p in files}
+    return generated_files(out, jobs, MATRIX, {"max_epochs": 5}, workers, devices)
 
 
 @pytest.fixture(scope="module")

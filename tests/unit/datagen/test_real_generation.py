@@ -16,11 +16,11 @@ import pytest
 
 import esper
 from esper.datagen.generate import GenerateOptions, generate_episode, generate_twin
-from esper.datagen.jobs import GenerationJobs, generation_pool
-from esper.datagen.orchestrator import PROGRESS_FILE, GenerationOrchestrator
+from esper.datagen.jobs import GenerationJobs
+from esper.datagen.orchestrator import PROGRESS_FILE
 from esper.datagen.reader import read_episodes
 from esper.runtime.workers import WorkerOptions
-from unit.datagen.support import episode_ids, without_timestamps
+from unit.datagen.support import episode_ids, generated_files
 
 SRC = Path(esper.__file__).resolve().parents[1]
 OPTIONS = GenerateOptions.for_task("synthetic", max_epochs=3, max_train_samples=64, max_val_samples=32)
@@ -28,12 +28,8 @@ MATRIX = (["baseline"], ["random", "aggressive"], 1)  # two real plans sharing o
 
 
 def generate(out: Path, workers: WorkerOptions) -> dict[str, Any]:
-    jobs = GenerationJobs(generate_episode, generate_twin, OPTIONS)
-    with GenerationOrchestrator(out, *MATRIX, settings=OPTIONS.settings()) as orchestrator, \
-            generation_pool(workers, jobs) as pool:
-        assert orchestrator.run(pool)["completed"] == 2
-    files = sorted(p for p in out.rglob("*.json") if p.name != "manifest.json")
-    return {str(p.relative_to(out)): without_timestamps(json.loads(p.read_text())) for p in files}
+    return generated_files(out, GenerationJobs(generate_episode, generate_twin, OPTIONS), MATRIX, OPTIONS.settings(),
+                           workers)
 
 
 @pytest.fixture(scope="module")
