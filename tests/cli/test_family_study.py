@@ -136,3 +136,11 @@ def test_flags_a_family_study_cannot_take_are_refused(tmp_path: Path, capsys: py
 def test_ignore_precheck_needs_a_family(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["study", "--ignore-precheck", *OUTPUT, "--run-dir", str(tmp_path / "s")]) == 2
     assert "--ignore-precheck" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("setting", [f"family={TINY.key}", 'type_param_costs={"plain": 1.0}'])
+def test_a_single_task_study_refuses_to_train_across_a_family(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                              setting: str) -> None:
+    assert main(["study", "--preset", "quick", "--set", setting, *OUTPUT, "--run-dir", str(tmp_path / "s")]) == 2
+    assert "run `esper study --family NAME` instead" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()

@@ -14,6 +14,7 @@ from esper.evaluation.episodes import paired_seeds
 from esper.evaluation.study import evaluation_plan
 from esper.leyline.seeding import MAX_BASE_SEED, SeedStream, derive_seed, run_seed
 from esper.simic.ppo.config import MAX_ENVS, TrainingConfig
+from esper.simic.ppo.settings import group_data_seeds
 from esper.simic.ppo.train import batch_seeds
 
 EPISODES = 1024  # a long run: 1,024 batches at n_envs = 1, enough to reach any fixed seed offset of the past
@@ -47,6 +48,8 @@ def test_training_selection_and_evaluation_seeds_never_overlap(seed: int) -> Non
             assert len(set(hosts)) == len(hosts), f"a host seed repeats at n_envs={n_envs}, group_size={group_size}"
             assert len(set(data)) == len(data)
             assert not (set(hosts) | set(data)) & held_out, f"n_envs={n_envs}, group_size={group_size}"
+    family_data = [s for b in range(EPISODES) for s in group_data_seeds(seed, b, 4)]  # a family run's, per group
+    assert len(set(family_data)) == len(family_data) and not set(family_data) & (held_out | set(hosts))
 
 
 def test_streams_and_indices_name_distinct_seeds() -> None:

@@ -19,8 +19,9 @@ type's selection seeds (replay-source/run-<r>/TYPE/) for its replay, and each ru
 on every held-out type's evaluation seeds, the references' own (heldout/TYPE/policies/). heldout/summary.md and
 heldout.json report per run × held-out type the share of the SBS → VBS gap the final policy closes and its Δ against
 SBS, best-rule, its init and its replay, their aggregates over runs × types, and every controller's training GFLOPs
-per episode. Rerunning the same command continues it (more --seeds or --runs too): each training run from its last
-checkpoint, each phase from its finished paired episodes.
+per episode. Rerunning the same command continues it: each training run from its last checkpoint, each phase from
+its finished paired episodes (more --seeds extend the evaluations; more --runs train the new runs and measure every
+run's policies on the held-out types again).
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ def cmd_family_study(args: argparse.Namespace) -> int:
         raise UserInputError("--family needs selection seeds: its pre-check searches best-fixed on them; pass "
                              "--selection-seeds 1 or more")
     seeds, runs = args.seeds or family.seeds, _runs(args, family)
-    config = TrainingConfig.preset(family.preset).with_overrides(**{**family_fields(family), **overrides})
+    config = TrainingConfig.preset(family.preset).with_overrides(**family_fields(family, overrides))
     settings = {"family": family.to_dict(), "selection_seeds": selection_seeds, "seeds": seeds, "runs": runs,
                 "tie_threshold": args.tie_threshold, "max_test_samples": args.max_test_samples, "plugins": args.plugin}
     cache = DataCache(data_options(args))

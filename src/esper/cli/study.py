@@ -134,6 +134,11 @@ _PLACEMENT = ("device", "devices", *WORKER_FIELDS)
 def _requested_config(args: argparse.Namespace, blueprints: list[str] | None) -> TrainingConfig:
     """The preset's config with the overrides (and `blueprints`, once selection has chosen them)."""
     overrides = flag_overrides(args)
+    across = sorted({"family", "type_param_costs"} & set(overrides))
+    if across:
+        raise UserInputError(f"--set {across[0]}=... trains a policy across a task family: run `esper study --family "
+                             f"NAME` instead, which trains it on the family's training types and measures it on the "
+                             f"held-out ones")
     if args.blueprints_from_selection and "blueprints" in overrides:
         raise UserInputError("--blueprints-from-selection takes the policy's blueprints from best-fixed: drop "
                              "--set blueprints=... or the flag")

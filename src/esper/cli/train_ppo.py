@@ -88,7 +88,7 @@ def effective_config(args: argparse.Namespace) -> TrainingConfig:
         config = TrainingConfig.from_json(args.config_json, base=config)
     overrides = flag_overrides(args)
     if isinstance(overrides.get("family"), str):
-        overrides = {**family_fields(get_family(overrides["family"])), **overrides}
+        overrides = family_fields(get_family(overrides["family"]), overrides)
     return resolve_auto_param_cost(config.with_overrides(**overrides), args)
 
 

@@ -38,7 +38,8 @@ __all__ = ["EnvHost", "EpisodeSetting", "Finished", "GroupPlan", "Measured", "Me
 
 @dataclass(frozen=True)
 class EpisodeSetting:
-    """What every group of a call shares: task, slots, episode length, data caps and the reward computed per step.
+    """What a group's episodes share: task, slots, episode length, data caps and the reward computed per step (the
+    call's setting, or the group's own: a run across a task family gives each group its type's).
     `score_test` scores each final model once on the test split; `keep_models` returns the final models."""
 
     task: str

@@ -26,8 +26,8 @@ from esper.env.contribution import ContributionRewardConfig, compute_contributio
 from esper.env.shared_terms import base_components, clamp, rent
 from esper.env.step_record import SUMMED_FIELDS, Measurement, ShapedRewardComponents, StepRecord
 from esper.leyline.actions import LifecycleOp
-from esper.leyline.constants import MAX_EPISODE_LENGTH, MAX_PARAM_BUDGET, MAX_WEIGHT
-from esper.leyline.strict_config import StrictConfig, Weight
+from esper.leyline.constants import MAX_PARAM_BUDGET, MAX_WEIGHT
+from esper.leyline.strict_config import EpochCount, StrictConfig, Weight
 from esper.runtime.param_costs import ParamCost, measured_param_cost, missing_param_cost
 from esper.runtime.tasks import TaskSpec
 
@@ -93,7 +93,7 @@ class LossRewardConfig(StrictConfig):
     max_loss_delta: Weight = 5.0
     regression_penalty_scale: Weight = 0.5
     max_rent_penalty: Weight = 5.0
-    grace_epochs: StrictInt = Field(default=3, ge=0, le=MAX_EPISODE_LENGTH)
+    grace_epochs: EpochCount = 3
     stage_potential_weight: Weight = 0.1
     terminal_loss_weight: Weight = 1.0
 

@@ -83,7 +83,7 @@ def build_controller(spec: ControllerSpec, plan: EpisodePlan, *, episode: int, i
     lifecycle = plan.task.lifecycle
     context = ControllerContext(space=plan.task.action_space, slots=plan.slots, max_epochs=plan.max_epochs,
                                 seed=paired_seeds(plan, episode)[0], index=index,
-                                seed_training_epochs=lifecycle.min_training_epochs,
+                                seed_training_epochs=max(1, lifecycle.min_training_epochs),
                                 seed_blending_epochs=max(lifecycle.blending_steps, lifecycle.min_blending_epochs),
                                 setting={"task": plan.task.name, "max_epochs": plan.max_epochs,
                                          "max_train_samples": plan.max_train_samples,

@@ -10,7 +10,6 @@ share of the type's SBS → VBS gap it closes (`portfolio.gap_closed`).
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,11 +86,8 @@ class HeldOutType:
 
 
 def episode_gflops(result: ComparisonResult) -> dict[str, float]:
-    """Each controller's mean training GFLOPs per episode in `result`, from its episode records."""
-    by: dict[str, list[float]] = {}
-    for e in result.episodes:
-        by.setdefault(e.controller, []).append(e.train_flops / 1e9)
-    return {c: statistics.fmean(v) for c, v in by.items()}
+    """Each controller's mean training GFLOPs per episode in `result`."""
+    return {c: stats["train_flops"]["mean"] / 1e9 for c, stats in result.per_controller.items()}
 
 
 def _references(check: Precheck, best_rule: str, vbs: str, frontier: bool) -> dict[str, str]:

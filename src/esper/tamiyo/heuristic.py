@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import Field, StrictFloat, field_validator
+from pydantic import Field, StrictFloat, StrictInt, field_validator
 
 from esper.leyline import (
     BLEND_IDS,
@@ -47,6 +47,7 @@ from esper.leyline.constants import (
     DEFAULT_MIN_EPOCHS_BEFORE_GERMINATE,
     DEFAULT_MIN_TRAINING_EPOCHS,
     DEFAULT_PLATEAU_EPOCHS_TO_GERMINATE,
+    MAX_EPISODE_LENGTH,
     MAX_WEIGHT,
 )
 from esper.leyline.errors import UserInputError
@@ -86,7 +87,7 @@ class HeuristicPolicyConfig(StrictConfig):
     cull_if_accuracy_drops_by: StrictFloat = Field(default=DEFAULT_CULL_IF_ACCURACY_DROPS_BY, ge=0.0, le=100.0)
     stall_training_epochs: PositiveEpochCount = 10
     embargo_epochs_after_cull: EpochCount = DEFAULT_EMBARGO_EPOCHS_AFTER_CULL
-    max_concurrent_seeds: PositiveEpochCount | None = None  # at most one germination per epoch
+    max_concurrent_seeds: StrictInt | None = Field(default=None, ge=1, le=MAX_EPISODE_LENGTH)  # 1 germination/epoch
     blend_id: str = "sigmoid"
     blueprint_rotation: dict[str, tuple[str, ...]] = Field(default_factory=lambda: dict(DEFAULT_BLUEPRINT_ROTATION))
     blueprint_penalty_on_cull: StrictFloat = Field(default=DEFAULT_BLUEPRINT_PENALTY_ON_CULL, ge=0.0, le=MAX_WEIGHT)

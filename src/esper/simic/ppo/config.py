@@ -245,19 +245,23 @@ class TrainingConfig(StrictConfig):
                 raise UserInputError("type_param_costs only applies to a family run: set family or drop them")
             return
         family = get_family(self.family)
-        fields = family_fields(family)
+        fields = family_fields(family, {})
         if self.task != fields["task"] or self.max_train_samples is not None:
             raise UserInputError(f"a run across family {family.key} trains each env group on the type its data seed "
                                  f"draws, at that type's sample cap: its task is {fields['task']} (whose action space "
-                                 f"every type shares) and max_train_samples null; drop --set task and "
-                                 f"max_train_samples")
+                                 f"every type shares) and max_train_samples null. `esper train ppo --family` and "
+                                 f"`esper study --family` set both: drop --set task and max_train_samples there; in "
+                                 f"--config-json or from Python, set \"task\": \"{fields['task']}\" and "
+                                 f"\"max_train_samples\": null")
         if self.reward_family != RewardFamily.GAP:
             if self.type_param_costs is not None:
                 raise UserInputError("type_param_costs only applies to reward_family 'gap'")
             return
         if self.param_cost == AUTO_PARAM_COST:
             if self.type_param_costs is not None:
-                raise UserInputError("param_cost 'auto' measures type_param_costs: drop one of them")
+                raise UserInputError("param_cost 'auto' measures type_param_costs: give one of them (with --family, "
+                                     "--set type_param_costs=... alone replaces the preset's 'auto'; in --config-json "
+                                     "set \"param_cost\": null beside them)")
             return
         if self.param_cost is not None:
             raise UserInputError(f"a run across family {family.key} charges each training type its own λ_p: drop "
@@ -309,7 +313,10 @@ class TrainingConfig(StrictConfig):
         return cls(**PRESETS[name])
 
 
-def family_fields(family: Family) -> dict[str, Any]:
-    """What a run across `family` sets on top of a preset: the family, its first training type's task (the policy's
-    action space, the same for every type) and no sample cap of its own."""
-    return {"family": family.key, "task": family_task(family, family.training[0]), "max_train_samples": None}
+def family_fields(family: Family, overrides: dict[str, Any]) -> dict[str, Any]:
+    """A run across `family`: what it sets on top of a preset — the family, its first training type's task (the
+    policy's action space, the same for every type), no sample cap of its own, and no measured λ_p where the user gives
+    `type_param_costs` — then the user's `overrides`."""
+    given = {"param_cost": None} if "type_param_costs" in overrides and "param_cost" not in overrides else {}
+    return {"family": family.key, "task": family_task(family, family.training[0]), "max_train_samples": None,
+            **given, **overrides}
