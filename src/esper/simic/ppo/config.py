@@ -81,7 +81,10 @@ OpBias = Annotated[StrictFloat, Field(ge=-MAX_OP_BIAS, le=MAX_OP_BIAS)]
 
 
 class TrainingConfig(StrictConfig):
-    """Every setting of one PPO run; a checkpoint stores it, so it rebuilds the agent and checks resumes."""
+    """Every setting of one PPO run; a checkpoint stores it, so it rebuilds the agent and checks resumes.
+
+    A field added later must default to what the code did before it existed: a study phase recorded without the
+    field is then still the setting it names, and is continued rather than rerun."""
 
     task: str = Field(default="cifar10", description="the task the envs train on")
     slots: list[str] = Field(default_factory=lambda: list(CANONICAL_SLOTS),
