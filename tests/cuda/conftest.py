@@ -64,7 +64,7 @@ def quick_ppo_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> QuickRunne
         real_finish = EnvHost.finish
 
         def spy(host: EnvHost) -> Any:
-            for env in (env for run in host.runs for env in run.envs):  # at the episode's end: every seed is there
+            for env in (env for run, _ in host.runs for env in run.envs):  # at the episode's end: every seed is there
                 built.append({
                     "env_id": env.env_id, "spec_device": str(env.spec.device),
                     "param_devices": {str(p.device) for p in env.model.parameters()},

@@ -47,7 +47,7 @@ def test_a_group_epoch_reads_the_host_at_most_twice_outside_the_decision() -> No
     assert max(measured) <= READS_PER_GROUP_EPOCH, (measured, counter.counts)
     # Not vacuous: the epochs measured a TRAINING seed's probe, a blended seed's counterfactual, seed gradient
     # telemetry and a governor snapshot.
-    grown = host.runs[0].envs[3].model.slot("mid").state
+    grown = host.runs[0][0].envs[3].model.slot("mid").state
     assert grown is not None and grown.stage == SeedStage.BLENDING, grown
     assert grown.metrics.counterfactual_contribution is not None and grown.metrics.probe_contribution is not None
     assert grown.metrics.epochs_total > 1 and grown.telemetry.gradient_norm > 0

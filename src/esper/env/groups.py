@@ -175,8 +175,8 @@ class EnvHost:
         self.device_override = device_override  # a Ray GPU actor sees its GPU as cuda:0, whatever the caller named
         self.relay = _Relay()
         self.setting: EpisodeSetting | None = None
-        self.runs: list[Lockstep] = []  # one per run of consecutive groups sharing a data seed (and so a setting)
-        self.run_settings: list[EpisodeSetting] = []
+        # one (lockstep, setting) per run of consecutive groups sharing a data seed and a setting
+        self.runs: list[tuple[Lockstep, EpisodeSetting]] = []
 
     def _device(self, name: str) -> torch.device:
         return torch.device(self.device_override or name)
@@ -184,7 +184,7 @@ class EnvHost:
     def start(self, setting: EpisodeSetting, groups: Sequence[GroupPlan]) -> None:
         """Build fresh envs for `groups`, kept in group order (consecutive groups of one data seed and setting train
         on one shared batch stream)."""
-        self.setting, self.runs, self.run_settings = setting, [], []
+        self.setting, self.runs = setting, []
         runs: list[tuple[int, EpisodeSetting, list[MorphoEnv]]] = []
         for group in groups:
             own = group.setting or setting
@@ -200,8 +200,7 @@ class EnvHost:
             data = EpochData.build(get_task_spec(own.task), self.cache, devices, batch_size=own.batch_size,
                                    seed=data_seed, max_train_samples=own.max_train_samples,
                                    max_val_samples=own.max_val_samples)
-            self.runs.append(Lockstep(envs, data, _reward_fn(own)))
-            self.run_settings.append(own)
+            self.runs.append((Lockstep(envs, data, _reward_fn(own)), own))
 
     def _build_group(self, setting: EpisodeSetting, group: GroupPlan) -> list[MorphoEnv]:
         task = get_task_spec(setting.task)
@@ -232,9 +231,9 @@ class EnvHost:
         """Train, validate and observe every env for the next epoch."""
         assert self.setting is not None, "start() before measure()"
         self.relay.wanted = wanted
-        measured = [run.measure() for run in self.runs]
+        measured = [run.measure() for run, _ in self.runs]
         observations = [o for m in measured for o in m.observations]
-        position = {id(env): i for i, env in enumerate(env for run in self.runs for env in run.envs)}
+        position = {id(env): i for i, env in enumerate(env for run, _ in self.runs for env in run.envs)}
         steps = [StepOutcome(s.env.env_id, position[id(s.env)], s.row().to_dict(), s.reward, s.record.is_terminal)
                  for m in measured for s in m.steps]
         return Measured(observations, steps, self.relay.drain())
@@ -242,12 +241,12 @@ class EnvHost:
     def conclude(self, decisions: Sequence[TamiyoDecision] | None, wanted: frozenset[TelemetryEventType]
                  ) -> list[TelemetryEvent]:
         """Execute one decision per env (in env order; None after the last epoch) and report the epoch."""
-        n_envs = sum(len(run.envs) for run in self.runs)
+        n_envs = sum(len(run.envs) for run, _ in self.runs)
         if decisions is not None and len(decisions) != n_envs:
             raise ValueError(f"{len(decisions)} decisions for {n_envs} envs")
         self.relay.wanted = wanted
         offset = 0
-        for run in self.runs:
+        for run, _ in self.runs:
             n = len(run.envs)
             run.apply(None if decisions is None else decisions[offset:offset + n])
             offset += n
@@ -259,7 +258,7 @@ class EnvHost:
         results: list[EpisodeResult] = []
         models: list[dict[str, Any] | None] = []
         loads = 0
-        for run, setting in zip(self.runs, self.run_settings, strict=True):
+        for run, setting in self.runs:
             data = run.data
             loads += sum(data.train.materializations.values()) + sum(data.val.materializations.values())
             finished = [env.result() for env in run.envs]
@@ -267,7 +266,7 @@ class EnvHost:
                 if setting.score_test else finished
             models += [model_checkpoint(env.model, task=setting.task) if setting.keep_models else None
                        for env in run.envs]
-        self.runs, self.run_settings = [], []
+        self.runs = []
         return Finished(results, models, loads)
 
 
