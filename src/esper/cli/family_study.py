@@ -41,8 +41,8 @@ from esper.cli.common import (
     run_settings,
 )
 from esper.cli.param_cost import resolve_auto_param_cost
-from esper.cli.rundirs import check_same_arguments, discard_on_error, prepare_run_dir
-from esper.cli.study_phases import phase_runner, saved_run, train_run
+from esper.cli.rundirs import discard_on_error
+from esper.cli.study_phases import open_study, phase_runner, saved_run, train_run
 from esper.cli.train_ppo import flag_overrides
 from esper.evaluation.family_policy import heldout_policies, policy_markdown, replay_sources
 from esper.evaluation.heldout import HeldOutType, run_heldout, select_rule, write_heldout
@@ -53,7 +53,7 @@ from esper.leyline.errors import UserInputError
 from esper.runtime.devices import resolve_devices
 from esper.runtime.families import Family, get_family
 from esper.runtime.readers import SPLITS
-from esper.runtime.rundir import RunDirectory, default_run_dir, holds_results, recorded_config
+from esper.runtime.rundir import default_run_dir
 from esper.runtime.tasks import DataCache, get_task_spec
 from esper.simic.ppo.checkpoint import resume_config
 from esper.simic.ppo.config import TrainingConfig, family_fields
@@ -78,16 +78,9 @@ def _check_flags(args: argparse.Namespace, overrides: dict[str, Any]) -> None:
                              f"family with other types is a new family version)")
 
 
-def _open_study(args: argparse.Namespace, family: Family, settings: dict[str, Any], seed: int
-                ) -> tuple[RunDirectory, bool]:
-    path = args.run_dir or default_run_dir(args.runs_root, "study", family.key.replace("-", "_"), seed,
-                                           run_settings(args))
-    if prepare_run_dir(path, command="study", overwrite=args.overwrite, resumable=holds_results) == "new":
-        study = RunDirectory(path)
-        study.write_config("study", args.argv, settings, {"data_dir": str(args.data_dir)})
-        return study, True
-    check_same_arguments(path, recorded_config(path), settings, may_differ=("seeds", "runs"))
-    return RunDirectory(path, resume=True), False
+def _study_path(args: argparse.Namespace, family: Family, seed: int) -> Path:
+    return Path(args.run_dir or default_run_dir(args.runs_root, "study", family.key.replace("-", "_"), seed,
+                                                run_settings(args)))
 
 
 def _runs(args: argparse.Namespace, family: Family) -> int:
@@ -129,7 +122,7 @@ def cmd_family_study(args: argparse.Namespace) -> int:
     devices = resolve_devices(config.device, config.devices)
     for itype in family.types:  # a missing dataset fails before anything is written
         cache.preload(get_task_spec(type_config(config, family, itype).task), devices, SPLITS)
-    study, fresh = _open_study(args, family, settings, config.seed)
+    study, fresh = open_study(_study_path(args, family, config.seed), args, settings)
     path = study.path
     console.print(f"Study directory: [bold]{path}[/bold] (family {family.key}: {len(family.training)} training "
                   f"types, {len(family.held_out)} held out; {runs} training run(s); tensorboard --logdir {path})")

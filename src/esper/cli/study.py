@@ -51,8 +51,8 @@ from esper.cli.family_study import __doc__ as family_doc
 from esper.cli.family_study import cmd_family_study
 from esper.cli.param_cost import resolve_auto_param_cost
 from esper.cli.report import render_report
-from esper.cli.rundirs import check_same_arguments, discard_on_error, prepare_run_dir
-from esper.cli.study_phases import measured_setting, phase_runner, saved_run, train_run
+from esper.cli.rundirs import discard_on_error
+from esper.cli.study_phases import measured_setting, open_study, phase_runner, saved_run, train_run
 from esper.cli.train_ppo import flag_overrides
 from esper.evaluation.phases import Phase
 from esper.evaluation.runs import RunLabels, episodes_cost, static_episode_cost
@@ -75,11 +75,8 @@ from esper.runtime.devices import resolve_devices
 from esper.runtime.families import FAMILIES
 from esper.runtime.readers import SPLITS
 from esper.runtime.rundir import (
-    RunDirectory,
     checkpoints_dir,
     default_run_dir,
-    holds_results,
-    recorded_config,
     write_text_atomic,
 )
 from esper.runtime.tasks import get_task_spec
@@ -203,16 +200,6 @@ def _settings(args: argparse.Namespace, seeds: int, selection_seeds: int, runs: 
             "blueprints_from_selection": args.blueprints_from_selection, "plugins": args.plugin}
 
 
-def _open_study(path: Path, args: argparse.Namespace, settings: dict[str, Any]) -> tuple[RunDirectory, bool]:
-    """The study directory, new or (same settings; more seeds or runs allowed) continued; True when new."""
-    if prepare_run_dir(path, command="study", overwrite=args.overwrite, resumable=holds_results) == "new":
-        study = RunDirectory(path)
-        study.write_config("study", args.argv, settings, {"data_dir": str(args.data_dir)})
-        return study, True
-    check_same_arguments(path, recorded_config(path), settings, may_differ=("seeds", "runs"))
-    return RunDirectory(path, resume=True), False
-
-
 def cmd_study(args: argparse.Namespace) -> int:
     if args.family is not None:
         return cmd_family_study(args)
@@ -236,7 +223,7 @@ def cmd_study(args: argparse.Namespace) -> int:
     configs = _run_configs(args, train_dirs, None)  # bad settings fail before anything is written
     config = configs[0][0]  # the base: selection and evaluation seeds come from its seed
     cache = preload_data(args, get_task_spec(config.task), resolve_devices(config.device, config.devices), SPLITS)
-    study, fresh = _open_study(path, args, settings)
+    study, fresh = open_study(path, args, settings)
     mark_rerun(path, seeds, runs)
     console.print(f"Study directory: [bold]{path}[/bold] ({runs} training run(s); "
                   f"tensorboard --logdir {path})")

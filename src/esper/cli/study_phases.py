@@ -12,7 +12,7 @@ from typing import Any
 
 from esper.cli.common import WORKER_FIELDS, closing_hub, console, emit, make_hub, phase_progress
 from esper.cli.episodes import open_episode_run
-from esper.cli.rundirs import check_same_arguments
+from esper.cli.rundirs import check_same_arguments, prepare_run_dir
 from esper.cli.train_ppo import StopAfterStep, open_training_dir, print_training_result, print_training_start
 from esper.env.rewards import resolved_param_cost
 from esper.evaluation.comparison import comparison_phases, parse_controllers
@@ -21,13 +21,30 @@ from esper.evaluation.phases import Phase, PhaseRunner
 from esper.evaluation.results import ComparisonResult
 from esper.evaluation.study import run_evaluation
 from esper.leyline import TelemetryEventType
-from esper.runtime.rundir import RunDirectoryError, checkpoints_dir, recorded_config, write_json_atomic
+from esper.runtime.rundir import (
+    RunDirectory,
+    RunDirectoryError,
+    checkpoints_dir,
+    holds_results,
+    recorded_config,
+    write_json_atomic,
+)
 from esper.runtime.tasks import DataCache, get_task_spec
 from esper.simic.ppo.checkpoint import read_policy_checkpoint
 from esper.simic.ppo.config import TrainingConfig
 from esper.simic.ppo.train import PPORun, train_ppo
 
 __all__ = ["measured_setting", "phase_runner", "saved_run", "train_run"]
+
+
+def open_study(path: Path, args: argparse.Namespace, settings: dict[str, Any]) -> tuple[RunDirectory, bool]:
+    """The study directory, new or (same settings; more seeds or runs allowed) continued; True when new."""
+    if prepare_run_dir(path, command="study", overwrite=args.overwrite, resumable=holds_results) == "new":
+        study = RunDirectory(path)
+        study.write_config("study", args.argv, settings, {"data_dir": str(args.data_dir)})
+        return study, True
+    check_same_arguments(path, recorded_config(path), settings, may_differ=("seeds", "runs"))
+    return RunDirectory(path, resume=True), False
 
 
 def measured_setting(config: TrainingConfig) -> dict[str, Any]:
