@@ -221,3 +221,16 @@ register_family(Family("fashion-shift", 1, "fashion_mnist", (
     _t("fog-2k", "fashion_mnist", 2048, corruption=("fog", 3)),
     _t("shift-narrow-6c", "fashion_mnist", 4096, width=0.75, corruption=("translation", 4), classes=6),
 ), held_out=("fog-2k", "shift-narrow-6c"), selection_seeds=5, seeds=20))
+
+# Fashion-MNIST sized for a 2-core CPU (about 2 h to the end of a study of 5 runs if it passes its pre-check): three
+# training types that starve the host in different ways — a narrow host on more data, heavy Gaussian noise, a heavy
+# contrast loss — and two held-out types with corruptions no training type has (fog on a three-quarter host, blur).
+# Scored against each type's static frontier at equal training GFLOPs: capacity on demand pays in accuracy where a
+# type needs capacity and in compute where it does not.
+register_family(Family("fashion-capacity", 1, "fashion_mnist", (
+    _t("narrow-2k", "fashion_mnist", 2048, width=0.5),
+    _t("noise-1k", "fashion_mnist", 1024, corruption=("gaussian_noise", 5)),
+    _t("contrast-1k", "fashion_mnist", 1024, corruption=("contrast", 5)),
+    _t("fog-narrow", "fashion_mnist", 1536, width=0.75, corruption=("fog", 4)),
+    _t("blur-1k", "fashion_mnist", 1024, corruption=("blur", 4)),
+), held_out=("fog-narrow", "blur-1k"), score="frontier_gflops", selection_seeds=2, seeds=10))

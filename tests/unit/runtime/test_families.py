@@ -32,14 +32,15 @@ TYPES = (InstanceType("a", "synthetic", 512), InstanceType("b", "synthetic", 512
 
 
 def test_the_defined_families_split_their_types_and_stay_in_range() -> None:
-    assert {"synthetic-shift-v1", "fashion-shift-v1"} <= set(FAMILIES)
+    assert {"synthetic-shift-v1", "fashion-shift-v1", "fashion-capacity-v1"} <= set(FAMILIES)
     for family in FAMILIES.values():
         names = {t.name for t in family.training}
         assert names and set(family.held_out) and not names & set(family.held_out)
         assert {t.name for t in family.held_out_types} == set(family.held_out)
         assert all(MIN_WIDTH <= t.width <= MAX_WIDTH for t in family.types)
     assert {t.task for t in SYNTHETIC.types} == {"synthetic"}
-    assert {t.task for t in get_family("fashion-shift-v1").types} == {"fashion_mnist"}
+    for key in ("fashion-shift-v1", "fashion-capacity-v1"):
+        assert {t.task for t in get_family(key).types} == {"fashion_mnist"}
     for t in SYNTHETIC.types:  # a cap draws a subset of the type's pool: it must be smaller than the pool
         assert t.max_train_samples < SYNTHETIC_SPLIT_SIZES["train"] * (t.classes or 10) / 10 * 0.9, t.name
 
