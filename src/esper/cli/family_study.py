@@ -135,9 +135,10 @@ def cmd_family_study(args: argparse.Namespace) -> int:
     console.print(check.markdown(), highlight=False)
     table = path / "precheck" / "summary.md"
     if not check.passed and not args.ignore_precheck:
-        console.print(f"[bold red]Pre-check refused family {family.key}:[/] VBS − SBS averages {check.mean_gap:+.2f} "
-                      f"over its training types, under the {check.threshold:g} a learned controller needs (one fixed "
-                      f"architecture, {check.sbs}, serves them about as well as each type's best). The table is in "
+        console.print(f"[bold red]Pre-check refused family {family.key}:[/] VBS − SBS averages "
+                      f"{check.mean_gap:+.2f} pp over its training types, under the {check.threshold:g} pp a learned "
+                      f"controller needs (one fixed architecture, {check.sbs}, serves them about as well as each "
+                      f"type's best). The table is in "
                       f"{table}. Define a new version of the family with types that want different architectures, "
                       f"or pass --ignore-precheck to go on anyway.", highlight=False)
         return EXIT_PARTIAL

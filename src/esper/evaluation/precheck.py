@@ -116,8 +116,8 @@ class Precheck:
                          f"{test[self.vbs[t]]:.2f} | {test[self.sbs]:.2f} | {self.gap(t):+.2f} |")
         verdict = ("proceed: a per-run choice of architecture can win" if self.passed else
                    "refused: one fixed architecture serves these types about as well as each type's best")
-        lines += ["", f"Mean VBS − SBS over the training types: **{self.mean_gap:+.2f} {unit}** (threshold "
-                      f"{self.threshold:g}): {verdict}."]
+        lines += ["", f"Mean VBS − SBS over the training types: **{self.mean_gap:+.2f} pp** (threshold "
+                      f"{self.threshold:g} pp): {verdict}."]
         return "\n".join(lines) + "\n"
 
 
