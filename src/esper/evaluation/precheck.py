@@ -117,8 +117,22 @@ class Precheck:
         verdict = ("proceed: a per-run choice of architecture can win" if self.passed else
                    "refused: one fixed architecture serves these types about as well as each type's best")
         lines += ["", f"Mean VBS − SBS over the training types: **{self.mean_gap:+.2f} pp** (threshold "
-                      f"{self.threshold:g} pp): {verdict}."]
+                      f"{self.threshold:g} pp): {verdict}.", "", *self._matrix()]
         return "\n".join(lines) + "\n"
+
+    def _matrix(self) -> list[str]:
+        """Every candidate SBS and VBS chose from, on every training type (test): where a family is refused, what
+        its types have in common; where it passes, what each one's architecture costs the others."""
+        types = list(self.best_fixed)
+        candidates = [STATIC, *dict.fromkeys(self.best_fixed.values())]
+        lines = ["Every candidate on every training type (test score):", "",
+                 "| candidate | " + " | ".join(types) + " | mean |", "|---" * (len(types) + 2) + "|"]
+        for c in candidates:
+            scores = [self.test[t].get(c) for t in types]
+            cells = ["—" if v is None else f"{v:.2f}" for v in scores]
+            mean = "—" if None in scores else f"{_mean([v for v in scores if v is not None]):.2f}"
+            lines.append(f"| {c} | " + " | ".join(cells) + f" | {mean} |")
+        return lines
 
 
 def merged_results(results: Sequence[ComparisonResult]) -> ComparisonResult:

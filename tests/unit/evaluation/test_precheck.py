@@ -60,6 +60,10 @@ def test_types_that_want_different_architectures_pass(tmp_path: Path) -> None:
     assert (tmp_path / "a" / "selection" / "summary.md").is_file()
     table = (tmp_path / "summary.md").read_text()
     assert f"SBS = `{check.sbs}`" in table and "| a | fixed:norm@early | 79.00 |" in table and "proceed" in table
+    # the matrix: each specialist on both types, and the static host, with their means
+    assert "| candidate | a | b | mean |" in table and "| fixed:norm@early | 79.00 | 59.00 | 69.00 |" in table
+    assert "| fixed:conv_light@late | 59.00 | 79.00 | 69.00 |" in table
+    assert "| static | 49.00 | 49.00 | 49.00 |" in table
 
 
 def test_one_architecture_for_all_types_is_refused(tmp_path: Path) -> None:
