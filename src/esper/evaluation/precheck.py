@@ -121,17 +121,17 @@ class Precheck:
         return "\n".join(lines) + "\n"
 
     def _matrix(self) -> list[str]:
-        """Every candidate SBS and VBS chose from, on every training type (test): where a family is refused, what
-        its types have in common; where it passes, what each one's architecture costs the others."""
+        """The static host and each type's best-fixed (what SBS chooses from) on every training type (test): where
+        a family is refused, what its types have in common; where it passes, what each type's choice costs the
+        others."""
         types = list(self.best_fixed)
-        candidates = [STATIC, *dict.fromkeys(self.best_fixed.values())]
-        lines = ["Every candidate on every training type (test score):", "",
+        lines = ["The static host and each type's best-fixed on every training type (test score):", "",
                  "| candidate | " + " | ".join(types) + " | mean |", "|---" * (len(types) + 2) + "|"]
-        for c in candidates:
+        for c in [STATIC, *dict.fromkeys(self.best_fixed.values())]:
             scores = [self.test[t].get(c) for t in types]
-            cells = ["—" if v is None else f"{v:.2f}" for v in scores]
-            mean = "—" if None in scores else f"{_mean([v for v in scores if v is not None]):.2f}"
-            lines.append(f"| {c} | " + " | ".join(cells) + f" | {mean} |")
+            known = [v for v in scores if v is not None]
+            mean = f"{_mean(known):.2f}" if len(known) == len(types) else "—"
+            lines.append(f"| {c} | " + " | ".join("—" if v is None else f"{v:.2f}" for v in scores) + f" | {mean} |")
         return lines
 
 

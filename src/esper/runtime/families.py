@@ -222,7 +222,7 @@ register_family(Family("fashion-shift", 1, "fashion_mnist", (
     _t("shift-narrow-6c", "fashion_mnist", 4096, width=0.75, corruption=("translation", 4), classes=6),
 ), held_out=("fog-2k", "shift-narrow-6c"), selection_seeds=5, seeds=20))
 
-# Fashion-MNIST sized for a 2-core CPU (about 2 h to the end of a study of 5 runs if it passes its pre-check): three
+# Fashion-MNIST sized for a 2-core CPU (pre-check 38 min on one core; a whole study about 2 h, estimated): three
 # training types that starve the host in different ways — a narrow host on more data, heavy Gaussian noise, a heavy
 # contrast loss — and two held-out types with corruptions no training type has (fog on a three-quarter host, blur).
 # Scored against each type's static frontier at equal training GFLOPs: capacity on demand pays in accuracy where a
