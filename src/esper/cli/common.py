@@ -9,10 +9,11 @@ import os
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TextIO
 
 import torch
 from rich.console import Console
@@ -32,10 +33,12 @@ from esper.leyline import (
 from esper.leyline.constants import MAX_BATCH, MAX_EPISODE_LENGTH, MAX_SAMPLES
 from esper.leyline.seeding import MAX_BASE_SEED
 from esper.nissa import NissaHub, ProgressBackend, build_hub
+from esper.runtime.augment import AUGMENTS, Augment, parse_augment
+from esper.runtime.data import describe_augmentation
 from esper.runtime.devices import DeviceError
 from esper.runtime.optim import LR_SCHEDULES
 from esper.runtime.param_costs import ParamCost
-from esper.runtime.readers import DatasetFormatError, Split
+from esper.runtime.readers import DatasetFormatError, DataWarning, Split
 from esper.runtime.rundir import RUN_DIR_NAME, RunDirectory
 from esper.runtime.tasks import TASKS, DataCache, DataOptions, TaskSpec, data_source, get_task_spec
 from esper.runtime.workers import MAX_THREADS, MAX_WORKERS, WorkerFailed, WorkerOptions, cuda_device_count
@@ -162,17 +165,37 @@ def add_shared_options(p: argparse.ArgumentParser, *, seed_default: int | None =
     g.add_argument("--debug", action="store_true", help="show tracebacks on errors")
 
 
-SCALE_FIELDS = ("task", "max_epochs", "max_train_samples", "max_val_samples")
-"""The scale-down flags every command that trains or evaluates episodes takes (`--task`, `--max-epochs`,
-`--max-train-samples`, `--max-val-samples`): each flag's dest is the TrainingConfig field it sets, so one name
-carries a setting from the flag through the config to the logs."""
+SCALE_FIELDS = ("task", "max_epochs", "max_train_samples", "max_val_samples", "augment")
+"""The flags every command that trains or evaluates episodes takes (`--task`, `--max-epochs`, `--max-train-samples`,
+`--max-val-samples`, `--augment`): each flag's dest is the TrainingConfig field it sets, so one name carries a
+setting from the flag through the config to the logs."""
+
+
+def _augment(text: str) -> Augment:
+    """argparse type: an augmentation (`none`, `crop`, `flip`, `crop,flip` in any order)."""
+    try:
+        return parse_augment(text)
+    except UserInputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def augment_choice(args: argparse.Namespace) -> Augment | None:
+    """--augment, or None where it was not given (the task's own augmentation)."""
+    return getattr(args, "augment", None)
+
+
+def data_record(task: TaskSpec, augment: Augment | None) -> dict[str, str]:
+    """What a run records of its data beyond where it lies: the training batches' augmentation in force and where its
+    validation split comes from."""
+    return {"augmentation": describe_augmentation(task.augmentation(augment)), "val_split": task.val_split}
 
 
 def add_scale_options(p: argparse.ArgumentParser, *, defaults: tuple[str, int] | None, task_note: str = "",
                       accept_task: Callable[[str], str] = task_name) -> None:
     """The SCALE_FIELDS flags. `defaults`: the task and episode length of a command without a preset (it uses all of
     every split unless capped); None: the command's preset decides all four. `task_note` and `accept_task` (an
-    argparse type giving the canonical name) narrow the tasks a command accepts."""
+    argparse type giving the canonical name) narrow the tasks a command accepts. --augment is in the arguments only
+    when given, so the default run directory of a command that does not give it is the one it always was."""
     task, max_epochs = defaults if defaults is not None else (None, None)
     preset = "the preset's"
     g = p.add_argument_group("task and scale")
@@ -184,6 +207,9 @@ def add_scale_options(p: argparse.ArgumentParser, *, defaults: tuple[str, int] |
         g.add_argument(f"--max-{split}-samples", type=SAMPLES,
                        help=f"use a subset of the {split} split, drawn per episode from its data seed (default: "
                             f"{preset if defaults is None else 'all of it'})")
+    g.add_argument("--augment", type=_augment, default=argparse.SUPPRESS, metavar="|".join(AUGMENTS),
+                   help="the training batches' augmentation: random crops, random horizontal flips, both or none "
+                        "(default: the task's own, none for your own data; docs/cli.md lists each task's)")
 
 
 def add_episode_options(p: argparse.ArgumentParser, *, episodes: int, task: str = "synthetic") -> None:
@@ -322,6 +348,26 @@ def describe_os_error(exc: OSError) -> str:
         return str(exc)
     where = f": {exc.filename}" if exc.filename else ""
     return f"{exc.strerror}{where} (check that the path exists, is of the right kind, and is writable)"
+
+
+@contextmanager
+def data_warnings_as_lines() -> Iterator[None]:
+    """Inside the block, a `DataWarning` (data a run leaves out) shows as one line, `warning: ...`, the way errors
+    show; other warnings as Python shows them."""
+    previous = warnings.showwarning
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: TextIO | None = None,
+             line: str | None = None) -> None:
+        if issubclass(category, DataWarning):
+            err_console.print(Text("warning: ", style="bold yellow") + Text(" ".join(str(message).split())))
+        else:
+            previous(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = previous
 
 
 def run_guarded(fn: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:

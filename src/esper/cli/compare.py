@@ -111,11 +111,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
               "max_seeds": args.max_seeds, "seed": args.seed, "tie_threshold": args.tie_threshold,
               "max_train_samples": args.max_train_samples, "max_val_samples": args.max_val_samples,
               "max_test_samples": args.max_test_samples, "batch_size": plan.batch_size,
-              "lr_schedule": plan.lr_schedule,
+              "lr_schedule": plan.lr_schedule, "augment": plan.augment,
               "reward_family": args.reward_family, "param_cost": args.param_cost, "match": args.match}
+    runtime = runtime_info(args, plan)
     path = args.run_dir or default_run_dir(args.runs_root, "compare", plan.task.name, args.seed, run_settings(args))
     run_dir, resume = open_episode_run(path, "compare", overwrite=args.overwrite, argv=args.argv, config=config,
-                                       runtime=runtime_info(args, plan), phases=phases, plan=plan)
+                                       runtime=runtime, phases=phases, plan=plan)
     print_run_start(run_dir.path, tensorboard=not args.no_tensorboard)
     with discard_on_error(run_dir, fresh=resume is None, errors=USER_ERRORS):
         hub, progress = make_hub(args, run_dir, config)
@@ -124,7 +125,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 "command": "compare", "task": plan.task.name, "topology": plan.task.topology,
                 "n_envs": len(specs), "controllers": labels,
                 "env_devices": {i: str(plan.devices[i % len(plan.devices)]) for i in range(len(specs))},
-                "n_episodes": args.episodes, "config": config, "reward": plan.describe_reward()})
+                "n_episodes": args.episodes, "config": config, "reward": plan.describe_reward(),
+                "augmentation": runtime["augmentation"]})
             progress.start("paired episodes", args.episodes * len(specs) * args.max_epochs, round_size=len(phases[0]),
                            done=(resume.episodes_done if resume is not None else 0) * args.max_epochs)
             result = run_comparison(specs, plan, args.episodes, cache, tie_threshold=args.tie_threshold, sink=hub,

@@ -31,6 +31,7 @@ from esper.cli.common import (
     add_plugin_option,
     add_scale_options,
     add_worker_options,
+    augment_choice,
     console,
     int_in,
     task_name,
@@ -157,7 +158,8 @@ def _dry_run(plans: list[GenerationPlan], options: GenerateOptions, output_dir: 
     twins = dict.fromkeys(p.twin for p in plans)
     console.print(f"Matrix: {len(plans)} episodes and {len(twins)} static twins; task {options.task}, "
                   f"{options.max_epochs} epochs, samples train {options.max_train_samples or 'all'} / val "
-                  f"{options.max_val_samples or 'all'}, λ_p {options.param_cost}")
+                  f"{options.max_val_samples or 'all'}, augmentation {options.settings()['augment']}, λ_p "
+                  f"{options.param_cost}")
     for plan in plans[:20]:
         console.print(f"  {plan.episode_id}  seed {plan.seed}  twin {plan.twin.twin_id}")
     if len(plans) > 20:
@@ -177,7 +179,8 @@ def cmd_datagen(args: argparse.Namespace) -> int:
     _check_matrix_args(args)
     options = GenerateOptions.for_task(args.task, args.param_cost, max_epochs=args.max_epochs,
                                        max_train_samples=args.max_train_samples,
-                                       max_val_samples=args.max_val_samples, data_dir=str(args.data_dir))
+                                       max_val_samples=args.max_val_samples, augment=augment_choice(args),
+                                       data_dir=str(args.data_dir))
     matrix = (args.envs, args.policies, args.episodes_per_combo, args.epsilon, args.base_seed)
     plans = create_generation_matrix(*matrix)
     if args.dry_run:

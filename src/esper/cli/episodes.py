@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from esper.cli.common import console, data_options, preload_data, worker_options
+from esper.cli.common import augment_choice, console, data_options, data_record, preload_data, worker_options
 from esper.cli.rundirs import check_same_arguments, prepare_run_dir
 from esper.env.rewards import resolved_param_cost, reward_config
 from esper.evaluation.episodes import EpisodePlan, paired_seeds
@@ -38,6 +38,7 @@ def episode_plan(args: argparse.Namespace, devices: list[str] | None, *, allow_s
         max_train_samples=args.max_train_samples, max_val_samples=args.max_val_samples,
         max_test_samples=args.max_test_samples, reward_family=args.reward_family, param_cost=args.param_cost,
         workers=worker_options(args, env_devices), allow_setting_change=allow_setting_change,
+        augment=augment_choice(args),
     )
 
 
@@ -47,8 +48,10 @@ def load_data(args: argparse.Namespace, plan: EpisodePlan) -> DataCache:
 
 
 def runtime_info(args: argparse.Namespace, plan: EpisodePlan) -> dict[str, Any]:
-    """What the run resolved from its arguments: where its data and devices are, and the λ_p its reward charges."""
+    """What the run resolved from its arguments: where its data and devices are, its augmentation and validation split,
+    and the λ_p its reward charges."""
     return {"data_dir": str(args.data_dir), "data_source": data_source(plan.task.name, data_options(args)),
+            **data_record(plan.task, plan.augment),
             "devices": [str(d) for d in plan.devices],
             "telemetry_level": args.telemetry_level,
             "param_cost": resolved_param_cost(plan.reward_family, plan.task, plan.param_cost,

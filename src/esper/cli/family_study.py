@@ -122,7 +122,7 @@ def cmd_family_study(args: argparse.Namespace) -> int:
     devices = resolve_devices(config.device, config.devices)
     for itype in family.types:  # a missing dataset fails before anything is written
         cache.preload(get_task_spec(type_config(config, family, itype).task), devices, SPLITS)
-    study, fresh = open_study(_study_path(args, family, config.seed), args, settings)
+    study, fresh = open_study(_study_path(args, family, config.seed), args, settings, config)
     path = study.path
     console.print(f"Study directory: [bold]{path}[/bold] (family {family.key}: {len(family.training)} training "
                   f"types, {len(family.held_out)} held out; {runs} training run(s); tensorboard --logdir {path})")

@@ -20,7 +20,7 @@ import argparse
 import sys
 
 import esper
-from esper.cli.common import EXIT_OK, Parser, plugin_arguments, run_guarded
+from esper.cli.common import EXIT_OK, Parser, data_warnings_as_lines, plugin_arguments, run_guarded
 from esper.cli.compare import add_compare_parser
 from esper.cli.datagen import add_datagen_parser
 from esper.cli.evaluate_offline import add_evaluate_offline_parser
@@ -58,13 +58,14 @@ def _load_plugins(early: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    early = plugin_arguments(argv)
-    status = run_guarded(_load_plugins, early)
-    if status != EXIT_OK:
-        return status
-    args = build_parser().parse_args(argv)
-    args.argv = argv  # recorded in config.json
-    return run_guarded(args.func, args)
+    with data_warnings_as_lines():  # a task may read its data as early as parsing --task
+        early = plugin_arguments(argv)
+        status = run_guarded(_load_plugins, early)
+        if status != EXIT_OK:
+            return status
+        args = build_parser().parse_args(argv)
+        args.argv = argv  # recorded in config.json
+        return run_guarded(args.func, args)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """`param_cost: "auto"` for the learning commands (`train ppo`, `study`): λ_p measured for the run's task, episode
-length and sample caps before training starts (the static host at three widths, with a progress line), cached under
-the data directory, and reused by every later run of the same setting. A run across a task family measures one per
-training type, in that type's own setting (`esper.simic.ppo.settings` says why)."""
+length, sample caps and augmentation before training starts (the static host at three widths, with a progress line),
+cached under the data directory, and reused by every later run of the same setting. A run across a task family
+measures one per training type, in that type's own setting (`esper.simic.ppo.settings` says why)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def _progress(done: int, total: int, elapsed: float) -> None:
 def _measured(config: TrainingConfig, task: str, max_train_samples: int | None, args: argparse.Namespace,
               cache: DataCache) -> float:
     setting = ParamCostSetting(task, config.max_epochs, max_train_samples, config.max_val_samples, config.batch_size,
-                               config.lr_schedule)
+                               config.lr_schedule, augment=config.augment)
     value, path, measured = cached_param_cost(get_task_spec(task), setting, cache, args.data_dir,
                                               device=resolve_device(config.device), progress=_progress)
     console.print(f"λ_p {value:.3f} for {task} at {config.max_epochs} epochs, caps {max_train_samples or 'all'} / "

@@ -41,6 +41,7 @@ from esper.cli.common import (
     add_shared_options,
     add_worker_options,
     console,
+    data_record,
     float_in,
     int_in,
     preload_data,
@@ -223,7 +224,7 @@ def cmd_study(args: argparse.Namespace) -> int:
     configs = _run_configs(args, train_dirs, None)  # bad settings fail before anything is written
     config = configs[0][0]  # the base: selection and evaluation seeds come from its seed
     cache = preload_data(args, get_task_spec(config.task), resolve_devices(config.device, config.devices), SPLITS)
-    study, fresh = open_study(path, args, settings)
+    study, fresh = open_study(path, args, settings, config)
     mark_rerun(path, seeds, runs)
     console.print(f"Study directory: [bold]{path}[/bold] ({runs} training run(s); "
                   f"tensorboard --logdir {path})")
@@ -258,9 +259,11 @@ def cmd_study(args: argparse.Namespace) -> int:
         training=[training_cost(c, d, twin) for (c, _), d in zip(configs, train_dirs, strict=True)],
         replay_sources=[episodes_cost(s.episodes) for s in sources])
     reward = plan.describe_reward()
-    title = f"esper study --preset {args.preset} ({config.task}; reward {reward})"
+    augmentation = data_record(plan.task, plan.augment)["augmentation"]
+    title = f"esper study --preset {args.preset} ({config.task}; augmentation {augmentation}; reward {reward})"
     comparison.write(study, {"study": {"preset": args.preset, "seeds": seeds, "selection_seeds": selection_seeds,
-                                       "reward": reward, "training": measured_setting(config), "chosen": chosen,
+                                       "reward": reward, "augmentation": augmentation,
+                                       "training": measured_setting(config), "chosen": chosen,
                                        **results.to_dict()}})
     summary = path / SUMMARY_FILE
     write_text_atomic(summary, summary_markdown(comparison, results, title=title,

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from esper.cli.common import WORKER_FIELDS, closing_hub, console, emit, make_hub, phase_progress
+from esper.cli.common import WORKER_FIELDS, closing_hub, console, data_record, emit, make_hub, phase_progress
 from esper.cli.episodes import open_episode_run
 from esper.cli.rundirs import check_same_arguments, prepare_run_dir
 from esper.cli.train_ppo import StopAfterStep, open_training_dir, print_training_result, print_training_start
@@ -37,11 +37,14 @@ from esper.simic.ppo.train import PPORun, train_ppo
 __all__ = ["measured_setting", "phase_runner", "saved_run", "train_run"]
 
 
-def open_study(path: Path, args: argparse.Namespace, settings: dict[str, Any]) -> tuple[RunDirectory, bool]:
-    """The study directory, new or (same settings; more seeds or runs allowed) continued; True when new."""
+def open_study(path: Path, args: argparse.Namespace, settings: dict[str, Any], config: TrainingConfig
+               ) -> tuple[RunDirectory, bool]:
+    """The study directory, new or (same settings; more seeds or runs allowed) continued; True when new. Its
+    config.json records the data of the study's base `config`: its augmentation and validation split."""
     if prepare_run_dir(path, command="study", overwrite=args.overwrite, resumable=holds_results) == "new":
         study = RunDirectory(path)
-        study.write_config("study", args.argv, settings, {"data_dir": str(args.data_dir)})
+        study.write_config("study", args.argv, settings, {"data_dir": str(args.data_dir),
+                                                          **data_record(get_task_spec(config.task), config.augment)})
         return study, True
     check_same_arguments(path, recorded_config(path), settings, may_differ=("seeds", "runs"))
     return RunDirectory(path, resume=True), False
@@ -102,6 +105,7 @@ def _run_phase(args: argparse.Namespace, phase: Phase, config: TrainingConfig, s
     phase_config, stale = _phase_config(phase.path, phase, config, settings)
     run_dir, resume = open_episode_run(phase.path, "compare", overwrite=stale, argv=args.argv, config=phase_config,
                                        runtime={"data_dir": str(args.data_dir),
+                                                **data_record(phase.plan.task, phase.plan.augment),
                                                 "param_cost": phase_config["training"]["param_cost"]}, phases=phases,
                                        plan=phase.plan)
     tie = args.tie_threshold if args.tie_threshold is not None else one_test_sample(phase.plan, cache)
@@ -110,7 +114,8 @@ def _run_phase(args: argparse.Namespace, phase: Phase, config: TrainingConfig, s
         emit(hub, TelemetryEventType.TRAINING_STARTED, f"study {phase.name} on {config.task}", {
             "command": f"study {phase.name}", "task": config.task, "topology": phase.plan.task.topology,
             "n_envs": len(phase.specs), "controllers": phase.labels, "n_episodes": phase.seeds,
-            "config": phase_config, "reward": phase.plan.describe_reward()})
+            "config": phase_config, "reward": phase.plan.describe_reward(),
+            "augmentation": data_record(phase.plan.task, phase.plan.augment)["augmentation"]})
         progress.start(phase.name, phase.seeds * len(phase.specs) * config.max_epochs, round_size=len(phases[0]),
                        done=(resume.episodes_done if resume is not None else 0) * config.max_epochs)
         return run_evaluation(phase.plan, phase.specs, phase.labels, phase.seeds, cache, run_dir=run_dir, sink=hub,

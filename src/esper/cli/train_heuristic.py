@@ -59,11 +59,12 @@ def cmd_train_heuristic(args: argparse.Namespace) -> int:
               "slots": list(args.slots), "max_seeds": args.max_seeds, "seed": args.seed,
               "max_train_samples": args.max_train_samples, "max_val_samples": args.max_val_samples,
               "max_test_samples": args.max_test_samples, "batch_size": plan.batch_size,
-              "lr_schedule": plan.lr_schedule,
+              "lr_schedule": plan.lr_schedule, "augment": plan.augment,
               "reward_family": args.reward_family, "param_cost": args.param_cost}
+    runtime = runtime_info(args, plan)
     path = args.run_dir or default_run_dir(args.runs_root, "heuristic", plan.task.name, args.seed, run_settings(args))
     run_dir, resume = open_episode_run(path, "heuristic", overwrite=args.overwrite, argv=args.argv, config=config,
-                                       runtime=runtime_info(args, plan), phases=[["heuristic"]], plan=plan)
+                                       runtime=runtime, phases=[["heuristic"]], plan=plan)
     print_run_start(run_dir.path, tensorboard=not args.no_tensorboard)
     done = resume.done(0) if resume is not None else []
     with discard_on_error(run_dir, fresh=resume is None, errors=USER_ERRORS):
@@ -72,7 +73,7 @@ def cmd_train_heuristic(args: argparse.Namespace) -> int:
             emit(hub, TelemetryEventType.TRAINING_STARTED, f"heuristic on {plan.task.name}", {
                 "command": "train heuristic", "task": plan.task.name, "topology": plan.task.topology, "n_envs": 1,
                 "env_devices": {0: str(plan.devices[0])}, "n_episodes": args.episodes, "config": config,
-                "reward": plan.describe_reward()})
+                "reward": plan.describe_reward(), "augmentation": runtime["augmentation"]})
             progress.start("episodes", args.episodes * args.max_epochs, done=len(done) * args.max_epochs)
 
             def save_model(episode: int, results: list[EpisodeResult], models: list[dict[str, Any] | None]) -> None:

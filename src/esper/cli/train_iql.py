@@ -25,6 +25,7 @@ from esper.cli.common import (
     closing_hub,
     console,
     data_options,
+    data_record,
     emit,
     int_in,
     make_hub,
@@ -43,6 +44,7 @@ from esper.evaluation.comparison import parse_controllers, run_comparison
 from esper.evaluation.episodes import EpisodePlan
 from esper.leyline import ActionSpace, TelemetryEventType
 from esper.leyline.errors import UserInputError
+from esper.runtime.augment import parse_augment
 from esper.runtime.devices import resolve_devices
 from esper.runtime.rundir import RunDirectory, checkpoints_dir, default_run_dir, recorded_config
 from esper.runtime.tasks import DataCache, get_task_spec
@@ -185,13 +187,15 @@ def evaluate_live(args: argparse.Namespace, config: IQLConfig, settings: dict[st
     plan = EpisodePlan(task=task, slots=("early", "mid", "late"), max_epochs=int(settings["max_epochs"]),
                        max_seeds=None, seed=config.seed, devices=devices,
                        batch_size=task.default_batch_size, max_train_samples=settings.get("max_train_samples"),
-                       max_val_samples=settings.get("max_val_samples"), param_cost=settings.get("param_cost"))
+                       max_val_samples=settings.get("max_val_samples"), param_cost=settings.get("param_cost"),
+                       augment=None if settings.get("augment") is None else parse_augment(settings["augment"]))
     cache = DataCache(data_options(args))
     specs = parse_controllers(["static", "heuristic", f"iql:{checkpoint}"])
     shutil.rmtree(path, ignore_errors=True)  # a rerun evaluates again from scratch
     run_dir = RunDirectory(path)
     run_dir.write_config("compare", args.argv, {"controllers": [s.label for s in specs], "episodes":
-                                                args.eval_episodes, "dataset_settings": settings}, {})
+                                                args.eval_episodes, "dataset_settings": settings},
+                         data_record(task, plan.augment))
     try:
         result = run_comparison(specs, plan, args.eval_episodes, cache, run_dir=run_dir)
     finally:

@@ -23,6 +23,7 @@ from esper.cli.common import (
     add_worker_options,
     closing_hub,
     console,
+    data_record,
     make_hub,
     phase_progress,
     preload_data,
@@ -199,7 +200,7 @@ def open_training_dir(path: Path, config: TrainingConfig, args: argparse.Namespa
         "data_dir": str(cache.options.data_dir), "data_source": data_source(config.task, cache.options),
         "devices": [str(d) for d in devices],
         "policy_device": str(resolve_device(config.device)), "preset": preset,
-        "telemetry_level": args.telemetry_level,
+        "telemetry_level": args.telemetry_level, **data_record(get_task_spec(config.task), config.augment),
         "param_cost": config.type_param_costs if config.family is not None else resolved_param_cost(
             config.reward_family, get_task_spec(config.task), config.charged_param_cost(),
             max_train_samples=config.max_train_samples)})
@@ -254,7 +255,7 @@ def compare_hint(config: TrainingConfig, run: Path) -> str:
              f"--reward-family {config.reward_family.value}", f"--seed {config.seed}",
              f"--batch-size {config.batch_size}", f"--lr-schedule {config.lr_schedule}"]
     for flag, value in (("--max-train-samples", cap), ("--max-val-samples", config.max_val_samples),
-                        ("--max-seeds", config.max_seeds), ("--param-cost", cost)):
+                        ("--max-seeds", config.max_seeds), ("--param-cost", cost), ("--augment", config.augment)):
         if value is not None:
             parts.append(f"{flag} {value}")
     return " ".join(parts)

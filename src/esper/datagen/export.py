@@ -95,14 +95,14 @@ def _buffer(minari: ModuleType, index: int, episode: Mapping[str, Any]) -> Any:
     )
 
 
-SETTINGS = ("task", "max_epochs", "max_train_samples", "max_val_samples", "param_cost")
+SETTINGS = ("task", "max_epochs", "max_train_samples", "max_val_samples", "param_cost", "augment")
 """The generation settings every episode stores that `MorphoGymEnv` takes as keywords."""
 
 
 def _env_spec(episode: Mapping[str, Any]) -> Any:
     """The Gymnasium spec `recover_environment()` rebuilds: `esper/Morpho-v0` in the dataset's setting (task, episode
-    length, sample caps, λ_p). Datagen's environment presets vary the host and optimizer beyond what the Gymnasium
-    env exposes; the recovered env trains the task's own host."""
+    length, sample caps, λ_p, augmentation). Datagen's environment presets vary the host and optimizer beyond what the
+    Gymnasium env exposes; the recovered env trains the task's own host."""
     import gymnasium
 
     from esper.env.gym import ENV_ID

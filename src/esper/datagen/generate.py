@@ -33,6 +33,7 @@ from esper.leyline.constants import DEFAULT_GAMMA, MAX_SAMPLES
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import derive_seed
 from esper.leyline.strict_config import EpisodeLength, StrictConfig
+from esper.runtime.augment import AugmentChoice
 from esper.runtime.devices import resolve_device
 from esper.runtime.optim import OptimizerSpec
 from esper.runtime.param_costs import ParamCost, measured_param_cost, missing_param_cost
@@ -59,8 +60,9 @@ class GenerateOptions(StrictConfig):
     """Generation-wide settings (the same for every episode of a dataset) and where the data lives.
 
     `param_cost` is the gap reward's λ_p (pp per 100 % added parameters); `for_task` fills it from the task's
-    value measured at the sample cap nearest `max_train_samples`. Everything but the data location shapes the
-    episodes, so `settings()` enters the matrix hash.
+    value measured at the sample cap nearest `max_train_samples`. `augment` is the training batches' augmentation
+    (None: the task's own). Everything but the data location shapes the episodes, so `settings()` enters the matrix
+    hash.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -71,6 +73,7 @@ class GenerateOptions(StrictConfig):
     max_epochs: EpisodeLength = DEFAULT_MAX_EPOCHS
     max_train_samples: StrictInt | None = Field(default=None, ge=2, le=MAX_SAMPLES)
     max_val_samples: StrictInt | None = Field(default=None, ge=2, le=MAX_SAMPLES)
+    augment: AugmentChoice | None = None
     data_dir: str = "data"
 
     @field_validator("task")
@@ -89,9 +92,11 @@ class GenerateOptions(StrictConfig):
         return cls(task=task, param_cost=cost, **kwargs)
 
     def settings(self) -> dict[str, Any]:
-        """The values that shape every episode; stored top-level in each episode and twin file."""
+        """The values that shape every episode (the augmentation as it is in force); stored top-level in each episode
+        and twin file."""
         return {"task": self.task, "max_epochs": self.max_epochs, "max_train_samples": self.max_train_samples,
-                "max_val_samples": self.max_val_samples, "param_cost": self.param_cost}
+                "max_val_samples": self.max_val_samples, "param_cost": self.param_cost,
+                "augment": get_task_spec(self.task).augment_in_force(self.augment)}
 
 
 def _optimizer(config: EnvironmentConfig) -> OptimizerSpec:
@@ -141,7 +146,8 @@ def episode_setup(env_config_id: str, seed: int, options: GenerateOptions, devic
     dev = resolve_device(device)
     cache = DataCache(DataOptions(data_dir=Path(options.data_dir)))
     data = EpochData.build(task, cache, [dev], batch_size=config.batch_size, seed=derive_seed(seed, "data"),
-                           max_train_samples=options.max_train_samples, max_val_samples=options.max_val_samples)
+                           max_train_samples=options.max_train_samples, max_val_samples=options.max_val_samples,
+                           augment=options.augment)
     spec = EnvSpec(task, CANONICAL_SLOTS, config.max_epochs, env_seed=seed, device=dev, episode=episode)
     reward_fn = make_reward_fn("gap", task, DEFAULT_GAMMA, param_cost=options.param_cost)
     return EpisodeSetup(config, task, data, spec, reward_fn)

@@ -24,6 +24,7 @@ from esper.env.logs import EpisodeResult
 from esper.env.rewards import RewardConfig, RewardFn, compute_reward
 from esper.env.step_record import ShapedRewardComponents
 from esper.leyline import EnvObservation, TelemetryEvent, TelemetryEventType
+from esper.runtime.augment import Augment
 from esper.runtime.checkpoint import model_checkpoint
 from esper.runtime.data import SharedBatchIterator
 from esper.runtime.optim import LRSchedule
@@ -40,7 +41,8 @@ __all__ = ["EnvHost", "EpisodeSetting", "Finished", "GroupPlan", "Measured", "Me
 class EpisodeSetting:
     """What a group's episodes share: task, slots, episode length, data caps and the reward computed per step (the
     call's setting, or the group's own: a run across a task family gives each group its type's).
-    `score_test` scores each final model once on the test split; `keep_models` returns the final models."""
+    `score_test` scores each final model once on the test split; `keep_models` returns the final models; `augment`
+    is the training batches' augmentation (None: the task's own)."""
 
     task: str
     slots: tuple[str, ...]
@@ -55,6 +57,7 @@ class EpisodeSetting:
     score_test: bool = False
     keep_models: bool = False
     lr_schedule: LRSchedule = "constant"
+    augment: Augment | None = None
 
 
 @dataclass(frozen=True)
@@ -199,7 +202,7 @@ class EnvHost:
             devices = sorted({env.spec.device for env in envs}, key=str)
             data = EpochData.build(get_task_spec(own.task), self.cache, devices, batch_size=own.batch_size,
                                    seed=data_seed, max_train_samples=own.max_train_samples,
-                                   max_val_samples=own.max_val_samples)
+                                   max_val_samples=own.max_val_samples, augment=own.augment)
             self.runs.append((Lockstep(envs, data, _reward_fn(own)), own))
 
     def _build_group(self, setting: EpisodeSetting, group: GroupPlan) -> list[MorphoEnv]:

@@ -60,6 +60,7 @@ from esper.leyline.constants import DEFAULT_BATCH_SIZE_TRAINING, DEFAULT_GAMMA
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import derive_seed
 from esper.leyline.strict_config import BatchSize, EpisodeLength, SampleCap, StrictConfig
+from esper.runtime.augment import AugmentChoice
 from esper.runtime.devices import resolve_device
 from esper.runtime.param_costs import ParamCost
 from esper.runtime.plugins import load_plugins
@@ -80,6 +81,7 @@ class GymEnvConfig(StrictConfig):
 
     `param_cost` is the `gap` reward's λ_p (pp of accuracy per 100 % of added parameters); None takes the task's
     value measured at the sample cap nearest `max_train_samples`. `max_seeds` None allows one seed per enabled slot.
+    `augment` is the training batches' augmentation (none, crop, flip or crop,flip; None: the task's own).
     `plugins` (module names or `.py` paths) register tasks and blueprints of one's own; they load with the config, so
     every process of a vector env loads them before it resolves the task.
     """
@@ -97,6 +99,7 @@ class GymEnvConfig(StrictConfig):
     max_val_samples: SampleCap | None = 512
     device: str = "cpu"
     param_cost: ParamCost | None = None
+    augment: AugmentChoice | None = None
     plugins: tuple[str, ...] = ()
     data: DataOptions = Field(default_factory=DataOptions)
 
@@ -222,7 +225,8 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
         twin = MorphoEnv(dataclasses.replace(spec, env_id=1, max_seeds=None), "twin")
         data = EpochData.build(self.task, self._cache, [self.device], batch_size=cfg.batch_size,
                                seed=derive_seed(self.env_seed, "data"),
-                               max_train_samples=cfg.max_train_samples, max_val_samples=cfg.max_val_samples)
+                               max_train_samples=cfg.max_train_samples, max_val_samples=cfg.max_val_samples,
+                               augment=cfg.augment)
         self._episode = Lockstep([MorphoEnv(spec, "gym", twin=twin)], data, self._reward_fn)
         self._measured = self._episode.measure()
         return self._observe(self._measured), self._info(self._measured)

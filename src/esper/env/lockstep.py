@@ -34,6 +34,7 @@ from esper.env.step_record import Measurement, ShapedRewardComponents, SlotRewar
 from esper.env.transitions import PendingDecision
 from esper.leyline import EnvObservation, LifecycleOp, SeedStage, TelemetryEventType
 from esper.leyline.seeding import derive_seed
+from esper.runtime.augment import Augment
 from esper.runtime.data import SharedBatchIterator
 from esper.runtime.readout import Readout
 from esper.runtime.tasks import DataCache, TaskSpec
@@ -90,13 +91,15 @@ class EpochData:
 
     @classmethod
     def build(cls, task: TaskSpec, cache: DataCache, devices: Sequence[torch.device], *, batch_size: int, seed: int,
-              max_train_samples: int | None = None, max_val_samples: int | None = None) -> EpochData:
+              max_train_samples: int | None = None, max_val_samples: int | None = None,
+              augment: Augment | None = None) -> EpochData:
         """Iterators over device-resident data: each batch is materialized once per device, for every env on it.
-        Capped splits are the subsets `seed` draws, so the envs of one call share their samples."""
+        Capped splits are the subsets `seed` draws, so the envs of one call share their samples. Training batches
+        are augmented as `augment` says (None: as the task declares)."""
         keys = sorted({str(d) for d in devices})
         train = {k: cache.get(task, "train", k, max_train_samples, seed=seed) for k in keys}
         val = {k: cache.get(task, "val", k, max_val_samples, seed=seed) for k in keys}
-        return cls(SharedBatchIterator(train, batch_size, shuffle=True, seed=seed, augment=task.augment),
+        return cls(SharedBatchIterator(train, batch_size, shuffle=True, seed=seed, augment=task.augmentation(augment)),
                    SharedBatchIterator(val, task.val_batch_size, shuffle=False), seed)
 
 

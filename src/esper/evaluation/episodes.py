@@ -27,6 +27,7 @@ from esper.evaluation.stats import one_sample_pp
 from esper.leyline import TelemetryEvent, TelemetryEventType, TelemetrySink
 from esper.leyline.constants import DEFAULT_GAMMA
 from esper.leyline.seeding import SeedStream, episode_seeds
+from esper.runtime.augment import Augment
 from esper.runtime.devices import env_device_map
 from esper.runtime.optim import LRSchedule
 from esper.runtime.rundir import RunDirectory
@@ -46,7 +47,8 @@ __all__ = [
 
 @dataclass
 class EpisodePlan:
-    """Everything that makes the episodes of a comparison paired: task, slots, length, seeds, devices, data caps."""
+    """Everything that makes the episodes of a comparison paired: task, slots, length, seeds, devices, data caps and
+    augmentation."""
 
     task: TaskSpec
     slots: tuple[str, ...]
@@ -66,6 +68,10 @@ class EpisodePlan:
     workers: WorkerOptions = field(default_factory=WorkerOptions)  # where the episodes run (never what they compute)
     allow_setting_change: bool = False  # learned policies may run outside the setting they were trained in
     lr_schedule: LRSchedule = "constant"
+    augment: Augment | None = None  # the training batches' augmentation; None: the task's own
+
+    def __post_init__(self) -> None:
+        self.task.augment_in_force(self.augment)  # a task without images takes no augmentation
 
     def describe_reward(self) -> str:
         """The reward logged per decision, with the parameter cost it resolves to for this task and sample cap."""
@@ -88,7 +94,8 @@ def build_controller(spec: ControllerSpec, plan: EpisodePlan, *, episode: int, i
                                 setting={"task": plan.task.name, "max_epochs": plan.max_epochs,
                                          "max_train_samples": plan.max_train_samples,
                                          "max_val_samples": plan.max_val_samples, "batch_size": plan.batch_size,
-                                         "lr_schedule": plan.lr_schedule},
+                                         "lr_schedule": plan.lr_schedule,
+                                         "augment": plan.task.augment_in_force(plan.augment)},
                                 allow_setting_change=plan.allow_setting_change)
     return all_controllers().build(spec, context)
 
@@ -148,7 +155,7 @@ def run_controller_episodes(
                                            max_train_samples=plan.max_train_samples, logged_only=True), plan.gamma,
                              max_train_samples=plan.max_train_samples, max_val_samples=plan.max_val_samples,
                              max_test_samples=plan.max_test_samples, amp=plan.amp, score_test=True,
-                             keep_models=keep_models, lr_schedule=plan.lr_schedule)
+                             keep_models=keep_models, lr_schedule=plan.lr_schedule, augment=plan.augment)
     device_of = env_device_map(max(len(specs) + 1, len(plan.devices)), plan.devices)
     results: list[EpisodeResult] = []
     for first in range(start, episodes, len(pool.actors)):

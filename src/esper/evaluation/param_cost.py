@@ -3,9 +3,9 @@
 The static host runs at widths 1.0, 1.5 and 2.0 on paired seeds (the same seeds, data subsets and batch order for
 each width); λ_p is the least-squares slope of mean final validation accuracy against the added-parameter ratio
 p = params(w) / params(1) − 1, in pp per 100 % added parameters (floored at 0), with a paired-bootstrap 95 %
-interval over episodes. It depends on the task, the episode length and the sample caps, so a measurement is cached
-under the data directory keyed by all of them (and by the host's parameter count, which changes when the host
-does) and reused by every run with the same key.
+interval over episodes. It depends on the task, the episode length, the sample caps and the augmentation, so a
+measurement is cached under the data directory keyed by all of them (and by the host's parameter count, which
+changes when the host does) and reused by every run with the same key.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from esper.evaluation.episodes import EpisodePlan, run_controller_episodes
 from esper.evaluation.stats import bootstrap_counts, percentile_interval
 from esper.leyline import CANONICAL_SLOTS, UserInputError
 from esper.leyline.seeding import SeedStream
+from esper.runtime.augment import Augment
 from esper.runtime.optim import LRSchedule
 from esper.runtime.rundir import task_slug, write_json_atomic
 from esper.runtime.tasks import DataCache, TaskSpec
@@ -54,11 +55,15 @@ class ParamCostSetting:
     lr_schedule: LRSchedule = "constant"
     episodes: int = 5
     seed: int = 7  # base of the calibration seed stream, which no run's episodes draw from
+    augment: Augment | None = None  # the training batches' augmentation; None: the task's own
 
-    def cache_file(self, data_dir: Path, host_parameters: int) -> Path:
+    def cache_file(self, data_dir: Path, task: TaskSpec) -> Path:
+        """Where the measurement of this setting on `task` is cached: named by every value of the setting, the
+        augmentation in force and the host's parameter count (which changes when the host does)."""
         caps = f"train{self.max_train_samples or 'all'}_val{self.max_val_samples or 'all'}"
-        name = (f"{task_slug(self.task)}_h{host_parameters}_e{self.max_epochs}_{caps}_b{self.batch_size}_"
-                f"{self.lr_schedule}_n{self.episodes}_s{self.seed}_v{CACHE_VERSION}.json")
+        augment = task.augment_in_force(self.augment).replace(",", "-")
+        name = (f"{task_slug(self.task)}_h{host_params(task, 1.0)}_e{self.max_epochs}_{caps}_b{self.batch_size}_"
+                f"{self.lr_schedule}_aug-{augment}_n{self.episodes}_s{self.seed}_v{CACHE_VERSION}.json")
         return data_dir / CACHE_DIR / name
 
 
@@ -92,7 +97,7 @@ def measure_param_cost(task: TaskSpec, setting: ParamCostSetting, cache: DataCac
                        lr_schedule=setting.lr_schedule,
                        max_train_samples=setting.max_train_samples, max_val_samples=setting.max_val_samples,
                        reward_family="contribution",  # static hosts: the reward is irrelevant, and needs no λ_p
-                       stream=SeedStream.CALIBRATION)
+                       stream=SeedStream.CALIBRATION, augment=setting.augment)
     specs = parse_controllers([f"static:{w}" for w in WIDTHS])
     started = time.perf_counter()
 
@@ -120,7 +125,7 @@ def cached_param_cost(task: TaskSpec, setting: ParamCostSetting, cache: DataCach
                       ) -> tuple[float, Path, bool]:
     """(λ_p, its cache file, whether it was measured now): the cached measurement of `setting` when there is one,
     else a new measurement, written atomically to the cache before it is returned."""
-    path = setting.cache_file(data_dir, host_params(task, 1.0))
+    path = setting.cache_file(data_dir, task)
     if path.is_file():
         try:
             stored = json.loads(path.read_text(encoding="utf-8"))

@@ -84,10 +84,10 @@ def replay_seed_count(selection_seeds: int) -> int:
 
 def evaluation_plan(config: TrainingConfig, stream: SeedStream = SeedStream.EVALUATION,
                     max_test_samples: int | None = None, *, allow_setting_change: bool = False) -> EpisodePlan:
-    """Paired episodes in the training setting (task, slots, episode length, caps and reward) on the seeds of
-    `stream`: the held-out evaluation stream, or the selection stream where best-fixed and best-rule are chosen and
-    replays are read (so nothing reported was chosen on the episodes it is reported on). Neither shares a seed with
-    any training run. `config` is the study's base config (run 0's)."""
+    """Paired episodes in the training setting (task, slots, episode length, caps, augmentation and reward) on the
+    seeds of `stream`: the held-out evaluation stream, or the selection stream where best-fixed and best-rule are
+    chosen and replays are read (so nothing reported was chosen on the episodes it is reported on). Neither shares a
+    seed with any training run. `config` is the study's base config (run 0's)."""
     task = get_task_spec(config.task)
     return EpisodePlan(
         task=task, slots=tuple(config.slots), max_epochs=config.max_epochs, max_seeds=config.max_seeds,
@@ -96,6 +96,7 @@ def evaluation_plan(config: TrainingConfig, stream: SeedStream = SeedStream.EVAL
         max_test_samples=max_test_samples, amp=config.amp, reward_family=config.reward_family.value,
         param_cost=config.charged_param_cost(), gamma=config.gamma, stream=stream,
         workers=config.worker_options(), allow_setting_change=allow_setting_change, lr_schedule=config.lr_schedule,
+        augment=config.augment,
     )
 
 

@@ -53,7 +53,9 @@ def _where(event: TelemetryEvent) -> str:
 def _training_started(e: TelemetryEvent) -> str:
     d = e.data
     reward = f", reward {d['reward']}" if d.get("reward") else ""
-    return f"{d['command']} started: task {d['task']} ({d.get('topology', '?')}), {d.get('n_envs', 1)} env(s){reward}"
+    augmentation = f", augmentation {d['augmentation']}" if d.get("augmentation") else ""
+    return (f"{d['command']} started: task {d['task']} ({d.get('topology', '?')}), {d.get('n_envs', 1)} env(s)"
+            f"{augmentation}{reward}")
 
 
 def _epoch(e: TelemetryEvent) -> str:

@@ -28,6 +28,7 @@ import pickle
 import signal
 import threading
 import traceback
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.connection import Connection, wait
@@ -38,6 +39,7 @@ import torch
 
 from esper.runtime.plugins import load_plugins, loaded_plugins
 from esper.runtime.ray_cluster import ensure_ray
+from esper.runtime.readers import DataWarning
 from esper.runtime.workers import WorkerFailed, WorkerOptions
 
 __all__ = ["Actor", "ActorPool"]
@@ -139,6 +141,7 @@ def _serve(factory: Callable[..., Any], args: tuple[Any, ...], threads: int, con
     """A worker process: load the run's plugins, build the object, then answer calls until told to stop or
     orphaned."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops its workers; Ctrl+C is for it alone
+    warnings.simplefilter("ignore", DataWarning)  # the parent, reading the same data, has said it once
     torch.set_num_threads(threads)
     try:
         load_plugins(plugins, installed=False)
@@ -234,6 +237,7 @@ class _RayHosted:
 
     def __init__(self, factory: Callable[..., Any], args: tuple[Any, ...], threads: int,
                  plugins: tuple[str, ...]) -> None:
+        warnings.simplefilter("ignore", DataWarning)  # the driver, reading the same data, has said it once
         torch.set_num_threads(threads)
         load_plugins(plugins, installed=False)
         self.obj = factory(*args)

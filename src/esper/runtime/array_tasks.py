@@ -4,10 +4,13 @@ Both become `arrays_task`s, whose class count, channels and image size are read 
 * `npz:PATH.npz`: arrays `x_train`, `y_train`, `x_test`, `y_test` (and optionally `x_val`, `y_val`). Images are
   (N, H, W), (N, C, H, W) or (N, H, W, C) with C = 1 or 3, uint8 (0-255) or float; labels are integers 0 … K−1.
 * `folder:DIR`: `DIR/train/<class>/*.png` and `DIR/test/<class>/*.png` (optionally `DIR/val/<class>/`), one folder
-  per class (the sorted folder names are the classes 0 … K−1), images of one size, read with Pillow.
-Without a validation split, `val` is the last tenth of the training samples, as the built-in tasks carve theirs from
-the official training data; `test` is scored once per final model, like every task's. Each channel is normalized
-with the training split's mean and standard deviation.
+  per class (the sorted folder names are the classes 0 … K−1), images of one size (`esper.runtime.image_folders`).
+Without a validation split, `val` is carved from `train` class by class: a tenth of every class, drawn at random with
+a fixed seed (`stratified_val`), so it holds every class in proportion however the files are ordered (a folder
+reads class after class; many arrays are sorted by label), and it is the same for every controller, worker, resume
+and run. A validation split without every class of `train` is refused. `test` is scored once per final model, like
+every task's. Each channel is normalized with the training split's mean and standard deviation. Training batches are
+not augmented unless the task (`augment=`) or the run (`--augment`) says so: a flip or a crop may change a label.
 """
 
 from __future__ import annotations
@@ -20,16 +23,20 @@ import numpy as np
 import torch
 
 from esper.leyline.errors import UserInputError
-from esper.runtime.readers import SPLITS, DatasetFormatError, Split, carve_split
+from esper.leyline.seeding import derive_seed
+from esper.runtime.image_folders import read_folder
+from esper.runtime.readers import SPLITS, DatasetFormatError, Split
 from esper.runtime.task_registry import register_task_form
 from esper.runtime.task_spec import DataOptions, TaskSpec, image_task
 
-__all__ = ["VAL_FRACTION", "arrays_task", "read_folder", "read_npz"]
+__all__ = ["VAL_FRACTION", "VAL_SEED", "arrays_task", "read_npz", "stratified_val"]
 
 VAL_FRACTION = 0.1
-"""The share of the training samples carved off as `val` when the data brings no validation split."""
-_FOLDER_SPLITS = ("train", "val", "test")
-_IMAGE_SUFFIXES = (".png",)
+"""The share of every class of the training samples carved off as `val` when the data brings no validation split."""
+VAL_SEED = 0
+"""The seed of that carve: fixed, so the carve is a function of the data alone."""
+CARVED_VAL = (f"carved from train: a stratified random {VAL_FRACTION:.0%} of every class (at least one sample), "
+              f"seed {VAL_SEED}")
 
 Arrays = Mapping[str, Any]
 """`x_train`, `y_train`, `x_test`, `y_test` and optionally `x_val`, `y_val`: numpy arrays or tensors."""
@@ -38,7 +45,8 @@ Arrays = Mapping[str, Any]
 def arrays_task(name: str, arrays: Arrays | Callable[[], Arrays], *, source: str | None = None,
                 **options: Any) -> TaskSpec:
     """An image-classification task on arrays in the `npz:` layout (or a function returning them), its class count,
-    channels and image size read from the data; `options` go to `image_task` (channels, augment, ...)."""
+    channels and image size read from the data; `options` go to `image_task` (channels, `augment`: none unless
+    given, ...)."""
     where = source or f"task '{name}'"
     given = arrays() if callable(arrays) else arrays
     splits = _splits(given, where)
@@ -49,6 +57,12 @@ def arrays_task(name: str, arrays: Arrays | Callable[[], Arrays], *, source: str
     if missing:
         raise DatasetFormatError(f"{where}: labels run 0…{num_classes - 1} but the training split has no sample of "
                                  f"class(es) {missing[:10]}; number the classes 0…K−1 with every class in training")
+    val_split = "given (x_val, y_val)"
+    if "val" in splits:
+        _check_val(splits["val"][1], num_classes, where)
+    else:
+        splits["train"], splits["val"] = stratified_val(x_train, y_train, where)
+        val_split = CARVED_VAL
     scale = 255.0 if x_train.dtype == torch.uint8 else 1.0
     pixels = x_train.float().div(scale).transpose(0, 1).reshape(image_shape[0], -1)
     std = pixels.std(dim=1).clamp_min(1e-6)
@@ -58,11 +72,11 @@ def arrays_task(name: str, arrays: Arrays | Callable[[], Arrays], *, source: str
         return splits[split]
 
     return image_task(name, load, image_shape=image_shape, num_classes=num_classes, normalization=normalization,
-                      source=source, **options)
+                      source=source, val_split=val_split, **options)
 
 
 def _splits(arrays: Arrays, where: str) -> dict[Split, tuple[torch.Tensor, torch.Tensor]]:
-    """The three splits as (images (N, C, H, W), int64 labels), checked, `val` carved from `train` if absent."""
+    """The given splits as (images (N, C, H, W), int64 labels), checked: `train`, `test` and perhaps `val`."""
     required = ("x_train", "y_train", "x_test", "y_test")
     absent = [k for k in required if k not in arrays]
     if absent or (("x_val" in arrays) != ("y_val" in arrays)):
@@ -79,15 +93,35 @@ def _splits(arrays: Arrays, where: str) -> dict[Split, tuple[torch.Tensor, torch
             raise DatasetFormatError(f"{where}: x_{split} is {x.dtype} {tuple(x.shape[1:])} but x_train is "
                                      f"{splits['train'][0].dtype} {tuple(splits['train'][0].shape[1:])}; give every "
                                      f"split images of one shape and dtype")
-    if "val" not in splits:
-        x, y = splits["train"]
-        val_size = max(1, round(VAL_FRACTION * len(y)))
-        if len(y) <= val_size:
-            raise DatasetFormatError(f"{where}: {len(y)} training samples cannot spare a validation split; give at "
-                                     f"least 2, or x_val and y_val")
-        splits = {"train": carve_split(x, y, "train", val_size), "val": carve_split(x, y, "val", val_size),
-                  "test": splits["test"]}
     return splits
+
+
+def stratified_val(images: torch.Tensor, labels: torch.Tensor, where: str
+                   ) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """(train, val) carved from training samples: of each class, `VAL_FRACTION` of its samples (rounded, at least
+    one) drawn at random from a seed of `VAL_SEED` and the class. Both keep the samples' order. The draw depends on
+    the data alone, never on the process, so every controller, worker, resume and run sees the same split."""
+    chosen = torch.zeros(len(labels), dtype=torch.bool)
+    for label in labels.unique().tolist():
+        members = (labels == label).nonzero().flatten()
+        if len(members) < 2:
+            raise DatasetFormatError(f"{where}: class {label} has 1 training sample, and a validation split carved "
+                                     f"from train takes at least one sample of every class while leaving one to train "
+                                     f"on; give class {label} more training samples, or give x_val and y_val")
+        take = max(1, round(VAL_FRACTION * len(members)))
+        generator = torch.Generator().manual_seed(derive_seed(VAL_SEED, "val", label))
+        order = torch.randperm(len(members), generator=generator)
+        chosen[members[order[:take]]] = True
+    return (images[~chosen], labels[~chosen]), (images[chosen], labels[chosen])
+
+
+def _check_val(labels: torch.Tensor, num_classes: int, where: str) -> None:
+    """A validation split must hold every class: one without a class scores controllers on the other classes only."""
+    missing = sorted(set(range(num_classes)) - set(labels.unique().tolist()))
+    if missing:
+        raise DatasetFormatError(f"{where}: the validation split has no sample of class(es) {missing[:10]}, which "
+                                 f"train has; give x_val and y_val samples of every class, or leave both out to have "
+                                 f"one carved from train")
 
 
 def _images(value: Any, where: str) -> torch.Tensor:
@@ -128,41 +162,6 @@ def read_npz(path: Path) -> dict[str, np.ndarray]:
             return {key: data[key] for key in data.files}
     except (OSError, ValueError) as exc:
         raise DatasetFormatError(f"npz:{path}: not a readable .npz file ({exc}); write it with numpy.savez") from exc
-
-
-def read_folder(root: Path) -> dict[str, np.ndarray]:
-    """`root/<split>/<class>/*.png` as arrays in the `npz:` layout (classes: the sorted folder names of train)."""
-    from PIL import Image  # Pillow comes with matplotlib, one of esper's dependencies
-
-    if not (root / "train").is_dir() or not (root / "test").is_dir():
-        raise UserInputError(f"folder:{root}: needs {root / 'train'} and {root / 'test'}, each with one folder of "
-                             f".png images per class")
-    classes = sorted(p.name for p in (root / "train").iterdir() if p.is_dir())
-    arrays: dict[str, np.ndarray] = {}
-    for split in (s for s in _FOLDER_SPLITS if (root / s).is_dir()):
-        unknown = sorted(p.name for p in (root / split).iterdir() if p.is_dir() and p.name not in classes)
-        if unknown:
-            raise DatasetFormatError(f"folder:{root}: {split}/ has classes {unknown} that train/ lacks; give every "
-                                     f"class training images")
-        files = [(path, label) for label, name in enumerate(classes)
-                 for path in sorted((root / split / name).glob("*")) if path.suffix.lower() in _IMAGE_SUFFIXES]
-        if not files:
-            raise DatasetFormatError(f"folder:{root}: {split}/ holds no .png images in class folders")
-        images = []
-        for path, _ in files:
-            try:
-                with Image.open(path) as image:
-                    images.append(np.asarray(image.convert("L" if image.mode in ("1", "L", "I", "I;16") else "RGB")))
-            except OSError as exc:  # Pillow's UnidentifiedImageError and truncated files are OSErrors
-                raise DatasetFormatError(f"folder:{root}: {path} is not a readable PNG image ({exc}); replace or "
-                                         f"remove it") from None
-        shapes = {image.shape for image in images}
-        if len(shapes) != 1:
-            raise DatasetFormatError(f"folder:{root}: {split}/ mixes image sizes {sorted(shapes)[:3]}; resize them to "
-                                     f"one size")
-        arrays[f"x_{split}"] = np.stack(images)
-        arrays[f"y_{split}"] = np.array([label for _, label in files], dtype=np.int64)
-    return arrays
 
 
 @register_task_form("npz", usage="npz:PATH.npz", summary="your images and labels as arrays in an .npz file")

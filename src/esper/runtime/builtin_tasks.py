@@ -17,8 +17,10 @@ from esper.runtime.optim import OptimizerSpec
 from esper.runtime.readers import (
     CIFAR10_CLASSES,
     CIFAR10_IMAGE_SHAPE,
+    CIFAR10_VAL_SIZE,
     FASHION_MNIST_CLASSES,
     FASHION_MNIST_IMAGE_SHAPE,
+    FASHION_MNIST_VAL_SIZE,
     VOCAB_SIZE,
     Split,
     TokenWindows,
@@ -42,6 +44,10 @@ _SYNTHETIC_SGD = OptimizerSpec(name="sgd", lr=0.05, momentum=0.9, weight_decay=5
 has no plateau to grow into. At 0.05 it reaches its ~80 % knee by epoch 8 (measured, see README)."""
 _CIFAR_NORM: Normalization = ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
 _FASHION_NORM: Normalization = ((0.2860,), (0.3530,))
+_PHOTO_AUGMENT = "crop,flip"
+"""Textures, photographs and clothing keep their class under a small shift and a mirror image."""
+_CIFAR_VAL = f"the last {CIFAR10_VAL_SIZE:,} training images (the files' order, already shuffled)"
+_GENERATED_VAL = "its generator's own val split"
 
 
 def _synthetic(options: DataOptions, split: Split, _: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -69,25 +75,30 @@ def _synthetic_text(options: DataOptions, split: Split, block_size: int) -> Toke
 @register_task("synthetic")
 def _synthetic_task() -> TaskSpec:
     return image_task("synthetic", _synthetic, image_shape=(3, IMAGE_SIZE, IMAGE_SIZE), num_classes=len(TEXTURE_PAIRS),
-                      target_loss=0.5, host_optimizer=_SYNTHETIC_SGD, source="generated in memory")
+                      target_loss=0.5, host_optimizer=_SYNTHETIC_SGD, augment=_PHOTO_AUGMENT,
+                      source="generated in memory", val_split=_GENERATED_VAL)
 
 
 @register_task("cifar10")
 def _cifar10_task() -> TaskSpec:
     return image_task("cifar10", _cifar10, image_shape=CIFAR10_IMAGE_SHAPE, num_classes=CIFAR10_CLASSES,
-                      normalization=_CIFAR_NORM)
+                      normalization=_CIFAR_NORM, augment=_PHOTO_AUGMENT, val_split=_CIFAR_VAL)
 
 
 @register_task("cifar10_deep")
 def _cifar10_deep_task() -> TaskSpec:
     return image_task("cifar10_deep", _cifar10, image_shape=CIFAR10_IMAGE_SHAPE, num_classes=CIFAR10_CLASSES,
-                      channels=(8, 16, 32, 64, 128), normalization=_CIFAR_NORM)
+                      channels=(8, 16, 32, 64, 128), normalization=_CIFAR_NORM, augment=_PHOTO_AUGMENT,
+                      val_split=_CIFAR_VAL)
 
 
 @register_task("fashion_mnist")
 def _fashion_mnist_task() -> TaskSpec:
     return image_task("fashion_mnist", _fashion_mnist, image_shape=FASHION_MNIST_IMAGE_SHAPE,
-                      num_classes=FASHION_MNIST_CLASSES, target_loss=0.25, normalization=_FASHION_NORM)
+                      num_classes=FASHION_MNIST_CLASSES, target_loss=0.25, normalization=_FASHION_NORM,
+                      augment=_PHOTO_AUGMENT,
+                      val_split=f"the last {FASHION_MNIST_VAL_SIZE:,} training images (the file's order, already "
+                                "shuffled)")
 
 
 def _transformer_host(*, n_embd: int, n_layer: int, block_size: int, dropout: float) -> HostFactory:
@@ -110,6 +121,8 @@ def _tinystories_task() -> TaskSpec:
         seed_optimizer=OptimizerSpec(name="adamw", lr=3e-4, weight_decay=0.0),
         target_loss=1.2, typical_loss_delta_std=0.15, default_batch_size=32, val_batch_size=64,
         lifecycle=_LM_LIFECYCLE, block_size=256,
+        val_split="the last 5 % of the training stories (of a single --data-path file: the 5 % before the test "
+                  "split's)",
     )
 
 
@@ -122,5 +135,5 @@ def _synthetic_text_task() -> TaskSpec:
         host_optimizer=OptimizerSpec(name="adamw", lr=1e-3),
         seed_optimizer=OptimizerSpec(name="adamw", lr=1e-3),
         target_loss=0.6, typical_loss_delta_std=0.15, default_batch_size=32, val_batch_size=64,
-        lifecycle=_LM_LIFECYCLE, block_size=64, source="generated in memory",
+        lifecycle=_LM_LIFECYCLE, block_size=64, source="generated in memory", val_split=_GENERATED_VAL,
     )

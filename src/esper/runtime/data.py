@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from esper.leyline.errors import UserInputError
+from esper.runtime.augment import Augment, augment_ops
 from esper.runtime.readers import TokenWindows
 
 Normalization = tuple[Sequence[float], Sequence[float]]
@@ -38,7 +39,8 @@ class AugmentDraw:
 
 @dataclass(frozen=True)
 class Augmentation:
-    """Train-time image augmentation: random crop with zero padding, optional horizontal flip (p = 0.5)."""
+    """Train-time image augmentation: random crop with zero padding (none at padding 0), optional horizontal flip
+    (p = 0.5)."""
 
     crop_padding: int
     horizontal_flip: bool = True
@@ -51,14 +53,34 @@ class Augmentation:
             raise UserInputError(f"an image side must be >= 1 pixel, got {size}")
         return cls(_CROP_PADDING_BY_SIZE.get(size, size // 8))
 
+    @classmethod
+    def named(cls, augment: Augment, size: int) -> Augmentation | None:
+        """What `augment` does to images whose shorter side is `size` (crops padded as `for_image_size` pads them);
+        None where it does nothing (`none`, or only crops of an image too small to pad)."""
+        ops = augment_ops(augment)
+        padding = cls.for_image_size(size).crop_padding if "crop" in ops else 0
+        return cls(padding, horizontal_flip="flip" in ops) if padding or "flip" in ops else None
+
     def draw(self, batch_size: int, generator: torch.Generator) -> AugmentDraw:
-        """Draw per-sample parameters on CPU so that every device applies the same augmentation."""
-        offsets = torch.randint(0, 2 * self.crop_padding + 1, (batch_size, 2), generator=generator)
+        """Draw per-sample parameters on CPU so that every device applies the same augmentation (no crop offsets
+        are drawn without padding)."""
+        if self.crop_padding:
+            offsets = torch.randint(0, 2 * self.crop_padding + 1, (batch_size, 2), generator=generator)
+        else:
+            offsets = torch.zeros(batch_size, 2, dtype=torch.int64)
         if self.horizontal_flip:
             flips = torch.rand(batch_size, generator=generator) < 0.5
         else:
             flips = torch.zeros(batch_size, dtype=torch.bool)
         return AugmentDraw(self.crop_padding, offsets, flips)
+
+
+def describe_augmentation(augmentation: Augmentation | None) -> str:
+    """The augmentation in force as a run records it: `none`, or e.g. `crop (padding 2), flip`."""
+    if augmentation is None:
+        return "none"
+    parts = [f"crop (padding {augmentation.crop_padding})"] if augmentation.crop_padding else []
+    return ", ".join([*parts, "flip"] if augmentation.horizontal_flip else parts)
 
 
 def apply_augmentation(images: Tensor, draw: AugmentDraw) -> Tensor:

@@ -78,7 +78,8 @@ def instance_task(family: Family, itype: InstanceType) -> TaskSpec:
     spec = image_task(family_task(family, itype), load, image_shape=(shape[0], shape[1], shape[2]),
                       num_classes=itype.classes or base.num_outputs, target_loss=base.target_loss,
                       normalization=base.normalization, host_optimizer=base.host_optimizer,
-                      augment=base.augment is not None, source=f"{itype.describe()} (family {family.key})")
+                      augment=base.augment, source=f"{itype.describe()} (family {family.key})",
+                      val_split=base.val_split)
     host_at = spec.host_factory
 
     def host(width: float = 1.0) -> nn.Module:

@@ -74,6 +74,11 @@ class DatasetFormatError(UserInputError):
     """A dataset file exists but is malformed; the message names the file."""
 
 
+class DataWarning(UserWarning):
+    """Data a run leaves out that its user may not know of (files in an image folder that are not images); the
+    command line shows it as one line."""
+
+
 @dataclass(frozen=True)
 class TokenWindows:
     """LM windows: full windows (N, T) plus, for validation, one shorter final window (1, t) with t < T.

@@ -19,6 +19,7 @@ from esper.leyline.actions import ActionSpace
 from esper.leyline.constants import DEFAULT_BATCH_SIZE_TRAINING, DEFAULT_HOST_LR, DEFAULT_SEED_LR
 from esper.leyline.errors import UserInputError
 from esper.leyline.strict_config import StrictConfig
+from esper.runtime.augment import Augment, parse_augment
 from esper.runtime.data import Augmentation, DeviceDataset, Normalization
 from esper.runtime.optim import OptimizerSpec
 from esper.runtime.readers import Split, TokenWindows
@@ -67,9 +68,10 @@ class TaskSpec:
     val_batch_size: int
     lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
     block_size: int | None = None
-    augment: Augmentation | None = None
+    augment: Augment = "none"  # the task's own train-time augmentation: what a run uses unless it chooses another
     normalization: Normalization | None = None
     source: str | None = None  # where the data comes from, as runs record it (None: the built-in readers say)
+    val_split: str = "the task's loader's own"  # where `val` comes from, as runs record it
 
     @property
     def action_space(self) -> ActionSpace:
@@ -80,6 +82,19 @@ class TaskSpec:
     def random_guess_loss(self) -> float:
         """Loss of a uniform prediction: ln(classes) or ln(vocabulary)."""
         return math.log(self.num_outputs)
+
+    def augment_in_force(self, choice: Augment | None) -> Augment:
+        """The augmentation a run trains with: its `choice`, or (None) the task's own."""
+        augment = self.augment if choice is None else choice
+        if augment != "none" and len(self.input_shape) != 3:
+            raise UserInputError(f"Task '{self.name}' has no images to augment ({augment}): drop --augment (or pass "
+                                 f"--augment none)")
+        return augment
+
+    def augmentation(self, choice: Augment | None) -> Augmentation | None:
+        """What `augment_in_force(choice)` does to this task's images (None: nothing)."""
+        augment = self.augment_in_force(choice)
+        return None if augment == "none" else Augmentation.named(augment, min(self.input_shape[1:]))
 
     def load(self, options: DataOptions, split: Split) -> tuple[torch.Tensor, torch.Tensor] | TokenWindows:
         """CPU tensors of a whole split; raises DatasetNotFoundError when absent."""
@@ -107,13 +122,16 @@ def scaled(value: int, width: float, multiple: int = 1) -> int:
 def image_task(name: str, loader: Loader, *, image_shape: tuple[int, int, int], num_classes: int,
                channels: tuple[int, ...] = CNN_CHANNELS, target_loss: float = 0.3,
                normalization: Normalization | None = None, host_optimizer: OptimizerSpec = CNN_SGD,
-               augment: bool = True, source: str | None = None) -> TaskSpec:
+               augment: str = "none", source: str | None = None, val_split: str = "the task's loader's own"
+               ) -> TaskSpec:
     """An image-classification task on the CNN host, shaped by its data: `image_shape` (C, H, W) and `num_classes` as
     the data has them, at any size (a block halves the resolution only while it is at least 2 pixels).
 
-    `channels`: one conv block per entry (its width × the host's width multiplier). `augment`: random crops (padding
-    an eighth of the image side; 4 at 32 px, 2 at 28) and horizontal flips while training. `target_loss` scales the
-    `loss` reward family only.
+    `channels`: one conv block per entry (its width × the host's width multiplier). `augment`: the task's own
+    train-time augmentation, `none` (the default: a flip or a crop may change a label), `crop` (random crops padding
+    an eighth of the image side; 4 at 32 px, 2 at 28), `flip` (random horizontal flips) or `crop,flip`; a run may
+    choose another (`--augment`). `target_loss` scales the `loss` reward family only. `source` and `val_split` say
+    where the data and its validation split come from, as runs record them.
     """
     in_channels, side = image_shape[0], min(image_shape[1:])
     if min(image_shape) < 1 or num_classes < 2:
@@ -129,6 +147,6 @@ def image_task(name: str, loader: Loader, *, image_shape: tuple[int, int, int], 
         name=name, topology="cnn", task_type="classification", num_outputs=num_classes, input_shape=image_shape,
         host_factory=host, loader=loader, host_optimizer=host_optimizer, seed_optimizer=SEED_SGD,
         target_loss=target_loss, typical_loss_delta_std=0.05, default_batch_size=DEFAULT_BATCH_SIZE_TRAINING,
-        val_batch_size=512, augment=Augmentation.for_image_size(side) if augment else None,
-        normalization=normalization, source=source,
+        val_batch_size=512, augment=parse_augment(augment), normalization=normalization, source=source,
+        val_split=val_split,
     )

@@ -27,7 +27,8 @@ __all__ = [
 ]
 
 SETTING_FLAGS = {"task": "--task", "max_epochs": "--max-epochs", "max_train_samples": "--max-train-samples",
-                 "max_val_samples": "--max-val-samples", "batch_size": "--batch-size", "lr_schedule": "--lr-schedule"}
+                 "max_val_samples": "--max-val-samples", "batch_size": "--batch-size", "lr_schedule": "--lr-schedule",
+                 "augment": "--augment"}
 """What a learned policy was trained in, beyond its topology and slots, and the flag that sets each."""
 
 

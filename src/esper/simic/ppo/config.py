@@ -35,6 +35,7 @@ from esper.leyline.constants import (
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import MAX_BASE_SEED
 from esper.leyline.strict_config import BatchSize, EpisodeLength, SampleCap, StrictConfig
+from esper.runtime.augment import AugmentChoice
 from esper.runtime.families import Family, family_task, get_family
 from esper.runtime.optim import LRSchedule
 from esper.runtime.param_costs import AUTO_PARAM_COST, ParamCost, ParamCostOrAuto
@@ -97,6 +98,9 @@ class TrainingConfig(StrictConfig):
     lr_schedule: LRSchedule = Field(default="constant",
                                     description="the episode's host and seed learning rates per epoch (cosine: "
                                                 "annealed to 0 over the episode)")
+    augment: AugmentChoice | None = Field(default=None,
+                                          description="the training batches' augmentation: none, crop, flip or "
+                                                      "crop,flip (default: the task's own)")
     max_train_samples: SampleCap | None = Field(default=None,
                                               description="train each episode on a subset of the train split "
                                                           "(default: all of it)")
@@ -227,6 +231,7 @@ class TrainingConfig(StrictConfig):
             if not ok:
                 raise UserInputError(message)
         self.blueprint_indices()
+        get_task_spec(self.task).augment_in_force(self.augment)  # a task without images takes no augmentation
         placement = placement_problem(self.workers, self.executor, self.ray_address)
         if placement:
             raise UserInputError(placement)

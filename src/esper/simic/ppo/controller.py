@@ -164,12 +164,15 @@ def _ppo(argument: str | None, context: ControllerContext) -> PPOPolicy:
 
 
 def trained_setting(config: TrainingConfig) -> dict[str, Any]:
-    """The setting a PPO policy learned in: its task, episode length, sample caps, batch size and schedule (across a
-    family, the types set task and training cap, so `_check_family` checks those)."""
+    """The setting a PPO policy learned in: its task, episode length, sample caps, batch size, schedule and
+    augmentation (across a family, the types set task, training cap and the augmentation of their own, so
+    `_check_family` checks the task)."""
     setting = {"task": config.task, "max_epochs": config.max_epochs, "max_train_samples": config.max_train_samples,
                "max_val_samples": config.max_val_samples, "batch_size": config.batch_size,
                "lr_schedule": config.lr_schedule}
-    if config.family is not None:
+    if config.family is None:
+        setting["augment"] = get_task_spec(config.task).augment_in_force(config.augment)
+    else:
         del setting["task"], setting["max_train_samples"]
     return setting
 

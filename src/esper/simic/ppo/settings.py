@@ -41,7 +41,7 @@ def _setting(config: TrainingConfig, task: str, max_train_samples: int | None, p
         max_train_samples=max_train_samples)
     return EpisodeSetting(task, tuple(config.slots), config.max_epochs, config.batch_size, reward, config.gamma,
                           max_train_samples=max_train_samples, max_val_samples=config.max_val_samples,
-                          amp=config.amp, lr_schedule=config.lr_schedule)
+                          amp=config.amp, lr_schedule=config.lr_schedule, augment=config.augment)
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from esper.leyline import LifecycleOp, TelemetryEventType, TelemetrySink, emit_i
 from esper.leyline.constants import ANOMALY_ESCALATION_EPOCHS
 from esper.leyline.seeding import SeedStream, derive_seed
 from esper.leyline.telemetry import Severity
+from esper.runtime.data import describe_augmentation
 from esper.runtime.devices import env_device_map, resolve_device, resolve_devices
 from esper.runtime.rundir import RunDirectory
 from esper.runtime.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
@@ -279,6 +280,7 @@ def _announce(config: TrainingConfig, task: TaskSpec, settings: TrainingSettings
         "n_episodes": config.n_episodes, "obs_dim": obs_dim(task.action_space, config.use_telemetry),
         "config": config.to_dict(),
         "reward": settings.describe_reward(config),
+        "augmentation": describe_augmentation(task.augmentation(config.augment)),
         "envs_per_device": {str(d): sum(1 for x in device_of if x == d) for d in env_devices}})
 
 
