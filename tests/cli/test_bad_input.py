@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -99,7 +100,22 @@ def fx(tmp_path_factory: pytest.TempPathFactory) -> Fixtures:
     _fake_run(root / "compare_run", "compare", {"seed": 7})
     (root / "report_unknown").mkdir()
     (root / "report_unknown" / "config.json").write_text(json.dumps({"command": "datagen"}))
+    _own_data(root)
     return Fixtures(root)
+
+
+def _own_data(root: Path) -> None:
+    """Images of one's own that would mislead a run: a folder with an empty class folder, an .npz whose val split
+    lacks a class of train."""
+    from PIL import Image
+
+    for split, name, n in (("train", "c0", 3), ("train", "c1", 3), ("train", "c2", 0), ("test", "c0", 1)):
+        (root / "empty_class" / split / name).mkdir(parents=True)
+        for i in range(n):
+            Image.fromarray(np.full((4, 4), i, np.uint8)).save(root / "empty_class" / split / name / f"{i}.png")
+    images = np.zeros((6, 4, 4), np.uint8)
+    np.savez(root / "val_lacks.npz", x_train=images, y_train=np.arange(6) % 3, x_test=images, y_test=np.arange(6) % 3,
+             x_val=images[:2], y_val=np.array([0, 1]))
 
 
 @dataclass(frozen=True)
@@ -203,6 +219,16 @@ CASES = [
                                           str(f.root / "latin1.txt")], "latin1.txt"),
     Case("data-path-too-small", lambda f: [*HEURISTIC, "--task", "tinystories", "--data-path", f.afile], "afile"),
     Case("dataset-missing", lambda f: [*HEURISTIC, "--task", "cifar10", "--data-dir", f.emptydir], "--download"),
+    Case("folder-empty-class", lambda f: [*COMPARE, "--controllers", "static", "--task", f"folder:{f.empty_class}"],
+         "train/c2 is empty"),
+    Case("npz-val-lacks-a-class", lambda f: [*COMPARE, "--controllers", "static", "--task",
+                                             f"npz:{f.root}/val_lacks.npz"], "the validation split has no sample of class(es) [2]"),
+    Case("augment-unknown", lambda f: [*COMPARE, "--controllers", "static", "--augment", "rotate"],
+         "augmentation 'rotate' is not one of none, crop, flip, crop,flip"),
+    Case("augment-without-images", lambda f: [*HEURISTIC, "--task", "synthetic_text", "--augment", "flip"],
+         "no images to augment"),
+    Case("ppo-augment-without-images", lambda f: [*PPO, "--task", "synthetic_text", "--augment", "crop"],
+         "no images to augment"),
     # report
     Case("report-not-there", lambda f: ["report", f.nothere], "does not exist"),
     Case("report-a-file", lambda f: ["report", f.afile], "is a file"),
