@@ -4,6 +4,7 @@ training type."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -66,9 +67,19 @@ def test_the_measurement_is_the_static_hosts_slope_and_is_repeatable(tmp_path: P
     assert ratios[0] == 0.0 < ratios[1] < ratios[2]
 
 
+def test_a_measurement_is_cached_per_augmentation_in_force(tmp_path: Path) -> None:
+    """λ_p depends on how the host trains: a run with another augmentation measures its own."""
+    task, setting = get_task_spec("synthetic"), ParamCostSetting("synthetic", 3, 64, 32, 64)
+    own = setting.cache_file(tmp_path, task)
+    assert f"_h{host_params(task, 1.0)}_" in own.name and "_aug-crop-flip_" in own.name  # the task's own
+    assert setting.cache_file(tmp_path, task) == dataclasses.replace(setting, augment="crop,flip").cache_file(
+        tmp_path, task)
+    assert "_aug-none_" in dataclasses.replace(setting, augment="none").cache_file(tmp_path, task).name
+
+
 def test_an_unreadable_cache_file_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     setting = ParamCostSetting("synthetic", 3, 64, 32, 64, "cosine")  # the synthetic preset's batch and schedule
-    path = setting.cache_file(tmp_path / "data", host_params(get_task_spec("synthetic"), 1.0))
+    path = setting.cache_file(tmp_path / "data", get_task_spec("synthetic"))
     path.parent.mkdir(parents=True)
     path.write_text("{not json")
     assert _train(tmp_path, "run") == 2
