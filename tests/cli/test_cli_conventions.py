@@ -80,8 +80,9 @@ def test_no_command_accepts_an_abbreviated_flag(prog: str, capsys: pytest.Captur
 
 @pytest.mark.parametrize("prog", EPISODE_COMMANDS)
 def test_every_episode_command_takes_the_scale_down_flags(prog: str, tmp_path: Path) -> None:
-    """The same four flags everywhere, each stored under the TrainingConfig field it sets; --task takes any task the
-    lookup resolves (here the user's own images) as its canonical name, and names a missing file at once."""
+    """The same four flags (and --augment) everywhere, each stored under the TrainingConfig field it sets; --task takes
+    any task the lookup resolves (here the user's own images) as its canonical name, and names a missing file at
+    once."""
     images = tmp_path / "Faces.npz"
     rng = np.random.default_rng(0)
     np.savez(images, x_train=rng.random((8, 6, 6), dtype=np.float32), y_train=np.arange(8) % 2,
@@ -91,7 +92,10 @@ def test_every_episode_command_takes_the_scale_down_flags(prog: str, tmp_path: P
                                            "--max-train-samples", "64", "--max-val-samples", "32"))
     assert {f: getattr(args, f) for f in SCALE_FIELDS} == {"task": get_task_spec(task).name, "max_epochs": 3,
                                                            "max_train_samples": 64, "max_val_samples": 32}
-    assert set(SCALE_FIELDS) <= set(TrainingConfig.model_fields)
+    assert set(SCALE_FIELDS) <= set(TrainingConfig.model_fields) and "augment" in TrainingConfig.model_fields
+    assert "augment" not in vars(args)  # not given: the task's own, and the default run directory it always had
+    args = build_parser().parse_args(_argv(prog, "--task", task, "--augment", "flip,crop"))
+    assert args.augment == "crop,flip"
     with pytest.raises(SystemExit):
         build_parser().parse_args(_argv(prog, "--task", f"npz:{tmp_path / 'missing.npz'}"))
 

@@ -165,10 +165,10 @@ def add_shared_options(p: argparse.ArgumentParser, *, seed_default: int | None =
     g.add_argument("--debug", action="store_true", help="show tracebacks on errors")
 
 
-SCALE_FIELDS = ("task", "max_epochs", "max_train_samples", "max_val_samples", "augment")
-"""The flags every command that trains or evaluates episodes takes (`--task`, `--max-epochs`, `--max-train-samples`,
-`--max-val-samples`, `--augment`): each flag's dest is the TrainingConfig field it sets, so one name carries a
-setting from the flag through the config to the logs."""
+SCALE_FIELDS = ("task", "max_epochs", "max_train_samples", "max_val_samples")
+"""The scale-down flags every command that trains or evaluates episodes takes (`--task`, `--max-epochs`,
+`--max-train-samples`, `--max-val-samples`): each flag's dest is the TrainingConfig field it sets, so one name
+carries a setting from the flag through the config to the logs. `--augment` (field `augment`) comes with them."""
 
 
 def _augment(text: str) -> Augment:
@@ -192,10 +192,11 @@ def data_record(task: TaskSpec, augment: Augment | None) -> dict[str, str]:
 
 def add_scale_options(p: argparse.ArgumentParser, *, defaults: tuple[str, int] | None, task_note: str = "",
                       accept_task: Callable[[str], str] = task_name) -> None:
-    """The SCALE_FIELDS flags. `defaults`: the task and episode length of a command without a preset (it uses all of
-    every split unless capped); None: the command's preset decides all four. `task_note` and `accept_task` (an
-    argparse type giving the canonical name) narrow the tasks a command accepts. --augment is in the arguments only
-    when given, so the default run directory of a command that does not give it is the one it always was."""
+    """The SCALE_FIELDS flags and --augment. `defaults`: the task and episode length of a command without a preset
+    (it uses all of every split unless capped); None: the command's preset decides all four. `task_note` and
+    `accept_task` (an argparse type giving the canonical name) narrow the tasks a command accepts. --augment is in the
+    arguments only when given, so the default run directory of a command that does not give it is the one it always
+    was."""
     task, max_epochs = defaults if defaults is not None else (None, None)
     preset = "the preset's"
     g = p.add_argument_group("task and scale")

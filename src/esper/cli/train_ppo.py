@@ -47,8 +47,8 @@ from esper.simic.ppo.config import PRESETS, TrainingConfig, family_fields
 from esper.simic.ppo.train import PPORun, PPOTrainingResult, train_ppo
 
 PRESET_FIELDS = frozenset(k for preset in PRESETS.values() for k in preset)
-FLAGS_ELSEWHERE = frozenset({*SCALE_FIELDS, "seed", "workers", "threads", "executor", "ray_address"})
-"""TrainingConfig fields whose flags the shared option groups add (scale, seed, workers)."""
+FLAGS_ELSEWHERE = frozenset({*SCALE_FIELDS, "augment", "seed", "workers", "threads", "executor", "ray_address"})
+"""TrainingConfig fields whose flags the shared option groups add (scale and augmentation, seed, workers)."""
 
 
 def add_ppo_parser(sub: Any) -> None:

@@ -47,7 +47,9 @@ def test_task_spec_is_consistent(name: str) -> None:
         assert isinstance(host, TransformerHost) and spec.num_outputs == VOCAB_SIZE == 257
         assert spec.block_size == spec.input_shape[0] == host.block_size
         assert spec.lifecycle.min_training_epochs == 5
-        assert spec.augment is None
+        assert spec.augment == "none" and spec.augmentation(None) is None
+        with pytest.raises(ValueError, match="has no images to augment"):
+            spec.augmentation("flip")
         if name == "tinystories":
             assert sum(p.numel() for p in host.parameters()) > 4_000_000
             return  # the 4.9M-parameter host is only built, not run
@@ -55,7 +57,7 @@ def test_task_spec_is_consistent(name: str) -> None:
         expected_shape = (2, spec.input_shape[0], spec.num_outputs)
     else:
         assert isinstance(host, CNNHost) and spec.block_size is None
-        assert spec.augment is not None and spec.lifecycle.min_training_epochs == 3
+        assert spec.augment == "crop,flip" and spec.lifecycle.min_training_epochs == 3  # esper's own image tasks
         x = torch.randn(2, *spec.input_shape)
         expected_shape = (2, spec.num_outputs)
     host.eval()
