@@ -28,6 +28,8 @@ __all__ = ["CNN_SGD", "SEED_SGD", "DataOptions", "HostFactory", "Loader", "TaskS
            "scaled"]
 
 TaskType = Literal["classification", "lm"]
+LOADER_VAL = "the task's loader's own"
+"""Where a task's `val` comes from when the task does not say: its loader returns it."""
 
 
 class DataOptions(StrictConfig):
@@ -71,7 +73,7 @@ class TaskSpec:
     augment: Augment = "none"  # the task's own train-time augmentation: what a run uses unless it chooses another
     normalization: Normalization | None = None
     source: str | None = None  # where the data comes from, as runs record it (None: the built-in readers say)
-    val_split: str = "the task's loader's own"  # where `val` comes from, as runs record it
+    val_split: str = LOADER_VAL  # where `val` comes from, as runs record it
 
     @property
     def action_space(self) -> ActionSpace:
@@ -122,8 +124,7 @@ def scaled(value: int, width: float, multiple: int = 1) -> int:
 def image_task(name: str, loader: Loader, *, image_shape: tuple[int, int, int], num_classes: int,
                channels: tuple[int, ...] = CNN_CHANNELS, target_loss: float = 0.3,
                normalization: Normalization | None = None, host_optimizer: OptimizerSpec = CNN_SGD,
-               augment: str = "none", source: str | None = None, val_split: str = "the task's loader's own"
-               ) -> TaskSpec:
+               augment: str = "none", source: str | None = None, val_split: str = LOADER_VAL) -> TaskSpec:
     """An image-classification task on the CNN host, shaped by its data: `image_shape` (C, H, W) and `num_classes` as
     the data has them, at any size (a block halves the resolution only while it is at least 2 pixels).
 
