@@ -71,4 +71,4 @@ def test_a_folder_s_stray_files_are_one_warning_line(tmp_path: Path, capsys: pyt
     _compare(f"folder:{tmp_path / 'data'}", tmp_path / "run", "--episodes", "1", "--max-epochs", "2")
     warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
     assert warnings == [f"warning: folder:{tmp_path / 'data'}: left out 3 entries that are not images (.png, .jpg, "
-                        f".jpeg, .bmp), e.g. test/left/.DS_Store, train/left/notes.txt, train/right/photo.webp"]
+                        f".jpeg, .bmp): test/left/.DS_Store, train/left/notes.txt, train/right/photo.webp"]

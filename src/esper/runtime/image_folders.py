@@ -34,9 +34,9 @@ def _class_files(root: Path, split: str, name: str, skipped: list[Path]) -> list
         raise DatasetFormatError(f"folder:{root}: {split}/{name} is empty; put class {name}'s images ({_READ}) in it, "
                                  f"or remove the folder")
     if not images:
-        raise DatasetFormatError(f"folder:{root}: {split}/{name} holds no images (esper reads {_READ} files; it holds "
-                                 f"{len(entries)} other entries, e.g. {entries[0].name}); put class {name}'s images "
-                                 f"in it, or remove the folder")
+        more = f" and {len(entries) - 1} more" if len(entries) > 1 else ""
+        raise DatasetFormatError(f"folder:{root}: {split}/{name} holds no images (esper reads {_READ} files; it found "
+                                 f"{entries[0].name}{more}); put class {name}'s images in it, or remove the folder")
     kept = set(images)
     skipped.extend(p for p in entries if p not in kept)
     return images
@@ -99,6 +99,7 @@ def read_folder(root: Path) -> dict[str, np.ndarray]:
         arrays[f"y_{split}"] = np.array([label for _, label in files], dtype=np.int64)
     if skipped:
         examples = ", ".join(str(p.relative_to(root)) for p in sorted(skipped)[:3])
-        warnings.warn(f"folder:{root}: left out {len(skipped)} entries that are not images ({_READ}), e.g. "
-                      f"{examples}", DataWarning, stacklevel=2)
+        entries = "an entry" if len(skipped) == 1 else f"{len(skipped)} entries"
+        warnings.warn(f"folder:{root}: left out {entries} that {'is' if len(skipped) == 1 else 'are'} not images "
+                      f"({_READ}): {examples}{', ...' if len(skipped) > 3 else ''}", DataWarning, stacklevel=2)
     return arrays
