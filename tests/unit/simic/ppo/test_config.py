@@ -15,7 +15,8 @@ from esper.simic.ppo.config import PRESETS, TrainingConfig
 # The defaults, spelled out literally (not imported from constants) so a changed default fails here.
 SPEC_DEFAULTS: dict[str, Any] = {
     "task": "cifar10", "slots": ["early", "mid", "late"], "max_seeds": None, "max_epochs": 25, "batch_size": 128,
-    "lr_schedule": "constant", "max_train_samples": None, "max_val_samples": None, "n_episodes": 200, "n_envs": 4,
+    "lr_schedule": "constant", "augment": None, "max_train_samples": None, "max_val_samples": None, "n_episodes": 200,
+    "n_envs": 4,
     "seed": 42,
     "device": "auto", "devices": None, "amp": False, "checkpoint_every": 1, "lr": 3e-4, "gamma": 0.995,
     "gae_lambda": 0.97, "clip_ratio": 0.2, "value_coef": 0.5, "value_clip": 10.0, "max_grad_norm": 0.5,

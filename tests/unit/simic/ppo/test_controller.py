@@ -103,6 +103,18 @@ def test_another_setting_is_refused_unless_allowed(tmp_path: Path) -> None:
     assert PPOPolicy.from_checkpoint(path, context=allowed).decide_batch([make_obs()])
 
 
+def test_a_policy_refuses_another_augmentation_than_it_learned_with(tmp_path: Path) -> None:
+    path = _checkpoint(tmp_path)
+    trained = TrainingConfig.from_dict(torch.load(path, weights_only=True)["config"])
+    own = get_task_spec(trained.task).augment_in_force(trained.augment)
+    setting = {"task": trained.task, "max_epochs": trained.max_epochs, "augment": own}
+    assert PPOPolicy.from_checkpoint(path, context=ControllerContext(space=CNN, slots=tuple(trained.slots),
+                                                                     setting=setting))
+    context = ControllerContext(space=CNN, slots=tuple(trained.slots), setting={**setting, "augment": "none"})
+    with pytest.raises(SettingChangeError, match=f"augment {own} then, none now.*--augment {own}"):
+        PPOPolicy.from_checkpoint(path, context=context)
+
+
 def test_a_blueprint_restriction_travels_with_the_checkpoint_and_binds_every_decision(tmp_path: Path) -> None:
     config = CONFIG.model_copy(update={"blueprints": ["norm"], "initial_op_bias": {"GERMINATE": 5.0}})
     path = tmp_path / "p.pt"
