@@ -54,8 +54,9 @@ def test_study_reruns_resume_consistently(tmp_path: Path, capsys: pytest.Capture
     summary = (run / "summary.md").read_text()
     assert "| run | final test acc | vs static | vs static:2 | vs heuristic | vs ppo (init) | vs replay |" in summary
     title = summary.splitlines()[0]
-    assert title == "# esper study --preset quick (synthetic; reward gap, λ_p 1)"
-    assert json.loads((run / "results.json").read_text())["study"]["reward"] == title.split("reward ")[1][:-1]
+    assert title == "# esper study --preset quick (synthetic; augmentation crop (padding 4), flip; reward gap, λ_p 1)"
+    study = json.loads((run / "results.json").read_text())["study"]
+    assert study["reward"] == title.split("reward ")[1][:-1] and study["augmentation"] == "crop (padding 4), flip"
 
     # what a kill in the second paired episode leaves: episode 0 finished, episode 1 half written
     (run / "eval" / "episodes.jsonl").write_text("".join(json.dumps(e) + "\n" for e in rows[:per_seed + 2]))
