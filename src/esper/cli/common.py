@@ -27,6 +27,7 @@ from esper.leyline import (
     TelemetryLevel,
     TelemetrySink,
     UserInputError,
+    did_you_mean,
     emit_if_wanted,
 )
 from esper.leyline.constants import MAX_BATCH, MAX_EPISODE_LENGTH, MAX_SAMPLES
@@ -96,6 +97,19 @@ def float_in(low: float, high: float) -> Callable[[str], float]:
         if not math.isfinite(value) or not low <= value <= high:
             raise argparse.ArgumentTypeError(f"must be a finite number in [{low:g}, {high:g}], got {text}")
         return value
+    return parse
+
+
+def one_of(names: Iterable[str], what: str) -> Callable[[str], str]:
+    """argparse type: one of `names` (a preset, a family). argparse's own `choices` check lists them without saying
+    which was meant; this one suggests it (pass `choices` too, so --help lists them)."""
+    known = sorted(names)
+
+    def parse(text: str) -> str:
+        if text not in known:
+            raise argparse.ArgumentTypeError(f"unknown {what} '{text}'{did_you_mean(text, known)}; choose from "
+                                             f"{', '.join(known)}")
+        return text
     return parse
 
 

@@ -43,6 +43,7 @@ from esper.cli.common import (
     console,
     float_in,
     int_in,
+    one_of,
     preload_data,
     run_settings,
 )
@@ -90,8 +91,9 @@ MAX_RUNS = 100
 def add_study_parser(sub: Any) -> None:
     p = sub.add_parser("study", help="train K PPO controllers, then compare them with every baseline on held-out seeds",
                        description=f"{__doc__}\n{family_doc}", formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", choices=sorted(STUDY_PRESETS), help="the study's setting and size (default: quick)")
-    p.add_argument("--family", choices=sorted(FAMILIES),
+    p.add_argument("--preset", type=one_of(STUDY_PRESETS, "study preset"), choices=sorted(STUDY_PRESETS),
+                   help="the study's setting and size (default: quick)")
+    p.add_argument("--family", type=one_of(FAMILIES, "family"), choices=sorted(FAMILIES),
                    help="a study across a task family's instance types, beginning with its pre-check (see below)")
     p.add_argument("--ignore-precheck", action="store_true",
                    help="with --family: go on where the pre-check finds too little for a per-run controller to win")

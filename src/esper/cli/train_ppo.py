@@ -24,6 +24,7 @@ from esper.cli.common import (
     closing_hub,
     console,
     make_hub,
+    one_of,
     phase_progress,
     preload_data,
     print_next_steps,
@@ -52,7 +53,7 @@ FLAGS_ELSEWHERE = frozenset({*SCALE_FIELDS, "seed", "workers", "threads", "execu
 
 def add_ppo_parser(sub: Any) -> None:
     p = sub.add_parser("ppo", help="train the Tamiyo policy with PPO on vectorized environments")
-    p.add_argument("--preset", choices=sorted(PRESETS),
+    p.add_argument("--preset", type=one_of(PRESETS, "preset"), choices=sorted(PRESETS),
                    help="hyperparameter preset (default: the preset named after --task if there is one, else cifar10)")
     p.add_argument("--resume", type=Path, help="checkpoint file or run directory (its checkpoints/latest.pt)")
     add_scale_options(p, defaults=None)
