@@ -240,10 +240,7 @@ def test_bad_input_exits_2_with_one_line_and_leaves_nothing(case: Case, fx: Fixt
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)  # default run directories would appear under ./runs
     before = _snapshot(fx.root, tmp_path)
-    try:
-        code = main(case.argv(fx))
-    except SystemExit as exc:  # argparse
-        code = int(exc.code or 0)
+    code = main(case.argv(fx))  # argparse's errors too: main never raises SystemExit
     captured = capsys.readouterr()
     lines = [line for line in captured.err.splitlines() if line.strip()]
     assert code == 2, captured.err + captured.out
@@ -273,9 +270,21 @@ def test_unreadable_data_path_is_named(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exc:
-        main(["--version"])
-    assert exc.value.code == 0 and capsys.readouterr().out.startswith("esper 0.")
+    assert main(["--version"]) == 0 and capsys.readouterr().out.startswith("esper 0.")
+
+
+@pytest.mark.parametrize(("argv", "code"), [
+    ([], 2), (["--bogus"], 2), (["train"], 2), (["--plugin"], 2), (["compare", "--plugin"], 2),
+    (["compare", "--task", "nope"], 2), (["compare", "--controllers", "statc"], 2), (["study", "--runs", "0"], 2),
+    (["train", "ppo", "--preset", "quik"], 2), (["compare", "--help"], 0), (["--help"], 0),
+], ids=repr)
+def test_main_returns_every_exit_code(argv: list[str], code: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """`main(argv)` called from Python returns the code the shell would see, argparse's refusals and --help
+    included; it raises nothing, SystemExit neither."""
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == code
+    capsys.readouterr()
 
 
 def test_a_setting_change_runs_when_asked_for(fx: Fixtures, tmp_path: Path) -> None:

@@ -129,10 +129,13 @@ def add_plugin_option(p: argparse.ArgumentParser) -> None:
 def plugin_arguments(argv: Sequence[str]) -> argparse.Namespace:
     """The --plugin (and --debug) arguments of a command line, read before its parser exists: the parser's task
     names and the controllers' blueprints depend on what the plugins register."""
-    early = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    early = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
     early.add_argument("--plugin", action="append", default=[])
     early.add_argument("--debug", action="store_true")
-    return early.parse_known_args(argv)[0]
+    try:
+        return early.parse_known_args(argv)[0]
+    except argparse.ArgumentError:  # a bare `--plugin`: the command's own parser refuses it with its message
+        return argparse.Namespace(plugin=[], debug=False)
 
 
 def task_name(text: str, canonical: Callable[[str], str] = lambda text: get_task_spec(text).name) -> str:
