@@ -29,6 +29,7 @@ events and TensorBoard logs), so each can be reported and resumed on its own.
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ from esper.cli.common import (
     int_in,
     one_of,
     preload_data,
+    print_command,
     run_settings,
 )
 from esper.cli.compare import comparison_table
@@ -227,8 +229,9 @@ def cmd_study(args: argparse.Namespace) -> int:
     cache = preload_data(args, get_task_spec(config.task), resolve_devices(config.device, config.devices), SPLITS)
     study, fresh = open_study(path, args, settings)
     mark_rerun(path, seeds, runs)
-    console.print(f"Study directory: [bold]{path}[/bold] ({runs} training run(s); "
-                  f"tensorboard --logdir {path})")
+    watch = shlex.join(["tensorboard", "--logdir", str(path)])
+    console.print(f"Study directory: {path} ({runs} training run(s); {watch})", soft_wrap=True, markup=False,
+                  highlight=False)  # one line, to copy as is
     with discard_on_error(study, fresh=fresh, errors=USER_ERRORS):
         selection = None if selection_seeds == 0 else run_selection(
             selection_plan(config, args.max_test_samples), path / "selection", selection_seeds,
@@ -275,7 +278,7 @@ def cmd_study(args: argparse.Namespace) -> int:
     console.print(f"\nStudy directory: [bold]{path}[/bold]\nSummary:         {summary}\n"
                   f"Plots:           {path / 'report'} ({len(plots)} PNGs)")
     if not args.no_tensorboard:
-        console.print(f"TensorBoard:     tensorboard --logdir {path}")
+        print_command("TensorBoard:     ", [["tensorboard"], ["--logdir", path]])
     if preset.workflow_demo:
         console.print("\n" + demo_note(preset), highlight=False)
     return EXIT_OK
