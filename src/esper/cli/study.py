@@ -124,7 +124,7 @@ def add_study_parser(sub: Any) -> None:
     p.add_argument("--tie-threshold", type=float_in(0.0, 100.0),
                    help="|Δ final accuracy| in pp below which a paired difference is a tie (default: one test sample)")
     add_worker_options(p)
-    add_shared_options(p, seed_default=None, run_dir_name=("study", "<preset>"))
+    add_shared_options(p, seed_default=None, run_dir_name=("study", "<task>"))
     p.set_defaults(func=cmd_study, resume=None, config_json=None)  # effective_config reads them
 
 
@@ -133,7 +133,12 @@ _PLACEMENT = ("device", "devices", *WORKER_FIELDS)
 
 
 def _requested_config(args: argparse.Namespace, blueprints: list[str] | None) -> TrainingConfig:
-    """The preset's config with the overrides (and `blueprints`, once selection has chosen them)."""
+    """The preset's config with the overrides (and `blueprints`, once selection has chosen them), λ_p measured."""
+    return resolve_auto_param_cost(_preset_config(args, blueprints), args)
+
+
+def _preset_config(args: argparse.Namespace, blueprints: list[str] | None) -> TrainingConfig:
+    """The preset's config with the overrides (and `blueprints`), λ_p as given."""
     overrides = flag_overrides(args)
     across = sorted({"family", "type_param_costs"} & set(overrides))
     if across:
@@ -145,8 +150,16 @@ def _requested_config(args: argparse.Namespace, blueprints: list[str] | None) ->
                              "--set blueprints=... or the flag")
     if blueprints is not None:
         overrides["blueprints"] = blueprints
-    requested = TrainingConfig.preset(STUDY_PRESETS[args.preset].training).with_overrides(**overrides)
-    return resolve_auto_param_cost(requested, args)
+    return TrainingConfig.preset(STUDY_PRESETS[args.preset].training).with_overrides(**overrides)
+
+
+def study_dir(args: argparse.Namespace) -> Path:
+    """--run-dir, else `<runs-root>/study_<task>_s<seed>_<digest>`, named like every command's directory by the task
+    and base seed the study runs on (its --ppo runs' with --ppo): two studies on different tasks never look alike."""
+    if args.run_dir is not None:
+        return Path(args.run_dir)
+    base = _saved_run(args, args.ppo[0]) if args.ppo is not None else _preset_config(args, None)
+    return default_run_dir(args.runs_root, "study", base.task, base.seed, run_settings(args))
 
 
 def _saved_run(args: argparse.Namespace, train_dir: Path) -> TrainingConfig:
@@ -217,8 +230,7 @@ def cmd_study(args: argparse.Namespace) -> int:
         raise UserInputError(f"--runs {args.runs} but {len(args.ppo)} --ppo run(s): each --ppo directory is one "
                              f"training run; drop --runs")
     runs = len(args.ppo) if args.ppo is not None else (args.runs or preset.runs)
-    seed = args.seed if args.seed is not None else TrainingConfig.preset(preset.training).seed
-    path = args.run_dir or default_run_dir(args.runs_root, "study", args.preset, seed, run_settings(args))
+    path = study_dir(args)
     settings = _settings(args, seeds, selection_seeds, runs)
     train_dirs = list(args.ppo) if args.ppo is not None else [path / "train" / f"run-{r}" for r in range(runs)]
     if args.blueprints_from_selection and (args.ppo is not None or selection_seeds == 0):
@@ -280,6 +292,6 @@ def cmd_study(args: argparse.Namespace) -> int:
     if not args.no_tensorboard:
         print_command("TensorBoard:     ", [["tensorboard"], ["--logdir", path]])
     if preset.workflow_demo:
-        console.print("\n" + demo_note(preset), highlight=False)
+        console.print("\n" + demo_note(preset, config.max_epochs), highlight=False)
     return EXIT_OK
 
