@@ -145,6 +145,8 @@ CASES = [
          "did you mean 'fixed:norm@mid'"),
     Case("blueprint-typo", lambda f: [*COMPARE, "--controllers", "static", "fixed:conv_lite@mid"],
          "did you mean 'conv_light'"),
+    Case("match-typo", lambda f: [*COMPARE, "--controllers", "static", "static:matched", "heuristic", "--match",
+                                  "heuristc"], "did you mean 'heuristic'"),
     Case("policy-blueprint-typo", lambda f: [*PPO, "--set", 'blueprints=["nrom"]'], "did you mean 'norm'"),
     Case("heuristic-seed-huge", lambda f: [*HEURISTIC, "--seed", "12345678901234567890123"], "--seed"),
     Case("heuristic-seed-negative", lambda f: [*HEURISTIC, "--seed", "-1"], "--seed"),
