@@ -46,6 +46,7 @@ def test_study_reruns_resume_consistently(tmp_path: Path, capsys: pytest.Capture
     out = capsys.readouterr().out
     assert out.startswith(f"Study directory: {run}")  # printed before any work
     assert "This was a workflow demo, not a result" in out and f"{REFERENCE_STUDY}\n" in out  # what the demo shows
+    assert "its 3-epoch episodes" in out  # the episodes it ran (--set max_epochs=3), not the preset's 10
     complete = _results(run)
     rows = read_jsonl(run / "eval" / "episodes.jsonl")
     episodes = _untimed(rows)

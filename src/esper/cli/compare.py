@@ -34,7 +34,7 @@ from esper.evaluation.comparison import (
 )
 from esper.evaluation.controllers import all_controllers
 from esper.leyline import TelemetryEventType
-from esper.leyline.errors import UserInputError
+from esper.leyline.errors import UserInputError, did_you_mean
 from esper.runtime.rundir import default_run_dir
 
 
@@ -104,7 +104,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.match is not None and len(phases) == 1:
         raise UserInputError("--match widens static:matched, which is not among the controllers: add static:matched")
     if args.match is not None and args.match not in phases[0]:  # static:matched cannot be matched to itself
-        raise UserInputError(f"--match {args.match}: no such controller to match. Available: {phases[0]}")
+        raise UserInputError(f"--match {args.match}: no such controller to match{did_you_mean(args.match, phases[0])}. "
+                             f"Available: {phases[0]}")
     cache = load_data(args, plan)
     config = {"controllers": labels, "specs": [s.label for s in specs], "task": plan.task.name,
               "episodes": args.episodes, "max_epochs": args.max_epochs, "slots": list(args.slots),

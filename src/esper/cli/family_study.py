@@ -27,6 +27,7 @@ run's policies on the held-out types again).
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -124,8 +125,10 @@ def cmd_family_study(args: argparse.Namespace) -> int:
         cache.preload(get_task_spec(type_config(config, family, itype).task), devices, SPLITS)
     study, fresh = open_study(_study_path(args, family, config.seed), args, settings)
     path = study.path
-    console.print(f"Study directory: [bold]{path}[/bold] (family {family.key}: {len(family.training)} training "
-                  f"types, {len(family.held_out)} held out; {runs} training run(s); tensorboard --logdir {path})")
+    watch = shlex.join(["tensorboard", "--logdir", str(path)])
+    console.print(f"Study directory: {path} (family {family.key}: {len(family.training)} training types, "
+                  f"{len(family.held_out)} held out; {runs} training run(s); {watch})", soft_wrap=True, markup=False,
+                  highlight=False)  # one line, to copy as is
 
     def runner(type_conf: TrainingConfig) -> PhaseRunner:
         return phase_runner(args, type_conf, settings, cache)

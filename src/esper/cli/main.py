@@ -20,7 +20,7 @@ import argparse
 import sys
 
 import esper
-from esper.cli.common import EXIT_OK, Parser, plugin_arguments, run_guarded
+from esper.cli.common import EXIT_OK, EXIT_USAGE, Parser, plugin_arguments, run_guarded
 from esper.cli.compare import add_compare_parser
 from esper.cli.datagen import add_datagen_parser
 from esper.cli.evaluate_offline import add_evaluate_offline_parser
@@ -57,12 +57,17 @@ def _load_plugins(early: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command line and return its exit code; it never raises SystemExit, so a caller in Python gets the
+    code of a usage error (2), of --help and --version (0) as of every other outcome."""
     argv = sys.argv[1:] if argv is None else list(argv)
     early = plugin_arguments(argv)
     status = run_guarded(_load_plugins, early)
     if status != EXIT_OK:
         return status
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse exits after printing its error (2), the help or the version (0)
+        return exc.code if isinstance(exc.code, int) else EXIT_OK if exc.code is None else EXIT_USAGE
     args.argv = argv  # recorded in config.json
     return run_guarded(args.func, args)
 

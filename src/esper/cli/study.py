@@ -29,6 +29,7 @@ events and TensorBoard logs), so each can be reported and resumed on its own.
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,9 @@ from esper.cli.common import (
     console,
     float_in,
     int_in,
+    one_of,
     preload_data,
+    print_command,
     run_settings,
 )
 from esper.cli.compare import comparison_table
@@ -90,8 +93,9 @@ MAX_RUNS = 100
 def add_study_parser(sub: Any) -> None:
     p = sub.add_parser("study", help="train K PPO controllers, then compare them with every baseline on held-out seeds",
                        description=f"{__doc__}\n{family_doc}", formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", choices=sorted(STUDY_PRESETS), help="the study's setting and size (default: quick)")
-    p.add_argument("--family", choices=sorted(FAMILIES),
+    p.add_argument("--preset", type=one_of(STUDY_PRESETS, "study preset"), choices=sorted(STUDY_PRESETS),
+                   help="the study's setting and size (default: quick)")
+    p.add_argument("--family", type=one_of(FAMILIES, "family"), choices=sorted(FAMILIES),
                    help="a study across a task family's instance types, beginning with its pre-check (see below)")
     p.add_argument("--ignore-precheck", action="store_true",
                    help="with --family: go on where the pre-check finds too little for a per-run controller to win")
@@ -120,7 +124,7 @@ def add_study_parser(sub: Any) -> None:
     p.add_argument("--tie-threshold", type=float_in(0.0, 100.0),
                    help="|Δ final accuracy| in pp below which a paired difference is a tie (default: one test sample)")
     add_worker_options(p)
-    add_shared_options(p, seed_default=None, run_dir_name=("study", "<preset>"))
+    add_shared_options(p, seed_default=None, run_dir_name=("study", "<task>"))
     p.set_defaults(func=cmd_study, resume=None, config_json=None)  # effective_config reads them
 
 
@@ -129,7 +133,12 @@ _PLACEMENT = ("device", "devices", *WORKER_FIELDS)
 
 
 def _requested_config(args: argparse.Namespace, blueprints: list[str] | None) -> TrainingConfig:
-    """The preset's config with the overrides (and `blueprints`, once selection has chosen them)."""
+    """The preset's config with the overrides (and `blueprints`, once selection has chosen them), λ_p measured."""
+    return resolve_auto_param_cost(_preset_config(args, blueprints), args)
+
+
+def _preset_config(args: argparse.Namespace, blueprints: list[str] | None) -> TrainingConfig:
+    """The preset's config with the overrides (and `blueprints`), λ_p as given."""
     overrides = flag_overrides(args)
     across = sorted({"family", "type_param_costs"} & set(overrides))
     if across:
@@ -141,8 +150,16 @@ def _requested_config(args: argparse.Namespace, blueprints: list[str] | None) ->
                              "--set blueprints=... or the flag")
     if blueprints is not None:
         overrides["blueprints"] = blueprints
-    requested = TrainingConfig.preset(STUDY_PRESETS[args.preset].training).with_overrides(**overrides)
-    return resolve_auto_param_cost(requested, args)
+    return TrainingConfig.preset(STUDY_PRESETS[args.preset].training).with_overrides(**overrides)
+
+
+def study_dir(args: argparse.Namespace) -> Path:
+    """--run-dir, else `<runs-root>/study_<task>_s<seed>_<digest>`, named like every command's directory by the task
+    and base seed the study runs on (its --ppo runs' with --ppo): two studies on different tasks never look alike."""
+    if args.run_dir is not None:
+        return Path(args.run_dir)
+    base = _saved_run(args, args.ppo[0]) if args.ppo is not None else _preset_config(args, None)
+    return default_run_dir(args.runs_root, "study", base.task, base.seed, run_settings(args))
 
 
 def _saved_run(args: argparse.Namespace, train_dir: Path) -> TrainingConfig:
@@ -213,8 +230,7 @@ def cmd_study(args: argparse.Namespace) -> int:
         raise UserInputError(f"--runs {args.runs} but {len(args.ppo)} --ppo run(s): each --ppo directory is one "
                              f"training run; drop --runs")
     runs = len(args.ppo) if args.ppo is not None else (args.runs or preset.runs)
-    seed = args.seed if args.seed is not None else TrainingConfig.preset(preset.training).seed
-    path = args.run_dir or default_run_dir(args.runs_root, "study", args.preset, seed, run_settings(args))
+    path = study_dir(args)
     settings = _settings(args, seeds, selection_seeds, runs)
     train_dirs = list(args.ppo) if args.ppo is not None else [path / "train" / f"run-{r}" for r in range(runs)]
     if args.blueprints_from_selection and (args.ppo is not None or selection_seeds == 0):
@@ -225,8 +241,9 @@ def cmd_study(args: argparse.Namespace) -> int:
     cache = preload_data(args, get_task_spec(config.task), resolve_devices(config.device, config.devices), SPLITS)
     study, fresh = open_study(path, args, settings)
     mark_rerun(path, seeds, runs)
-    console.print(f"Study directory: [bold]{path}[/bold] ({runs} training run(s); "
-                  f"tensorboard --logdir {path})")
+    watch = shlex.join(["tensorboard", "--logdir", str(path)])
+    console.print(f"Study directory: {path} ({runs} training run(s); {watch})", soft_wrap=True, markup=False,
+                  highlight=False)  # one line, to copy as is
     with discard_on_error(study, fresh=fresh, errors=USER_ERRORS):
         selection = None if selection_seeds == 0 else run_selection(
             selection_plan(config, args.max_test_samples), path / "selection", selection_seeds,
@@ -273,8 +290,8 @@ def cmd_study(args: argparse.Namespace) -> int:
     console.print(f"\nStudy directory: [bold]{path}[/bold]\nSummary:         {summary}\n"
                   f"Plots:           {path / 'report'} ({len(plots)} PNGs)")
     if not args.no_tensorboard:
-        console.print(f"TensorBoard:     tensorboard --logdir {path}")
+        print_command("TensorBoard:     ", [["tensorboard"], ["--logdir", path]])
     if preset.workflow_demo:
-        console.print("\n" + demo_note(preset), highlight=False)
+        console.print("\n" + demo_note(preset, config.max_epochs), highlight=False)
     return EXIT_OK
 

@@ -24,8 +24,10 @@ from esper.cli.common import (
     closing_hub,
     console,
     make_hub,
+    one_of,
     phase_progress,
     preload_data,
+    print_command,
     print_next_steps,
     print_run_start,
     run_settings,
@@ -52,7 +54,7 @@ FLAGS_ELSEWHERE = frozenset({*SCALE_FIELDS, "seed", "workers", "threads", "execu
 
 def add_ppo_parser(sub: Any) -> None:
     p = sub.add_parser("ppo", help="train the Tamiyo policy with PPO on vectorized environments")
-    p.add_argument("--preset", choices=sorted(PRESETS),
+    p.add_argument("--preset", type=one_of(PRESETS, "preset"), choices=sorted(PRESETS),
                    help="hyperparameter preset (default: the preset named after --task if there is one, else cifar10)")
     p.add_argument("--resume", type=Path, help="checkpoint file or run directory (its checkpoints/latest.pt)")
     add_scale_options(p, defaults=None)
@@ -238,7 +240,7 @@ def print_training_result(config: TrainingConfig, run: PPORun, result: PPOTraini
                   f"accuracy: {best}")
 
 
-def compare_hint(config: TrainingConfig, run: Path) -> str:
+def compare_hint(config: TrainingConfig, run: Path) -> list[list[str]]:
     """An `esper compare` of the trained policy in exactly the setting it learned in (every setting that changes the
     result, the plugins it was trained with included), on the held-out evaluation seeds of its base seed (a seed stream
     its training never draws from); a policy trained across a family on its first held-out type."""
@@ -248,16 +250,16 @@ def compare_hint(config: TrainingConfig, run: Path) -> str:
         family = get_family(config.family)
         held = family.held_out_types[0]
         task, cap = family_task(family, held), held.max_train_samples
-    parts = ["esper compare --controllers static heuristic", f"ppo:{run}", f"--task {task}",
-             *(f"--plugin {p}" for p in loaded_plugins() if not p.startswith("ep:")),
-             f"--max-epochs {config.max_epochs}", f"--slots {' '.join(config.slots)}",
-             f"--reward-family {config.reward_family.value}", f"--seed {config.seed}",
-             f"--batch-size {config.batch_size}", f"--lr-schedule {config.lr_schedule}"]
+    groups = [["esper", "compare"], ["--controllers", "static", "heuristic", f"ppo:{run}"], ["--task", task],
+              *(["--plugin", p] for p in loaded_plugins() if not p.startswith("ep:")),
+              ["--max-epochs", str(config.max_epochs)], ["--slots", *config.slots],
+              ["--reward-family", config.reward_family.value], ["--seed", str(config.seed)],
+              ["--batch-size", str(config.batch_size)], ["--lr-schedule", config.lr_schedule]]
     for flag, value in (("--max-train-samples", cap), ("--max-val-samples", config.max_val_samples),
                         ("--max-seeds", config.max_seeds), ("--param-cost", cost)):
         if value is not None:
-            parts.append(f"{flag} {value}")
-    return " ".join(parts)
+            groups.append([flag, str(value)])
+    return groups
 
 
 def cmd_train_ppo(args: argparse.Namespace) -> int:
@@ -287,12 +289,12 @@ def cmd_train_ppo(args: argparse.Namespace) -> int:
             print_training_result(config, run, result, stopped=stop.requested)
     if stop.requested:
         if (run_dir.checkpoints / "latest.pt").exists():
-            console.print(f"Stopped. Resume with: esper train ppo --resume {run_dir.path}")
+            print_command("Stopped. Resume with: ", [["esper", "train", "ppo"], ["--resume", run_dir.path]])
         else:
             console.print("Stopped before the first rollout batch finished: nothing to resume.")
         return EXIT_INTERRUPTED
     if checkpoint is not None and not result.history:
         console.print("[yellow]Pass a larger --episodes to continue it.[/yellow]")
     print_next_steps(run_dir.path, tensorboard=not args.no_tensorboard, plots=run_dir.path)
-    console.print(f"Compare:       {compare_hint(config, run_dir.path)}")
+    print_command("Compare:       ", compare_hint(config, run_dir.path))
     return EXIT_OK

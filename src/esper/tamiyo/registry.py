@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from esper.leyline.actions import ActionSpace
-from esper.leyline.errors import UserInputError
+from esper.leyline.errors import UserInputError, did_you_mean
 from esper.tamiyo.protocol import TamiyoPolicy
 
 __all__ = [
@@ -150,7 +150,8 @@ class ControllerRegistry:
         name, sep, argument = text.partition(":")
         entry = self._entries.get(name)
         if entry is None:
-            raise UserInputError(f"Unknown controller '{text}'. Available: {', '.join(self.usages())}")
+            hint = did_you_mean(name, self._entries, rest=sep + argument)
+            raise UserInputError(f"Unknown controller '{text}'{hint}. Available: {', '.join(self.usages())}")
         if entry.argument is None and sep:
             raise UserInputError(f"Controller '{name}' takes no argument, got '{text}'")
         if entry.argument is not None and not argument and not (entry.optional and not sep):

@@ -32,7 +32,7 @@ from esper.leyline.constants import (
     MAX_PARAM_BUDGET,
     MAX_WEIGHT,
 )
-from esper.leyline.errors import UserInputError
+from esper.leyline.errors import UserInputError, did_you_mean
 from esper.leyline.seeding import MAX_BASE_SEED
 from esper.leyline.strict_config import BatchSize, EpisodeLength, SampleCap, StrictConfig
 from esper.runtime.families import Family, family_task, get_family
@@ -284,8 +284,9 @@ class TrainingConfig(StrictConfig):
         germinable = head[1:]  # index 0 is the noop blueprint, never a germination
         unknown = sorted(set(self.blueprints) - set(germinable))
         if unknown or not self.blueprints:
+            hint = "".join(did_you_mean(name, germinable) for name in unknown)
             raise UserInputError(f"blueprints must name at least one of {list(germinable)} (task {self.task}), got "
-                                 f"{self.blueprints}")
+                                 f"{self.blueprints}{hint}")
         return frozenset(head.index(b) for b in self.blueprints)
 
     def charged_param_cost(self, itype: str | None = None) -> float | None:
@@ -312,7 +313,7 @@ class TrainingConfig(StrictConfig):
     @classmethod
     def preset(cls, name: str) -> TrainingConfig:
         if name not in PRESETS:
-            raise UserInputError(f"Unknown preset '{name}'. Available: {sorted(PRESETS)}")
+            raise UserInputError(f"Unknown preset '{name}'{did_you_mean(name, PRESETS)}. Available: {sorted(PRESETS)}")
         return cls(**PRESETS[name])
 
 
