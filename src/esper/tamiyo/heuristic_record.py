@@ -17,12 +17,15 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, JsonValue, StrictFloat, StrictInt, ValidationError, field_validator, model_validator
 
+from esper.leyline.constants import MAX_WEIGHT
 from esper.leyline.errors import UserInputError
+from esper.leyline.seeding import MAX_BASE_SEED
 from esper.leyline.strict_config import (
     BatchSize,
     EpisodeLength,
     SampleCap,
     StrictConfig,
+    Weight,
     validation_messages,
 )
 from esper.tamiyo.heuristic import HeuristicPolicyConfig, HeuristicTamiyo
@@ -40,6 +43,7 @@ LIFECYCLE_FIELDS = ("seed_training_epochs", "seed_blending_epochs")
 THRESHOLD_FIELDS = tuple(f for f in HeuristicPolicyConfig.model_fields if f not in LIFECYCLE_FIELDS)
 _FIX = "fix it in the record, or write a new one with `esper tune heuristic --output PATH.json`"
 MAX_BUDGET = 10**12
+MAX_GFLOPS = 1e15
 
 
 class TunedSetting(StrictConfig):
@@ -62,7 +66,7 @@ class ObjectiveRecord(StrictConfig):
     FIX: ClassVar[str] = _FIX
     name: str = Field(min_length=1)
     charge: str | None = None
-    cost: StrictFloat | None = Field(default=None, ge=0.0, le=1e6)
+    cost: StrictFloat | None = Field(default=None, ge=0.0, le=MAX_WEIGHT)
 
 
 class TuningSummary(StrictConfig):
@@ -76,14 +80,14 @@ class TuningSummary(StrictConfig):
     budget_env_epochs: StrictInt = Field(ge=1, le=MAX_BUDGET)
     trials: StrictInt = Field(ge=1, le=MAX_BUDGET)
     best_trial: StrictInt = Field(ge=0, le=MAX_BUDGET)
-    best_score: StrictFloat
-    default_score: StrictFloat
+    best_score: Weight
+    default_score: Weight
     seeds: StrictInt = Field(ge=1, le=MAX_BUDGET)
-    seed: StrictInt = Field(ge=0)
+    seed: StrictInt = Field(ge=0, le=MAX_BASE_SEED)
     seed_stream: str = Field(min_length=1)
     sampler: str = Field(min_length=1)
     cost_env_epochs: StrictInt = Field(ge=0, le=MAX_BUDGET)
-    cost_gflops: StrictFloat = Field(ge=0.0)
+    cost_gflops: StrictFloat = Field(ge=0.0, le=MAX_GFLOPS)
     command: str
     esper_commit: str = Field(min_length=1)
     esper_version: str = Field(min_length=1)
@@ -143,7 +147,8 @@ def read_heuristic_record(path: Path) -> HeuristicRecord:
     try:
         return HeuristicRecord.from_dict(data)
     except UserInputError as exc:
-        raise UserInputError(f"Heuristic record {path}: {exc}") from None
+        fix = "" if _FIX in str(exc) else f" ({_FIX})"  # unknown keys come without it
+        raise UserInputError(f"Heuristic record {path}: {exc}{fix}") from None
 
 
 def _record_path(argument: str, context: ControllerContext) -> Path:
