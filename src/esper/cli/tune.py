@@ -128,12 +128,12 @@ def _print_result(tuned: TunedHeuristic, args: argparse.Namespace) -> None:
     """The best trial against the default heuristic (trial 0), what the search cost, and how to rerun the record."""
     summary = tuned.record.tuning
     assert summary is not None
-    default = tuned.trials[0].thresholds
-    changed = {k: v for k, v in tuned.record.thresholds.items() if default.get(k) != v}
+    default = tuned.trials[0].params
+    changed = {k: v for k, v in tuned.best.params.items() if default[k] != v}
     console.print(f"\nBest: trial {summary.best_trial} of {summary.trials}, {summary.objective.name} "
                   f"{summary.best_score:+.3f} (default heuristic {summary.default_score:+.3f}); cost to obtain "
                   f"{summary.cost_env_epochs:,} env-epochs, {summary.cost_gflops:,.1f} GFLOPs", highlight=False)
-    console.print("Thresholds changed from the defaults: "
+    console.print("Changed from the default heuristic: "
                   + (", ".join(f"{k}={v}" for k, v in changed.items()) or "none"), highlight=False)
     console.print(f"Record:  [bold]{tuned.path}[/bold]\nRerun:   {_rerun_command(args, tuned.path)}", soft_wrap=True)
 
