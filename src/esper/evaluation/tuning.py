@@ -4,8 +4,9 @@ against the rule at its best, not at thresholds set by hand.
 Bayesian optimization with optuna's TPE sampler, seeded with the plan's seed: the same call gives the same record.
 Trial 0 is the default heuristic (clamped into the space, `tuning_space`), so the tuned one scores at least as well
 on the selection seeds. Each trial writes its thresholds as a candidate record and runs `heuristic:CANDIDATE` on
-paired episodes of the selection seeds as a phase of its own (in trials/<digest>/, resumed or reused like a
-selection round; a trial that repeats earlier thresholds reuses their episodes). The static host runs once on the
+paired episodes of the selection seeds as a phase of its own, in trials/<digest>/: with a phase runner that
+continues finished phases (the command line's, a study's), a rerun search reuses its finished trials and a trial that
+repeats earlier thresholds their episodes (which the cost counts once). The static host runs once on the
 same seeds (static/), every trial's paired baseline. The objective scores a trial from its comparison with static;
 ties go to the earlier trial. The best trial's thresholds are saved with how they were found (`HeuristicRecord`),
 and `heuristic:RECORD` reruns them without searching.

@@ -147,8 +147,8 @@ def read_heuristic_record(path: Path) -> HeuristicRecord:
     try:
         return HeuristicRecord.from_dict(data)
     except UserInputError as exc:
-        fix = "" if _FIX in str(exc) else f" ({_FIX})"  # unknown keys come without it
-        raise UserInputError(f"Heuristic record {path}: {exc}{fix}") from None
+        how = "" if _FIX in str(exc) else f" ({_FIX})"  # unknown keys come without it
+        raise UserInputError(f"Heuristic record {path}: {exc}{how}") from None
 
 
 def _record_path(argument: str, context: ControllerContext) -> Path:
@@ -162,7 +162,11 @@ def _record_path(argument: str, context: ControllerContext) -> Path:
 
 
 def _check_rotation(path: Path, config: HeuristicPolicyConfig, context: ControllerContext) -> None:
-    rotation = config.blueprint_rotation.get(context.topology, ())
+    """A record's rotation for the task's topology must exist and name only blueprints the task can build."""
+    rotation = config.blueprint_rotation.get(context.topology)
+    if rotation is None:
+        raise UserInputError(f"Heuristic record {path}: blueprint_rotation has no rotation for '{context.topology}' "
+                             f"(it has {sorted(config.blueprint_rotation)}): {_FIX}")
     unknown = [b for b in rotation if b not in context.space.buildable]
     if unknown:
         raise UserInputError(f"Heuristic record {path}: blueprint_rotation for '{context.topology}' names "

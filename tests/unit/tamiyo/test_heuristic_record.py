@@ -122,6 +122,9 @@ def test_a_missing_record_or_an_unbuildable_blueprint_is_refused_naming_the_file
     with pytest.raises(UserInputError, match=rf"{record}: blueprint_rotation for 'cnn' names \['mlp'\], which this "
                                              r"task cannot build"):
         _build(f"heuristic:{record}")
+    record = _write(tmp_path / "t.json", _record(thresholds={"blueprint_rotation": {"transformer": ["norm"]}}))
+    with pytest.raises(UserInputError, match=rf"{record}: blueprint_rotation has no rotation for 'cnn'"):
+        _build(f"heuristic:{record}")
 
 
 @given(st.fixed_dictionaries({"min_epochs_before_germinate": st.integers(0, 1000),
