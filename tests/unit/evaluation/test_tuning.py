@@ -193,8 +193,10 @@ def test_a_record_reruns_the_best_trials_episodes_bit_for_bit(tmp_path: Path) ->
                                                      for c, s in result.per_controller.items() if c != "static"})
     tuned = tune_heuristic(plan, tmp_path, 1, 14 * 3, _episode_phase(cache), objective=growth)
     assert tuned.record.tuning is not None and tuned.record.tuning.best_trial == 1
-    best = [e for e in tuned.best.result.episodes if e.controller != "static"]
-    assert best[0].seeds_created > 0  # the trial grew the network: the rerun has decisions to reproduce
+    best, default = ([e for e in trial.result.episodes if e.controller != "static"]
+                     for trial in (tuned.best, tuned.trials[0]))
+    assert best[0].seeds_created > 0  # the trial grew the network: the rerun has decisions to reproduce,
+    assert _outcome(best[0]) != _outcome(default[0])  # and they are not the default heuristic's
     label = best[0].controller
     study_plan = dataclasses.replace(plan, tuned_heuristic=tuned.path)  # a study names its record: heuristic:tuned
     rerun = run_comparison(parse_controllers(["heuristic:tuned"]), study_plan, 1, cache, labels=[label])
@@ -203,3 +205,7 @@ def test_a_record_reruns_the_best_trials_episodes_bit_for_bit(tmp_path: Path) ->
 
 def _without_time(episode: EpisodeResult) -> dict[str, Any]:
     return {k: v for k, v in episode.to_dict().items() if k != "wall_seconds"}
+
+
+def _outcome(episode: EpisodeResult) -> dict[str, Any]:
+    return {k: v for k, v in _without_time(episode).items() if k != "controller"}
