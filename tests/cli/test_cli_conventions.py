@@ -28,8 +28,10 @@ REQUIRED = {  # the least each command needs to parse
     "esper compare": ["--controllers", "static"], "esper study": [],
     "esper evaluate-offline": ["--data", "d", "--controller", "iql:x"], "esper datagen": [],
     "esper datagen export": ["d", "--out", "esper/x-v0"], "esper report": ["r"],
+    "esper tune heuristic": ["--budget", "100"],
 }
-EPISODE_COMMANDS = ("esper train ppo", "esper train heuristic", "esper compare", "esper study", "esper datagen")
+EPISODE_COMMANDS = ("esper train ppo", "esper train heuristic", "esper compare", "esper study", "esper datagen",
+                    "esper tune heuristic")
 
 
 def _commands() -> dict[str, argparse.ArgumentParser]:

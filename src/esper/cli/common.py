@@ -208,6 +208,12 @@ def add_scale_options(p: argparse.ArgumentParser, *, defaults: tuple[str, int] |
 def add_episode_options(p: argparse.ArgumentParser, *, episodes: int, task: str = "synthetic") -> None:
     add_scale_options(p, defaults=(task, 25))
     p.add_argument("--episodes", type=EPISODES, default=episodes)
+    add_setting_options(p)
+
+
+def add_setting_options(p: argparse.ArgumentParser) -> None:
+    """The flags of an episode's setting beyond its scale (slots, seed budget, device, batch, schedule, reward), as
+    the episode commands (`episode_plan`) read them."""
     p.add_argument("--slots", nargs="+", choices=CANONICAL_SLOTS, default=list(CANONICAL_SLOTS))
     p.add_argument("--max-seeds", type=int_in(1, len(CANONICAL_SLOTS)),
                    help="seed budget (default: one per enabled slot)")

@@ -4,6 +4,7 @@ Examples (CPU, minutes):
     esper train ppo --preset quick --run-dir runs/quick
     esper train heuristic --task synthetic --episodes 1 --max-epochs 25 --seed 42
     esper compare --controllers static heuristic random --task synthetic --episodes 5 --seed 42
+    esper tune heuristic --task synthetic --seeds 5 --budget 6000 --output tuned.json
     esper report runs/<run-dir>
     esper datagen --output-dir data/datagen --task synthetic --envs baseline --episodes-per-combo 1 --max-epochs 8
 
@@ -29,6 +30,7 @@ from esper.cli.study import add_study_parser
 from esper.cli.train_heuristic import add_heuristic_parser
 from esper.cli.train_iql import add_iql_parser
 from esper.cli.train_ppo import add_ppo_parser
+from esper.cli.tune import add_tune_parser
 from esper.runtime.plugins import load_plugins
 
 
@@ -44,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_iql_parser(train_sub)
     add_compare_parser(sub)
     add_study_parser(sub)
+    add_tune_parser(sub)
     add_evaluate_offline_parser(sub)
     add_datagen_parser(sub)
     add_report_parser(sub)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -37,6 +38,7 @@ from esper.tamiyo import ControllerContext, ControllerSpec, StaticPolicy, Tamiyo
 __all__ = [
     "EpisodePlan",
     "build_controller",
+    "controller_setting",
     "one_test_sample",
     "paired_seeds",
     "run_controller_episodes",
@@ -66,6 +68,7 @@ class EpisodePlan:
     workers: WorkerOptions = field(default_factory=WorkerOptions)  # where the episodes run (never what they compute)
     allow_setting_change: bool = False  # learned policies may run outside the setting they were trained in
     lr_schedule: LRSchedule = "constant"
+    tuned_heuristic: Path | None = None  # the record `heuristic:tuned` runs (a study's own tuned heuristic)
 
     def describe_reward(self) -> str:
         """The reward logged per decision, with the parameter cost it resolves to for this task and sample cap."""
@@ -78,6 +81,12 @@ def paired_seeds(plan: EpisodePlan, episode: int) -> tuple[int, int]:
     return episode_seeds(plan.seed, plan.stream, episode)
 
 
+def controller_setting(plan: EpisodePlan) -> dict[str, Any]:
+    """The setting a controller runs in (what a learned policy or a tuned heuristic checks it was made for)."""
+    return {"task": plan.task.name, "max_epochs": plan.max_epochs, "max_train_samples": plan.max_train_samples,
+            "max_val_samples": plan.max_val_samples, "batch_size": plan.batch_size, "lr_schedule": plan.lr_schedule}
+
+
 def build_controller(spec: ControllerSpec, plan: EpisodePlan, *, episode: int, index: int) -> TamiyoPolicy:
     """A controller ready for episode `episode`, seeded from (plan seed, episode, its position among the specs)."""
     lifecycle = plan.task.lifecycle
@@ -85,11 +94,8 @@ def build_controller(spec: ControllerSpec, plan: EpisodePlan, *, episode: int, i
                                 seed=paired_seeds(plan, episode)[0], index=index,
                                 seed_training_epochs=max(1, lifecycle.min_training_epochs),
                                 seed_blending_epochs=max(lifecycle.blending_steps, lifecycle.min_blending_epochs),
-                                setting={"task": plan.task.name, "max_epochs": plan.max_epochs,
-                                         "max_train_samples": plan.max_train_samples,
-                                         "max_val_samples": plan.max_val_samples, "batch_size": plan.batch_size,
-                                         "lr_schedule": plan.lr_schedule},
-                                allow_setting_change=plan.allow_setting_change)
+                                setting=controller_setting(plan), allow_setting_change=plan.allow_setting_change,
+                                tuned_heuristic=plan.tuned_heuristic)
     return all_controllers().build(spec, context)
 
 

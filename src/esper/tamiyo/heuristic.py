@@ -53,7 +53,6 @@ from esper.leyline.constants import (
 from esper.leyline.errors import UserInputError
 from esper.leyline.strict_config import EpochCount, PositiveEpochCount, StrictConfig, Weight
 from esper.tamiyo.protocol import TamiyoDecision
-from esper.tamiyo.registry import ControllerContext, register_controller
 
 __all__ = ["DEFAULT_BLUEPRINT_ROTATION", "HeuristicPolicyConfig", "HeuristicTamiyo"]
 
@@ -290,14 +289,6 @@ class HeuristicTamiyo:
     @staticmethod
     def _decision(obs: EnvObservation, command: LifecycleCommand, reason: str) -> TamiyoDecision:
         return TamiyoDecision.from_command(command, space=obs.action_space, reason=reason, confidence=1.0)
-
-
-@register_controller("heuristic", summary="rules: germinate early, fossilize proven seeds, cull failing ones")
-def _heuristic(argument: str | None, context: ControllerContext) -> HeuristicTamiyo:
-    lifecycle = {"seed_training_epochs": context.seed_training_epochs,
-                 "seed_blending_epochs": context.seed_blending_epochs}
-    config = HeuristicPolicyConfig.model_validate({k: v for k, v in lifecycle.items() if v is not None})
-    return HeuristicTamiyo(config, topology=context.topology)
 
 
 def _contribution(report: SeedStateReport, *, missing: float) -> float:
