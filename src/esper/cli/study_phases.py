@@ -130,7 +130,7 @@ def train_run(args: argparse.Namespace, config: TrainingConfig, checkpoint: Path
     """Train (or continue training) a study's policy `run` in its directory, with that directory's own telemetry (so
     a resume trims its own events); False when stopped before the last batch."""
     episodes_done = int(read_policy_checkpoint(checkpoint)["episodes_completed"]) if checkpoint is not None else 0
-    if episodes_done >= config.n_episodes and (checkpoints_dir(train_path) / "final.pt").is_file():
+    if episodes_done >= config.total_episodes() and (checkpoints_dir(train_path) / "final.pt").is_file():
         console.print(f"Training run {run}: finished ({episodes_done} episodes in {train_path}).")
         return True
     console.print(f"Training run {run} ({train_path}):")
@@ -145,4 +145,4 @@ def train_run(args: argparse.Namespace, config: TrainingConfig, checkpoint: Path
         with stop.installed():
             result = train_ppo(config, ppo)
         print_training_result(config, ppo, result, stopped=stop.requested)
-    return not stop.requested and result.episodes_completed >= config.n_episodes
+    return not stop.requested and result.episodes_completed >= config.total_episodes()

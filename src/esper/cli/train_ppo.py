@@ -227,7 +227,7 @@ def print_training_start(config: TrainingConfig, progress: ProgressBackend, *, p
     """The config (in full at debug level) and the envs' devices; starts the progress display's training phase."""
     console.print(config_table(config) if debug else config_summary(config, preset))
     console.print(device_summary(config))
-    progress.start("training", config.n_episodes * config.max_epochs, done=episodes_done * config.max_epochs,
+    progress.start("training", config.total_episodes() * config.max_epochs, done=episodes_done * config.max_epochs,
                    round_size=config.n_envs)
 
 

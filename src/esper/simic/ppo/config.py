@@ -6,6 +6,8 @@ a silently ignored knob. Precedence: preset → --config-json → CLI flags and 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictFloat, StrictInt, field_validator, model_validator
@@ -40,8 +42,17 @@ from esper.runtime.optim import LRSchedule
 from esper.runtime.param_costs import AUTO_PARAM_COST, ParamCost, ParamCostOrAuto
 from esper.runtime.tasks import get_task_spec
 from esper.runtime.workers import Executor, Threads, WorkerOptions, Workers, cuda_device_count, placement_problem
+from esper.simic.ppo.teacher import NO_TEACHER, check_teacher_spec
 
 _SPARSE_DEFAULTS = SparseRewardConfig()
+
+# How a residual policy starts: the defaults of the fields that only a policy with a teacher reads.
+_TEACHER_EPSILON, _CRITIC_WARMUP_EPISODES, _ACTOR_WARMUP_UPDATES = 0.1, 16, 4
+_TEACHER_KL_START, _TEACHER_KL_END = 0.1, 0.01
+_RESIDUAL: Mapping[str, float] = MappingProxyType({
+    "teacher_epsilon": _TEACHER_EPSILON, "critic_warmup_episodes": _CRITIC_WARMUP_EPISODES,
+    "actor_warmup_updates": _ACTOR_WARMUP_UPDATES, "teacher_kl_start": _TEACHER_KL_START,
+    "teacher_kl_end": _TEACHER_KL_END})
 
 _TRAINING_RUN = {"max_train_samples": 1024, "max_val_samples": 512, "batch_size": 64, "max_epochs": 30,
                  "lr_schedule": "cosine", "param_cost": AUTO_PARAM_COST, "n_episodes": 96, "n_envs": 8, "n_epochs": 4,
@@ -163,6 +174,24 @@ class TrainingConfig(StrictConfig):
     init_datasets: list[str] | None = Field(default=None,
                                             description="the datagen directories to distill on (default: the IQL "
                                                         "run's)")
+    teacher: str = Field(default=NO_TEACHER,
+                         description="the controller a residual policy starts from and learns on top of "
+                                     "(heuristic[:...], grow:..., behavior:...); 'none': a policy learned from scratch")
+    teacher_epsilon: StrictFloat = Field(default=_TEACHER_EPSILON, ge=0.0, lt=1.0,
+                                         description="with a teacher: the share of uniform over the legal actions "
+                                                     "its choice is smoothed with (the exploration around it)")
+    critic_warmup_episodes: StrictInt = Field(default=_CRITIC_WARMUP_EPISODES, ge=0, le=MAX_EPISODES,
+                                              description="with a teacher: episodes of the initial (teacher) policy "
+                                                          "whose returns fit the critic before the actor moves, on "
+                                                          "top of n_episodes (a multiple of n_envs)")
+    actor_warmup_updates: StrictInt = Field(default=_ACTOR_WARMUP_UPDATES, ge=0, le=MAX_EPISODES,
+                                            description="with a teacher: actor updates over which its learning rate "
+                                                        "rises linearly to lr")
+    teacher_kl_start: Coef = Field(default=_TEACHER_KL_START,
+                                   description="with a teacher: the weight of KL(policy ‖ teacher) at the first "
+                                               "actor update, annealed linearly to teacher_kl_end at the last")
+    teacher_kl_end: Coef = Field(default=_TEACHER_KL_END,
+                                 description="with a teacher: the KL weight at the last actor update")
     param_budget: StrictInt = Field(default=_SPARSE_DEFAULTS.param_budget, ge=1, le=MAX_PARAM_BUDGET,
                                     description="sparse reward's parameter budget")
     param_penalty_weight: StrictFloat = Field(default=_SPARSE_DEFAULTS.param_penalty_weight, ge=0.0, le=MAX_WEIGHT,
@@ -201,6 +230,23 @@ class TrainingConfig(StrictConfig):
         """`initial_op_bias` as one value per op in `LifecycleOp` order; () when none is set (a zero bias)."""
         return tuple(self.initial_op_bias.get(op.name, 0.0) for op in LifecycleOp) if self.initial_op_bias else ()
 
+    @field_validator("teacher")
+    @classmethod
+    def _teacher(cls, v: str) -> str:
+        return check_teacher_spec(v)
+
+    def residual_epsilon(self) -> float | None:
+        """The teacher's smoothing ε of a residual policy; None for a policy learned from scratch."""
+        return None if self.teacher == NO_TEACHER else self.teacher_epsilon
+
+    def warmup_episodes(self) -> int:
+        """Episodes of the critic warm-up, run before the `n_episodes` the actor learns from (0 without a teacher)."""
+        return 0 if self.teacher == NO_TEACHER else self.critic_warmup_episodes
+
+    def total_episodes(self) -> int:
+        """Every episode the run trains on: the critic warm-up's, then `n_episodes`."""
+        return self.warmup_episodes() + self.n_episodes
+
     @field_validator("hidden_dim")
     @classmethod
     def _hidden(cls, v: int) -> int:
@@ -226,6 +272,7 @@ class TrainingConfig(StrictConfig):
         for ok, message in checks:
             if not ok:
                 raise UserInputError(message)
+        self._check_teacher()
         self.blueprint_indices()
         placement = placement_problem(self.workers, self.executor, self.ray_address)
         if placement:
@@ -238,6 +285,28 @@ class TrainingConfig(StrictConfig):
                 raise UserInputError(f"{changed} only apply to reward_family 'sparse' "
                                      f"(got '{self.reward_family.value}')")
         return self
+
+    def _check_teacher(self) -> None:
+        """A residual policy starts as its teacher: nothing else may set its initial actor, and its start-up fields
+        are knobs of a residual policy only."""
+        if self.teacher == NO_TEACHER:
+            changed = [k for k, default in _RESIDUAL.items() if getattr(self, k) != default]
+            if changed:
+                raise UserInputError(f"{changed} only apply to a residual policy: set teacher (e.g. --set "
+                                     f"teacher=heuristic) or drop them")
+            return
+        checks = [
+            (self.init_from is None, f"a residual policy starts as its teacher ({self.teacher}): drop init_from"),
+            (not self.initial_op_bias, f"a residual policy starts as its teacher ({self.teacher}): drop "
+                                       f"initial_op_bias"),
+            (self.critic_warmup_episodes % self.n_envs == 0,
+             f"critic_warmup_episodes ({self.critic_warmup_episodes}) must be a multiple of n_envs ({self.n_envs})"),
+            (self.advantage == "gae" or self.critic_warmup_episodes == 0,
+             "the group advantage uses no critic: set critic_warmup_episodes=0 or advantage=gae"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise UserInputError(message)
 
     def _check_family(self) -> None:
         """A family run's task is its first training type (it builds the policy's action space, which every type of

@@ -25,6 +25,8 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "reward_family": "gap", "param_cost": None, "family": None, "type_param_costs": None,
     "group_size": 4, "advantage": "gae", "param_budget": 500000,
     "param_penalty_weight": 0.1, "sparse_reward_scale": 1.0, "init_from": None, "init_datasets": None,
+    "teacher": "none", "teacher_epsilon": 0.1, "critic_warmup_episodes": 16, "actor_warmup_updates": 4,
+    "teacher_kl_start": 0.1, "teacher_kl_end": 0.01,
     "workers": 0, "threads": 1, "executor": "process", "ray_address": None,
 }
 _CPU_SYNTHETIC = {"task": "synthetic", "max_train_samples": 2048, "max_val_samples": 512, "n_epochs": 4,
