@@ -10,7 +10,7 @@ import pytest
 
 from esper.cli.main import main
 from esper.env.rewards import NOT_CHARGED, GapRewardConfig, reward_config, reward_summary
-from esper.runtime.param_costs import measured_param_cost
+from esper.runtime.param_costs import measured_cost
 from esper.runtime.rundir import read_jsonl
 from esper.runtime.tasks import get_task_spec
 
@@ -19,13 +19,13 @@ TINY = ["--task", "synthetic_text", "--max-epochs", "3", "--max-train-samples", 
 
 
 def test_the_task_has_no_calibration_so_these_tests_mean_something() -> None:
-    assert measured_param_cost("synthetic_text", 64) is None
+    assert measured_cost("param", "synthetic_text", 64) is None
 
 
 def test_a_logged_only_reward_leaves_the_parameter_term_uncharged() -> None:
     task = get_task_spec("synthetic_text")
     config = reward_config("gap", task, max_train_samples=64, logged_only=True)
-    assert config == GapRewardConfig(param_cost=0.0, lm=True, charged=False)
+    assert config == GapRewardConfig(cost=0.0, lm=True, charged=False)
     assert NOT_CHARGED in reward_summary("gap", task, max_train_samples=64, logged_only=True)
     with pytest.raises(ValueError, match="--set param_cost=C"):
         reward_config("gap", task, max_train_samples=64)

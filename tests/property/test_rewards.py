@@ -35,7 +35,7 @@ OCCUPIED = (SeedStage.GERMINATED, SeedStage.TRAINING, SeedStage.BLENDING, SeedSt
 MAX_EPOCHS = 25
 GAMMA = 0.995
 LOSS_CFG = LossRewardConfig.for_task("classification", math.log(10), 0.3, 0.05)
-GAP_CFG = GapRewardConfig(param_cost=1.5)
+GAP_CFG = GapRewardConfig(cost=1.5)
 CONFIGS: dict[RewardFamily, RewardConfig] = {
     RewardFamily.GAP: GAP_CFG,
     RewardFamily.CONTRIBUTION: ContributionRewardConfig(),
@@ -143,7 +143,7 @@ def test_total_is_the_exact_sum_and_everything_is_finite_and_bounded(
     assert comp.governor_penalty == -penalty
     if family == RewardFamily.GAP:
         # |Δg| ≤ 200 pp, Δp ≤ 30 (3 seeds of 10^6 on a host of 10^5), the largest intervention cost 0.02
-        bound = 200.0 + GAP_CFG.param_cost * 30.0 + 0.02
+        bound = 200.0 + GAP_CFG.cost * 30.0 + 0.02
     else:
         bound = 50.0
     assert abs(comp.total()) <= bound + penalty
@@ -154,7 +154,7 @@ def test_total_is_the_exact_sum_and_everything_is_finite_and_bounded(
 
 @given(step_records())
 def test_the_language_model_gap_is_finite_even_after_a_divergence(rec: StepRecord) -> None:
-    comp = compute_reward(rec, GapRewardConfig(param_cost=GAP_CFG.param_cost, lm=True), GAMMA)
+    comp = compute_reward(rec, GapRewardConfig(cost=GAP_CFG.cost, lm=True), GAMMA)
     assert all(math.isfinite(getattr(comp, name)) for name in SUMMED_FIELDS)
 
 
@@ -356,7 +356,7 @@ def test_gap_return_telescopes(
     """Σ r_e = g_T − g_1 − λ·(p_T − p_1) − Σc (− 10 per rollback), whatever happened in between."""
     episode, ops, rollbacks = drawn
     episode = _finite_losses(episode)
-    config = GapRewardConfig(param_cost=param_cost, lm=lm)
+    config = GapRewardConfig(cost=param_cost, lm=lm)
     first, last = episode[0], episode[-1]
     costs = math.fsum(INTERVENTION_COSTS[op] for op in ops) - DEFAULT_GOVERNOR_DEATH_PENALTY * sum(rollbacks)
     expected = _gap(last, lm) - _gap(first, lm) - param_cost * (last.param_ratio - first.param_ratio) + costs
@@ -374,7 +374,7 @@ def test_gap_return_from_a_seedless_start_is_the_final_gap_minus_costs(
     last = episode[-1]
     assert _gap(episode[0], lm) == 0.0 and episode[0].param_ratio == 0.0
     expected = _gap(last, lm) - param_cost * last.param_ratio + math.fsum(INTERVENTION_COSTS[op] for op in ops)
-    got = _gap_return(episode, ops, no_rollbacks, GapRewardConfig(param_cost=param_cost, lm=lm))
+    got = _gap_return(episode, ops, no_rollbacks, GapRewardConfig(cost=param_cost, lm=lm))
     assert math.isclose(got, expected, rel_tol=1e-12, abs_tol=1e-9)
 
 

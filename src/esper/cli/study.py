@@ -49,7 +49,7 @@ from esper.cli.common import (
 from esper.cli.compare import comparison_table
 from esper.cli.family_study import __doc__ as family_doc
 from esper.cli.family_study import cmd_family_study
-from esper.cli.param_cost import resolve_auto_param_cost
+from esper.cli.param_cost import resolve_auto_cost
 from esper.cli.report import render_report
 from esper.cli.rundirs import discard_on_error
 from esper.cli.study_phases import measured_setting, open_study, phase_runner, saved_run, train_run
@@ -81,7 +81,7 @@ from esper.runtime.rundir import (
 )
 from esper.runtime.tasks import get_task_spec
 from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config
-from esper.simic.ppo.config import TrainingConfig
+from esper.simic.ppo.config import TrainingConfig, charge_fields
 
 MAX_STUDY_SEEDS = 10_000
 MAX_RUNS = 100
@@ -141,8 +141,9 @@ def _requested_config(args: argparse.Namespace, blueprints: list[str] | None) ->
                              "--set blueprints=... or the flag")
     if blueprints is not None:
         overrides["blueprints"] = blueprints
-    requested = TrainingConfig.preset(STUDY_PRESETS[args.preset].training).with_overrides(**overrides)
-    return resolve_auto_param_cost(requested, args)
+    base = TrainingConfig.preset(STUDY_PRESETS[args.preset].training)
+    requested = base.with_overrides(**charge_fields(base, overrides))
+    return resolve_auto_cost(requested, args)
 
 
 def _saved_run(args: argparse.Namespace, train_dir: Path) -> TrainingConfig:
