@@ -181,9 +181,10 @@ def compute_gap_reward(record: StepRecord, config: GapRewardConfig) -> ShapedRew
         comp.param_cost = -config.cost * (after.param_ratio - before.param_ratio)
         comp.action_shaping = INTERVENTION_COSTS[record.command.op]
         return comp
-    assert before.twin_train_flops is not None and after.twin_train_flops is not None  # twin_episode_flops checks
+    episode_flops = twin_episode_flops(record)
+    assert before.twin_train_flops is not None and after.twin_train_flops is not None  # twin_episode_flops checked
     extra = (after.train_flops - after.twin_train_flops) - (before.train_flops - before.twin_train_flops)
-    comp.rent = -config.cost * extra / twin_episode_flops(record)
+    comp.rent = -config.cost * extra / episode_flops
     return comp
 
 

@@ -149,7 +149,7 @@ def cached_costs(task: TaskSpec, setting: ParamCostSetting, cache: DataCache, da
             stored = json.loads(path.read_text(encoding="utf-8"))
             return {"param": float(stored["param_cost"]), "compute": float(stored["compute_cost"])}, path, False
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise UserInputError(f"The cached charges {path} are unreadable ({exc}): delete the file and rerun to "
+            raise UserInputError(f"The cached charges {path} are unreadable ({exc}): delete it and rerun to "
                                  f"measure them again") from None
     measured = measure_param_cost(task, setting, cache, device=device, progress=progress)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ import pytest
 from esper.env.potential import lifecycle_potential, pbrs_shaping, slot_potential
 from esper.env.rewards import (
     INTERVENTION_COSTS,
+    NOT_CHARGED,
     SUMMED_FIELDS,
     ContributionRewardConfig,
     GapRewardConfig,
@@ -33,6 +34,7 @@ from esper.env.rewards import (
     compute_sparse_reward,
     make_reward_fn,
     needs_twin,
+    resolved_cost,
     reward_config,
     reward_summary,
 )
@@ -426,6 +428,18 @@ def test_gap_param_cost_term() -> None:
     assert culled.total() == pytest.approx(0.9 - 0.005)
 
 
+def test_gap_compute_charge_term() -> None:
+    """Epoch 11 cost the env 3 twin epochs where its twin spent 1: 2 twin epochs beyond it, of the twin's 25 in the
+    episode, so λ_c 2.5 charges 2.5 × 2/25 = 0.2 (as rent), and no parameter or intervention cost."""
+    germinated = record(EMPTY, GERMINATE_MID, before={"train_flops": 1000, "twin_train_flops": 1000},
+                        train_flops=1300, twin_train_flops=1100, seed_param_counts=((1, 500),), val_accuracy=51.0)
+    comp = compute_gap_reward(germinated, GapRewardConfig(cost=2.5, charge="compute"))
+    assert comp.rent == pytest.approx(-0.2) and comp.param_cost == 0.0 and comp.action_shaping == 0.0
+    assert comp.total() == pytest.approx(1.0 - 0.2)
+    cheaper = record(before={"train_flops": 1500, "twin_train_flops": 1000}, train_flops=1600, twin_train_flops=1100)
+    assert compute_gap_reward(cheaper, GapRewardConfig(cost=2.5, charge="compute")).rent == 0.0  # level with the twin
+
+
 @pytest.mark.parametrize(("op", "cost"), [(LifecycleOp.WAIT, 0.0), (LifecycleOp.GERMINATE, -0.02),
                                           (LifecycleOp.FOSSILIZE, -0.01), (LifecycleOp.CULL, -0.005)])
 def test_gap_intervention_costs(op: LifecycleOp, cost: float) -> None:
@@ -570,11 +584,48 @@ def test_reward_summary_names_the_resolved_parameter_cost() -> None:
     assert reward_summary("contribution", task) == "contribution"
 
 
+def test_the_compute_charge_resolves_by_the_same_rule() -> None:
+    task = get_task_spec("synthetic")
+    by_cap = {c.max_train_samples: GapRewardConfig(cost=c.compute_cost, charge="compute")
+              for c in CALIBRATIONS["synthetic"].calibrations}
+    assert reward_config("gap", task, charge="compute", max_train_samples=192) == by_cap[192]
+    assert reward_config("gap", task, charge="compute") == by_cap[2048]
+    assert reward_config("gap", task, charge="compute", compute_cost=0.8) == GapRewardConfig(cost=0.8,
+                                                                                             charge="compute")
+    with pytest.raises(ValueError, match="compute_cost"):
+        reward_config("gap", get_task_spec("cifar10"), charge="compute")
+    uncharged = reward_config("gap", get_task_spec("cifar10"), charge="compute", logged_only=True)
+    assert uncharged == GapRewardConfig(cost=0.0, charge="compute", charged=False)
+    with pytest.raises(ValueError, match="charge 'compute'"):
+        reward_config("gap", task, compute_cost=0.8)  # a λ_c under the parameter charge
+    with pytest.raises(ValueError, match="drop param_cost"):
+        reward_config("gap", task, param_cost=0.5, charge="compute")
+    assert resolved_cost("gap", task, charge="compute", compute_cost=0.8) == {"compute_cost": 0.8}
+    assert resolved_cost("gap", task, max_train_samples=192) == {"param_cost": 3.918}
+    assert resolved_cost("gap", get_task_spec("cifar10"), charge="compute", logged_only=True) == {
+        "compute_cost": NOT_CHARGED}
+    assert resolved_cost("contribution", task) == {}
+
+
+def test_reward_summary_names_the_charge() -> None:
+    task = get_task_spec("synthetic")
+    assert reward_summary("gap", task, charge="compute", compute_cost=0.8) == (
+        "gap, λ_c 0.8 per 100 % training compute")
+    assert reward_summary("gap", get_task_spec("cifar10"), charge="compute", logged_only=True).startswith(
+        "gap, λ_c not charged")
+
+
 def test_every_calibration_records_a_rerunnable_command_at_its_caps() -> None:
     for task, costs in CALIBRATIONS.items():
         for c in costs.calibrations:
             assert c.max_train_samples <= costs.train_set_size
             assert c.param_cost >= 0 and len(c.widths) == len(c.added_param_ratios) == len(c.mean_final_accuracy)
+            assert len(c.added_flop_ratios) == len(c.widths) and c.added_flop_ratios[0] == 0.0
+            # λ_c is the slope of the same accuracies against the widths' added training compute
+            xs, ys = c.added_flop_ratios, c.mean_final_accuracy
+            mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+            slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+            assert c.compute_cost == pytest.approx(max(slope, 0.0), abs=5e-4)
             assert f"--task {task} " in c.command
             assert f"--max-train-samples {c.max_train_samples} " in c.command
             assert c.command.endswith(f"--max-val-samples {c.max_val_samples}")
