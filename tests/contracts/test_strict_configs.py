@@ -48,7 +48,7 @@ VALID: dict[type[StrictConfig], StrictConfig] = {
     BehaviorPolicyConfig: POLICY_PRESETS["baseline"],
     GenerateOptions: GenerateOptions(task="synthetic", param_cost=1.0),
     GymEnvConfig: GymEnvConfig(),
-    GapRewardConfig: GapRewardConfig(param_cost=1.0),
+    GapRewardConfig: GapRewardConfig(cost=1.0),
     ContributionRewardConfig: ContributionRewardConfig(),
     LossRewardConfig: LossRewardConfig.for_task("classification", 2.3, 0.3, 0.1),
     SparseRewardConfig: SparseRewardConfig(),

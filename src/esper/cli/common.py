@@ -37,7 +37,7 @@ from esper.leyline.seeding import MAX_BASE_SEED
 from esper.nissa import NissaHub, ProgressBackend, build_hub
 from esper.runtime.devices import DeviceError
 from esper.runtime.optim import LR_SCHEDULES
-from esper.runtime.param_costs import ParamCost
+from esper.runtime.param_costs import CHARGES, ComputeCost, ParamCost
 from esper.runtime.readers import DatasetFormatError, Split
 from esper.runtime.rundir import RUN_DIR_NAME, RunDirectory
 from esper.runtime.tasks import TASKS, DataCache, DataOptions, TaskSpec, data_source, get_task_spec
@@ -226,10 +226,17 @@ def add_setting_options(p: argparse.ArgumentParser) -> None:
                    help="learning rates per epoch: constant, or annealed to 0 over the episode (cosine)")
     p.add_argument("--reward-family", choices=[f.value for f in RewardFamily], default=RewardFamily.GAP.value,
                    help="reward computed and logged per decision (gap: against the static twin, the default)")
+    p.add_argument("--charge", choices=list(CHARGES), default="param",
+                   help="what the gap reward charges growth: added parameters (--param-cost λ_p, and a small cost "
+                        "per intervention) or training compute beyond the static twin (--compute-cost λ_c)")
     p.add_argument("--param-cost", type=value_type(ParamCost, "param_cost"),
                    help="gap reward's cost of added parameters, pp per 100 %% "
                         "(default: the task's value measured at the nearest --max-train-samples; where none is, "
                         "the term is not charged, since nothing learns from these commands' reward)")
+    p.add_argument("--compute-cost", type=value_type(ComputeCost, "compute_cost"),
+                   help="with --charge compute: gap reward's cost of training compute, pp per 100 %% more than the "
+                        "static twin's (default: the task's value measured at the nearest --max-train-samples, else "
+                        "not charged)")
 
 
 def add_worker_options(p: argparse.ArgumentParser) -> None:

@@ -113,7 +113,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
               "max_train_samples": args.max_train_samples, "max_val_samples": args.max_val_samples,
               "max_test_samples": args.max_test_samples, "batch_size": plan.batch_size,
               "lr_schedule": plan.lr_schedule,
-              "reward_family": args.reward_family, "param_cost": args.param_cost, "match": args.match}
+              "reward_family": args.reward_family, "param_cost": args.param_cost, "charge": args.charge,
+              "compute_cost": args.compute_cost, "match": args.match}
     path = args.run_dir or default_run_dir(args.runs_root, "compare", plan.task.name, args.seed, run_settings(args))
     run_dir, resume = open_episode_run(path, "compare", overwrite=args.overwrite, argv=args.argv, config=config,
                                        runtime=runtime_info(args, plan), phases=phases, plan=plan)

@@ -41,7 +41,7 @@ from esper.cli.common import (
     data_options,
     run_settings,
 )
-from esper.cli.param_cost import resolve_auto_param_cost
+from esper.cli.param_cost import resolve_auto_cost
 from esper.cli.rundirs import discard_on_error
 from esper.cli.study_phases import open_study, phase_runner, saved_run, train_run
 from esper.cli.train_ppo import flag_overrides
@@ -151,7 +151,7 @@ def cmd_family_study(args: argparse.Namespace) -> int:
         best_rule, _ = select_rule(family, config, path / "rules", selection_seeds, runner, args.max_test_samples)
         types = run_heldout(family, config, check, best_rule, path / "heldout", seeds=seeds,
                             selection_seeds=selection_seeds, runner=runner, max_test_samples=args.max_test_samples)
-        config = resolve_auto_param_cost(config, args)  # λ_p per training type
+        config = resolve_auto_cost(config, args)  # λ_p per training type
         train_dirs = [path / "train" / f"run-{r}" for r in range(runs)]
         if not _train_runs(args, config, train_dirs, cache, family.preset):
             console.print(f"Stopped during training. Continue with the same command (--run-dir {path}).")

@@ -52,7 +52,7 @@ from esper.cli.common import (
 from esper.cli.compare import comparison_table
 from esper.cli.family_study import __doc__ as family_doc
 from esper.cli.family_study import cmd_family_study
-from esper.cli.param_cost import resolve_auto_param_cost
+from esper.cli.param_cost import resolve_auto_cost
 from esper.cli.report import render_report
 from esper.cli.rundirs import discard_on_error
 from esper.cli.study_phases import measured_setting, open_study, phase_runner, saved_run, train_run
@@ -84,7 +84,7 @@ from esper.runtime.rundir import (
 )
 from esper.runtime.tasks import get_task_spec
 from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config
-from esper.simic.ppo.config import TrainingConfig
+from esper.simic.ppo.config import TrainingConfig, charge_fields
 
 MAX_STUDY_SEEDS = 10_000
 MAX_RUNS = 100
@@ -133,12 +133,12 @@ _PLACEMENT = ("device", "devices", *WORKER_FIELDS)
 
 
 def _requested_config(args: argparse.Namespace, blueprints: list[str] | None) -> TrainingConfig:
-    """The preset's config with the overrides (and `blueprints`, once selection has chosen them), λ_p measured."""
-    return resolve_auto_param_cost(_preset_config(args, blueprints), args)
+    """The preset's config with the overrides (and `blueprints`, once selection chose them), its charge measured."""
+    return resolve_auto_cost(_preset_config(args, blueprints), args)
 
 
 def _preset_config(args: argparse.Namespace, blueprints: list[str] | None) -> TrainingConfig:
-    """The preset's config with the overrides (and `blueprints`), λ_p as given."""
+    """The preset's config with the overrides (and `blueprints`), its charge as given."""
     overrides = flag_overrides(args)
     across = sorted({"family", "type_param_costs"} & set(overrides))
     if across:
@@ -150,7 +150,8 @@ def _preset_config(args: argparse.Namespace, blueprints: list[str] | None) -> Tr
                              "--set blueprints=... or the flag")
     if blueprints is not None:
         overrides["blueprints"] = blueprints
-    return TrainingConfig.preset(STUDY_PRESETS[args.preset].training).with_overrides(**overrides)
+    base = TrainingConfig.preset(STUDY_PRESETS[args.preset].training)
+    return base.with_overrides(**charge_fields(base, overrides))
 
 
 def study_dir(args: argparse.Namespace) -> Path:

@@ -33,9 +33,9 @@ from esper.cli.common import (
     run_settings,
 )
 from esper.cli.config_flags import add_config_flags, config_changes
-from esper.cli.param_cost import resolve_auto_param_cost
+from esper.cli.param_cost import resolve_auto_cost
 from esper.cli.rundirs import discard_on_error, prepare_run_dir
-from esper.env.rewards import resolved_param_cost
+from esper.env.rewards import resolved_cost
 from esper.leyline.errors import UserInputError
 from esper.nissa import ProgressBackend, trim_event_log
 from esper.runtime.devices import env_device_map, resolve_device, resolve_devices
@@ -44,7 +44,7 @@ from esper.runtime.plugins import loaded_plugins
 from esper.runtime.rundir import RunDirectory, checkpoint_file, checkpoints_dir, default_run_dir, run_dir_of
 from esper.runtime.tasks import DataCache, data_source, get_task_spec
 from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config, trim_logs
-from esper.simic.ppo.config import PRESETS, TrainingConfig, family_fields
+from esper.simic.ppo.config import PRESETS, TrainingConfig, charge_fields, family_fields
 from esper.simic.ppo.train import PPORun, PPOTrainingResult, train_ppo
 
 PRESET_FIELDS = frozenset(k for preset in PRESETS.values() for k in preset)
@@ -88,10 +88,10 @@ def effective_config(args: argparse.Namespace) -> TrainingConfig:
     config = TrainingConfig.preset(preset_of(args))
     if args.config_json is not None:
         config = TrainingConfig.from_json(args.config_json, base=config)
-    overrides = flag_overrides(args)
+    overrides = charge_fields(config, flag_overrides(args))
     if isinstance(overrides.get("family"), str):
         overrides = family_fields(get_family(overrides["family"]), overrides)
-    return resolve_auto_param_cost(config.with_overrides(**overrides), args)
+    return resolve_auto_cost(config.with_overrides(**overrides), args)
 
 
 def _resume_target(args: argparse.Namespace) -> Path | None:
@@ -121,7 +121,7 @@ def _config_for_resume(args: argparse.Namespace, checkpoint: Path, requested: Tr
     command's own config, None under --resume, where the flags apply to the saved one)."""
     saved = TrainingConfig.from_dict(read_policy_checkpoint(checkpoint)["config"])
     if requested is None:
-        requested = resolve_auto_param_cost(saved.with_overrides(**flag_overrides(args)), args)
+        requested = resolve_auto_cost(saved.with_overrides(**flag_overrides(args)), args)
     return resume_config(saved, requested)
 
 
@@ -202,9 +202,9 @@ def open_training_dir(path: Path, config: TrainingConfig, args: argparse.Namespa
         "devices": [str(d) for d in devices],
         "policy_device": str(resolve_device(config.device)), "preset": preset,
         "telemetry_level": args.telemetry_level,
-        "param_cost": config.type_param_costs if config.family is not None else resolved_param_cost(
-            config.reward_family, get_task_spec(config.task), config.charged_param_cost(),
-            max_train_samples=config.max_train_samples)})
+        **({"param_cost": config.type_param_costs} if config.family is not None else resolved_cost(
+            config.reward_family, get_task_spec(config.task), config.charged_param_cost(), charge=config.charge,
+            compute_cost=config.charged_compute_cost(), max_train_samples=config.max_train_samples))})
     return run_dir
 
 
@@ -246,6 +246,7 @@ def compare_hint(config: TrainingConfig, run: Path) -> list[list[str]]:
     its training never draws from); a policy trained across a family on its first held-out type."""
     task, cap = config.task, config.max_train_samples
     cost = None if config.family is not None else config.charged_param_cost()  # a held-out type's is only logged
+    charge = [] if config.charge == "param" else [["--charge", config.charge]]
     if config.family is not None:
         family = get_family(config.family)
         held = family.held_out_types[0]
@@ -254,9 +255,10 @@ def compare_hint(config: TrainingConfig, run: Path) -> list[list[str]]:
               *(["--plugin", p] for p in loaded_plugins() if not p.startswith("ep:")),
               ["--max-epochs", str(config.max_epochs)], ["--slots", *config.slots],
               ["--reward-family", config.reward_family.value], ["--seed", str(config.seed)],
-              ["--batch-size", str(config.batch_size)], ["--lr-schedule", config.lr_schedule]]
+              ["--batch-size", str(config.batch_size)], ["--lr-schedule", config.lr_schedule], *charge]
     for flag, value in (("--max-train-samples", cap), ("--max-val-samples", config.max_val_samples),
-                        ("--max-seeds", config.max_seeds), ("--param-cost", cost)):
+                        ("--max-seeds", config.max_seeds), ("--param-cost", cost),
+                        ("--compute-cost", config.charged_compute_cost())):
         if value is not None:
             groups.append([flag, str(value)])
     return groups

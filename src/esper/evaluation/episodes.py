@@ -22,7 +22,7 @@ import torch
 from esper.env import EpisodeResult
 from esper.env.driver import EnvPool
 from esper.env.groups import EpisodeSetting, GroupPlan, MemberPlan, StepOutcome, TwinEnvPlan
-from esper.env.rewards import RewardFamily, needs_twin, reward_config, reward_summary
+from esper.env.rewards import RewardConfig, RewardFamily, needs_twin, reward_config, reward_summary
 from esper.evaluation.controllers import all_controllers
 from esper.evaluation.stats import one_sample_pp
 from esper.leyline import TelemetryEvent, TelemetryEventType, TelemetrySink
@@ -30,6 +30,7 @@ from esper.leyline.constants import DEFAULT_GAMMA
 from esper.leyline.seeding import SeedStream, episode_seeds
 from esper.runtime.devices import env_device_map
 from esper.runtime.optim import LRSchedule
+from esper.runtime.param_costs import Charge
 from esper.runtime.rundir import RunDirectory
 from esper.runtime.tasks import DataCache, TaskSpec
 from esper.runtime.workers import WorkerOptions
@@ -63,6 +64,8 @@ class EpisodePlan:
     amp: bool = False
     reward_family: str = RewardFamily.GAP.value
     param_cost: float | None = None  # gap reward's λ_p; None: the task's value measured at the nearest sample cap
+    charge: Charge = "param"  # what the gap reward charges: added parameters (λ_p) or training compute (λ_c)
+    compute_cost: float | None = None  # gap reward's λ_c (charge "compute"); None: the task's, as for λ_p
     gamma: float = DEFAULT_GAMMA
     stream: SeedStream = SeedStream.EVALUATION  # selection episodes draw other seeds than evaluation (and training)
     workers: WorkerOptions = field(default_factory=WorkerOptions)  # where the episodes run (never what they compute)
@@ -71,9 +74,16 @@ class EpisodePlan:
     tuned_heuristic: Path | None = None  # the record `heuristic:tuned` runs (a study's own tuned heuristic)
 
     def describe_reward(self) -> str:
-        """The reward logged per decision, with the parameter cost it resolves to for this task and sample cap."""
-        return reward_summary(self.reward_family, self.task, self.param_cost, max_train_samples=self.max_train_samples,
+        """The reward logged per decision, with the charge's cost it resolves to for this task and sample cap."""
+        return reward_summary(self.reward_family, self.task, self.param_cost, charge=self.charge,
+                              compute_cost=self.compute_cost, max_train_samples=self.max_train_samples,
                               logged_only=True)
+
+    def reward_config(self) -> RewardConfig:
+        """The reward logged per decision (nothing learns from it: a missing λ leaves the charge out)."""
+        return reward_config(self.reward_family, self.task, param_cost=self.param_cost, charge=self.charge,
+                             compute_cost=self.compute_cost, max_train_samples=self.max_train_samples,
+                             logged_only=True)
 
 
 def paired_seeds(plan: EpisodePlan, episode: int) -> tuple[int, int]:
@@ -150,8 +160,7 @@ def run_controller_episodes(
     task = plan.task
     names = list(labels) if labels is not None else [s.label for s in specs]
     setting = EpisodeSetting(task.name, plan.slots, plan.max_epochs, plan.batch_size,
-                             reward_config(plan.reward_family, task, param_cost=plan.param_cost,
-                                           max_train_samples=plan.max_train_samples, logged_only=True), plan.gamma,
+                             plan.reward_config(), plan.gamma,
                              max_train_samples=plan.max_train_samples, max_val_samples=plan.max_val_samples,
                              max_test_samples=plan.max_test_samples, amp=plan.amp, score_test=True,
                              keep_models=keep_models, lr_schedule=plan.lr_schedule)

@@ -94,7 +94,8 @@ def evaluation_plan(config: TrainingConfig, stream: SeedStream = SeedStream.EVAL
         seed=config.seed, devices=resolve_devices(config.device, config.devices), batch_size=config.batch_size,
         max_train_samples=config.max_train_samples, max_val_samples=config.max_val_samples,
         max_test_samples=max_test_samples, amp=config.amp, reward_family=config.reward_family.value,
-        param_cost=config.charged_param_cost(), gamma=config.gamma, stream=stream,
+        param_cost=config.charged_param_cost(), charge=config.charge, compute_cost=config.charged_compute_cost(),
+        gamma=config.gamma, stream=stream,
         workers=config.worker_options(), allow_setting_change=allow_setting_change, lr_schedule=config.lr_schedule,
     )
 

@@ -39,7 +39,7 @@ from esper.leyline.seeding import MAX_BASE_SEED
 from esper.leyline.strict_config import BatchSize, EpisodeLength, SampleCap, StrictConfig
 from esper.runtime.families import Family, family_task, get_family
 from esper.runtime.optim import LRSchedule
-from esper.runtime.param_costs import AUTO_PARAM_COST, ParamCost, ParamCostOrAuto
+from esper.runtime.param_costs import AUTO_COST, Charge, ComputeCostOrAuto, ParamCost, ParamCostOrAuto
 from esper.runtime.tasks import get_task_spec
 from esper.runtime.workers import Executor, Threads, WorkerOptions, Workers, cuda_device_count, placement_problem
 from esper.simic.ppo.teacher import NO_TEACHER, check_teacher_spec
@@ -54,9 +54,12 @@ _RESIDUAL: Mapping[str, float] = MappingProxyType({
     "actor_warmup_updates": _ACTOR_WARMUP_UPDATES, "teacher_kl_start": _TEACHER_KL_START,
     "teacher_kl_end": _TEACHER_KL_END})
 
+# γ = 1: the gap reward's undiscounted return telescopes to exactly the objective the study reports (the final gap
+# to the static twin net of the charge); a discount would weigh the early epochs' changes of the gap above the late
+# ones' and make the policy optimize something else.
 _TRAINING_RUN = {"max_train_samples": 1024, "max_val_samples": 512, "batch_size": 64, "max_epochs": 30,
-                 "lr_schedule": "cosine", "param_cost": AUTO_PARAM_COST, "n_episodes": 96, "n_envs": 8, "n_epochs": 4,
-                 "minibatch_size": 64}
+                 "lr_schedule": "cosine", "param_cost": AUTO_COST, "gamma": 1.0, "n_episodes": 96, "n_envs": 8,
+                 "n_epochs": 4, "minibatch_size": 64}
 
 PRESETS: dict[str, dict[str, Any]] = {
     # A workflow demo, not a result: minutes on a laptop CPU, 10-epoch episodes in which no seed can finish its
@@ -157,6 +160,16 @@ class TrainingConfig(StrictConfig):
                                                            "'auto': measured for this run's setting before training "
                                                            "(and cached); none: the task's, measured at the nearest "
                                                            "sample cap")
+    charge: Charge = Field(default="param",
+                           description="what the gap reward charges growth: 'param', λ_p per 100 % of added "
+                                       "parameters (and a small cost per intervention), or 'compute', λ_c per 100 % "
+                                       "more training compute than the static twin (the return is then accuracy "
+                                       "above the static frontier at equal training compute)")
+    compute_cost: ComputeCostOrAuto | None = Field(default=None,
+                                                   description="with charge 'compute': gap reward's λ_c, pp per 100 % "
+                                                               "more training compute; 'auto': measured for this "
+                                                               "run's setting before training (and cached); none: "
+                                                               "the task's, measured at the nearest sample cap")
     family: str | None = Field(default=None,
                                description="train across this task family's training types (its key, e.g. "
                                            "synthetic-shift-v1): each env group trains on the type its data seed "
@@ -264,6 +277,14 @@ class TrainingConfig(StrictConfig):
             (self.advantage != "group" or self.group_size > 1, "the group advantage needs group_size >= 2"),
             (self.reward_family == RewardFamily.GAP or self.param_cost is None,
              "param_cost only applies to reward_family 'gap'"),
+            (self.reward_family == RewardFamily.GAP or self.charge == "param",
+             "charge only applies to reward_family 'gap': drop charge or set reward_family gap"),
+            (self.charge == "compute" or self.compute_cost is None,
+             "compute_cost only applies to charge 'compute': add --set charge=compute, or drop compute_cost"),
+            (self.charge == "param" or self.param_cost is None,
+             "charge 'compute' prices training compute instead of parameters: drop param_cost (in --config-json set "
+             "\"param_cost\": null; --set charge=compute alone turns a preset's param_cost 'auto' into compute_cost "
+             "'auto') and give λ_c as compute_cost"),
             (self.init_from is None or (self.init_from.startswith("iql:") and len(self.init_from) > 4),
              "init_from must be 'iql:PATH' (an IQL checkpoint or run directory)"),
             (self.init_datasets is None or (self.init_from is not None and len(self.init_datasets) > 0),
@@ -317,6 +338,9 @@ class TrainingConfig(StrictConfig):
                 raise UserInputError("type_param_costs only applies to a family run: set family or drop them")
             return
         family = get_family(self.family)
+        if self.charge != "param":
+            raise UserInputError(f"a run across family {family.key} charges each training type its own λ_p; the "
+                                 f"compute charge is measured per task only: drop charge={self.charge}")
         fields = family_fields(family, {})
         if self.task != fields["task"] or self.max_train_samples is not None:
             raise UserInputError(f"a run across family {family.key} trains each env group on the type its data seed "
@@ -329,7 +353,7 @@ class TrainingConfig(StrictConfig):
             if self.type_param_costs is not None:
                 raise UserInputError("type_param_costs only applies to reward_family 'gap'")
             return
-        if self.param_cost == AUTO_PARAM_COST:
+        if self.param_cost == AUTO_COST:
             if self.type_param_costs is not None:
                 raise UserInputError("param_cost 'auto' measures type_param_costs: give one of them (with --family, "
                                      "--set type_param_costs=... alone replaces the preset's 'auto'; in --config-json "
@@ -362,7 +386,7 @@ class TrainingConfig(StrictConfig):
         """The λ_p the reward charges (None: the task's measured one, or no λ_p for a reward without one); in a
         family run, on training type `itype`. "auto" is measured by the command line (`esper train ppo`,
         `esper study`) before training, so a config that still says "auto" here is refused."""
-        if isinstance(self.param_cost, str):  # AUTO_PARAM_COST, the one string the field accepts
+        if isinstance(self.param_cost, str):  # AUTO_COST, the one string the field accepts
             raise UserInputError("param_cost 'auto' is measured by `esper train ppo` and `esper study` before training;"
                                  " from Python, measure it with esper.evaluation.param_cost.cached_param_cost and pass "
                                  "the number")
@@ -370,6 +394,15 @@ class TrainingConfig(StrictConfig):
             assert itype is not None, "a family run charges λ_p per training type"
             return self.type_param_costs[itype]
         return self.param_cost
+
+    def charged_compute_cost(self) -> float | None:
+        """The λ_c the reward charges (None: the task's measured one, or none where the charge is not 'compute');
+        "auto" is refused as in `charged_param_cost`."""
+        if isinstance(self.compute_cost, str):  # AUTO_COST
+            raise UserInputError("compute_cost 'auto' is measured by `esper train ppo` and `esper study` before "
+                                 "training; from Python, measure it with esper.evaluation.param_cost.cached_costs and "
+                                 "pass the number")
+        return self.compute_cost
 
     def worker_options(self) -> WorkerOptions:
         """Where the env groups run (Ray actors sharing the env devices' GPUs). Placement only: any number of
@@ -384,6 +417,15 @@ class TrainingConfig(StrictConfig):
         if name not in PRESETS:
             raise UserInputError(f"Unknown preset '{name}'{did_you_mean(name, PRESETS)}. Available: {sorted(PRESETS)}")
         return cls(**PRESETS[name])
+
+
+def charge_fields(base: TrainingConfig, overrides: dict[str, Any]) -> dict[str, Any]:
+    """`overrides` on `base` (a preset) that switch to the compute charge and give no cost of either charge: the
+    preset's request to measure λ_p in the run's setting ("auto") becomes the same request for λ_c, so `--set
+    charge=compute` alone makes a complete config; a given λ_p is never read as a λ_c (none: the task's λ_c)."""
+    if overrides.get("charge") != "compute" or {"param_cost", "compute_cost"} & set(overrides):
+        return overrides
+    return {"param_cost": None, "compute_cost": AUTO_COST if base.param_cost == AUTO_COST else None, **overrides}
 
 
 def family_fields(family: Family, overrides: dict[str, Any]) -> dict[str, Any]:
