@@ -23,7 +23,7 @@ SETTING: dict[str, Any] = {"task": "synthetic", "max_epochs": 12, "max_train_sam
                            "batch_size": 32}
 CONFIG = TrainingConfig.preset("quick").with_overrides(
     **SETTING, n_episodes=4, n_envs=2, group_size=1, device="cpu", param_cost=1.0, teacher="heuristic",
-    critic_warmup_episodes=2, minibatch_size=16, n_epochs=2)
+    critic_warmup_batches=1, minibatch_size=16, n_epochs=2)
 
 
 def _plan() -> EpisodePlan:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from typing import TypedDict
 
 from esper.env import EpisodeResult
@@ -20,7 +21,7 @@ from esper.evaluation.results import ComparisonResult
 from esper.evaluation.stats import t_interval
 from esper.runtime.param_costs import CHARGES
 
-__all__ = ["ChargedGap", "charged_gaps"]
+__all__ = ["ChargedGap", "charged_gaps", "objective_scorer"]
 
 STATIC = "static"
 
@@ -78,3 +79,19 @@ def charged_gaps(result: ComparisonResult, charge: str, cost: float, split: str 
             out[label] = {"charge": charge, "cost": cost, "mean_delta": statistics.fmean(per_seed),
                           "ci95": list(t_interval(per_seed)), "per_seed": per_seed}
     return out
+
+
+def objective_scorer(charge: str, cost: float) -> Callable[[ComparisonResult, str], list[float]]:
+    """A controller's charged gap on the test split per paired seed (static's is 0): the score a learned controller
+    is reported on, the objective its reward's return measures. One comparison's gaps are computed once."""
+    cache: dict[int, dict[str, ChargedGap]] = {}
+
+    def score(result: ComparisonResult, label: str) -> list[float]:
+        if id(result) not in cache:
+            cache.clear()
+            cache[id(result)] = charged_gaps(result, charge, cost)
+        if label == STATIC:
+            return [0.0] * sum(e.controller == STATIC for e in result.episodes)
+        return cache[id(result)][label]["per_seed"]
+
+    return score

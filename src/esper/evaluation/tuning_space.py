@@ -39,6 +39,13 @@ class SearchSpace:
     integers: dict[str, tuple[int, int]]
     choices: dict[str, tuple[Any, ...]]
 
+    @staticmethod
+    def tunable(plan: EpisodePlan) -> bool:
+        """Whether `plan`'s episodes are long enough for a seed to reach probation (else no threshold matters)."""
+        heuristic = build_controller(ControllerSpec("heuristic"), plan, episode=0, index=0)
+        assert isinstance(heuristic, HeuristicTamiyo)
+        return heuristic.latest_germination_epoch(plan.max_epochs) >= 1
+
     @classmethod
     def of(cls, plan: EpisodePlan) -> SearchSpace:
         """The space of `plan`'s setting; refused when its episodes are too short for any seed to be fossilized."""
@@ -46,7 +53,7 @@ class SearchSpace:
         assert isinstance(heuristic, HeuristicTamiyo)
         config, last = heuristic.config, plan.max_epochs - 1
         latest = heuristic.latest_germination_epoch(plan.max_epochs)
-        if latest < 1:
+        if not cls.tunable(plan):
             shortest = plan.max_epochs + 1 - latest
             raise UserInputError(f"Episodes of {plan.max_epochs} epochs are too short for a seed to reach "
                                  f"probation on {plan.task.name} (it trains {config.seed_training_epochs} and blends "

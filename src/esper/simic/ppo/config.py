@@ -39,7 +39,14 @@ from esper.leyline.seeding import MAX_BASE_SEED
 from esper.leyline.strict_config import BatchSize, EpisodeLength, SampleCap, StrictConfig
 from esper.runtime.families import Family, family_task, get_family
 from esper.runtime.optim import LRSchedule
-from esper.runtime.param_costs import AUTO_COST, Charge, ComputeCostOrAuto, ParamCost, ParamCostOrAuto
+from esper.runtime.param_costs import (
+    AUTO_COST,
+    Charge,
+    ComputeCostOrAuto,
+    ParamCost,
+    ParamCostOrAuto,
+    required_cost,
+)
 from esper.runtime.tasks import get_task_spec
 from esper.runtime.workers import Executor, Threads, WorkerOptions, Workers, cuda_device_count, placement_problem
 from esper.simic.ppo.teacher import NO_TEACHER, check_teacher_spec
@@ -47,10 +54,10 @@ from esper.simic.ppo.teacher import NO_TEACHER, check_teacher_spec
 _SPARSE_DEFAULTS = SparseRewardConfig()
 
 # How a residual policy starts: the defaults of the fields that only a policy with a teacher reads.
-_TEACHER_EPSILON, _CRITIC_WARMUP_EPISODES, _ACTOR_WARMUP_UPDATES = 0.1, 16, 4
+_TEACHER_EPSILON, _CRITIC_WARMUP_BATCHES, _ACTOR_WARMUP_UPDATES = 0.1, 1, 4
 _TEACHER_KL_START, _TEACHER_KL_END = 0.1, 0.01
 _RESIDUAL: Mapping[str, float] = MappingProxyType({
-    "teacher_epsilon": _TEACHER_EPSILON, "critic_warmup_episodes": _CRITIC_WARMUP_EPISODES,
+    "teacher_epsilon": _TEACHER_EPSILON, "critic_warmup_batches": _CRITIC_WARMUP_BATCHES,
     "actor_warmup_updates": _ACTOR_WARMUP_UPDATES, "teacher_kl_start": _TEACHER_KL_START,
     "teacher_kl_end": _TEACHER_KL_END})
 
@@ -193,10 +200,10 @@ class TrainingConfig(StrictConfig):
     teacher_epsilon: StrictFloat = Field(default=_TEACHER_EPSILON, ge=0.0, lt=1.0,
                                          description="with a teacher: the share of uniform over the legal actions "
                                                      "its choice is smoothed with (the exploration around it)")
-    critic_warmup_episodes: StrictInt = Field(default=_CRITIC_WARMUP_EPISODES, ge=0, le=MAX_EPISODES,
-                                              description="with a teacher: episodes of the initial (teacher) policy "
-                                                          "whose returns fit the critic before the actor moves, on "
-                                                          "top of n_episodes (a multiple of n_envs)")
+    critic_warmup_batches: StrictInt = Field(default=_CRITIC_WARMUP_BATCHES, ge=0, le=MAX_EPISODES,
+                                             description="with a teacher: rollout batches (n_envs episodes each) of "
+                                                         "the initial (teacher-like) policy whose returns fit the "
+                                                         "critic before the actor moves, on top of n_episodes")
     actor_warmup_updates: StrictInt = Field(default=_ACTOR_WARMUP_UPDATES, ge=0, le=MAX_EPISODES,
                                             description="with a teacher: actor updates over which its learning rate "
                                                         "rises linearly to lr")
@@ -254,7 +261,7 @@ class TrainingConfig(StrictConfig):
 
     def warmup_episodes(self) -> int:
         """Episodes of the critic warm-up, run before the `n_episodes` the actor learns from (0 without a teacher)."""
-        return 0 if self.teacher == NO_TEACHER else self.critic_warmup_episodes
+        return 0 if self.teacher == NO_TEACHER else self.critic_warmup_batches * self.n_envs
 
     def total_episodes(self) -> int:
         """Every episode the run trains on: the critic warm-up's, then `n_episodes`."""
@@ -320,10 +327,8 @@ class TrainingConfig(StrictConfig):
             (self.init_from is None, f"a residual policy starts as its teacher ({self.teacher}): drop init_from"),
             (not self.initial_op_bias, f"a residual policy starts as its teacher ({self.teacher}): drop "
                                        f"initial_op_bias"),
-            (self.critic_warmup_episodes % self.n_envs == 0,
-             f"critic_warmup_episodes ({self.critic_warmup_episodes}) must be a multiple of n_envs ({self.n_envs})"),
-            (self.advantage == "gae" or self.critic_warmup_episodes == 0,
-             "the group advantage uses no critic: set critic_warmup_episodes=0 or advantage=gae"),
+            (self.advantage == "gae" or self.critic_warmup_batches == 0,
+             "the group advantage uses no critic: set critic_warmup_batches=0 or advantage=gae"),
         ]
         for ok, message in checks:
             if not ok:
@@ -403,6 +408,11 @@ class TrainingConfig(StrictConfig):
                                  "training; from Python, measure it with esper.evaluation.param_cost.cached_costs and "
                                  "pass the number")
         return self.compute_cost
+
+    def charge_and_cost(self) -> tuple[Charge, float]:
+        """What the gap reward charges and its λ: given, else the task's measured one, else a clear refusal."""
+        given = self.charged_compute_cost() if self.charge == "compute" else self.charged_param_cost()
+        return self.charge, required_cost(self.charge, self.task, given, self.max_train_samples)
 
     def worker_options(self) -> WorkerOptions:
         """Where the env groups run (Ray actors sharing the env devices' GPUs). Placement only: any number of

@@ -11,7 +11,7 @@ One rollout batch b, read top to bottom in `_train` and `_collect`:
    envs execute the decisions; the next epoch brings their rewards, normalized as they arrive;
 2. update: advantages over the whole rollout (GAE per env, or leave-one-out within a group of envs), then
    `ppo_updates_per_batch` PPO updates, reverted if they leave a non-finite policy (a residual policy's first
-   `critic_warmup_episodes` fit its critic alone); then the observation normalizer is updated once, with the batch's
+   `critic_warmup_batches` fit its critic alone); then the observation normalizer is updated once, with the batch's
    raw features;
 3. log: anomalies, the history row and the batch's events;
 4. checkpoint: best, latest and final.

@@ -27,7 +27,7 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "type_param_costs": None,
     "group_size": 4, "advantage": "gae", "param_budget": 500000,
     "param_penalty_weight": 0.1, "sparse_reward_scale": 1.0, "init_from": None, "init_datasets": None,
-    "teacher": "none", "teacher_epsilon": 0.1, "critic_warmup_episodes": 16, "actor_warmup_updates": 4,
+    "teacher": "none", "teacher_epsilon": 0.1, "critic_warmup_batches": 1, "actor_warmup_updates": 4,
     "teacher_kl_start": 0.1, "teacher_kl_end": 0.01,
     "workers": 0, "threads": 1, "executor": "process", "ray_address": None,
 }

@@ -237,7 +237,6 @@ def test_residual_fields_need_a_teacher() -> None:
 @pytest.mark.parametrize(("overrides", "match"), [
     ({"initial_op_bias": {"CULL": -2.0}}, "initial_op_bias"),
     ({"init_from": "iql:runs/iql"}, "init_from"),
-    ({"critic_warmup_episodes": 6}, "multiple of n_envs"),
     ({"advantage": "group"}, "group advantage"),
 ])
 def test_a_residual_policy_starts_as_its_teacher_only(overrides: dict[str, object], match: str) -> None:
@@ -246,6 +245,6 @@ def test_a_residual_policy_starts_as_its_teacher_only(overrides: dict[str, objec
 
 
 def test_warm_up_episodes_come_on_top_of_the_actor_s() -> None:
-    config = TrainingConfig.preset("quick").with_overrides(teacher="heuristic", critic_warmup_episodes=8)
-    assert config.total_episodes() == config.n_episodes + 8
+    config = TrainingConfig.preset("quick").with_overrides(teacher="heuristic", critic_warmup_batches=2)
+    assert config.total_episodes() == config.n_episodes + 2 * config.n_envs
     assert TrainingConfig.preset("quick").total_episodes() == TrainingConfig.preset("quick").n_episodes
