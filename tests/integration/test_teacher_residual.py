@@ -98,8 +98,9 @@ def _train(run: Path, stop_after_steps: int | None = None, resume: bool = False)
 def test_a_resumed_residual_run_writes_the_same_bits(tmp_path: Path) -> None:
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     _train(straight)
-    _train(resumed, stop_after_steps=6)  # past the warm-up batch, inside the first actor batch
-    assert torch.load(resumed / "checkpoints" / "latest.pt", weights_only=True)["batches_completed"] == 1
+    _train(resumed, stop_after_steps=10)  # past the warm-up and the first actor batch, inside the second
+    saved = torch.load(resumed / "checkpoints" / "latest.pt", weights_only=True)
+    assert saved["batches_completed"] == 2 and saved["agent"]["train_steps"] == 1  # the actor has moved and has state
     _train(resumed, resume=True)
     a, b = (torch.load(r / "checkpoints" / "final.pt", weights_only=True) for r in (straight, resumed))
     assert a["batches_completed"] == b["batches_completed"] == 3

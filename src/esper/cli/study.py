@@ -59,7 +59,7 @@ from esper.cli.study_phases import measured_setting, open_study, phase_runner, s
 from esper.cli.train_ppo import flag_overrides
 from esper.env.rewards import RewardFamily
 from esper.evaluation.phases import Phase
-from esper.evaluation.runs import RunLabels, episodes_cost, static_episode_cost
+from esper.evaluation.runs import NO_COST, RunLabels, add_costs, episodes_cost, static_episode_cost
 from esper.evaluation.selection import BEST_FIXED, chosen_blueprints, run_selection
 from esper.evaluation.study import (
     STUDY_PRESETS,
@@ -149,8 +149,10 @@ def _requested_config(args: argparse.Namespace, blueprints: list[str] | None, te
 
 
 def _chooses_teacher(args: argparse.Namespace, selection_seeds: int) -> bool:
-    """Whether the study chooses its policies' teacher on the selection seeds (not when --set teacher names one)."""
-    return args.ppo is None and selection_seeds > 0 and "teacher" not in flag_overrides(args)
+    """Whether the study chooses its policies' teacher on the selection seeds: by the `gap` reward's objective, so not
+    for another reward, nor when --set teacher names one."""
+    return (args.ppo is None and selection_seeds > 0 and "teacher" not in flag_overrides(args)
+            and _preset_config(args, None).reward_family == RewardFamily.GAP)
 
 
 def _preset_config(args: argparse.Namespace, blueprints: list[str] | None, teacher: str | None = None
@@ -318,13 +320,14 @@ def cmd_study(args: argparse.Namespace) -> int:
         match = [RunLabels(r).final for r in range(runs)] if "static:matched" in preset.baselines else None
         comparison = run_phase(Phase("evaluation", path / "eval", plan, specs, labels, seeds, match))
     twin = static_episode_cost(comparison)
+    selection_cost = None if selection is None else episodes_cost(e for r in selection.rounds for e in r.episodes)
     results = study_results(
-        comparison, runs, chosen=chosen,
-        selection=None if selection is None else episodes_cost(e for r in selection.rounds for e in r.episodes),
+        comparison, runs, chosen=chosen, selection=selection_cost,
         training=[training_cost(c, d, twin) for (c, _), d in zip(configs, train_dirs, strict=True)],
         replay_sources=[episodes_cost(s.episodes) for s in sources], teacher=teacher,
         objective=StudyObjective(*config.charge_and_cost()) if config.reward_family == RewardFamily.GAP else None,
-        extra_costs=None if choice is None or choice.tuned is None else {TUNED_HEURISTIC: choice.tuned.cost})
+        extra_costs=None if choice is None or choice.tuned is None else {TUNED_HEURISTIC: choice.tuned.cost},
+        teacher_cost=NO_COST if choice is None or selection_cost is None else add_costs(selection_cost, choice.cost))
     reward = plan.describe_reward()
     title = f"esper study --preset {args.preset} ({config.task}; reward {reward})"
     comparison.write(study, {"study": {"preset": args.preset, "seeds": seeds, "selection_seeds": selection_seeds,

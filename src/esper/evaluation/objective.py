@@ -81,17 +81,16 @@ def charged_gaps(result: ComparisonResult, charge: str, cost: float, split: str 
     return out
 
 
-def objective_scorer(charge: str, cost: float) -> Callable[[ComparisonResult, str], list[float]]:
-    """A controller's charged gap on the test split per paired seed (static's is 0): the score a learned controller
-    is reported on, the objective its reward's return measures. One comparison's gaps are computed once."""
-    cache: dict[int, dict[str, ChargedGap]] = {}
+def objective_scorer(result: ComparisonResult, charge: str, cost: float) -> Callable[[ComparisonResult, str],
+                                                                            list[float]]:
+    """A scorer of `result`'s controllers by their charged gap on the test split per paired seed (static's is 0):
+    the score a learned controller is reported on, the objective its reward's return measures."""
+    gaps = charged_gaps(result, charge, cost)
+    statics = sum(e.controller == STATIC for e in result.episodes)
 
-    def score(result: ComparisonResult, label: str) -> list[float]:
-        if id(result) not in cache:
-            cache.clear()
-            cache[id(result)] = charged_gaps(result, charge, cost)
-        if label == STATIC:
-            return [0.0] * sum(e.controller == STATIC for e in result.episodes)
-        return cache[id(result)][label]["per_seed"]
+    def score(scored: ComparisonResult, label: str) -> list[float]:
+        if scored is not result:
+            raise ValueError("this scorer scores the comparison it was made for")
+        return [0.0] * statics if label == STATIC else gaps[label]["per_seed"]
 
     return score

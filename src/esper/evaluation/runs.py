@@ -158,14 +158,16 @@ def static_episode_cost(result: ComparisonResult) -> Cost:
 
 
 def costs_to_obtain(controllers: Sequence[str], runs: Sequence[RunLabels], selection: Cost | None,
-                    training: Sequence[Cost], replay_sources: Sequence[Cost], chosen: Mapping[str, str]
-                    ) -> dict[str, Cost | None]:
-    """Per controller label: best-fixed and best-rule cost the whole selection search; run r's final policy its
-    training; its replay that training and the episodes the replay was read from; hand-named controllers and the
-    untrained inits nothing. None: not known (an extra controller named on the command line)."""
+                    training: Sequence[Cost], replay_sources: Sequence[Cost], chosen: Mapping[str, str],
+                    teacher: Cost = NO_COST) -> dict[str, Cost | None]:
+    """Per controller label: best-fixed and best-rule cost the whole selection search; a run's init what its
+    `teacher` cost to choose (nothing for a policy learned from scratch or a teacher named by hand); its final policy
+    that and its training; its replay both and the episodes the replay was read from; hand-named controllers nothing.
+    None: not known (an extra controller named on the command line)."""
     out: dict[str, Cost | None] = {}
-    by_label = {r.final: training[r.run] for r in runs} | {
-        r.replay: add_costs(training[r.run], replay_sources[r.run]) for r in runs} | {r.init: NO_COST for r in runs}
+    by_label = {r.final: add_costs(teacher, training[r.run]) for r in runs} | {
+        r.replay: add_costs(teacher, training[r.run], replay_sources[r.run]) for r in runs} | {
+        r.init: teacher for r in runs}
     for label in controllers:
         if label in chosen:
             out[label] = selection

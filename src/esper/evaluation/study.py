@@ -27,6 +27,7 @@ from esper.evaluation.resume import ResumePoint
 from esper.evaluation.runs import (
     FINAL,
     INIT,
+    NO_COST,
     REPLAY_ROLE,
     Cost,
     RunLabels,
@@ -206,23 +207,24 @@ class StudyObjective:
 
 def study_results(result: ComparisonResult, runs: int, *, chosen: dict[str, str], selection: Cost | None,
                   training: Sequence[Cost], replay_sources: Sequence[Cost], teacher: str | None = None,
-                  objective: StudyObjective | None = None, extra_costs: Mapping[str, Cost] | None = None
-                  ) -> StudyResults:
+                  objective: StudyObjective | None = None, extra_costs: Mapping[str, Cost] | None = None,
+                  teacher_cost: Cost = NO_COST) -> StudyResults:
     """The regime (convergence, headroom), each run's final policy against the references (its `teacher`'s label
     among them), the aggregates over runs, every controller's gap to the static frontier at equal compute and
     parameters, the cost to obtain each (`extra_costs`: of references obtained outside selection, e.g. the tuned
-    heuristic), and the same per-run and aggregate tables on the `objective` the policies were trained on."""
+    heuristic; `teacher_cost`: what choosing the policies' teacher cost), and the same per-run and aggregate tables on
+    the `objective` the policies were trained on."""
     labels = [RunLabels(r) for r in range(runs)]
     room = headroom(result)
     regime = {"convergence": convergence(result.episodes) if "static" in result.controllers else None,
               "headroom": room, "has_headroom": has_headroom(room)}
     refs = references(teacher)
     pairs = [*AGGREGATE_PAIRS, *((FINAL, r) for r in refs if r not in (*REFERENCES, INIT, REPLAY_ROLE))]
-    costs = costs_to_obtain(result.controllers, labels, selection, training, replay_sources, chosen)
+    costs = costs_to_obtain(result.controllers, labels, selection, training, replay_sources, chosen, teacher_cost)
     costs.update({k: v for k, v in (extra_costs or {}).items() if k in costs})
     trained_on = None
     if objective is not None and "static" in result.controllers:
-        scorer = objective_scorer(objective.charge, objective.cost)
+        scorer = objective_scorer(result, objective.charge, objective.cost)
         trained_on = {"charge": objective.charge, "cost": objective.cost,
                       "per_run": [_objective_row(row) for row in run_rows(result, labels, refs, scorer)],
                       "aggregate": list(aggregate_table(result, labels, pairs, scorer))}

@@ -199,8 +199,9 @@ def summary_markdown(result: ComparisonResult, study: StudyResults, *, title: st
                   "from the evaluation seeds, among single modules and then greedily larger combinations (see "
                   "selection/summary.md)."]
     if study.teacher is not None:
-        lines += ["", f"The policies are residual on a teacher, {study.teacher}: each run's init is the teacher up "
-                  "to its smoothing ε, and its final policy moved away from it only where its returns said so."]
+        lines += ["", f"The policies are residual on a teacher, {study.teacher}: evaluated greedily, each run's init "
+                  "is that teacher (among the blueprints the policy may germinate), and its final policy is the "
+                  "teacher moved by its training's returns, entropy bonus and KL penalty toward the teacher."]
     if policy_blueprints is not None:
         lines += ["", f"The policies (init and final) may germinate only {', '.join(policy_blueprints)}; the other "
                   "controllers keep every blueprint."]

@@ -40,7 +40,7 @@ def _result(rows: dict[str, list[tuple[float, float, float]]]) -> ComparisonResu
 
 def test_the_objective_scorer_is_the_charged_gap_per_seed_and_zero_for_static() -> None:
     result = _result({"static": [(70, 60, 1), (71, 61, 1)], "grow": [(73, 62, 1.5), (72, 63, 1.5)]})
-    score = objective_scorer("compute", 2.0)
+    score = objective_scorer(result, "compute", 2.0)
     assert score(result, "static") == [0.0, 0.0]
     assert score(result, "grow") == pytest.approx(charged_gaps(result, "compute", 2.0)["grow"]["per_seed"])
     assert score(result, "grow") == pytest.approx([3.0 - 1.0, 1.0 - 1.0])

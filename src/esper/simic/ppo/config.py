@@ -259,13 +259,14 @@ class TrainingConfig(StrictConfig):
         """The teacher's smoothing ε of a residual policy; None for a policy learned from scratch."""
         return None if self.teacher == NO_TEACHER else self.teacher_epsilon
 
-    def warmup_episodes(self) -> int:
-        """Episodes of the critic warm-up, run before the `n_episodes` the actor learns from (0 without a teacher)."""
-        return 0 if self.teacher == NO_TEACHER else self.critic_warmup_batches * self.n_envs
+    def warmup_batches(self) -> int:
+        """Rollout batches of the critic warm-up, run before the `n_episodes` the actor learns from (0 without a
+        teacher)."""
+        return 0 if self.teacher == NO_TEACHER else self.critic_warmup_batches
 
     def total_episodes(self) -> int:
         """Every episode the run trains on: the critic warm-up's, then `n_episodes`."""
-        return self.warmup_episodes() + self.n_episodes
+        return self.warmup_batches() * self.n_envs + self.n_episodes
 
     @field_validator("hidden_dim")
     @classmethod

@@ -11,14 +11,17 @@ and slot). Elsewhere, and on a head where the teacher's choice is not legal for 
 head), π_T is uniform over the legal actions: a zero prior.
 
 Every env has its own teacher instance with its own per-episode state, fed the same observation the policy sees
-(restricted to the blueprints the policy may germinate), in the process that decides. The teacher's decisions are a
-function of the observations alone, so they are the same with any number of workers and on a resumed run.
+(restricted to the blueprints the policy may germinate), in the process that decides. A teacher is built fresh for
+each episode from the episode's seeds and sees only its env's observations, so its decisions are the same with any
+number of workers and on a resumed run. With ε = 0 the actor cannot move wherever the teacher has a choice: the other
+actions' prior is the most negative finite logit, out of any gradient's reach.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import torch
 
@@ -29,6 +32,7 @@ from esper.leyline.constants import MASK_VALUE
 from esper.leyline.errors import UserInputError
 from esper.runtime.tasks import TaskSpec
 from esper.tamiyo import CONTROLLERS, ControllerContext, TamiyoDecision, TamiyoPolicy
+from esper.tamiyo.heuristic_record import TUNED
 
 __all__ = [
     "NO_TEACHER",
@@ -54,12 +58,18 @@ def check_teacher_spec(spec: str) -> str:
     """`spec` if it names a controller a residual policy can start from (`none` included), else a clear error."""
     if spec == NO_TEACHER:
         return spec
-    name = spec.partition(":")[0]
+    name, _, argument = spec.partition(":")
     if name not in TEACHER_KINDS:
         raise UserInputError(f"teacher '{spec}' is not a controller that needs no training: use one of "
                              f"{', '.join(f'{k}[:...]' for k in TEACHER_KINDS)} or '{NO_TEACHER}' (a policy learned "
                              f"from scratch)")
     CONTROLLERS.parse(spec)  # an unknown or malformed spec fails here, before any episode runs
+    if name == "heuristic" and argument == TUNED:
+        raise UserInputError("teacher 'heuristic:tuned' names a study's own record: name the record file instead "
+                             "(teacher=heuristic:PATH.json)")
+    if name == "heuristic" and argument and not Path(argument).is_file():
+        raise UserInputError(f"teacher {spec}: no heuristic record at {argument} (write one with `esper tune "
+                             f"heuristic --output {argument}`)")
     return spec
 
 

@@ -115,7 +115,7 @@ def train_ppo(config: TrainingConfig, run: PPORun) -> PPOTrainingResult:
 def _train(config: TrainingConfig, run: PPORun, settings: TrainingSettings, env_devices: list[torch.device],
            pool: EnvPool) -> PPOTrainingResult:
     task = get_task_spec(config.task)
-    warmup_batches = config.warmup_episodes() // config.n_envs
+    warmup_batches = config.warmup_batches()
     n_batches = warmup_batches + math.ceil(config.n_episodes / config.n_envs)
     learner = PPOLearnerState.new(config, resolve_device(config.device))
     if run.resume_from is not None:
@@ -285,7 +285,7 @@ def _announce(config: TrainingConfig, task: TaskSpec, settings: TrainingSettings
     run.emit(TelemetryEventType.TRAINING_STARTED, f"PPO on {config.task}: {config.n_envs} envs, {n_batches} batches", {
         "command": "train ppo", "task": config.task, "topology": task.topology, "n_envs": config.n_envs,
         "env_devices": {i: str(device_of[i]) for i in range(config.n_envs)}, "total_batches": n_batches,
-        "n_episodes": config.n_episodes, "obs_dim": obs_dim(task.action_space, config.use_telemetry),
+        "n_episodes": config.total_episodes(), "obs_dim": obs_dim(task.action_space, config.use_telemetry),
         "config": config.to_dict(),
         "reward": settings.describe_reward(config),
         "envs_per_device": {str(d): sum(1 for x in device_of if x == d) for d in env_devices}})

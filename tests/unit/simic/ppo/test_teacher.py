@@ -106,7 +106,8 @@ def test_teachers_are_controllers_that_need_no_training(spec: str) -> None:
     assert check_teacher_spec(spec) == spec
 
 
-@pytest.mark.parametrize("spec", ["ppo:runs/x", "fixed:norm@early", "static", "random", "heuristik"])
+@pytest.mark.parametrize("spec", ["ppo:runs/x", "fixed:norm@early", "static", "random", "heuristik", "heuristic:tuned",
+                                  "heuristic:no/such/record.json"])
 def test_other_teachers_are_refused(spec: str) -> None:
     with pytest.raises(UserInputError, match="teacher"):
         check_teacher_spec(spec)
@@ -166,8 +167,9 @@ def test_a_residual_network_needs_teachers_and_only_it_takes_them() -> None:
 
 
 def _agent(**overrides: object) -> PPOAgent:
-    config = TrainingConfig.preset("quick").with_overrides(teacher="heuristic", n_envs=4, n_episodes=8,
-                                                           minibatch_size=8, device="cpu", **overrides)
+    fields: dict[str, object] = {"teacher": "heuristic", "n_envs": 4, "n_episodes": 8, "minibatch_size": 8,
+                                 "device": "cpu", **overrides}
+    config = TrainingConfig.preset("quick").with_overrides(**fields)
     torch.manual_seed(0)
     return PPOAgent(config, state_dim=D, space=CNN)
 
@@ -201,15 +203,16 @@ def test_the_critic_warm_up_changes_no_actor_parameter() -> None:
 
 
 def test_the_actor_learning_rate_warms_up_and_the_kl_weight_anneals() -> None:
-    agent = _agent(actor_warmup_updates=4, teacher_kl_start=0.2, teacher_kl_end=0.0)
+    agent = _agent(actor_warmup_updates=4, teacher_kl_start=0.2, teacher_kl_end=0.02, n_episodes=24)  # 6 updates
     buffer, returns, advantages = _rollout(agent)
-    scales, coefs = [], []
-    for _ in range(5):
-        metrics = agent.update(buffer, returns, advantages)
-        scales.append(metrics["actor_lr_scale"])
-        coefs.append(metrics["teacher_kl_coef"])
-    assert scales == [0.25, 0.5, 0.75, 1.0, 1.0]
-    assert coefs[0] == pytest.approx(0.2) and coefs[-1] == pytest.approx(0.0) and coefs == sorted(coefs, reverse=True)
+    lrs, coefs = [], []
+    for _ in range(7):
+        coefs.append(agent.update(buffer, returns, advantages)["teacher_kl_coef"])
+        lrs.append([group["lr"] for group in agent.optimizer.param_groups])
+    lr = agent.config.lr
+    assert [actor for actor, _ in lrs] == pytest.approx([lr * f for f in (0.25, 0.5, 0.75, 1.0, 1.0, 1.0, 1.0)])
+    assert all(critic == lr for _, critic in lrs)  # the critic's rate never warms up
+    assert coefs == pytest.approx([0.2 - 0.18 * k / 5 for k in range(6)] + [0.02])  # linear, then held at the end
 
 
 def test_the_teacher_kl_pulls_the_policy_back_to_its_teacher() -> None:
