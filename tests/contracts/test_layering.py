@@ -223,7 +223,7 @@ FAKE_CASES = [
     ("esper.leyline.fake", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\n", "non-stdlib"),
     ("esper.kasmina.fake", "from esper.api import wrap\n", "'api'"),
     ("esper.tolaria.fake", "import esper.api.controller\n", "'api'"),
-    ("esper.evaluation.fake", "from esper.api.wrap import slots\n", "'api'"),
+    ("esper.evaluation.fake", "from esper.api.wrapping import slots\n", "'api'"),
     ("esper.api.fake", "from esper.lightning import GrowthCallback\n", "'lightning'"),
     ("esper.api.fake", "from esper.cli import main\n", "'cli'"),
 ]
@@ -289,4 +289,4 @@ def test_importing_esper_loads_neither_torch_nor_the_public_api() -> None:
     assert result.stdout.strip() == ""
     code = "import esper; print(esper.wrap.__module__, esper.Controller.__module__)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
-    assert result.stdout.split() == ["esper.api.wrap", "esper.api.controller"]
+    assert result.stdout.split() == ["esper.api.wrapping", "esper.api.controller"]

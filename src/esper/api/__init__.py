@@ -3,7 +3,7 @@ them once per epoch of the user's loop (`docs/api.md`). The public API, above ev
 
 from esper.api.controller import METRICS, Controller, GrowthConfig, StepResult, Transition
 from esper.api.measure import Contributions
-from esper.api.wrap import SlotInfo, slots, wrap
+from esper.api.wrapping import SlotInfo, slots, wrap
 
 __all__ = ["METRICS", "Contributions", "Controller", "GrowthConfig", "SlotInfo", "StepResult", "Transition", "slots",
            "wrap"]

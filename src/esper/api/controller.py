@@ -25,7 +25,7 @@ from esper.api.groups import SeedGroups
 from esper.api.measure import Contributions, Evaluate, measure_contributions
 from esper.api.slotset import SlotSet
 from esper.api.telemetry import EpochTelemetry, GradientTelemetry
-from esper.api.wrap import slot_set_of
+from esper.api.wrapping import slot_set_of
 from esper.env.masks import build_slot_states
 from esper.evaluation.controllers import all_controllers
 from esper.kasmina.state import LifecycleConfig
