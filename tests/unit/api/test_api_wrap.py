@@ -86,7 +86,8 @@ def test_blueprints_fit_by_output_shape() -> None:
     tokens = token_data(2, seed=0)[0]
     text = slot_set_of(esper.wrap(TokenClassifier(), ["encoder.layers.0"], example_input=tokens))
     assert text.action_space.topology == "transformer" and "lora" in text.action_space.head
-    limited = slot_set_of(esper.wrap(SmallCNN(), ["stem"], ["norm", "conv_heavy"], example_input=torch.randn(1, 3, 8, 8)))
+    x = torch.randn(1, 3, 8, 8)
+    limited = slot_set_of(esper.wrap(SmallCNN(), ["stem"], ["norm", "conv_heavy"], example_input=x))
     assert (limited.action_space.head, limited.action_space.others) == (("noop", "norm"), ("conv_heavy",))
     with pytest.raises(ValueError, match="outputs shape \\(1, 2\\): no blueprint fits it"):
         esper.wrap(SmallCNN(classes=2), ["head"], example_input=torch.randn(1, 3, 8, 8))
