@@ -4,6 +4,7 @@ TransformerEncoder classifier, as a user would write them (nothing of esper insi
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -108,3 +109,10 @@ def train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, x: Tensor, y
 
 def host_parameters(model: nn.Module) -> dict[str, Tensor]:
     return {n: p for n, p in model.named_parameters() if not n.startswith("esper_slots.")}
+
+
+def comparable(manifest: dict[str, Any]) -> dict[str, Any]:
+    """A slot manifest's seeds without the wall-clock time their telemetry was captured at."""
+    return {slot: {**entry, "lifecycle": {**entry["lifecycle"], "telemetry": {
+        k: v for k, v in entry["lifecycle"]["telemetry"].items() if k != "captured_at"}}}
+        for slot, entry in manifest["seeds"].items()}

@@ -15,20 +15,13 @@ import torch
 
 import esper
 from esper.api.wrapping import slot_set_of
-from unit.api.models import QUICK, SmallCNN, evaluator, image_data, train_epoch, val_loss
+from unit.api.models import QUICK, SmallCNN, comparable, evaluator, image_data, train_epoch, val_loss
 
 EPOCHS, BATCHES, BATCH = 12, 4, 32
 STOP = 2 * BATCHES + 2
 """The interrupted run stops halfway through epoch 3, its seed TRAINING, a second germination still to come."""
 TESTS = Path(__file__).resolve().parents[2]
 SRC = Path(esper.__file__).resolve().parents[1]
-
-
-def _comparable(manifest: dict[str, Any]) -> dict[str, Any]:
-    """A manifest without the wall-clock time its seeds' telemetry was captured at."""
-    return {slot: {**entry, "lifecycle": {**entry["lifecycle"], "telemetry": {
-        k: v for k, v in entry["lifecycle"]["telemetry"].items() if k != "captured_at"}}}
-        for slot, entry in manifest["seeds"].items()}
 
 
 def run(stop: int, *, resume: Path | None = None, save: Path | None = None) -> dict[str, Any]:
@@ -61,7 +54,7 @@ def run(stop: int, *, resume: Path | None = None, save: Path | None = None) -> d
         torch.save({"growth": ctl.state_dict(), "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                     "scheduler": scheduler.state_dict(), "batches": stop}, save)
     weights = {k: v for k, v in model.state_dict().items() if isinstance(v, torch.Tensor)}
-    return {"weights": weights, "seeds": _comparable(slot_set_of(model).manifest()), "signals": signals}
+    return {"weights": weights, "seeds": comparable(slot_set_of(model).manifest()), "signals": signals}
 
 
 def test_a_run_resumed_mid_growth_in_a_fresh_process_equals_the_uninterrupted_run(tmp_path: Path) -> None:
