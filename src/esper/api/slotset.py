@@ -71,9 +71,6 @@ class SlotSet(nn.Module):
             if not isinstance(out, Tensor):
                 raise UserInputError(f"Slot {self.paths[name]!r} outputs {type(out).__name__}: a slot needs a module "
                                      f"that returns one tensor; name another module")
-            if torch.compiler.is_compiling():
-                raise UserInputError("esper.wrap learns slot shapes in an eager forward: pass example_input= to wrap, "
-                                     "or run one forward before torch.compile")
             slot = self._create(name, Activation(tuple(out.shape), out.dtype, out.device))
         return slot(out)
 

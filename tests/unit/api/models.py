@@ -11,7 +11,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from esper.api import GrowthConfig
+from esper.api.hookslot import HookSlot
+from esper.api.wrapping import slot_set_of
 from esper.kasmina.state import LifecycleConfig
+from esper.leyline import SeedStage
 
 QUICK = GrowthConfig(lifecycle=LifecycleConfig(min_training_epochs=1, blending_steps=2, min_blending_epochs=1,
                                                max_probation_epochs=3, min_fossilize_contribution=0.0,
@@ -116,3 +119,23 @@ def comparable(manifest: dict[str, Any]) -> dict[str, Any]:
     return {slot: {**entry, "lifecycle": {**entry["lifecycle"], "telemetry": {
         k: v for k, v in entry["lifecycle"]["telemetry"].items() if k != "captured_at"}}}
         for slot, entry in manifest["seeds"].items()}
+
+
+def germinated(model: nn.Module, slot: str, blueprint: str, *, stage: SeedStage) -> HookSlot:
+    """The slot's seed of `blueprint`, brought to `stage` (TRAINING or BLENDING) by its own lifecycle."""
+    slot_set = slot_set_of(model)
+    seed_slot = slot_set.slot(slot)
+    device, dtype = slot_set.device_dtype()
+    seed_slot.germinate(blueprint, f"seed_{slot}", device=device, dtype=dtype, baseline_accuracy=50.0,
+                        host_param_count=1, epoch=0)
+    seed_slot.step_epoch(1)  # GERMINATED -> TRAINING
+    if stage == SeedStage.BLENDING:
+        assert seed_slot.state is not None
+        seed_slot.set_probe_contribution(1.0)
+        seed_slot.update_gradient_ratio(1.0)
+        seed_slot.record_accuracy(50.0)
+        seed_slot.record_accuracy(50.0)
+        seed_slot.record_accuracy(50.0)
+        seed_slot.step_epoch(2)
+    assert seed_slot.state is not None and seed_slot.state.stage == stage
+    return seed_slot

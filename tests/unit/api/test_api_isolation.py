@@ -11,31 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import esper
-from esper.api.hookslot import HookSlot
-from esper.api.wrapping import slot_set_of
 from esper.leyline import SeedStage
-from unit.api.models import SmallCNN, host_parameters
+from unit.api.models import SmallCNN, germinated, host_parameters
 
 X = torch.randn(2, 3, 12, 12)
-
-
-def germinated(model: torch.nn.Module, slot: str, blueprint: str, *, stage: SeedStage) -> HookSlot:
-    slot_set = slot_set_of(model)
-    seed_slot = slot_set.slot(slot)
-    device, dtype = slot_set.device_dtype()
-    seed_slot.germinate(blueprint, f"seed_{slot}", device=device, dtype=dtype, baseline_accuracy=50.0,
-                        host_param_count=1, epoch=0)
-    seed_slot.step_epoch(1)  # GERMINATED -> TRAINING
-    if stage == SeedStage.BLENDING:
-        assert seed_slot.state is not None
-        seed_slot.set_probe_contribution(1.0)
-        seed_slot.update_gradient_ratio(1.0)
-        seed_slot.record_accuracy(50.0)
-        seed_slot.record_accuracy(50.0)
-        seed_slot.record_accuracy(50.0)
-        seed_slot.step_epoch(2)
-    assert seed_slot.state is not None and seed_slot.state.stage == stage
-    return seed_slot
 
 
 @settings(max_examples=5, deadline=None)
