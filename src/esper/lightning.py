@@ -1,4 +1,4 @@
-"""`GrowthCallback`: esper's growth inside a Lightning `Trainer` (the `lightning` extra: pip install 'esper[lightning]').
+"""`GrowthCallback`: esper's growth inside a Lightning `Trainer` (extra: pip install 'esper[lightning]').
 
 The LightningModule holds a model `esper.wrap` prepared. After each validation run of `fit` the callback hands the
 logged metrics to an `esper.Controller`, which grows seeds in the module and keeps one optimizer group per seed.
