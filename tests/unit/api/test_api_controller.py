@@ -37,6 +37,7 @@ def epoch(model: torch.nn.Module, optimizer: torch.optim.Optimizer, ctl: Control
 def test_germination_adds_a_group_the_optimizer_steps_and_keeps_the_host_adam_state() -> None:
     model, optimizer, ctl, _ = grown()
     train_epoch(model, optimizer, X, Y)
+    optimizer.param_groups[0]["lr"] = 0.004  # the host's group as it is now (a schedule moved it), not the defaults
     host_state = {p: {k: v.clone() for k, v in optimizer.state[p].items()} for p in model.parameters()}
     result = ctl.step({"val_accuracy": evaluator(model, XV, YV)()})  # grow: germinates at its first decision
     assert result.command is not None and result.command.describe() == "GERMINATE early conv_light/sigmoid"
@@ -46,6 +47,7 @@ def test_germination_adds_a_group_the_optimizer_steps_and_keeps_the_host_adam_st
     assert len(optimizer.param_groups) == 2 and optimizer.param_groups[1]["params"] == seed
     host_settings = {k: v for k, v in optimizer.param_groups[0].items() if k != "params"}
     assert {k: v for k, v in optimizer.param_groups[1].items() if k != "params"} == host_settings
+    assert optimizer.param_groups[1]["lr"] == 0.004 and optimizer.param_groups[1]["weight_decay"] == 1e-4
     for p, state in host_state.items():  # the germination itself touched no host state
         assert all(torch.equal(optimizer.state[p][k], v) for k, v in state.items())
     before = [p.detach().clone() for p in seed]

@@ -17,12 +17,12 @@ from unit.api.models import SmallCNN, TokenClassifier, host_parameters, token_da
 
 
 @settings(max_examples=5, deadline=None)
-@given(seed=st.integers(0, 2**16), batch=st.integers(1, 5))
-def test_a_wrapped_model_without_seeds_equals_the_original_bitwise(seed: int, batch: int) -> None:
+@given(seed=st.integers(0, 2**16), batch=st.integers(1, 5), example=st.booleans())
+def test_a_wrapped_model_without_seeds_equals_the_original_bitwise(seed: int, batch: int, example: bool) -> None:
     torch.manual_seed(seed)
     original = SmallCNN()
-    wrapped = esper.wrap(copy.deepcopy(original), ["stem", "layer1", "layer2"])
     x = torch.randn(batch + 1, 3, 12, 12)
+    wrapped = esper.wrap(copy.deepcopy(original), ["stem", "layer1", "layer2"], example_input=x if example else None)
     out, ref = wrapped(x), original(x)
     out.square().sum().backward()
     ref.square().sum().backward()
