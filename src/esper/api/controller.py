@@ -275,7 +275,7 @@ class Controller:
         epochs in stage), the seed parameter groups, the controller's and the tracker's state, the epoch's telemetry."""
         policy = self.policy()
         return {"format": STATE_FORMAT, "policy": self.policy_spec, "epoch": self.epoch,
-                "max_epochs": self.max_epochs, "seeds_created": self.seeds_created,
+                "seeds_created": self.seeds_created,
                 "manifest": self.slot_set.manifest(), "groups": self.groups.state_dict(),
                 "tracker": self.tracker.state_dict(), "telemetry": self.telemetry.state_dict(),
                 "policy_state": policy.state_dict() if isinstance(policy, StatefulPolicy) else None}

@@ -64,12 +64,13 @@ def wrap(model: nn.Module, slots: list[str] | tuple[str, ...], blueprints: list[
 
 
 def _run_example(model: nn.Module, example: Tensor | tuple[Tensor, ...]) -> None:
-    """One forward in eval mode without gradients (no BatchNorm statistic or random draw changes), for the shapes."""
+    """One forward in eval mode without gradients, the random stream restored (no statistic or draw changes)."""
+    inputs = example if isinstance(example, tuple) else (example,)
     modes = {m: m.training for m in model.modules()}
     model.eval()
     try:
-        with torch.no_grad():
-            model(*example) if isinstance(example, tuple) else model(example)
+        with torch.no_grad(), torch.random.fork_rng(devices=[x.device for x in inputs if x.device.type == "cuda"]):
+            model(*inputs)
     finally:
         for module, training in modes.items():
             module.training = training

@@ -4,6 +4,10 @@ without seeds that computes exactly what the original computes."""
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -93,3 +97,13 @@ def test_blueprints_fit_by_output_shape() -> None:
         esper.wrap(SmallCNN(classes=2), ["head"], example_input=torch.randn(1, 3, 8, 8))
     with pytest.raises(ValueError, match="'lora' is not a cnn blueprint"):
         esper.wrap(SmallCNN(), ["stem"], ["lora"], example_input=torch.randn(1, 3, 8, 8))
+
+
+def test_esper_and_its_api_import_without_lightning_and_the_callback_names_the_extra() -> None:
+    code = ("import sys; sys.modules['lightning'] = sys.modules['lightning.pytorch'] = None\n"
+            "import esper, esper.api\n"
+            "try:\n    import esper.lightning\nexcept ImportError as exc:\n    print(exc)")
+    env = {**os.environ, "PYTHONPATH": str(Path(esper.__file__).resolve().parents[1])}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60,
+                            check=True)
+    assert result.stdout.strip() == "esper.lightning needs Lightning: pip install 'esper[lightning]'"
