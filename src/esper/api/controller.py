@@ -200,7 +200,8 @@ class Controller:
             for slot in self.slot_set.slots():
                 slot.step_epoch(self.epoch)
         added, removed = self.groups.sync(self.slot_set)
-        return StepResult(self.epoch, command, reason, tuple(self._transitions), added, removed, contributions)
+        return StepResult(self.epoch, command, reason, tuple(self._transitions), added, removed,
+                          measured.contributions)
 
     def _record(self, measured: _Measured) -> None:
         """The epoch's measurements into each seed's state, as esper's own envs write them."""
