@@ -17,6 +17,7 @@ from pydantic import ConfigDict, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
 import esper
+from esper.api import GrowthConfig
 from esper.datagen.configs import ENVIRONMENT_PRESETS, POLICY_PRESETS, BehaviorPolicyConfig, EnvironmentConfig
 from esper.datagen.generate import GenerateOptions
 from esper.env.contribution import ContributionRewardConfig
@@ -57,6 +58,7 @@ VALID: dict[type[StrictConfig], StrictConfig] = {
     OptimizerSpec: OptimizerSpec(name="sgd", lr=0.01),
     WorkerOptions: WorkerOptions(),
     LifecycleConfig: LifecycleConfig(),
+    GrowthConfig: GrowthConfig(max_seeds=2, random_guess_loss=2.3),
     DataOptions: DataOptions(),
     TunedSetting: _SETTING,
     ObjectiveRecord: ObjectiveRecord(name="charged_gap", charge="compute", cost=1.5),

@@ -26,7 +26,14 @@ from esper.tamiyo.heuristic_record import (
     read_heuristic_record,
 )
 from esper.tamiyo.policy import MATCHED, MAX_HOST_WIDTH, RandomPolicy, StaticPolicy
-from esper.tamiyo.protocol import BatchTamiyoPolicy, InvalidDecisionError, TamiyoDecision, TamiyoPolicy, check_decision
+from esper.tamiyo.protocol import (
+    BatchTamiyoPolicy,
+    InvalidDecisionError,
+    StatefulPolicy,
+    TamiyoDecision,
+    TamiyoPolicy,
+    check_decision,
+)
 from esper.tamiyo.registry import (
     CONTROLLERS,
     ControllerContext,
@@ -64,6 +71,7 @@ __all__ = [
     "RandomPolicy",
     "SettingChangeError",
     "SignalTracker",
+    "StatefulPolicy",
     "StaticPolicy",
     "TamiyoDecision",
     "TamiyoPolicy",

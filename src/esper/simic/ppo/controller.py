@@ -31,6 +31,7 @@ from esper.simic.ppo.teacher import Teachers, teacher_rows
 from esper.tamiyo import (
     ControllerContext,
     SettingChangeError,
+    StatefulPolicy,
     TamiyoDecision,
     check_trained_setting,
     register_controller,
@@ -68,6 +69,17 @@ class PPOPolicy:
         if not self.agent.network.residual:
             raise ValueError("only a residual policy decides on top of teachers")
         self.teachers = teachers
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a residual policy's teachers remember of their episodes (the network is the checkpoint's)."""
+        policies = [] if self.teachers is None else self.teachers.policies
+        return {"teachers": [p.state_dict() if isinstance(p, StatefulPolicy) else None for p in policies]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        policies = [] if self.teachers is None else self.teachers.policies
+        for policy, saved in zip(policies, state["teachers"], strict=True):
+            if saved is not None and isinstance(policy, StatefulPolicy):
+                policy.load_state_dict(saved)
 
     def decide(self, obs: EnvObservation) -> TamiyoDecision:
         return self.decide_batch([obs])[0]
@@ -150,6 +162,10 @@ class PPOPolicy:
         if space is not None and trained.topology != space.topology:
             raise UserInputError(f"{path} was trained for topology '{trained.topology}' (task {config.task}), not "
                                  f"'{space.topology}': evaluate it with --task {config.task}")
+        if space is not None and trained.head != space.head:
+            raise UserInputError(f"{path} chooses among the {trained.topology} blueprints {list(trained.head[1:])}, "
+                                 f"where it runs they are {list(space.head[1:])}: a policy runs only where its "
+                                 f"blueprint head is offered (esper.wrap: leave blueprints= out, or name those)")
         if slots is not None and list(ordered_slots(slots)) != config.slots:
             raise UserInputError(f"{path} was trained with slots {config.slots}, not {list(slots)}: evaluate it with "
                                  f"--slots {' '.join(config.slots)}")
