@@ -12,14 +12,14 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[dev,gym,dist,minari]'
+	$(PY) -m pip install --quiet -e '.[dev,gym,dist,minari,lightning]'
 	touch $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/esper study --preset quick
 
 test: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks examples
 	$(VENV)/bin/mypy src
 	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n $(JOBS) --dist loadfile
 

@@ -32,16 +32,12 @@ import time
 from pathlib import Path
 
 import torch
-from bench_workers import gpu_utilization, ppo_rate
+from bench_workers import PARAM_COST, gpu_utilization, ppo_rate
 from rich.console import Console
 from rich.table import Table
 
 from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 from esper.simic.ppo.config import TrainingConfig
-
-PARAM_COST = 1.0
-"""λ_p of the rollouts' reward: a fixed number instead of the presets' measured `auto` (it changes rewards, not the
-work a rollout does)."""
 
 
 def device_name(device: str) -> str:

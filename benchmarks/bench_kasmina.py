@@ -2,7 +2,10 @@
 
 Run (a standalone script, not a test):
 
-    .venv/bin/python benchmarks/bench_kasmina.py [--device cpu|cuda] [--repeats N] [--batch-size B] [--threads T]
+    .venv/bin/python benchmarks/bench_kasmina.py [--device cpu|cuda] [--repeats N] [--batch-size B] [--threads T] \
+        [--val-samples N] [--loop-seconds S]
+    .venv/bin/python benchmarks/bench_kasmina.py --repeats 1 --batch-size 8 --val-samples 64 --loop-seconds 0.01
+                                                                            # a smoke run in seconds
 
 Host: the synthetic/cifar10 `CNNHost(in_channels=3, num_classes=10, channels=(8, 16, 32))`, 32×32 inputs. A training
 step is zero_grad → forward → cross-entropy → backward → SGD(lr 0.01, momentum 0.9) step on one fixed batch.
@@ -17,18 +20,19 @@ plain host against the first) shows how small a difference the machine can resol
    each) vs the same `train_step` with no seed. A TRAINING seed leaves the model's forward exactly the host's; it
    learns from a second forward of everything after its slot with its output in place, backpropagated to the seed
    only, so its cost grows with the depth after the slot.
-3. Validation of 2,000 samples in batches of 512 (eval, no_grad) with three seeds (conv_light/early,
-   attention/mid, depthwise/late), in three configurations: all blended in at α = 1.0 (three ablations); early still
-   in TRAINING, mid and late blended (one probe, the most expensive one, plus two ablations); all three in TRAINING
-   (three probes). `extra = (t_cf − t_plain) / t_plain`, with t_cf for
-   `model.forward_with_counterfactuals(x, ablate, probe)` and t_plain for `model(x)` of the same model, is the cost of
-   the counterfactuals and probes in validation passes (target ≤ 1.5); `naive extra` is the same for three extra
+3. Validation of `--val-samples` (default 2,000) samples in batches of 512 (eval, no_grad) with three seeds
+   (conv_light/early, attention/mid, depthwise/late), in three configurations: all blended in at α = 1.0 (three
+   ablations); early still in TRAINING, mid and late blended (one probe, the most expensive one, plus two ablations);
+   all three in TRAINING (three probes). `extra = (t_cf − t_plain) / t_plain`, with t_cf for
+   `model.forward_with_counterfactuals(x, ablate, probe)` and t_plain for `model(x)` of the same model, is the cost
+   of the counterfactuals and probes in validation passes (target ≤ 1.5); `naive extra` is the same for three extra
    full forwards, each with one seed removed.
 
-Method: after a warm-up, the steps per variant and repeat are calibrated to ~0.25 s and split into up to 5 loops
-that interleave with the other variants' loops (order reversed each time) to cancel drift. Wall time
-(`time.perf_counter`; CUDA is synchronized before each read) decides the targets; process CPU time is shown too (with
-`--threads 1` on a shared CPU it is much less sensitive to other processes), and so is the 1-minute load average.
+Method: after a warm-up, the steps per variant and repeat are calibrated to ~`--loop-seconds` (default 0.25 s) and
+split into up to 5 loops that interleave with the other variants' loops (order reversed each time) to cancel drift.
+Wall time (`time.perf_counter`; CUDA is synchronized before each read) decides the targets; process CPU time is shown
+too (with `--threads 1` on a shared CPU it is much less sensitive to other processes), and so is the 1-minute load
+average.
 """
 
 from __future__ import annotations
@@ -55,8 +59,8 @@ from esper.runtime.optim import OptimizerSpec
 from esper.tolaria import TrainState, train_step
 
 SLOTS = ("early", "mid", "late")
-VAL_SAMPLES, VAL_BATCH = 2000, 512
-LOOP_SECONDS, SUB_LOOPS = 0.25, 5  # per variant and repeat: ~0.25 s split into up to 5 interleaved loops
+VAL_BATCH = 512
+SUB_LOOPS = 5  # per variant and repeat: the calibrated steps split into up to 5 interleaved loops
 Step = Callable[[], object]
 Times = dict[str, list[tuple[float, float]]]  # variant -> per-repeat (wall, CPU) s
 
@@ -99,13 +103,14 @@ def timed(fn: Step, n: int, sync: Callable[[], None]) -> tuple[float, float]:
     return (time.perf_counter() - t0) / n, (time.process_time() - c0) / n
 
 
-def bench(variants: dict[str, Step], repeats: int, sync: Callable[[], None]) -> Times:
-    """Per-call (wall, CPU) times of each variant per repeat; variants interleave in short sub-loops."""
+def bench(variants: dict[str, Step], repeats: int, loop_seconds: float, sync: Callable[[], None]) -> Times:
+    """Per-call (wall, CPU) times of each variant per repeat (about `loop_seconds` each); variants interleave in
+    short sub-loops."""
     per_call: list[float] = []
     for fn in variants.values():
         timed(fn, 2, sync)  # warm-up (allocator, oneDNN primitive cache), then estimate the per-call time
         per_call.append(timed(fn, 2, sync)[0])
-    steps = max(1, math.ceil(LOOP_SECONDS / max(per_call)))  # per variant and repeat
+    steps = max(1, math.ceil(loop_seconds / max(per_call)))  # per variant and repeat
     n_sub = min(SUB_LOOPS, steps)
     times: Times = {name: [] for name in variants}
     names = list(variants)
@@ -192,6 +197,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--val-samples", type=int, default=2000, help="samples of section 3's validation pass")
+    parser.add_argument("--loop-seconds", type=float, default=0.25, help="time per variant and repeat")
     args = parser.parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -209,7 +216,7 @@ def main() -> None:
         "plain host, 2nd copy (A/A)": plain_step(make_host(device), x, y),
         "model, 3 empty slots": plain_step(model, x, y),
         "Tolaria train_step, no seeds": tolaria_step(make_model(device), x, y),
-    }, args.repeats, sync)
+    }, args.repeats, args.loop_seconds, sync)
 
     # 2. The incubator: train_step with TRAINING seeds vs without.
     def incubating(slots: tuple[str, ...]) -> MorphogeneticModel:
@@ -225,10 +232,10 @@ def main() -> None:
         "train_step, no seeds": tolaria_step(make_model(device), x, y),
         **{f"train_step, TRAINING seed in {slot}": tolaria_step(incubating((slot,)), x, y) for slot in SLOTS},
         "train_step, TRAINING seeds in all three": tolaria_step(incubating(SLOTS), x, y),
-    }, args.repeats, sync)
+    }, args.repeats, args.loop_seconds, sync)
 
     # 3. Counterfactuals and probes of three seeded slots vs one plain validation pass of the same model.
-    batches = list(torch.randn(VAL_SAMPLES, 3, 32, 32, generator=gen).to(device).split(VAL_BATCH))
+    batches = list(torch.randn(args.val_samples, 3, 32, 32, generator=gen).to(device).split(VAL_BATCH))
     variants: dict[str, Step] = {}
     max_diff = 0.0
     for config, training in CF_CONFIGS.items():
@@ -248,14 +255,15 @@ def main() -> None:
         if not training:
             variants["naive: 1 + 3 full forwards, 3 blended"] = naive_validation_pass(cf, batches)
     with torch.no_grad():
-        s3 = bench(variants, args.repeats, sync)
+        s3 = bench(variants, args.repeats, args.loop_seconds, sync)
 
     table = Table(title=f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, "
-                        f"batch {args.batch_size}, val {VAL_SAMPLES}/{VAL_BATCH}, repeats {args.repeats}, "
+                        f"batch {args.batch_size}, val {args.val_samples}/{VAL_BATCH}, repeats {args.repeats}, "
                         f"1-min load {load_before:.2f} → {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     for col in ("section", "variant", "wall median ms", "wall min ms", "wall max ms", "CPU median ms"):
         table.add_column(col, justify="left" if col in ("section", "variant") else "right")
-    for section, times, unit in (("1 train", s1, "step"), ("2 train", s2, "step"), ("3 val", s3, "2k pass")):
+    sections = (("1 train", s1, "step"), ("2 train", s2, "step"), ("3 val", s3, f"{args.val_samples}-sample pass"))
+    for section, times, unit in sections:
         for name, ts in times.items():
             ms = [t * 1e3 for t, _ in ts]
             table.add_row(f"{section} ({unit})", name, f"{statistics.median(ms):.3f}", f"{min(ms):.3f}",

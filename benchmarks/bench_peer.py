@@ -51,6 +51,7 @@ except ImportError:
 
 from esper.env.features import observation_features
 from esper.env.gym import GymEnvConfig, MorphoGymEnv
+from esper.evaluation.episodes import one_test_sample
 from esper.evaluation.results import ComparisonResult
 from esper.evaluation.study import evaluation_plan, run_evaluation
 from esper.leyline import EnvObservation
@@ -152,9 +153,11 @@ def evaluate(config: TrainingConfig, runs: dict[str, Training], seeds: int, out:
     for learner, prefix in ((ESPER, "ppo"), (PEER, "maskable")):
         specs += [f"{prefix}:{runs[learner].init}", f"{prefix}:{runs[learner].final}"]
         labels += [f"{learner} (init)", f"{learner} (final)"]
+    plan = evaluation_plan(config)
     run_dir = RunDirectory(out / "eval")
-    try:
-        return run_evaluation(evaluation_plan(config), specs, labels, seeds, cache, run_dir=run_dir)
+    try:  # ties as `esper study` counts them: differences below one test sample's worth of accuracy
+        return run_evaluation(plan, specs, labels, seeds, cache, run_dir=run_dir,
+                              tie_threshold=one_test_sample(plan, cache))
     finally:
         run_dir.close()
 
@@ -205,7 +208,7 @@ def report(result: ComparisonResult, runs: dict[str, Training], config: Training
                   f"{ESPER} (final) − {PEER} (final): {delta(pairs[f'{ESPER} (final)'][f'{PEER} (final)'])} pp; "
                   f"wall time per env-epoch, {PEER} / {ESPER}: {ratio:.2f}×")
     console.print("Δ: mean paired difference in final validation accuracy (pp), 95 % paired t-interval, "
-                  f"wins/losses/ties (|Δ| ≤ {result.tie_threshold} pp is a tie).")
+                  f"wins/losses/ties (|Δ| < {result.tie_threshold:.3g} pp is a tie).")
 
 
 def main() -> None:

@@ -2,24 +2,28 @@
 
 Run (a standalone script, not a test):
 
-    .venv/bin/python benchmarks/bench_vectorized.py [--device cpu|cuda:0] [--envs 1 2 4] [--max-epochs E] \
-        [--train-samples N] [--val-samples N] [--threads T]
+    .venv/bin/python benchmarks/bench_vectorized.py [--device cpu|cuda:0] [--envs 1 2 4] [--group-size G] \
+        [--max-epochs E] [--train-samples N] [--val-samples N] [--threads T]
+    .venv/bin/python benchmarks/bench_vectorized.py --envs 1 2 --max-epochs 2 --train-samples 64 --val-samples 32
+                                                                                # a smoke run in seconds
 
 Setup: `TrainingConfig.preset("quick")` (synthetic task, CNN host) with `max_epochs`, `max_train_samples` and
 `max_val_samples` overridden (defaults 3, 1024, 256); `--threads` sets torch's intra-op threads. For every k in
 `--envs`, `train_ppo` runs with `n_envs = n_episodes = k`, i.e. exactly one rollout batch of k envs
-advancing together on one device, into a fresh `RunDirectory` under a temporary directory, telemetry off
+advancing together on one device, in groups of `--group-size` (default 1: every env trains beside its own static
+twin, so every k trains twice its envs' models and the ratios compare like with like; every k must be a multiple of
+it), into a fresh `RunDirectory` under a temporary directory, telemetry off
 (`sink=None`). One `DataCache` is shared by all runs (and filled before timing), so no run pays for building the
-dataset; an untimed 1-env warm-up run comes first.
+dataset; an untimed warm-up run of one group comes first.
 
 Columns:
 
 - `wall s`: end-to-end `time.perf_counter` around the call (agent construction, rollout, PPO update, logs,
-  checkpoints). `e2e env-ep/s` = k · max_epochs / wall s; `e2e ×1` is that rate divided by the first (1-env) run's.
+  checkpoints). `e2e env-ep/s` = k · max_epochs / wall s; `e2e ×1` is that rate divided by the first (smallest k) run's.
 - `rollout s`, `update s`: the history row's `rollout_seconds` (building envs + all epochs of all envs, including
   policy forwards and reward/step logging) and `update_seconds` (PPO updates + observation-normalizer update).
 - `env-ep/s`: the history row's `env_epochs_per_second` = k · max_epochs / rollout_seconds (env-steps per second:
-  one env-step is one training epoch of one env); `×1` is its ratio to the first (1-env) run's.
+  one env-step is one training epoch of one env); `×1` is its ratio to the first run's.
 - `PPO share`: update_seconds / (rollout_seconds + update_seconds), the share of wall time spent in PPO updates.
 - `batch loads`: the history row's `batch_loads`, train + validation batch materializations on the device over the
   whole rollout. `expected` = (train batches + val batches per epoch) × max_epochs, the count for loading each shared
@@ -77,6 +81,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--device", default="cpu", help="cpu or cuda:N (default cpu)")
     parser.add_argument("--envs", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--group-size", type=int, default=1, help="envs sharing one static twin (default 1)")
     parser.add_argument("--max-epochs", type=int, default=3)
     parser.add_argument("--train-samples", type=int, default=1024)
     parser.add_argument("--val-samples", type=int, default=256)
@@ -85,12 +90,12 @@ def main() -> None:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     env_counts = sorted(set(args.envs))
-    if env_counts[0] < 1:
-        parser.error("--envs values must be >= 1")
+    if args.group_size < 1 or any(k < 1 or k % args.group_size for k in env_counts):
+        parser.error("--envs values must be positive multiples of --group-size")
 
     config = TrainingConfig.preset("quick").with_overrides(
         max_epochs=args.max_epochs, max_train_samples=args.train_samples, max_val_samples=args.val_samples,
-        device=args.device, devices=None)
+        group_size=args.group_size, device=args.device, devices=None)
     spec = get_task_spec(config.task)
     device = resolve_device(config.device)
     cache = DataCache(DataOptions())
@@ -102,7 +107,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="bench_vectorized_") as tmp:
         root = Path(tmp)
-        run_once(config.with_overrides(max_epochs=2), 1, cache, root, "warmup")
+        run_once(config.with_overrides(max_epochs=2), config.group_size, cache, root, "warmup")
         results = [run_once(config, k, cache, root, f"envs{k}") for k in env_counts]
 
     base = results[0]
@@ -114,7 +119,8 @@ def main() -> None:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     table = Table(title=(
         f"bench_vectorized — torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, "
-        f"quick preset: {config.task}, max_epochs {config.max_epochs}, {config.max_train_samples} train / "
+        f"quick preset: {config.task}, group size {config.group_size}, max_epochs {config.max_epochs}, "
+        f"{config.max_train_samples} train / "
         f"{config.max_val_samples} val samples, batch {config.batch_size} "
         f"({train_batches} train + {val_batches} val batches/epoch), load avg {load:.2f}"))
     columns = ("envs", "wall s", "e2e env-ep/s", "e2e ×1", "rollout s", "update s", "env-ep/s", "×1",

@@ -8,11 +8,11 @@ Run (a standalone script, not a test):
     .venv/bin/python benchmarks/bench_workers.py --compare-episodes 4               # also `esper compare`'s episodes
 
 Setup: `TrainingConfig.preset(--preset)` (default `synthetic`: CNN host, 25-epoch episodes shortened to
-`--max-epochs`, 192 / 96 samples) with `n_envs` = k and `group_size` = `--group-size` (a group, its envs and its
-static twin, is what one worker runs, so k / group_size groups bound the useful workers). For every k in `--envs` and
-every w in `--workers` (0: the in-process loop) `train_ppo` runs two rollout batches; the figure is the second
-batch's `env_epochs_per_second` (k · max_epochs / rollout seconds), so starting workers and loading their data (the
-first batch) is left out; `wall s` is the whole run, startup included. Every process (the in-process loop, each
+`--max-epochs`, 192 / 96 samples; λ_p fixed) with `n_envs` = k and `group_size` = `--group-size` (a group, its envs
+and its static twin, is what one worker runs, so k / group_size groups bound the useful workers). For every k in
+`--envs` and every w in `--workers` (0: the in-process loop) `train_ppo` runs two rollout batches; the figure is the
+second batch's `env_epochs_per_second` (k · max_epochs / rollout seconds), so starting workers and loading their data
+(the first batch) is left out; `wall s` is the whole run, startup included. Every process (the in-process loop, each
 worker, the learner) computes with `--threads` intra-op threads (default 1, esper's default), so every row computes
 the same numbers. Ratios: `× in-process` against the in-process loop
 at the same k, `× first` against the first row (the grid's k = envs[0] in process).
@@ -49,6 +49,10 @@ from esper.runtime.rundir import RunDirectory, read_jsonl
 from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 from esper.simic.ppo.config import TrainingConfig
 from esper.simic.ppo.train import PPORun, train_ppo
+
+PARAM_COST = 1.0
+"""λ_p of the rollouts' reward: a fixed number instead of the presets' measured `auto` (it changes rewards, not the
+work a rollout does)."""
 
 
 @contextmanager
@@ -116,7 +120,7 @@ def main() -> None:
 
     base = TrainingConfig.preset(args.preset)
     overrides = {"device": args.device, "max_epochs": args.max_epochs, "group_size": args.group_size,
-                 "threads": args.threads}
+                 "threads": args.threads, "param_cost": PARAM_COST}
     if args.train_samples is not None:
         overrides["max_train_samples"] = args.train_samples
     if args.val_samples is not None:

@@ -1,13 +1,15 @@
-"""Measure a task's parameter cost λ_p for the `gap` reward: what widening the static host buys per parameter.
+"""Measure a task's charges for the `gap` reward: what widening the static host buys per parameter (λ_p) and per
+unit of training compute (λ_c).
 
     python benchmarks/calibrate_param_cost.py --task synthetic --episodes 10 --max-epochs 25 \
         --max-train-samples 2048 --max-val-samples 512
 
-Runs the static host at widths 1.0, 1.5 and 2.0 on paired seeds and prints the slope of final validation accuracy
-against the added-parameter ratio (pp per 100 % of added parameters) with a paired-bootstrap 95 % interval, ready to
-be recorded in `esper.runtime.param_costs` (`esper.evaluation.param_cost` holds the method; `--set
-param_cost='"auto"'` on `train ppo` and `study` runs the same measurement and caches it). Use the episode length
-and sample caps of the runs whose rewards will use it: λ_p depends on them.
+Runs the static host at widths 1.0, 1.5 and 2.0 on paired seeds and prints the slopes of final validation accuracy
+against the added-parameter ratio and against the added-training-FLOP ratio (pp per 100 %), each with a
+paired-bootstrap 95 % interval, ready to be recorded in `esper.runtime.param_costs` (`esper.evaluation.param_cost`
+holds the method; `--set param_cost='"auto"'` or `--set compute_cost='"auto"'` on `train ppo` and `study` runs the
+same measurement and caches it). Use the episode length, sample caps and batch size of the runs whose rewards will
+use it: both depend on them.
 """
 
 from __future__ import annotations
@@ -51,11 +53,16 @@ def main() -> int:
                                seed=args.seed)
     measured = measure_param_cost(task, setting, DataCache(DataOptions(data_dir=args.data_dir)),
                                   device=torch.device(args.device), progress=progress)
-    for w, r, m in zip(WIDTHS, measured.added_param_ratios, measured.mean_final_accuracy, strict=True):
-        print(f"width {w:.1f}: params {host_params(task, w):,} (+{100 * r:.0f} %), mean final accuracy {m:.2f} %")
+    for w, r, f, g, m in zip(WIDTHS, measured.added_param_ratios, measured.added_flop_ratios, measured.train_gflops,
+                             measured.mean_final_accuracy, strict=True):
+        print(f"width {w:.1f}: params {host_params(task, w):,} (+{100 * r:.0f} %), training {g:,.1f} GFLOPs "
+              f"(+{100 * f:.0f} %), mean final accuracy {m:.2f} %")
     low, high = measured.ci95
     print(f"slope: {measured.slope:.3f} pp per 100 % added parameters, 95 % CI [{low:.3f}, {high:.3f}]; "
-          f"param_cost = {measured.param_cost:.3f} ({measured.seconds:.0f} s)")
+          f"param_cost = {measured.param_cost:.3f}")
+    low, high = measured.compute_ci95
+    print(f"slope: {measured.compute_slope:.3f} pp per 100 % more training compute, 95 % CI [{low:.3f}, {high:.3f}]; "
+          f"compute_cost = {measured.compute_cost:.3f} ({measured.seconds:.0f} s)")
     if args.out is not None:
         record = {**measured.to_dict(), "command": "python " + " ".join(sys.argv)}
         args.out.write_text(json.dumps(record, indent=2) + "\n")

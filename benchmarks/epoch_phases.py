@@ -13,7 +13,7 @@ counts host reads per phase, and `epoch_costs.py`, which times them).
 
 `attributed(enter, current)` patches the methods that make up each phase so that everything they do runs inside
 `enter(phase)`; `current()` names the phase now entered (counterfactuals and probes are validation forwards, so they
-are told apart only inside validation).
+are told apart only inside validation). Run as a script, it prints the methods charged to each phase.
 """
 
 from __future__ import annotations
@@ -60,27 +60,40 @@ def _run_from(enter: Enter, current: Callable[[], str], method: Callable[..., An
     return wrapped
 
 
+TARGETS: tuple[tuple[str, Any, str, str | None], ...] = (
+    *(("train", MorphoEnv, m, None) for m in ("begin_epoch", "train_batch", "finish_train_pass")),
+    ("validation", MorphoEnv, "validate_batch", None),
+    ("probes", MorphogeneticModel, "forward_probe", "validation"),
+    ("counterfactuals", MorphogeneticModel, "_run_from", "validation"),  # only a forward restarted at a slot
+    *(("telemetry", MorphoEnv, m, None) for m in ("wait_for_passes", "finish_measurements", "observe")),
+    ("telemetry", lockstep, "_read", None),
+    ("telemetry", Lockstep, "_credit", None),
+    ("decision", driver, "decide_all", None),
+    ("decision", EnvHost, "conclude", None),
+)
+"""(phase, owner, method, the phase it must be called within or None): what `attributed` patches."""
+
+
 @contextlib.contextmanager
 def attributed(enter: Enter, current: Callable[[], str]) -> Iterator[None]:
     """Inside the block, each phase's methods run inside `enter(phase)`."""
-    def phase(name: str, method: Callable[..., Any], within: str | None = None) -> Callable[..., Any]:
-        return _in_phase(enter, current, name, method, within)
-
-    targets: list[tuple[Any, str, Callable[..., Any]]] = [
-        *((MorphoEnv, m, phase("train", getattr(MorphoEnv, m)))
-          for m in ("begin_epoch", "train_batch", "finish_train_pass")),
-        (MorphoEnv, "validate_batch", phase("validation", MorphoEnv.validate_batch)),
-        (MorphogeneticModel, "forward_probe",
-         phase("probes", MorphogeneticModel.forward_probe, within="validation")),
-        (MorphogeneticModel, "_run_from", _run_from(enter, current, MorphogeneticModel._run_from)),
-        *((MorphoEnv, m, phase("telemetry", getattr(MorphoEnv, m)))
-          for m in ("wait_for_passes", "finish_measurements", "observe")),
-        (lockstep, "_read", phase("telemetry", lockstep._read)),
-        (Lockstep, "_credit", phase("telemetry", Lockstep._credit)),
-        (driver, "decide_all", phase("decision", driver.decide_all)),
-        (EnvHost, "conclude", phase("decision", EnvHost.conclude)),
-    ]
     with contextlib.ExitStack() as stack:
-        for owner, name, wrapped in targets:
+        for phase, owner, name, within in TARGETS:
+            method = getattr(owner, name)
+            wrapped = (_run_from(enter, current, method) if phase == "counterfactuals"
+                       else _in_phase(enter, current, phase, method, within))
             stack.enter_context(mock.patch.object(owner, name, wrapped))
         yield
+
+
+def main() -> None:
+    """Print the methods each phase is charged with; entering `attributed` checks that every one still exists."""
+    with attributed(lambda phase: contextlib.nullcontext(), lambda: "other"):
+        for phase in PHASES:
+            methods = [f"{owner.__name__.rsplit('.', 1)[-1]}.{name}" + (f" (within {within})" if within else "")
+                       for p, owner, name, within in TARGETS if p == phase]
+            print(f"{phase}: {', '.join(methods) or 'everything the other phases leave'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -150,6 +150,20 @@ CASES = [
     Case("config-json-not-object", lambda f: [*PPO, "--config-json", str(f.root / "list.json")], "JSON object"),
     Case("config-json-directory", lambda f: [*PPO, "--config-json", f.emptydir], "emptydir"),
     Case("preset-unknown", lambda f: [*PPO, "--preset", "nope"], "nope"),
+    # a misspelt name is answered with the name meant
+    Case("preset-typo", lambda f: [*PPO, "--preset", "quik"], "did you mean 'quick'"),
+    Case("study-preset-typo", lambda f: [*STUDY, "--preset", "fashion-mnist"], "did you mean 'fashion_mnist'"),
+    Case("family-typo", lambda f: [*STUDY, "--family", "synthetic-shift-v2"], "did you mean 'synthetic-shift-v1'"),
+    Case("task-typo", lambda f: [*HEURISTIC, "--task", "synthtic"], "did you mean 'synthetic'"),
+    Case("task-form-typo", lambda f: [*HEURISTIC, "--task", "npx:digits.npz"], "did you mean 'npz:digits.npz'"),
+    Case("controller-typo", lambda f: [*COMPARE, "--controllers", "static", "heuristc"], "did you mean 'heuristic'"),
+    Case("controller-typo-with-argument", lambda f: [*COMPARE, "--controllers", "static", "fixd:norm@mid"],
+         "did you mean 'fixed:norm@mid'"),
+    Case("blueprint-typo", lambda f: [*COMPARE, "--controllers", "static", "fixed:conv_lite@mid"],
+         "did you mean 'conv_light'"),
+    Case("match-typo", lambda f: [*COMPARE, "--controllers", "static", "static:matched", "heuristic", "--match",
+                                  "heuristc"], "did you mean 'heuristic'"),
+    Case("policy-blueprint-typo", lambda f: [*PPO, "--set", 'blueprints=["nrom"]'], "did you mean 'norm'"),
     Case("heuristic-seed-huge", lambda f: [*HEURISTIC, "--seed", "12345678901234567890123"], "--seed"),
     Case("heuristic-seed-negative", lambda f: [*HEURISTIC, "--seed", "-1"], "--seed"),
     Case("heuristic-seed-text", lambda f: [*HEURISTIC, "--seed", "abc"], "--seed"),
@@ -159,6 +173,10 @@ CASES = [
     Case("samples-zero", lambda f: [*HEURISTIC, "--max-train-samples", "0"], "--max-train-samples"),
     Case("param-cost-infinite", lambda f: [*HEURISTIC, "--param-cost", "inf"], "--param-cost"),
     Case("param-cost-nan", lambda f: [*HEURISTIC, "--param-cost", "nan"], "--param-cost"),
+    Case("compute-cost-negative", lambda f: [*HEURISTIC, "--charge", "compute", "--compute-cost", "-1"],
+         "--compute-cost"),
+    Case("charge-unknown", lambda f: [*HEURISTIC, "--charge", "flops"], "flops"),
+    Case("compute-cost-without-its-charge", lambda f: [*HEURISTIC, "--compute-cost", "0.5"], "charge 'compute'"),
     Case("max-seeds-above-slots", lambda f: [*HEURISTIC, "--max-seeds", "9"], "--max-seeds"),
     Case("task-unknown", lambda f: [*HEURISTIC, "--task", "imagenet"], "imagenet"),
     Case("slot-unknown", lambda f: [*HEURISTIC, "--slots", "deep"], "deep"),
@@ -255,10 +273,7 @@ def test_bad_input_exits_2_with_one_line_and_leaves_nothing(case: Case, fx: Fixt
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)  # default run directories would appear under ./runs
     before = _snapshot(fx.root, tmp_path)
-    try:
-        code = main(case.argv(fx))
-    except SystemExit as exc:  # argparse
-        code = int(exc.code or 0)
+    code = main(case.argv(fx))  # argparse's errors too: main never raises SystemExit
     captured = capsys.readouterr()
     lines = [line for line in captured.err.splitlines() if line.strip()]
     assert code == 2, captured.err + captured.out
@@ -288,9 +303,21 @@ def test_unreadable_data_path_is_named(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exc:
-        main(["--version"])
-    assert exc.value.code == 0 and capsys.readouterr().out.startswith("esper 0.")
+    assert main(["--version"]) == 0 and capsys.readouterr().out.startswith("esper 0.")
+
+
+@pytest.mark.parametrize(("argv", "code"), [
+    ([], 2), (["--bogus"], 2), (["train"], 2), (["--plugin"], 2), (["compare", "--plugin"], 2),
+    (["compare", "--task", "nope"], 2), (["compare", "--controllers", "statc"], 2), (["study", "--runs", "0"], 2),
+    (["train", "ppo", "--preset", "quik"], 2), (["compare", "--help"], 0), (["--help"], 0),
+], ids=repr)
+def test_main_returns_every_exit_code(argv: list[str], code: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """`main(argv)` called from Python returns the code the shell would see, argparse's refusals and --help
+    included; it raises nothing, SystemExit neither."""
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == code
+    capsys.readouterr()
 
 
 def test_a_setting_change_runs_when_asked_for(fx: Fixtures, tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ import pytest
 
 from esper.cli.common import SCALE_FIELDS
 from esper.cli.main import build_parser, main
+from esper.cli.study import study_dir
 from esper.cli.train_ppo import effective_config, flag_overrides
 from esper.evaluation.study import STUDY_PRESETS
 from esper.evaluation.study_report import REFERENCE_STUDY, demo_note
@@ -27,8 +28,10 @@ REQUIRED = {  # the least each command needs to parse
     "esper compare": ["--controllers", "static"], "esper study": [],
     "esper evaluate-offline": ["--data", "d", "--controller", "iql:x"], "esper datagen": [],
     "esper datagen export": ["d", "--out", "esper/x-v0"], "esper report": ["r"],
+    "esper tune heuristic": ["--budget", "100"],
 }
-EPISODE_COMMANDS = ("esper train ppo", "esper train heuristic", "esper compare", "esper study", "esper datagen")
+EPISODE_COMMANDS = ("esper train ppo", "esper train heuristic", "esper compare", "esper study", "esper datagen",
+                    "esper tune heuristic")
 
 
 def _commands() -> dict[str, argparse.ArgumentParser]:
@@ -154,6 +157,19 @@ def test_help_gives_the_default_run_directory_with_its_settings_digest(prog: str
     assert name.startswith(prog.split()[-1] + "_") and name.endswith("_s<seed>_<digest>"), name
 
 
+def test_a_study_directory_names_its_task_and_seed_as_every_command_does(tmp_path: Path) -> None:
+    """Two quick studies on different tasks were both `study_quick_s42_*`; and `--set seed=7` ran seed 7 in s42."""
+    def named(*argv: str) -> str:
+        return study_dir(build_parser().parse_args(["study", "--preset", "quick", "--runs-root", str(tmp_path),
+                                                    *argv])).name
+
+    synthetic, fashion, seven = named(), named("--task", "fashion_mnist"), named("--set", "seed=7")
+    pattern = _name_pattern(_help_default("esper study"))
+    assert all(re.fullmatch(pattern, name) for name in (synthetic, fashion, seven)), (synthetic, fashion, seven)
+    assert synthetic.startswith("study_synthetic_s42_") and fashion.startswith("study_fashion_mnist_s42_")
+    assert seven.startswith("study_synthetic_s7_")
+
+
 def test_a_run_prints_its_directory_first_and_it_is_the_name_help_gives(tmp_path: Path,
                                                                          capsys: pytest.CaptureFixture[str]) -> None:
     """The run directory is the first line a command prints (so TensorBoard can watch a long run from the start),
@@ -170,6 +186,9 @@ def test_a_run_prints_its_directory_first_and_it_is_the_name_help_gives(tmp_path
 def test_the_demo_says_what_it_shows_and_names_a_reference_study_that_exists() -> None:
     args = build_parser().parse_args(shlex.split(REFERENCE_STUDY)[1:])
     assert STUDY_PRESETS["quick"].workflow_demo and not STUDY_PRESETS[args.preset].workflow_demo
-    note = demo_note(STUDY_PRESETS["quick"])
+    note = demo_note(STUDY_PRESETS["quick"], 10)
     assert "10-epoch episodes" in note and "heuristic ends where static does" in note and REFERENCE_STUDY in note
     assert len(note.splitlines()) <= 3
+    shorter, longer = demo_note(STUDY_PRESETS["quick"], 3), demo_note(STUDY_PRESETS["quick"], 40)
+    assert "its 3-epoch episodes are too short" in shorter and "10-epoch" not in shorter  # the run's own length
+    assert "its 40-epoch episodes are longer than the preset's 10" in longer and "too short" not in longer

@@ -16,6 +16,7 @@ from esper.evaluation import param_cost as param_cost_module
 from esper.evaluation.comparison import host_params
 from esper.evaluation.param_cost import ParamCostSetting, measure_param_cost
 from esper.runtime.families import Family, InstanceType, register_family
+from esper.runtime.rundir import read_jsonl
 from esper.runtime.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
 
 CAPS = ["--set", "max_train_samples=64", "--set", "max_val_samples=32", "--set", "max_epochs=3"]
@@ -98,11 +99,13 @@ def test_a_run_across_a_family_measures_one_lambda_per_training_type_in_its_own_
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     measured: dict[str, ParamCostSetting] = {}
 
-    def cached(task: TaskSpec, setting: ParamCostSetting, *args: object, **kwargs: object) -> tuple[float, Path, bool]:
+    def cached(task: TaskSpec, setting: ParamCostSetting, *args: object, **kwargs: object
+               ) -> tuple[dict[str, float], Path, bool]:
         measured[task.name] = setting
-        return {"plain": 0.5, "narrow": 3.0}[task.name.rsplit("/", 1)[1]], tmp_path / "cached.json", True
+        param = {"plain": 0.5, "narrow": 3.0}[task.name.rsplit("/", 1)[1]]
+        return {"param": param, "compute": 9.0}, tmp_path / "cached.json", True
 
-    monkeypatch.setattr(cli_param_cost, "cached_param_cost", cached)
+    monkeypatch.setattr(cli_param_cost, "cached_costs", cached)
     run = tmp_path / "run"
     assert main(["train", "ppo", "--family", FAMILY.key, "--set", 'param_cost="auto"', "--set", "max_epochs=2",
                  "--set", "max_val_samples=32", *RUN, "--data-dir", str(tmp_path / "data"), "--run-dir",
@@ -112,3 +115,33 @@ def test_a_run_across_a_family_measures_one_lambda_per_training_type_in_its_own_
     recorded = json.loads((run / "config.json").read_text())
     assert recorded["config"]["param_cost"] is None and recorded["runtime"]["preset"] == "synthetic"
     assert recorded["config"]["type_param_costs"] == recorded["runtime"]["param_cost"] == {"plain": 0.5, "narrow": 3.0}
+
+
+def test_charge_compute_alone_measures_lambda_c_for_the_presets_setting(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The synthetic preset asks for λ_p "auto"; `--set charge=compute` turns that into λ_c "auto": one measurement
+    of the setting (the one λ_p comes from too), its λ_c charged, recorded and described."""
+    settings: list[ParamCostSetting] = []
+
+    def cached(task: TaskSpec, setting: ParamCostSetting, *args: object, **kwargs: object
+               ) -> tuple[dict[str, float], Path, bool]:
+        settings.append(setting)
+        return {"param": 0.3, "compute": 0.8}, tmp_path / "cached.json", False
+
+    monkeypatch.setattr(cli_param_cost, "cached_costs", cached)
+    run = tmp_path / "run"
+    assert main(["train", "ppo", "--preset", "synthetic", "--set", "charge=compute", *TINY, "--data-dir",
+                 str(tmp_path / "data"), "--run-dir", str(run)]) == 0
+    assert [(s.task, s.max_epochs, s.max_train_samples, s.max_val_samples) for s in settings] == [
+        ("synthetic", 3, 64, 32)]
+    assert "λ_c 0.800 for synthetic" in " ".join(capsys.readouterr().out.split())
+    recorded = json.loads((run / "config.json").read_text())
+    assert recorded["config"]["charge"] == "compute" and recorded["config"]["param_cost"] is None
+    assert recorded["config"]["compute_cost"] == recorded["runtime"]["compute_cost"] == 0.8
+    assert recorded["config"]["gamma"] == 1.0
+    [started] = [e for e in read_jsonl(run / "events.jsonl") if e["event_type"] == "TRAINING_STARTED"]
+    assert started["data"]["reward"] == "gap, λ_c 0.8 per 100 % training compute"
+    steps = read_jsonl(run / "steps.jsonl")
+    assert steps and all(s["reward_components"]["param_cost"] == 0.0 == s["reward_components"]["action_shaping"]
+                         for s in steps)
+    assert any(s["reward_components"]["rent"] < 0.0 for s in steps)  # a germinated seed costs training compute

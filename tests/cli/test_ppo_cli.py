@@ -47,10 +47,7 @@ def run_cli(argv: list[str]) -> Result:
     """main(argv) with stdout/stderr captured (usable from module-scoped fixtures, unlike capsys)."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as exc:  # argparse usage errors
-            code = int(exc.code or 0)
+        code = main(argv)
     return Result(code, out.getvalue(), err.getvalue())
 
 

@@ -14,7 +14,9 @@ from PIL import Image
 from esper.cli import report_plots
 from esper.cli.main import main
 from esper.cli.report import render_report
+from esper.cli.report_compare import final_accuracy_estimates
 from esper.cli.report_lifecycle import NO_SEEDS, build_lifecycle
+from esper.cli.report_study import build_compute_figure
 from esper.env.logs import EpisodeResult, SlotSummary, StepRow
 from esper.env.step_record import SUMMED_FIELDS
 from esper.evaluation.comparison import ComparisonResult
@@ -379,3 +381,49 @@ def test_every_compare_png_stays_within_2000_px_at_60_controllers(tmp_path: Path
         with Image.open(path) as image:
             assert max(image.size) <= report_plots.MAX_PIXELS, (path.name, image.size)
     assert shown == [["static", *labels[-(report_plots.MAX_ROWS - 1):]]]  # the reference and the best
+
+
+def _tested(controllers: dict[str, list[float]], *, tie_threshold: float = 0.5) -> ComparisonResult:
+    """A comparison whose controllers scored these final test accuracies, one per paired episode."""
+    episodes = [episode_row(c, ep, env, ep, active=c != "static", test_acc=acc)
+                for env, (c, accs) in enumerate(controllers.items()) for ep, acc in enumerate(accs)]
+    return ComparisonResult.from_episodes(list(controllers), episodes, tie_threshold=tie_threshold, seed=42)
+
+
+def test_accuracy_intervals_stay_within_0_and_100() -> None:
+    """Two episodes at 79 and 100 % have a t-interval of about [-40, 220]: drawn and captioned within [0, 100]."""
+    result = _tested({"static": [70.0, 72.0, 71.0], "heuristic": [79.0, 100.0, 99.5]})
+    reported = result.per_controller["heuristic"]["final_test_accuracy"]["ci95"]
+    assert reported[1] > 100  # results.json keeps the interval as computed
+    controllers, _ = final_accuracy_estimates(result)
+    heuristic = controllers[1]
+    assert (heuristic.low, heuristic.high) == (reported[0], 100.0) and heuristic.caption.endswith(", 100.00]")
+    fig = report_plots.final_accuracy_figure(controllers, [], reference="static", tie_threshold=0.5,
+                                             colors={"static": "k", "heuristic": "b"}, metric="test")
+    assert max(max(line.get_xdata()) for line in fig.axes[0].lines) <= 100.0
+    assert "within [0, 100]" in fig.axes[0].get_title()
+    whiskers = [seg for container in build_compute_figure(result).axes[0].containers
+                for seg in container.lines[2][0].get_segments()]
+    assert whiskers and max(y for seg in whiskers for _, y in seg) <= 100.0
+
+
+def test_the_frontier_legend_names_the_widths_that_ran() -> None:
+    """A study with static and static:2 only once drew a legend naming widths 0.5 · 1 · 1.5 · 2."""
+    two = build_compute_figure(_tested({"static": [70.0, 72.0], "static:2": [75.0, 76.0], "heuristic": [71.0, 73.0]}))
+    four = build_compute_figure(_tested({"static:0.5": [60.0, 61.0], "static": [70.0, 72.0],
+                                         "static:1.5": [73.0, 74.0], "static:2": [75.0, 76.0]}))
+
+    def legend(fig: Any) -> list[str]:
+        return [t.get_text() for t in fig.axes[0].get_legend().get_texts() if t.get_text().startswith("static")]
+
+    assert legend(two) == ["static, widths 1 · 2"] and legend(four) == ["static, widths 0.5 · 1 · 1.5 · 2"]
+
+
+@pytest.mark.parametrize(("threshold", "shown"), [(100 / 300, "0.33"), (100 / 3000, "0.033"), (0.5, "0.5"),
+                                                  (1.0, "1"), (0.0, "0")])
+def test_the_tie_threshold_reads_at_two_decimals_at_most(threshold: float, shown: str) -> None:
+    result = _tested({"static": [70.0, 72.0, 71.0], "heuristic": [75.0, 73.0, 74.0]}, tie_threshold=threshold)
+    controllers, deltas = final_accuracy_estimates(result)
+    fig = report_plots.final_accuracy_figure(controllers, deltas, reference="static", tie_threshold=threshold,
+                                             colors={"static": "k", "heuristic": "b"}, metric="test")
+    assert [t.get_text() for t in fig.axes[1].get_legend().get_texts()] == [f"tie (|Δ| < {shown} pp)"]

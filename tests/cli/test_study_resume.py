@@ -46,6 +46,7 @@ def test_study_reruns_resume_consistently(tmp_path: Path, capsys: pytest.Capture
     out = capsys.readouterr().out
     assert out.startswith(f"Study directory: {run}")  # printed before any work
     assert "This was a workflow demo, not a result" in out and f"{REFERENCE_STUDY}\n" in out  # what the demo shows
+    assert "its 3-epoch episodes" in out  # the episodes it ran (--set max_epochs=3), not the preset's 10
     complete = _results(run)
     rows = read_jsonl(run / "eval" / "episodes.jsonl")
     episodes = _untimed(rows)
@@ -98,8 +99,9 @@ def test_study_reruns_resume_consistently(tmp_path: Path, capsys: pytest.Capture
 
 
 TWO_RUNS = [*STUDY, "--runs", "2", "--seeds", "2", "--set", "n_episodes=4"]
-"""Two training runs of two PPO batches each, then two replay sources of two episodes and a 2-seed evaluation: the
-episodes.jsonl rows, in order, are run 0 (4), run 1 (4), replay sources (2 + 2), evaluation (2 × 9)."""
+"""Two training runs of a critic warm-up batch and two PPO batches each, then two replay sources of two episodes and a
+2-seed evaluation: the episodes.jsonl rows, in order, are run 0 (2 + 4), run 1 (2 + 4), replay sources (2 + 2),
+evaluation (2 × 9)."""
 
 
 @pytest.fixture(scope="module")
@@ -110,8 +112,8 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("phase", "rows"), [("training run 0, second batch", 3), ("training run 1", 6),
-                                             ("replay source of run 1", 10), ("evaluation", 20)])
+@pytest.mark.parametrize(("phase", "rows"), [("training run 0, first actor batch", 3), ("training run 1", 8),
+                                             ("replay source of run 1", 16), ("evaluation", 24)])
 def test_ctrl_c_in_any_phase_of_a_two_run_study_resumes_to_the_same_results(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reference: Path, phase: str, rows: int) -> None:
     written = 0
@@ -134,7 +136,7 @@ def test_ctrl_c_in_any_phase_of_a_two_run_study_resumes_to_the_same_results(
     assert _results(run) == _results(reference)
     assert _episodes(run) == _episodes(reference)
     for r in range(2):  # each training run resumed on its own to the same policy
-        assert read_jsonl(run / "train" / f"run-{r}" / "history.jsonl")[-1]["batch"] == 1
+        assert read_jsonl(run / "train" / f"run-{r}" / "history.jsonl")[-1]["batch"] == 2
         assert _untimed(read_jsonl(run / "train" / f"run-{r}" / "episodes.jsonl")) == _untimed(
             read_jsonl(reference / "train" / f"run-{r}" / "episodes.jsonl"))
 

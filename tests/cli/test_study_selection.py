@@ -159,8 +159,8 @@ def test_default_tie_threshold_is_one_sample_of_the_whole_test_split(tmp_path: P
 def test_blueprints_from_selection_trains_the_policy_on_best_fixed_blueprints(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = tmp_path / "study"
-    argv = [*STUDY, "--set", 'initial_op_bias={"GERMINATE": 3}', "--blueprints-from-selection", "--data-dir",
-            str(tmp_path / "data"), "--run-dir", str(run)]
+    argv = [*STUDY, "--set", "teacher=none", "--set", 'initial_op_bias={"GERMINATE": 3}',
+            "--blueprints-from-selection", "--data-dir", str(tmp_path / "data"), "--run-dir", str(run)]
     assert main(argv) == 0
     best_fixed = _results(run)["study"]["chosen"][BEST_FIXED]
     allowed = chosen_blueprints(best_fixed)

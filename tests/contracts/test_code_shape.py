@@ -62,3 +62,10 @@ def test_only_the_lockstep_calls_an_envs_epoch_steps() -> None:
              for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
              if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in EPOCH_STEPS]
     assert not calls, "drive envs through esper.env.lockstep.Lockstep:\n" + "\n".join(calls)
+
+
+def test_one_helper_suggests_the_name_meant() -> None:
+    """Every unknown-name error suggests its fix through `esper.leyline.did_you_mean`, so all of them read alike."""
+    users = [str(path.relative_to(PACKAGE_ROOT)) for path in sorted(PACKAGE_ROOT.rglob("*.py"))
+             if "get_close_matches" in path.read_text(encoding="utf-8")]
+    assert users == ["leyline/errors.py"]

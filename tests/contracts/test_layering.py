@@ -31,10 +31,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("datagen",),  # behaviour policies, presets, episode files, orchestration
     ("simic",),  # learners (PPO, IQL)
     ("evaluation",),  # comparison, statistics, off-policy evaluation, studies
+    ("api",),  # the public API: growth on any model, in any training loop (esper.wrap, esper.Controller)
+    ("lightning",),  # the Lightning callback over the public API (the `lightning` extra)
     ("cli",),  # one module per command
 )
 SUBPACKAGES = tuple(p for layer in LAYERS for p in layer)
 LEARNERS = "simic"
+PUBLIC_API = "api"
 
 
 def _allowed() -> dict[str, frozenset[str]]:
@@ -218,6 +221,11 @@ FAKE_CASES = [
     ("esper.simic.fake", "from esper.nissa.hub import NissaHub\n", "'nissa'"),
     ("esper.datagen.fake", "import esper.nissa\n", "'nissa'"),
     ("esper.leyline.fake", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\n", "non-stdlib"),
+    ("esper.kasmina.fake", "from esper.api import wrap\n", "'api'"),
+    ("esper.tolaria.fake", "import esper.api.controller\n", "'api'"),
+    ("esper.evaluation.fake", "from esper.api.wrapping import slots\n", "'api'"),
+    ("esper.api.fake", "from esper.lightning import GrowthCallback\n", "'lightning'"),
+    ("esper.api.fake", "from esper.cli import main\n", "'cli'"),
 ]
 
 
@@ -241,6 +249,8 @@ ALLOWED_CASES = [
     ("esper.cli.fake", "from esper.datagen import generate\nfrom esper.nissa import NissaHub\n"),
     ("esper.evaluation.fake", "from esper.simic.ppo import PPOPolicy\nfrom esper.env import MorphoEnv\n"),
     ("esper.datagen.fake", "from esper.env.loop import run_episodes\nfrom esper.tamiyo import CONTROLLERS\n"),
+    ("esper.api.fake", "from esper.kasmina.slot import SeedSlot\nfrom esper.evaluation.controllers import x\n"),
+    ("esper.lightning", "from esper.api import Controller\n"),
 ]
 
 
@@ -261,3 +271,22 @@ def test_nothing_below_the_learners_imports_them() -> None:
     assert {"leyline", "kasmina", "runtime", "tolaria", "tamiyo", "env", "datagen"} <= set(below)
     for package in below:
         assert LEARNERS not in ALLOWED_ESPER[package]
+
+
+def test_nothing_below_the_public_api_imports_it() -> None:
+    """`esper.wrap` and `esper.Controller` drive kasmina, tamiyo and tolaria (and the learners, through the controller
+    registry) from above: no layer of esper itself depends on them."""
+    below = [p for layer in LAYERS[: [PUBLIC_API in layer for layer in LAYERS].index(True)] for p in layer]
+    assert {"kasmina", "tolaria", "tamiyo", "env", "simic", "evaluation"} <= set(below)
+    for package in below:
+        assert PUBLIC_API not in ALLOWED_ESPER[package]
+
+
+def test_importing_esper_loads_neither_torch_nor_the_public_api() -> None:
+    """`esper.wrap` and friends load on first use (a module `__getattr__`), so `import esper` stays light."""
+    code = "import sys, esper; print(','.join(m for m in ('torch', 'esper.api') if m in sys.modules))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert result.stdout.strip() == ""
+    code = "import esper; print(esper.wrap.__module__, esper.Controller.__module__)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert result.stdout.split() == ["esper.api.wrapping", "esper.api.controller"]

@@ -8,6 +8,8 @@ import re
 from pathlib import Path
 
 from esper.cli.main import build_parser
+from esper.kasmina import DEFAULT_REGISTRY
+from esper.leyline import NOOP_BLUEPRINT
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -43,3 +45,19 @@ def test_readme_opens_with_the_two_setup_commands() -> None:
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     assert re.search(r"^demo:", makefile, re.M) and re.search(r"^test:", makefile, re.M)
     assert "make test" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+
+
+def _builtin_blueprints() -> dict[str, list[str]]:
+    """esper's own blueprints per topology (a plugin a test loaded registers elsewhere), noop aside."""
+    return {topology: [s.name for s in DEFAULT_REGISTRY.list_for_topology(topology)
+                       if s.factory.__module__.startswith("esper.") and s.name != NOOP_BLUEPRINT]
+            for topology in DEFAULT_REGISTRY.topologies()}
+
+
+def test_the_glossary_names_every_built_in_blueprint() -> None:
+    """An error listing the blueprints to choose from names none the reader cannot look up."""
+    row = next(line for line in README.splitlines() if line.startswith("| Host · Slot · Seed · Blueprint"))
+    for topology, names in _builtin_blueprints().items():
+        listed = row.split(f"`{topology}`:", 1)[1].split(";", 1)[0]
+        missing = [n for n in names if not re.search(rf"\b{n}\b", listed)]
+        assert not missing, f"the README glossary's {topology} blueprints lack {missing}"

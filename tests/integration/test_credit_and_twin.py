@@ -19,7 +19,7 @@ import torch
 from esper.env import EnvStep, EpochData, run_episodes
 from esper.env.env import EnvSpec, MorphoEnv
 from esper.env.logs import EpisodeResult, StepRow
-from esper.env.rewards import INTERVENTION_COSTS, make_reward_fn
+from esper.env.rewards import INTERVENTION_COSTS, GapRewardConfig, compute_reward, make_reward_fn
 from esper.kasmina.hosts import TransformerHost
 from esper.kasmina.state import LifecycleConfig
 from esper.leyline import EnvObservation, LifecycleCommand, LifecycleOp, SeedStage
@@ -191,6 +191,33 @@ def test_the_gap_return_is_the_final_gap_minus_parameter_and_intervention_costs(
     # the never-blending envs end level with the twin, so their return is pure cost
     assert grown["germinated_last"].final_accuracy == grown["germinated_last"].twin_final_accuracy
     assert grown["germinated_last"].final_loss == run.twin.loss_curve[-1]
+
+
+COMPUTE_COST = 0.8
+
+
+def test_the_compute_charged_return_is_the_gap_at_equal_training_compute(run: Run) -> None:
+    """The measurements carry the env's and the twin's cumulative FLOPs: the twin's epochs all cost the same, the
+    first epoch (before any decision) costs the env what it costs the twin, and the compute-charged rewards of the
+    episode's records sum to g_T − λ_c·(F_env(T)/F_twin(T) − 1)."""
+    lm = run.task.task_type == "lm"
+    config = GapRewardConfig(cost=COMPUTE_COST, charge="compute", lm=lm)
+    per_epoch = run.twin.flops.total // MAX_EPOCHS
+    assert per_epoch > 0 and run.twin.flops.total == MAX_EPOCHS * per_epoch
+    for env, result in zip(run.envs, run.results, strict=True):
+        records = [s.record for s in run.steps[env.controller_name]]
+        measured = [records[0].before, *(r.after for r in records)]
+        assert [m.twin_train_flops for m in measured] == [per_epoch * e for e in range(1, MAX_EPOCHS + 1)]
+        assert measured[0].train_flops == per_epoch and measured[-1].train_flops == result.train_flops
+        final = measured[-1]
+        assert final.twin_val_accuracy is not None and final.twin_val_loss is not None
+        gap = 100.0 * (final.twin_val_loss - final.val_loss) if lm else final.val_accuracy - final.twin_val_accuracy
+        expected = (gap - COMPUTE_COST * (result.train_flops / run.twin.flops.total - 1.0)
+                    - DEFAULT_GOVERNOR_DEATH_PENALTY * result.rollbacks)
+        got = math.fsum(compute_reward(r, config, 1.0).total() for r in records)
+        assert math.isclose(got, expected, rel_tol=0.0, abs_tol=1e-9), (env.controller_name, got, expected)
+    flops = {r.controller: r.train_flops for r in run.results}
+    assert flops["blended"] > run.twin.flops.total  # growth costs compute, and the charge sees it
 
 
 def _slot_row(row: StepRow, slot: str) -> tuple[str, float] | None:

@@ -196,7 +196,7 @@ def _synthetic_env() -> tuple[MorphoEnv, EpochData]:
     cache = DataCache(DataOptions())
     data = EpochData(
         train=SharedBatchIterator({"cpu": cache.get(task, "train", device, 256, seed=0)}, 128, shuffle=True, seed=0,
-                                  augment=task.augment),
+                                  augment=task.augmentation(None)),
         val=SharedBatchIterator({"cpu": cache.get(task, "val", device, 128, seed=0)}, 128, shuffle=False),
         seed=0,
     )

@@ -7,6 +7,7 @@ measurements, so consecutive records share a measurement exactly as the epoch lo
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from typing import Any
 
@@ -35,7 +36,7 @@ OCCUPIED = (SeedStage.GERMINATED, SeedStage.TRAINING, SeedStage.BLENDING, SeedSt
 MAX_EPOCHS = 25
 GAMMA = 0.995
 LOSS_CFG = LossRewardConfig.for_task("classification", math.log(10), 0.3, 0.05)
-GAP_CFG = GapRewardConfig(param_cost=1.5)
+GAP_CFG = GapRewardConfig(cost=1.5)
 CONFIGS: dict[RewardFamily, RewardConfig] = {
     RewardFamily.GAP: GAP_CFG,
     RewardFamily.CONTRIBUTION: ContributionRewardConfig(),
@@ -143,7 +144,7 @@ def test_total_is_the_exact_sum_and_everything_is_finite_and_bounded(
     assert comp.governor_penalty == -penalty
     if family == RewardFamily.GAP:
         # |Δg| ≤ 200 pp, Δp ≤ 30 (3 seeds of 10^6 on a host of 10^5), the largest intervention cost 0.02
-        bound = 200.0 + GAP_CFG.param_cost * 30.0 + 0.02
+        bound = 200.0 + GAP_CFG.cost * 30.0 + 0.02
     else:
         bound = 50.0
     assert abs(comp.total()) <= bound + penalty
@@ -154,7 +155,7 @@ def test_total_is_the_exact_sum_and_everything_is_finite_and_bounded(
 
 @given(step_records())
 def test_the_language_model_gap_is_finite_even_after_a_divergence(rec: StepRecord) -> None:
-    comp = compute_reward(rec, GapRewardConfig(param_cost=GAP_CFG.param_cost, lm=True), GAMMA)
+    comp = compute_reward(rec, GapRewardConfig(cost=GAP_CFG.cost, lm=True), GAMMA)
     assert all(math.isfinite(getattr(comp, name)) for name in SUMMED_FIELDS)
 
 
@@ -356,7 +357,7 @@ def test_gap_return_telescopes(
     """Σ r_e = g_T − g_1 − λ·(p_T − p_1) − Σc (− 10 per rollback), whatever happened in between."""
     episode, ops, rollbacks = drawn
     episode = _finite_losses(episode)
-    config = GapRewardConfig(param_cost=param_cost, lm=lm)
+    config = GapRewardConfig(cost=param_cost, lm=lm)
     first, last = episode[0], episode[-1]
     costs = math.fsum(INTERVENTION_COSTS[op] for op in ops) - DEFAULT_GOVERNOR_DEATH_PENALTY * sum(rollbacks)
     expected = _gap(last, lm) - _gap(first, lm) - param_cost * (last.param_ratio - first.param_ratio) + costs
@@ -374,8 +375,77 @@ def test_gap_return_from_a_seedless_start_is_the_final_gap_minus_costs(
     last = episode[-1]
     assert _gap(episode[0], lm) == 0.0 and episode[0].param_ratio == 0.0
     expected = _gap(last, lm) - param_cost * last.param_ratio + math.fsum(INTERVENTION_COSTS[op] for op in ops)
-    got = _gap_return(episode, ops, no_rollbacks, GapRewardConfig(param_cost=param_cost, lm=lm))
+    got = _gap_return(episode, ops, no_rollbacks, GapRewardConfig(cost=param_cost, lm=lm))
     assert math.isclose(got, expected, rel_tol=1e-12, abs_tol=1e-9)
+
+
+@st.composite
+def with_flops(draw: st.DrawFn, episode: list[Measurement], start_at_zero: bool) -> list[Measurement]:
+    """The episode with cumulative training FLOPs: a twin whose every epoch costs the same, an env whose epochs cost
+    anything up to 5 twin epochs (the same as the twin's in epoch 1 when nothing has grown before it)."""
+    per_epoch = draw(st.integers(1, 10**12))
+    increments = [draw(st.integers(0, 5 * per_epoch)) for _ in episode]
+    if start_at_zero:
+        increments[0] = per_epoch
+    env = list(itertools.accumulate(increments))
+    return [dataclasses.replace(m, train_flops=env[i], twin_train_flops=per_epoch * (i + 1))
+            for i, m in enumerate(episode)]
+
+
+def _excess_share(m: Measurement, horizon: int) -> float:
+    """x_e / D: FLOPs beyond the twin's by the end of epoch e, per FLOP of the twin's whole episode."""
+    assert m.twin_train_flops is not None
+    return (m.train_flops - m.twin_train_flops) / (m.twin_train_flops * horizon / m.epoch)
+
+
+@given(gap_episodes(start_at_zero=False), st.data(), st.booleans(), st.floats(0.0, 10.0))
+def test_compute_charged_gap_return_telescopes(
+    drawn: tuple[list[Measurement], list[LifecycleOp], list[bool]], data: st.DataObject, lm: bool, compute_cost: float
+) -> None:
+    """Σ r_e = g_T − g_1 − λ_c·(x_T − x_1)/D (− 10 per rollback) with no intervention costs, whatever happened."""
+    episode, ops, rollbacks = drawn
+    episode = data.draw(with_flops(_finite_losses(episode), start_at_zero=False))
+    first, last, horizon = episode[0], episode[-1], len(episode)
+    expected = (_gap(last, lm) - _gap(first, lm)
+                - compute_cost * (_excess_share(last, horizon) - _excess_share(first, horizon))
+                - DEFAULT_GOVERNOR_DEATH_PENALTY * sum(rollbacks))
+    config = GapRewardConfig(cost=compute_cost, charge="compute", lm=lm)
+    assert math.isclose(_gap_return(episode, ops, rollbacks, config), expected, rel_tol=1e-9, abs_tol=1e-9)
+
+
+@given(gap_episodes(start_at_zero=True), st.data(), st.booleans(), st.floats(0.0, 10.0), st.floats(0.0, 10.0))
+def test_compute_charged_return_from_a_seedless_start_is_the_gap_at_equal_compute(
+    drawn: tuple[list[Measurement], list[LifecycleOp], list[bool]], data: st.DataObject, lm: bool,
+    compute_cost: float, param_cost: float,
+) -> None:
+    """With nothing grown before the first decision the return is exactly g_T − λ_c·(F_env(T)/F_twin(T) − 1); the
+    parameter charge's return on the same episode is still g_T − λ_p·p_T − Σc (FLOPs are not its business)."""
+    episode, ops, _ = drawn
+    episode = data.draw(with_flops(_finite_losses(episode), start_at_zero=True))
+    no_rollbacks = [False] * len(ops)
+    last = episode[-1]
+    assert last.twin_train_flops is not None
+    objective = _gap(last, lm) - compute_cost * (last.train_flops / last.twin_train_flops - 1.0)
+    got = _gap_return(episode, ops, no_rollbacks, GapRewardConfig(cost=compute_cost, charge="compute", lm=lm))
+    assert math.isclose(got, objective, rel_tol=1e-9, abs_tol=1e-9)
+    param = _gap(last, lm) - param_cost * last.param_ratio + math.fsum(INTERVENTION_COSTS[op] for op in ops)
+    got = _gap_return(episode, ops, no_rollbacks, GapRewardConfig(cost=param_cost, lm=lm))
+    assert math.isclose(got, param, rel_tol=1e-12, abs_tol=1e-9)
+
+
+@given(step_records(), st.integers(1, 10**9), st.integers(1, 10**9))
+def test_a_twin_whose_epochs_cost_differently_is_refused(rec: StepRecord, per_epoch: int, change: int) -> None:
+    """D must be one number for the whole episode, or the charges would not telescope."""
+    config = GapRewardConfig(cost=1.0, charge="compute")
+    steady = dataclasses.replace(rec, before=dataclasses.replace(rec.before, twin_train_flops=per_epoch * rec.epoch),
+                                 after=dataclasses.replace(rec.after, twin_train_flops=per_epoch * (rec.epoch + 1)))
+    assert math.isfinite(compute_reward(steady, config, GAMMA).rent)
+    changed = dataclasses.replace(steady, after=dataclasses.replace(
+        steady.after, twin_train_flops=per_epoch * (rec.epoch + 1) + change))
+    with pytest.raises(ValueError, match="must cost the same"):
+        compute_reward(changed, config, GAMMA)
+    with pytest.raises(ValueError, match="live twin"):
+        compute_reward(rec, config, GAMMA)  # drawn without FLOPs: as a stored twin's measurements
 
 
 # --- potential-based shaping: policy-invariant in every family ----------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import shlex
 import sys
 import tempfile
 import time
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 import torch
+from rich.cells import cell_len
 from rich.console import Console
 from rich.text import Text
 
@@ -28,6 +30,7 @@ from esper.leyline import (
     TelemetryLevel,
     TelemetrySink,
     UserInputError,
+    did_you_mean,
     emit_if_wanted,
 )
 from esper.leyline.constants import MAX_BATCH, MAX_EPISODE_LENGTH, MAX_SAMPLES
@@ -37,7 +40,7 @@ from esper.runtime.augment import AUGMENTS, Augment, parse_augment
 from esper.runtime.data import describe_augmentation
 from esper.runtime.devices import DeviceError
 from esper.runtime.optim import LR_SCHEDULES
-from esper.runtime.param_costs import ParamCost
+from esper.runtime.param_costs import CHARGES, ComputeCost, ParamCost
 from esper.runtime.readers import DatasetFormatError, DataWarning, Split
 from esper.runtime.rundir import RUN_DIR_NAME, RunDirectory
 from esper.runtime.tasks import TASKS, DataCache, DataOptions, TaskSpec, data_source, get_task_spec
@@ -102,6 +105,19 @@ def float_in(low: float, high: float) -> Callable[[str], float]:
     return parse
 
 
+def one_of(names: Iterable[str], what: str) -> Callable[[str], str]:
+    """argparse type: one of `names` (a preset, a family). argparse's own `choices` check lists them without saying
+    which was meant; this one suggests it (pass `choices` too, so --help lists them)."""
+    known = sorted(names)
+
+    def parse(text: str) -> str:
+        if text not in known:
+            raise argparse.ArgumentTypeError(f"unknown {what} '{text}'{did_you_mean(text, known)}; choose from "
+                                             f"{', '.join(known)}")
+        return text
+    return parse
+
+
 SEED = int_in(0, MAX_BASE_SEED)
 EPISODES = int_in(1, MAX_EPISODES)
 SAMPLES = int_in(1, MAX_SAMPLES)
@@ -118,10 +134,13 @@ def add_plugin_option(p: argparse.ArgumentParser) -> None:
 def plugin_arguments(argv: Sequence[str]) -> argparse.Namespace:
     """The --plugin (and --debug) arguments of a command line, read before its parser exists: the parser's task
     names and the controllers' blueprints depend on what the plugins register."""
-    early = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    early = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
     early.add_argument("--plugin", action="append", default=[])
     early.add_argument("--debug", action="store_true")
-    return early.parse_known_args(argv)[0]
+    try:
+        return early.parse_known_args(argv)[0]
+    except argparse.ArgumentError:  # a bare `--plugin`: the command's own parser refuses it with its message
+        return argparse.Namespace(plugin=[], debug=False)
 
 
 def task_name(text: str, canonical: Callable[[str], str] = lambda text: get_task_spec(text).name) -> str:
@@ -216,6 +235,12 @@ def add_scale_options(p: argparse.ArgumentParser, *, defaults: tuple[str, int] |
 def add_episode_options(p: argparse.ArgumentParser, *, episodes: int, task: str = "synthetic") -> None:
     add_scale_options(p, defaults=(task, 25))
     p.add_argument("--episodes", type=EPISODES, default=episodes)
+    add_setting_options(p)
+
+
+def add_setting_options(p: argparse.ArgumentParser) -> None:
+    """The flags of an episode's setting beyond its scale (slots, seed budget, device, batch, schedule, reward), as
+    the episode commands (`episode_plan`) read them."""
     p.add_argument("--slots", nargs="+", choices=CANONICAL_SLOTS, default=list(CANONICAL_SLOTS))
     p.add_argument("--max-seeds", type=int_in(1, len(CANONICAL_SLOTS)),
                    help="seed budget (default: one per enabled slot)")
@@ -228,10 +253,17 @@ def add_episode_options(p: argparse.ArgumentParser, *, episodes: int, task: str 
                    help="learning rates per epoch: constant, or annealed to 0 over the episode (cosine)")
     p.add_argument("--reward-family", choices=[f.value for f in RewardFamily], default=RewardFamily.GAP.value,
                    help="reward computed and logged per decision (gap: against the static twin, the default)")
+    p.add_argument("--charge", choices=list(CHARGES), default="param",
+                   help="what the gap reward charges growth: added parameters (--param-cost λ_p, and a small cost "
+                        "per intervention) or training compute beyond the static twin (--compute-cost λ_c)")
     p.add_argument("--param-cost", type=value_type(ParamCost, "param_cost"),
                    help="gap reward's cost of added parameters, pp per 100 %% "
                         "(default: the task's value measured at the nearest --max-train-samples; where none is, "
                         "the term is not charged, since nothing learns from these commands' reward)")
+    p.add_argument("--compute-cost", type=value_type(ComputeCost, "compute_cost"),
+                   help="with --charge compute: gap reward's cost of training compute, pp per 100 %% more than the "
+                        "static twin's (default: the task's value measured at the nearest --max-train-samples, else "
+                        "not charged)")
 
 
 def add_worker_options(p: argparse.ArgumentParser) -> None:
@@ -403,16 +435,43 @@ def run_guarded(fn: Callable[[argparse.Namespace], int], args: argparse.Namespac
         return EXIT_ERROR
 
 
+CommandGroups = Sequence[Sequence[str | Path]]
+"""A command line as groups of arguments (the program, then each flag with its values): where a printed command
+must break, it breaks between groups."""
+
+
+def command_text(groups: CommandGroups, *, width: int, label: str = "") -> str:
+    """`label` and the command, each argument shell-quoted, so that pasting it runs it: broken only between `groups`,
+    every broken line ending in ` \\` and the next aligned under the first; no line is wider than `width` unless a
+    single group is (an argument is never split)."""
+    parts = [shlex.join(map(str, group)) for group in groups if group]
+    lines = [label + parts[0]]
+    for part in parts[1:]:
+        if cell_len(lines[-1]) + cell_len(part) + 3 <= width:  # " " + part, and room for a later " \\"
+            lines[-1] += " " + part
+        else:
+            lines[-1] += " \\"
+            lines.append(" " * cell_len(label) + part)
+    return "\n".join(lines)
+
+
+def print_command(label: str, groups: CommandGroups) -> None:
+    """Print a command to copy (`command_text` at the console's width): rich itself never wraps or styles it."""
+    console.print(command_text(groups, width=console.width, label=label), soft_wrap=True, markup=False,
+                  highlight=False)
+
+
 def print_run_start(run_dir: Path, *, tensorboard: bool) -> None:
     """Where a run writes, printed before it starts, so a long run can be watched (TensorBoard) from its start."""
-    watch = f" (watch it: tensorboard --logdir {run_dir / 'tb'})" if tensorboard else ""
-    console.print(f"Run directory: [bold]{run_dir}[/bold]{watch}", soft_wrap=True)  # one line, to copy as is
+    watch = f" (watch it: {shlex.join(['tensorboard', '--logdir', str(run_dir / 'tb')])})" if tensorboard else ""
+    console.print(Text("Run directory: ") + Text(str(run_dir), style="bold") + Text(watch),
+                  soft_wrap=True)  # one line, to copy as is
 
 
 def print_next_steps(run_dir: Path, *, tensorboard: bool, plots: Path | None) -> None:
     """Where the run is, and the commands that show it (`plots`: the directory `esper report` can draw, if any)."""
-    console.print(f"\nRun directory: [bold]{run_dir}[/bold]")
+    console.print(Text("\nRun directory: ") + Text(str(run_dir), style="bold"), soft_wrap=True)
     if tensorboard:
-        console.print(f"TensorBoard:   tensorboard --logdir {run_dir / 'tb'}")
+        print_command("TensorBoard:   ", [["tensorboard"], ["--logdir", run_dir / "tb"]])
     if plots is not None:
-        console.print(f"Plots:         esper report {plots}")
+        print_command("Plots:         ", [["esper", "report", plots]])

@@ -34,7 +34,7 @@ from esper.evaluation.comparison import (
 )
 from esper.evaluation.controllers import all_controllers
 from esper.leyline import TelemetryEventType
-from esper.leyline.errors import UserInputError
+from esper.leyline.errors import UserInputError, did_you_mean
 from esper.runtime.rundir import default_run_dir
 
 
@@ -104,7 +104,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.match is not None and len(phases) == 1:
         raise UserInputError("--match widens static:matched, which is not among the controllers: add static:matched")
     if args.match is not None and args.match not in phases[0]:  # static:matched cannot be matched to itself
-        raise UserInputError(f"--match {args.match}: no such controller to match. Available: {phases[0]}")
+        raise UserInputError(f"--match {args.match}: no such controller to match{did_you_mean(args.match, phases[0])}. "
+                             f"Available: {phases[0]}")
     cache = load_data(args, plan)
     config = {"controllers": labels, "specs": [s.label for s in specs], "task": plan.task.name,
               "episodes": args.episodes, "max_epochs": args.max_epochs, "slots": list(args.slots),
@@ -112,7 +113,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
               "max_train_samples": args.max_train_samples, "max_val_samples": args.max_val_samples,
               "max_test_samples": args.max_test_samples, "batch_size": plan.batch_size,
               "lr_schedule": plan.lr_schedule, "augment": plan.augment,
-              "reward_family": args.reward_family, "param_cost": args.param_cost, "match": args.match}
+              "reward_family": args.reward_family, "param_cost": args.param_cost, "charge": args.charge,
+              "compute_cost": args.compute_cost, "match": args.match}
     runtime = runtime_info(args, plan)
     path = args.run_dir or default_run_dir(args.runs_root, "compare", plan.task.name, args.seed, run_settings(args))
     run_dir, resume = open_episode_run(path, "compare", overwrite=args.overwrite, argv=args.argv, config=config,

@@ -53,7 +53,7 @@ from esper.datagen.jobs import GenerationJobs, JobHost, generation_pool
 from esper.datagen.orchestrator import GenerationOrchestrator
 from esper.datagen.plans import GenerationPlan, TwinPlan, create_generation_matrix
 from esper.datagen.reader import check_resumable, read_episodes
-from esper.leyline.errors import UserInputError
+from esper.leyline.errors import UserInputError, did_you_mean
 from esper.runtime.actors import ActorPool
 from esper.runtime.devices import resolve_device
 from esper.runtime.param_costs import ParamCost
@@ -141,7 +141,9 @@ def _check_matrix_args(args: argparse.Namespace) -> None:
                                  ("behaviour policy", args.policies, POLICY_PRESETS)):
         unknown = [x for x in given or () if x not in presets]
         if unknown:
-            raise UserInputError(f"Unknown {kind} preset(s) {', '.join(unknown)}. Available: {', '.join(presets)}")
+            hints = "".join(did_you_mean(name, presets) for name in unknown)
+            raise UserInputError(f"Unknown {kind} preset(s) {', '.join(unknown)}{hints}. Available: "
+                                 f"{', '.join(presets)}")
     if args.max_retries < 0:
         raise UserInputError(f"--max-retries must be >= 0, got {args.max_retries}")
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from esper.cli.common import augment_choice, console, data_options, data_record, preload_data, worker_options
 from esper.cli.rundirs import check_same_arguments, prepare_run_dir
-from esper.env.rewards import resolved_param_cost, reward_config
+from esper.env.rewards import resolved_cost
 from esper.evaluation.episodes import EpisodePlan, paired_seeds
 from esper.evaluation.resume import ResumePoint, resume_point
 from esper.leyline import ordered_slots
@@ -29,17 +29,17 @@ def episode_plan(args: argparse.Namespace, devices: list[str] | None, *, allow_s
     """The paired-episode plan of the command line; an unusable reward setting fails here, before any work."""
     task = get_task_spec(args.task)
     env_devices = resolve_devices(args.device, devices)
-    reward_config(args.reward_family, task, param_cost=args.param_cost, max_train_samples=args.max_train_samples,
-                  logged_only=True)
-    return EpisodePlan(
+    plan = EpisodePlan(
         task=task, slots=ordered_slots(args.slots), max_epochs=args.max_epochs, max_seeds=args.max_seeds,
         seed=args.seed, devices=env_devices,
         batch_size=args.batch_size or task.default_batch_size, lr_schedule=args.lr_schedule,
         max_train_samples=args.max_train_samples, max_val_samples=args.max_val_samples,
         max_test_samples=args.max_test_samples, reward_family=args.reward_family, param_cost=args.param_cost,
-        workers=worker_options(args, env_devices), allow_setting_change=allow_setting_change,
-        augment=augment_choice(args),
+        charge=args.charge, compute_cost=args.compute_cost, workers=worker_options(args, env_devices),
+        allow_setting_change=allow_setting_change, augment=augment_choice(args),
     )
+    plan.reward_config()
+    return plan
 
 
 def load_data(args: argparse.Namespace, plan: EpisodePlan) -> DataCache:
@@ -49,13 +49,14 @@ def load_data(args: argparse.Namespace, plan: EpisodePlan) -> DataCache:
 
 def runtime_info(args: argparse.Namespace, plan: EpisodePlan) -> dict[str, Any]:
     """What the run resolved from its arguments: where its data and devices are, its augmentation and validation split,
-    and the λ_p its reward charges."""
+    and the λ its reward charges."""
     return {"data_dir": str(args.data_dir), "data_source": data_source(plan.task.name, data_options(args)),
             **data_record(plan.task, plan.augment),
             "devices": [str(d) for d in plan.devices],
             "telemetry_level": args.telemetry_level,
-            "param_cost": resolved_param_cost(plan.reward_family, plan.task, plan.param_cost,
-                                              max_train_samples=plan.max_train_samples, logged_only=True)}
+            **resolved_cost(plan.reward_family, plan.task, plan.param_cost, charge=plan.charge,
+                            compute_cost=plan.compute_cost, max_train_samples=plan.max_train_samples,
+                            logged_only=True)}
 
 
 def has_episodes(path: Path) -> bool:

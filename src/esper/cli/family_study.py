@@ -27,6 +27,7 @@ run's policies on the held-out types again).
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ from esper.cli.common import (
     data_options,
     run_settings,
 )
-from esper.cli.param_cost import resolve_auto_param_cost
+from esper.cli.param_cost import resolve_auto_cost
 from esper.cli.rundirs import discard_on_error
 from esper.cli.study_phases import open_study, phase_runner, saved_run, train_run
 from esper.cli.train_ppo import flag_overrides
@@ -124,8 +125,10 @@ def cmd_family_study(args: argparse.Namespace) -> int:
         cache.preload(get_task_spec(type_config(config, family, itype).task), devices, SPLITS)
     study, fresh = open_study(_study_path(args, family, config.seed), args, settings, config)
     path = study.path
-    console.print(f"Study directory: [bold]{path}[/bold] (family {family.key}: {len(family.training)} training "
-                  f"types, {len(family.held_out)} held out; {runs} training run(s); tensorboard --logdir {path})")
+    watch = shlex.join(["tensorboard", "--logdir", str(path)])
+    console.print(f"Study directory: {path} (family {family.key}: {len(family.training)} training types, "
+                  f"{len(family.held_out)} held out; {runs} training run(s); {watch})", soft_wrap=True, markup=False,
+                  highlight=False)  # one line, to copy as is
 
     def runner(type_conf: TrainingConfig) -> PhaseRunner:
         return phase_runner(args, type_conf, settings, cache)
@@ -148,7 +151,7 @@ def cmd_family_study(args: argparse.Namespace) -> int:
         best_rule, _ = select_rule(family, config, path / "rules", selection_seeds, runner, args.max_test_samples)
         types = run_heldout(family, config, check, best_rule, path / "heldout", seeds=seeds,
                             selection_seeds=selection_seeds, runner=runner, max_test_samples=args.max_test_samples)
-        config = resolve_auto_param_cost(config, args)  # λ_p per training type
+        config = resolve_auto_cost(config, args)  # λ_p per training type
         train_dirs = [path / "train" / f"run-{r}" for r in range(runs)]
         if not _train_runs(args, config, train_dirs, cache, family.preset):
             console.print(f"Stopped during training. Continue with the same command (--run-dir {path}).")

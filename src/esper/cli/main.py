@@ -4,6 +4,7 @@ Examples (CPU, minutes):
     esper train ppo --preset quick --run-dir runs/quick
     esper train heuristic --task synthetic --episodes 1 --max-epochs 25 --seed 42
     esper compare --controllers static heuristic random --task synthetic --episodes 5 --seed 42
+    esper tune heuristic --task synthetic --seeds 5 --budget 6000 --output tuned.json
     esper report runs/<run-dir>
     esper datagen --output-dir data/datagen --task synthetic --envs baseline --episodes-per-combo 1 --max-epochs 8
 
@@ -20,7 +21,7 @@ import argparse
 import sys
 
 import esper
-from esper.cli.common import EXIT_OK, Parser, data_warnings_as_lines, plugin_arguments, run_guarded
+from esper.cli.common import EXIT_OK, EXIT_USAGE, Parser, data_warnings_as_lines, plugin_arguments, run_guarded
 from esper.cli.compare import add_compare_parser
 from esper.cli.datagen import add_datagen_parser
 from esper.cli.evaluate_offline import add_evaluate_offline_parser
@@ -29,6 +30,7 @@ from esper.cli.study import add_study_parser
 from esper.cli.train_heuristic import add_heuristic_parser
 from esper.cli.train_iql import add_iql_parser
 from esper.cli.train_ppo import add_ppo_parser
+from esper.cli.tune import add_tune_parser
 from esper.runtime.plugins import load_plugins
 
 
@@ -44,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_iql_parser(train_sub)
     add_compare_parser(sub)
     add_study_parser(sub)
+    add_tune_parser(sub)
     add_evaluate_offline_parser(sub)
     add_datagen_parser(sub)
     add_report_parser(sub)
@@ -57,13 +60,18 @@ def _load_plugins(early: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command line and return its exit code; it never raises SystemExit, so a caller in Python gets the
+    code of a usage error (2), of --help and --version (0) as of every other outcome."""
     argv = sys.argv[1:] if argv is None else list(argv)
     with data_warnings_as_lines():  # a task may read its data as early as parsing --task
         early = plugin_arguments(argv)
         status = run_guarded(_load_plugins, early)
         if status != EXIT_OK:
             return status
-        args = build_parser().parse_args(argv)
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit as exc:  # argparse exits after printing its error (2), the help or the version (0)
+            return exc.code if isinstance(exc.code, int) else EXIT_OK if exc.code is None else EXIT_USAGE
         args.argv = argv  # recorded in config.json
         return run_guarded(args.func, args)
 

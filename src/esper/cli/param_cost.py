@@ -1,48 +1,56 @@
-"""`param_cost: "auto"` for the learning commands (`train ppo`, `study`): λ_p measured for the run's task, episode
-length, sample caps and augmentation before training starts (the static host at three widths, with a progress line),
-cached under the data directory, and reused by every later run of the same setting. A run across a task family
-measures one per training type, in that type's own setting (`esper.simic.ppo.settings` says why)."""
+"""`param_cost: "auto"` and `compute_cost: "auto"` for the learning commands (`train ppo`, `study`): the charge's λ
+measured for the run's task, episode length, sample caps and augmentation before training starts (the static host at
+three widths, with a progress line; one measurement gives λ_p and λ_c), cached under the data directory, and reused by
+every later run of the same setting. A run across a task family measures λ_p per training type, in that type's own
+setting (`esper.simic.ppo.settings` says why)."""
 
 from __future__ import annotations
 
 import argparse
 
 from esper.cli.common import console, data_options
-from esper.evaluation.param_cost import WIDTHS, ParamCostSetting, cached_param_cost
+from esper.evaluation.param_cost import WIDTHS, ParamCostSetting, Progress, cached_costs
 from esper.runtime.devices import resolve_device
 from esper.runtime.families import family_task, get_family
-from esper.runtime.param_costs import AUTO_PARAM_COST
+from esper.runtime.param_costs import AUTO_COST, CHARGES, Charge
 from esper.runtime.tasks import DataCache, get_task_spec
 from esper.simic.ppo.config import TrainingConfig
 
 
-def _progress(done: int, total: int, elapsed: float) -> None:
-    widths = "/".join(f"{w:.1f}" for w in WIDTHS)
-    console.print(f"measuring λ_p: paired episode {done}/{total} of the static host at widths {widths} · elapsed "
-                  f"{elapsed:.0f} s · ETA {elapsed / done * (total - done):.0f} s")
+def _progress(symbol: str) -> Progress:
+    def progress(done: int, total: int, elapsed: float) -> None:
+        widths = "/".join(f"{w:.1f}" for w in WIDTHS)
+        console.print(f"measuring {symbol}: paired episode {done}/{total} of the static host at widths {widths} · "
+                      f"elapsed {elapsed:.0f} s · ETA {elapsed / done * (total - done):.0f} s")
+    return progress
 
 
-def _measured(config: TrainingConfig, task: str, max_train_samples: int | None, args: argparse.Namespace,
-              cache: DataCache) -> float:
+def _measured(config: TrainingConfig, charge: Charge, task: str, max_train_samples: int | None,
+              args: argparse.Namespace, cache: DataCache) -> float:
     setting = ParamCostSetting(task, config.max_epochs, max_train_samples, config.max_val_samples, config.batch_size,
                                config.lr_schedule, augment=config.augment)
-    value, path, measured = cached_param_cost(get_task_spec(task), setting, cache, args.data_dir,
-                                              device=resolve_device(config.device), progress=_progress)
-    console.print(f"λ_p {value:.3f} for {task} at {config.max_epochs} epochs, caps {max_train_samples or 'all'} / "
-                  f"{config.max_val_samples or 'all'}: {'measured now and cached in' if measured else 'reused from'} "
-                  f"{path}")
-    return value
+    symbol = CHARGES[charge].symbol
+    costs, path, measured = cached_costs(get_task_spec(task), setting, cache, args.data_dir,
+                                         device=resolve_device(config.device), progress=_progress(symbol))
+    console.print(f"{symbol} {costs[charge]:.3f} for {task} at {config.max_epochs} epochs, caps "
+                  f"{max_train_samples or 'all'} / {config.max_val_samples or 'all'}: "
+                  f"{'measured now and cached in' if measured else 'reused from'} {path}")
+    return costs[charge]
 
 
-def resolve_auto_param_cost(config: TrainingConfig, args: argparse.Namespace) -> TrainingConfig:
-    """`config` with a measured (or cached) λ_p in place of "auto" (across a family, one per training type); any
+def resolve_auto_cost(config: TrainingConfig, args: argparse.Namespace) -> TrainingConfig:
+    """`config` with a measured (or cached) λ in place of "auto" (λ_p across a family: one per training type); any
     other config unchanged."""
-    if config.param_cost != AUTO_PARAM_COST:
+    if AUTO_COST not in (config.param_cost, config.compute_cost):
         return config
     cache = DataCache(data_options(args))
+    if config.compute_cost == AUTO_COST:
+        return config.with_overrides(compute_cost=_measured(config, "compute", config.task, config.max_train_samples,
+                                                            args, cache))
     if config.family is None:
-        return config.with_overrides(param_cost=_measured(config, config.task, config.max_train_samples, args, cache))
+        return config.with_overrides(param_cost=_measured(config, "param", config.task, config.max_train_samples,
+                                                          args, cache))
     family = get_family(config.family)
-    costs = {t.name: _measured(config, family_task(family, t), t.max_train_samples, args, cache)
+    costs = {t.name: _measured(config, "param", family_task(family, t), t.max_train_samples, args, cache)
              for t in family.training}
     return config.with_overrides(param_cost=None, type_param_costs=costs)

@@ -73,7 +73,7 @@ def final_accuracy_estimates(result: ComparisonResult, shown: Sequence[str] | No
         stats = result.per_controller[c]
         fa = stats["final_test_accuracy"] if test else stats["final_accuracy"]
         assert fa is not None  # test is the metric only when every controller has a test summary
-        low, high = fa["ci95"]
+        low, high = rp.accuracy_interval(*fa["ci95"])
         controllers.append(rp.Estimate(c, fa["mean"], low, high, [score(e) for e in by[c]],
                                        f"{fa['mean']:.2f} % [{low:.2f}, {high:.2f}]"))
     deltas = []

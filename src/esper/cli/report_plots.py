@@ -45,6 +45,18 @@ ROW_INCHES = 0.3  # one controller's row of bars
 K = TypeVar("K", bound=Hashable)
 
 
+def accuracy_interval(low: float, high: float) -> tuple[float, float]:
+    """A t-interval on a mean accuracy, cut to [0, 100]: over a few episodes near a bound the symmetric interval
+    reaches past it, where no accuracy can lie (results.json keeps the interval as computed)."""
+    return max(low, 0.0), min(high, 100.0)
+
+
+def pp_text(value: float) -> str:
+    """A small quantity in pp (a tie threshold such as one sample's worth, 100/300) at a precision worth reading: at
+    most two decimals, or two significant digits below 0.1."""
+    return f"{round(value, 2):g}" if value >= 0.1 or value == 0 else f"{value:.2g}"
+
+
 def as_float(value: float | str | None) -> float:
     """A logged number as a float for plotting; NaN where there is none.
 
@@ -295,12 +307,12 @@ def final_accuracy_figure(controllers: Sequence[Estimate], deltas: Sequence[Esti
     fig, axes = new_figure(15.0 if deltas else 8.0, height, 1, 2 if deltas else 1)
     ax = axes[0, 0]
     _interval_rows(ax, controllers, [colors[e.label] for e in controllers])
-    style(ax, f"Final {metric} accuracy per controller\ntick: mean · whiskers: 95 % t-interval of the mean\n"
-          "dots: episodes", f"final {metric} accuracy (%)", "", int_x=False)
+    style(ax, f"Final {metric} accuracy per controller\ntick: mean · whiskers: 95 % t-interval of the mean, within "
+          "[0, 100]\ndots: episodes", f"final {metric} accuracy (%)", "", int_x=False)
     if deltas:
         ax = axes[0, 1]
         ax.axvspan(-tie_threshold, tie_threshold, color="#7f7f7f", alpha=0.15, linewidth=0,
-                   label=f"tie (|Δ| < {tie_threshold:g} pp)")
+                   label=f"tie (|Δ| < {pp_text(tie_threshold)} pp)")
         ax.axvline(0.0, color="black", linewidth=0.8)
         _interval_rows(ax, deltas, [colors[e.label] for e in deltas])
         style(ax, f"Δ final {metric} accuracy vs {reference} (paired by episode)\ntick: mean Δ · whiskers: 95 % "

@@ -1,13 +1,16 @@
-"""A study's own figure: final test accuracy against training GFLOPs per episode, with the static host at widths
-0.5–2 as the frontier a grown network must lie above to beat widening at equal compute."""
+"""A study's own figure: final test accuracy against training GFLOPs per episode, with the static host at the widths
+the study ran (0.5–2 in a reference study) as the frontier a grown network must lie above to beat widening at equal
+compute."""
 
 from __future__ import annotations
 
 import statistics
 from pathlib import Path
 
+from matplotlib.figure import Figure
+
 from esper.cli import report_plots as rp
-from esper.evaluation.regime import static_width_labels
+from esper.evaluation.regime import FRONTIER_WIDTHS, static_width_labels
 from esper.evaluation.results import ComparisonResult
 from esper.evaluation.runs import scores
 
@@ -19,15 +22,22 @@ def _gflops(result: ComparisonResult, label: str) -> float:
 
 
 def compute_figure(result: ComparisonResult, path: Path) -> Path:
+    return rp.save(build_compute_figure(result), path)
+
+
+def build_compute_figure(result: ComparisonResult) -> Figure:
     """Mean test accuracy (with its 95 % interval) against mean training GFLOPs per episode for every controller; the
-    static widths joined as a curve; each training run's policies as small markers by role."""
+    static widths the study ran joined as a curve (its legend names them); each training run's policies as small
+    markers by role."""
     fig, axes = rp.new_figure(11.0, 6.5)
     ax = axes[0, 0]
-    statics = [s for s in static_width_labels() if s in result.controllers]
+    ran = [(w, s) for w, s in zip(FRONTIER_WIDTHS, static_width_labels(), strict=True) if s in result.controllers]
+    statics = [s for _, s in ran]
     if len(statics) > 1:
         xs = [_gflops(result, s) for s in statics]
         ys = [statistics.fmean(scores(result, s)) for s in statics]
-        ax.plot(xs, ys, color="black", linewidth=1.5, marker="D", label="static, widths 0.5 · 1 · 1.5 · 2", zorder=3)
+        widths = " · ".join(f"{w:g}" for w, _ in ran)
+        ax.plot(xs, ys, color="black", linewidth=1.5, marker="D", label=f"static, widths {widths}", zorder=3)
         for x, y, s in zip(xs, ys, statics, strict=True):
             ax.annotate(s, (x, y), textcoords="offset points", xytext=(4, -12), fontsize=8)
     others = [c for c in result.controllers if c not in statics]
@@ -38,7 +48,7 @@ def compute_figure(result: ComparisonResult, path: Path) -> Path:
         stats = result.per_controller[label]["final_test_accuracy"]
         if stats is None:
             continue
-        x, (low, high) = _gflops(result, label), stats["ci95"]
+        x, (low, high) = _gflops(result, label), rp.accuracy_interval(*stats["ci95"])
         ax.errorbar([x], [stats["mean"]], yerr=[[stats["mean"] - low], [high - stats["mean"]]], fmt="o",
                     color=colors[label], markersize=7, capsize=3, label=label, zorder=4)
     for key, marker in ROLE_MARKERS.items():
@@ -49,7 +59,7 @@ def compute_figure(result: ComparisonResult, path: Path) -> Path:
                        label=f"ppo {key.strip('()')} per training run" if key != "replay" else "replay per run",
                        zorder=5)
     rp.style(ax, "Final test accuracy against training compute\npoints: mean over paired seeds · whiskers: 95 % "
-             "interval\nabove the static curve: better than widening at equal compute",
+             "interval, within [0, 100]\nabove the static curve: better than widening at equal compute",
              "training GFLOPs per episode", "final test accuracy (%)", int_x=False)
     rp.side_legend(ax)
-    return rp.save(fig, path)
+    return fig

@@ -29,6 +29,7 @@ events and TensorBoard logs), so each can be reported and resumed on its own.
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -44,22 +45,27 @@ from esper.cli.common import (
     data_record,
     float_in,
     int_in,
+    one_of,
     preload_data,
+    print_command,
     run_settings,
 )
 from esper.cli.compare import comparison_table
 from esper.cli.family_study import __doc__ as family_doc
 from esper.cli.family_study import cmd_family_study
-from esper.cli.param_cost import resolve_auto_param_cost
+from esper.cli.param_cost import resolve_auto_cost
 from esper.cli.report import render_report
 from esper.cli.rundirs import discard_on_error
 from esper.cli.study_phases import measured_setting, open_study, phase_runner, saved_run, train_run
 from esper.cli.train_ppo import flag_overrides
+from esper.env.rewards import RewardFamily
 from esper.evaluation.phases import Phase
-from esper.evaluation.runs import RunLabels, episodes_cost, static_episode_cost
+from esper.evaluation.runs import NO_COST, RunLabels, add_costs, episodes_cost, static_episode_cost
 from esper.evaluation.selection import BEST_FIXED, chosen_blueprints, run_selection
 from esper.evaluation.study import (
     STUDY_PRESETS,
+    TUNED_HEURISTIC,
+    StudyObjective,
     evaluation_plan,
     replay_seed_count,
     replay_source_phases,
@@ -70,6 +76,7 @@ from esper.evaluation.study import (
     training_cost,
 )
 from esper.evaluation.study_report import SUMMARY_FILE, convergence_line, demo_note, mark_rerun, summary_markdown
+from esper.evaluation.teacher_choice import TeacherChoice, choose_teacher, with_tuned
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import SeedStream
 from esper.runtime.devices import resolve_devices
@@ -82,7 +89,8 @@ from esper.runtime.rundir import (
 )
 from esper.runtime.tasks import get_task_spec
 from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config
-from esper.simic.ppo.config import TrainingConfig
+from esper.simic.ppo.config import TrainingConfig, charge_fields
+from esper.simic.ppo.teacher import NO_TEACHER
 
 MAX_STUDY_SEEDS = 10_000
 MAX_RUNS = 100
@@ -91,8 +99,9 @@ MAX_RUNS = 100
 def add_study_parser(sub: Any) -> None:
     p = sub.add_parser("study", help="train K PPO controllers, then compare them with every baseline on held-out seeds",
                        description=f"{__doc__}\n{family_doc}", formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", choices=sorted(STUDY_PRESETS), help="the study's setting and size (default: quick)")
-    p.add_argument("--family", choices=sorted(FAMILIES),
+    p.add_argument("--preset", type=one_of(STUDY_PRESETS, "study preset"), choices=sorted(STUDY_PRESETS),
+                   help="the study's setting and size (default: quick)")
+    p.add_argument("--family", type=one_of(FAMILIES, "family"), choices=sorted(FAMILIES),
                    help="a study across a task family's instance types, beginning with its pre-check (see below)")
     p.add_argument("--ignore-precheck", action="store_true",
                    help="with --family: go on where the pre-check finds too little for a per-run controller to win")
@@ -121,7 +130,7 @@ def add_study_parser(sub: Any) -> None:
     p.add_argument("--tie-threshold", type=float_in(0.0, 100.0),
                    help="|Δ final accuracy| in pp below which a paired difference is a tie (default: one test sample)")
     add_worker_options(p)
-    add_shared_options(p, seed_default=None, run_dir_name=("study", "<preset>"))
+    add_shared_options(p, seed_default=None, run_dir_name=("study", "<task>"))
     p.set_defaults(func=cmd_study, resume=None, config_json=None)  # effective_config reads them
 
 
@@ -129,9 +138,31 @@ _PLACEMENT = ("device", "devices", *WORKER_FIELDS)
 """Overrides that change where a study runs, not what it measures."""
 
 
-def _requested_config(args: argparse.Namespace, blueprints: list[str] | None) -> TrainingConfig:
-    """The preset's config with the overrides (and `blueprints`, once selection has chosen them)."""
+DEFAULT_TEACHER = "heuristic"
+"""The teacher of a study's policies where it chooses none (no selection seeds) or before it has chosen."""
+
+
+def _requested_config(args: argparse.Namespace, blueprints: list[str] | None, teacher: str | None
+                      ) -> TrainingConfig:
+    """The preset's config with the overrides (and `blueprints` and `teacher`, once the study chose them), its charge
+    measured."""
+    return resolve_auto_cost(_preset_config(args, blueprints, teacher), args)
+
+
+def _chooses_teacher(args: argparse.Namespace, selection_seeds: int) -> bool:
+    """Whether the study chooses its policies' teacher on the selection seeds: by the `gap` reward's objective, so not
+    for another reward, nor when --set teacher names one."""
+    return (args.ppo is None and selection_seeds > 0 and "teacher" not in flag_overrides(args)
+            and _preset_config(args, None).reward_family == RewardFamily.GAP)
+
+
+def _preset_config(args: argparse.Namespace, blueprints: list[str] | None, teacher: str | None = None
+                   ) -> TrainingConfig:
+    """The preset's config with the overrides (and `blueprints`, and `teacher` unless --set names one: the learned
+    arm of a study is a residual policy on a teacher, `--set teacher=none` a policy learned from scratch), its charge
+    as given."""
     overrides = flag_overrides(args)
+    overrides.setdefault("teacher", teacher or DEFAULT_TEACHER)
     across = sorted({"family", "type_param_costs"} & set(overrides))
     if across:
         raise UserInputError(f"--set {across[0]}=... trains a policy across a task family: run `esper study --family "
@@ -142,8 +173,17 @@ def _requested_config(args: argparse.Namespace, blueprints: list[str] | None) ->
                              "--set blueprints=... or the flag")
     if blueprints is not None:
         overrides["blueprints"] = blueprints
-    requested = TrainingConfig.preset(STUDY_PRESETS[args.preset].training).with_overrides(**overrides)
-    return resolve_auto_param_cost(requested, args)
+    base = TrainingConfig.preset(STUDY_PRESETS[args.preset].training)
+    return base.with_overrides(**charge_fields(base, overrides))
+
+
+def study_dir(args: argparse.Namespace) -> Path:
+    """--run-dir, else `<runs-root>/study_<task>_s<seed>_<digest>`, named like every command's directory by the task
+    and base seed the study runs on (its --ppo runs' with --ppo): two studies on different tasks never look alike."""
+    if args.run_dir is not None:
+        return Path(args.run_dir)
+    base = _saved_run(args, args.ppo[0]) if args.ppo is not None else _preset_config(args, None)
+    return default_run_dir(args.runs_root, "study", base.task, base.seed, run_settings(args))
 
 
 def _saved_run(args: argparse.Namespace, train_dir: Path) -> TrainingConfig:
@@ -165,11 +205,13 @@ def _saved_run(args: argparse.Namespace, train_dir: Path) -> TrainingConfig:
     return saved.with_overrides(**overrides)
 
 
-def _run_configs(args: argparse.Namespace, train_dirs: list[Path], blueprints: list[str] | None
+def _run_configs(args: argparse.Namespace, train_dirs: list[Path], blueprints: list[str] | None,
+                 teacher: str | None = None, *, teacher_pending: bool = False
                  ) -> list[tuple[TrainingConfig, Path | None]]:
     """Each training run's config and the checkpoint it continues from (None: it starts now). Run r trains on the
     base config's setting with its own seed (`run_config`); --ppo runs bring their own configs, which must agree on
-    everything but the seed."""
+    everything but the seed. `teacher_pending`: the study chooses the teacher later, so a saved run keeps its own
+    for now."""
     if args.ppo is not None:
         configs = [_saved_run(args, d) for d in train_dirs]
         first = {k: v for k, v in configs[0].to_dict().items() if k != "seed"}
@@ -180,7 +222,7 @@ def _run_configs(args: argparse.Namespace, train_dirs: list[Path], blueprints: l
                 raise UserInputError(f"--ppo {d} trained in another setting than {train_dirs[0]} "
                                      f"({', '.join(differing)}): a study compares runs of one setting")
         return [(c, checkpoints_dir(d) / "latest.pt") for c, d in zip(configs, train_dirs, strict=True)]
-    base = _requested_config(args, blueprints)
+    base = _requested_config(args, blueprints, teacher)
     out: list[tuple[TrainingConfig, Path | None]] = []
     for r, d in enumerate(train_dirs):
         requested = run_config(base, r)
@@ -190,8 +232,17 @@ def _run_configs(args: argparse.Namespace, train_dirs: list[Path], blueprints: l
             continue
         if args.blueprints_from_selection and blueprints is None:  # before selection: check everything else
             requested = requested.with_overrides(blueprints=saved[0].blueprints)
+        if teacher_pending and teacher is None:  # before the teacher's choice, likewise
+            requested = requested.with_overrides(teacher=saved[0].teacher)
         out.append((resume_config(saved[0], requested), saved[1]))
     return out
+
+
+def _teacher_label(config: TrainingConfig, choice: TeacherChoice | None) -> str | None:
+    """How the evaluation names the policies' teacher: the chosen reference, or the spec --set named (None: none)."""
+    if choice is not None:
+        return choice.label
+    return None if config.teacher == NO_TEACHER else config.teacher
 
 
 def _settings(args: argparse.Namespace, seeds: int, selection_seeds: int, runs: int) -> dict[str, Any]:
@@ -214,27 +265,40 @@ def cmd_study(args: argparse.Namespace) -> int:
         raise UserInputError(f"--runs {args.runs} but {len(args.ppo)} --ppo run(s): each --ppo directory is one "
                              f"training run; drop --runs")
     runs = len(args.ppo) if args.ppo is not None else (args.runs or preset.runs)
-    seed = args.seed if args.seed is not None else TrainingConfig.preset(preset.training).seed
-    path = args.run_dir or default_run_dir(args.runs_root, "study", args.preset, seed, run_settings(args))
+    path = study_dir(args)
     settings = _settings(args, seeds, selection_seeds, runs)
     train_dirs = list(args.ppo) if args.ppo is not None else [path / "train" / f"run-{r}" for r in range(runs)]
     if args.blueprints_from_selection and (args.ppo is not None or selection_seeds == 0):
         raise UserInputError("--blueprints-from-selection trains the policy on best-fixed's blueprints, so it needs "
                              "selection seeds (not --selection-seeds 0) and a policy to train (not --ppo)")
-    configs = _run_configs(args, train_dirs, None)  # bad settings fail before anything is written
+    chooses = _chooses_teacher(args, selection_seeds)
+    configs = _run_configs(args, train_dirs, None, teacher_pending=chooses)  # bad settings fail before any write
     config = configs[0][0]  # the base: selection and evaluation seeds come from its seed
+    # Selection and the teacher's choice run before the policies' teacher is known: their phases record the default.
+    before = config.with_overrides(blueprints=None, **({"teacher": DEFAULT_TEACHER} if chooses else {}))
     cache = preload_data(args, get_task_spec(config.task), resolve_devices(config.device, config.devices), SPLITS)
     study, fresh = open_study(path, args, settings, config)
     mark_rerun(path, seeds, runs)
-    console.print(f"Study directory: [bold]{path}[/bold] ({runs} training run(s); "
-                  f"tensorboard --logdir {path})")
+    watch = shlex.join(["tensorboard", "--logdir", str(path)])
+    console.print(f"Study directory: {path} ({runs} training run(s); {watch})", soft_wrap=True, markup=False,
+                  highlight=False)  # one line, to copy as is
     with discard_on_error(study, fresh=fresh, errors=USER_ERRORS):
         selection = None if selection_seeds == 0 else run_selection(
             selection_plan(config, args.max_test_samples), path / "selection", selection_seeds,
-            phase_runner(args, config.with_overrides(blueprints=None), settings, cache))
+            phase_runner(args, before, settings, cache))
         chosen = selection.chosen if selection is not None else {}
-        if args.blueprints_from_selection:
-            configs = _run_configs(args, train_dirs, chosen_blueprints(chosen[BEST_FIXED]))
+        choice = None
+        if chooses:
+            assert selection is not None
+            choice = choose_teacher(selection_plan(config, args.max_test_samples), path / "teacher", selection_seeds,
+                                    selection, phase_runner(args, before, settings, cache),
+                                    StudyObjective(*before.charge_and_cost()), command="esper " + " ".join(args.argv))
+            console.print("Teacher: " + choice.label + " (" + ", ".join(
+                f"{k} {v:+.2f} pp" for k, v in choice.scores.items()) + " on the selection seeds' objective)",
+                          highlight=False)
+        blueprints = chosen_blueprints(chosen[BEST_FIXED]) if args.blueprints_from_selection else None
+        if blueprints is not None or choice is not None:
+            configs = _run_configs(args, train_dirs, blueprints, None if choice is None else choice.spec)
             config = configs[0][0]
         if args.ppo is None:
             for r, ((run_conf, checkpoint), train_dir) in enumerate(zip(configs, train_dirs, strict=True)):
@@ -247,23 +311,31 @@ def cmd_study(args: argparse.Namespace) -> int:
         sources = [run_phase(p) for p in replay_source_phases(
             path / "replay-source", evaluation_plan(config, SeedStream.SELECTION, args.max_test_samples), train_dirs,
             replay_seed_count(selection_seeds))]
-        specs, labels = study_controllers(preset.baselines, train_dirs, replay_dirs, chosen, args.controller)
-        plan = evaluation_plan(config, max_test_samples=args.max_test_samples,
-                               allow_setting_change=args.allow_setting_change)
+        teacher = _teacher_label(config, choice)
+        extra = [*([TUNED_HEURISTIC] if choice is not None and choice.tuned is not None else []), *args.controller]
+        if teacher is not None and teacher not in (*preset.baselines, *chosen, *extra):
+            extra.append(teacher)
+        specs, labels = study_controllers(preset.baselines, train_dirs, replay_dirs, chosen, extra)
+        plan = with_tuned(evaluation_plan(config, max_test_samples=args.max_test_samples,
+                                          allow_setting_change=args.allow_setting_change), choice)
         match = [RunLabels(r).final for r in range(runs)] if "static:matched" in preset.baselines else None
         comparison = run_phase(Phase("evaluation", path / "eval", plan, specs, labels, seeds, match))
     twin = static_episode_cost(comparison)
+    selection_cost = None if selection is None else episodes_cost(e for r in selection.rounds for e in r.episodes)
     results = study_results(
-        comparison, runs, chosen=chosen,
-        selection=None if selection is None else episodes_cost(e for r in selection.rounds for e in r.episodes),
+        comparison, runs, chosen=chosen, selection=selection_cost,
         training=[training_cost(c, d, twin) for (c, _), d in zip(configs, train_dirs, strict=True)],
-        replay_sources=[episodes_cost(s.episodes) for s in sources])
+        replay_sources=[episodes_cost(s.episodes) for s in sources], teacher=teacher,
+        objective=StudyObjective(*config.charge_and_cost()) if config.reward_family == RewardFamily.GAP else None,
+        extra_costs=None if choice is None or choice.tuned is None else {TUNED_HEURISTIC: choice.tuned.cost},
+        teacher_cost=NO_COST if choice is None or selection_cost is None else add_costs(selection_cost, choice.cost))
     reward = plan.describe_reward()
     augmentation = data_record(plan.task, plan.augment)["augmentation"]
     title = f"esper study --preset {args.preset} ({config.task}; augmentation {augmentation}; reward {reward})"
     comparison.write(study, {"study": {"preset": args.preset, "seeds": seeds, "selection_seeds": selection_seeds,
                                        "reward": reward, "augmentation": augmentation,
                                        "training": measured_setting(config), "chosen": chosen,
+                                       "teacher_choice": None if choice is None else choice.to_dict(),
                                        **results.to_dict()}})
     summary = path / SUMMARY_FILE
     write_text_atomic(summary, summary_markdown(comparison, results, title=title,
@@ -276,8 +348,8 @@ def cmd_study(args: argparse.Namespace) -> int:
     console.print(f"\nStudy directory: [bold]{path}[/bold]\nSummary:         {summary}\n"
                   f"Plots:           {path / 'report'} ({len(plots)} PNGs)")
     if not args.no_tensorboard:
-        console.print(f"TensorBoard:     tensorboard --logdir {path}")
+        print_command("TensorBoard:     ", [["tensorboard"], ["--logdir", path]])
     if preset.workflow_demo:
-        console.print("\n" + demo_note(preset), highlight=False)
+        console.print("\n" + demo_note(preset, config.max_epochs), highlight=False)
     return EXIT_OK
 

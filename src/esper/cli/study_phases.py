@@ -14,7 +14,7 @@ from esper.cli.common import WORKER_FIELDS, closing_hub, console, data_record, e
 from esper.cli.episodes import open_episode_run
 from esper.cli.rundirs import check_same_arguments, prepare_run_dir
 from esper.cli.train_ppo import StopAfterStep, open_training_dir, print_training_result, print_training_start
-from esper.env.rewards import resolved_param_cost
+from esper.env.rewards import resolved_cost
 from esper.evaluation.comparison import comparison_phases, parse_controllers
 from esper.evaluation.episodes import one_test_sample
 from esper.evaluation.phases import Phase, PhaseRunner
@@ -52,12 +52,12 @@ def open_study(path: Path, args: argparse.Namespace, settings: dict[str, Any], c
 
 def measured_setting(config: TrainingConfig) -> dict[str, Any]:
     """The training config without where its envs ran (workers change the wall time, not a single number), with
-    the λ_p its reward charged in place of the null that means "the task's" (`not charged` where only logged: a
+    the λ its reward charged in place of the null that means "the task's" (`not charged` where only logged: a
     family type's selection episodes, which no policy learns from)."""
     setting = {k: v for k, v in config.to_dict().items() if k not in WORKER_FIELDS}
-    setting["param_cost"] = resolved_param_cost(config.reward_family, get_task_spec(config.task),
-                                                config.charged_param_cost(), max_train_samples=config.max_train_samples,
-                                                logged_only=True)
+    setting.update(resolved_cost(config.reward_family, get_task_spec(config.task), config.charged_param_cost(),
+                                 charge=config.charge, compute_cost=config.charged_compute_cost(),
+                                 max_train_samples=config.max_train_samples, logged_only=True))
     return setting
 
 
@@ -106,7 +106,9 @@ def _run_phase(args: argparse.Namespace, phase: Phase, config: TrainingConfig, s
     run_dir, resume = open_episode_run(phase.path, "compare", overwrite=stale, argv=args.argv, config=phase_config,
                                        runtime={"data_dir": str(args.data_dir),
                                                 **data_record(phase.plan.task, phase.plan.augment),
-                                                "param_cost": phase_config["training"]["param_cost"]}, phases=phases,
+                                                **{k: phase_config["training"][k] for k in ("param_cost", "charge",
+                                                                                            "compute_cost")}},
+                                       phases=phases,
                                        plan=phase.plan)
     tie = args.tie_threshold if args.tie_threshold is not None else one_test_sample(phase.plan, cache)
     hub, progress = make_hub(args, run_dir, phase_config)
@@ -135,7 +137,7 @@ def train_run(args: argparse.Namespace, config: TrainingConfig, checkpoint: Path
     """Train (or continue training) a study's policy `run` in its directory, with that directory's own telemetry (so
     a resume trims its own events); False when stopped before the last batch."""
     episodes_done = int(read_policy_checkpoint(checkpoint)["episodes_completed"]) if checkpoint is not None else 0
-    if episodes_done >= config.n_episodes and (checkpoints_dir(train_path) / "final.pt").is_file():
+    if episodes_done >= config.total_episodes() and (checkpoints_dir(train_path) / "final.pt").is_file():
         console.print(f"Training run {run}: finished ({episodes_done} episodes in {train_path}).")
         return True
     console.print(f"Training run {run} ({train_path}):")
@@ -150,4 +152,4 @@ def train_run(args: argparse.Namespace, config: TrainingConfig, checkpoint: Path
         with stop.installed():
             result = train_ppo(config, ppo)
         print_training_result(config, ppo, result, stopped=stop.requested)
-    return not stop.requested and result.episodes_completed >= config.n_episodes
+    return not stop.requested and result.episodes_completed >= config.total_episodes()

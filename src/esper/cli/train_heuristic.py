@@ -60,7 +60,8 @@ def cmd_train_heuristic(args: argparse.Namespace) -> int:
               "max_train_samples": args.max_train_samples, "max_val_samples": args.max_val_samples,
               "max_test_samples": args.max_test_samples, "batch_size": plan.batch_size,
               "lr_schedule": plan.lr_schedule, "augment": plan.augment,
-              "reward_family": args.reward_family, "param_cost": args.param_cost}
+              "reward_family": args.reward_family, "param_cost": args.param_cost, "charge": args.charge,
+              "compute_cost": args.compute_cost}
     runtime = runtime_info(args, plan)
     path = args.run_dir or default_run_dir(args.runs_root, "heuristic", plan.task.name, args.seed, run_settings(args))
     run_dir, resume = open_episode_run(path, "heuristic", overwrite=args.overwrite, argv=args.argv, config=config,

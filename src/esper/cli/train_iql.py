@@ -29,6 +29,7 @@ from esper.cli.common import (
     emit,
     int_in,
     make_hub,
+    print_command,
     print_next_steps,
     print_run_start,
     run_settings,
@@ -174,8 +175,8 @@ def cmd_train_iql(args: argparse.Namespace) -> int:
         evaluate_live(args, config, settings, final, run_dir.path / "eval")
     print_next_steps(run_dir.path, tensorboard=not args.no_tensorboard,
                      plots=run_dir.path / "eval" if args.eval_episodes else None)
-    console.print(f"Offline estimate: esper evaluate-offline --data {' '.join(map(str, args.dataset))} "
-                  f"--controller iql:{final}")
+    print_command("Offline estimate: ", [["esper", "evaluate-offline"], ["--data", *args.dataset],
+                                         ["--controller", f"iql:{final}"]])
     return EXIT_OK
 
 

@@ -25,16 +25,18 @@ from esper.cli.common import (
     console,
     data_record,
     make_hub,
+    one_of,
     phase_progress,
     preload_data,
+    print_command,
     print_next_steps,
     print_run_start,
     run_settings,
 )
 from esper.cli.config_flags import add_config_flags, config_changes
-from esper.cli.param_cost import resolve_auto_param_cost
+from esper.cli.param_cost import resolve_auto_cost
 from esper.cli.rundirs import discard_on_error, prepare_run_dir
-from esper.env.rewards import resolved_param_cost
+from esper.env.rewards import resolved_cost
 from esper.leyline.errors import UserInputError
 from esper.nissa import ProgressBackend, trim_event_log
 from esper.runtime.devices import env_device_map, resolve_device, resolve_devices
@@ -43,7 +45,7 @@ from esper.runtime.plugins import loaded_plugins
 from esper.runtime.rundir import RunDirectory, checkpoint_file, checkpoints_dir, default_run_dir, run_dir_of
 from esper.runtime.tasks import DataCache, data_source, get_task_spec
 from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config, trim_logs
-from esper.simic.ppo.config import PRESETS, TrainingConfig, family_fields
+from esper.simic.ppo.config import PRESETS, TrainingConfig, charge_fields, family_fields
 from esper.simic.ppo.train import PPORun, PPOTrainingResult, train_ppo
 
 PRESET_FIELDS = frozenset(k for preset in PRESETS.values() for k in preset)
@@ -53,7 +55,7 @@ FLAGS_ELSEWHERE = frozenset({*SCALE_FIELDS, "augment", "seed", "workers", "threa
 
 def add_ppo_parser(sub: Any) -> None:
     p = sub.add_parser("ppo", help="train the Tamiyo policy with PPO on vectorized environments")
-    p.add_argument("--preset", choices=sorted(PRESETS),
+    p.add_argument("--preset", type=one_of(PRESETS, "preset"), choices=sorted(PRESETS),
                    help="hyperparameter preset (default: the preset named after --task if there is one, else cifar10)")
     p.add_argument("--resume", type=Path, help="checkpoint file or run directory (its checkpoints/latest.pt)")
     add_scale_options(p, defaults=None)
@@ -87,10 +89,10 @@ def effective_config(args: argparse.Namespace) -> TrainingConfig:
     config = TrainingConfig.preset(preset_of(args))
     if args.config_json is not None:
         config = TrainingConfig.from_json(args.config_json, base=config)
-    overrides = flag_overrides(args)
+    overrides = charge_fields(config, flag_overrides(args))
     if isinstance(overrides.get("family"), str):
         overrides = family_fields(get_family(overrides["family"]), overrides)
-    return resolve_auto_param_cost(config.with_overrides(**overrides), args)
+    return resolve_auto_cost(config.with_overrides(**overrides), args)
 
 
 def _resume_target(args: argparse.Namespace) -> Path | None:
@@ -120,7 +122,7 @@ def _config_for_resume(args: argparse.Namespace, checkpoint: Path, requested: Tr
     command's own config, None under --resume, where the flags apply to the saved one)."""
     saved = TrainingConfig.from_dict(read_policy_checkpoint(checkpoint)["config"])
     if requested is None:
-        requested = resolve_auto_param_cost(saved.with_overrides(**flag_overrides(args)), args)
+        requested = resolve_auto_cost(saved.with_overrides(**flag_overrides(args)), args)
     return resume_config(saved, requested)
 
 
@@ -201,9 +203,9 @@ def open_training_dir(path: Path, config: TrainingConfig, args: argparse.Namespa
         "devices": [str(d) for d in devices],
         "policy_device": str(resolve_device(config.device)), "preset": preset,
         "telemetry_level": args.telemetry_level, **data_record(get_task_spec(config.task), config.augment),
-        "param_cost": config.type_param_costs if config.family is not None else resolved_param_cost(
-            config.reward_family, get_task_spec(config.task), config.charged_param_cost(),
-            max_train_samples=config.max_train_samples)})
+        **({"param_cost": config.type_param_costs} if config.family is not None else resolved_cost(
+            config.reward_family, get_task_spec(config.task), config.charged_param_cost(), charge=config.charge,
+            compute_cost=config.charged_compute_cost(), max_train_samples=config.max_train_samples))})
     return run_dir
 
 
@@ -226,7 +228,7 @@ def print_training_start(config: TrainingConfig, progress: ProgressBackend, *, p
     """The config (in full at debug level) and the envs' devices; starts the progress display's training phase."""
     console.print(config_table(config) if debug else config_summary(config, preset))
     console.print(device_summary(config))
-    progress.start("training", config.n_episodes * config.max_epochs, done=episodes_done * config.max_epochs,
+    progress.start("training", config.total_episodes() * config.max_epochs, done=episodes_done * config.max_epochs,
                    round_size=config.n_envs)
 
 
@@ -239,26 +241,28 @@ def print_training_result(config: TrainingConfig, run: PPORun, result: PPOTraini
                   f"accuracy: {best}")
 
 
-def compare_hint(config: TrainingConfig, run: Path) -> str:
+def compare_hint(config: TrainingConfig, run: Path) -> list[list[str]]:
     """An `esper compare` of the trained policy in exactly the setting it learned in (every setting that changes the
     result, the plugins it was trained with included), on the held-out evaluation seeds of its base seed (a seed stream
     its training never draws from); a policy trained across a family on its first held-out type."""
     task, cap = config.task, config.max_train_samples
     cost = None if config.family is not None else config.charged_param_cost()  # a held-out type's is only logged
+    charge = [] if config.charge == "param" else [["--charge", config.charge]]
     if config.family is not None:
         family = get_family(config.family)
         held = family.held_out_types[0]
         task, cap = family_task(family, held), held.max_train_samples
-    parts = ["esper compare --controllers static heuristic", f"ppo:{run}", f"--task {task}",
-             *(f"--plugin {p}" for p in loaded_plugins() if not p.startswith("ep:")),
-             f"--max-epochs {config.max_epochs}", f"--slots {' '.join(config.slots)}",
-             f"--reward-family {config.reward_family.value}", f"--seed {config.seed}",
-             f"--batch-size {config.batch_size}", f"--lr-schedule {config.lr_schedule}"]
+    groups = [["esper", "compare"], ["--controllers", "static", "heuristic", f"ppo:{run}"], ["--task", task],
+              *(["--plugin", p] for p in loaded_plugins() if not p.startswith("ep:")),
+              ["--max-epochs", str(config.max_epochs)], ["--slots", *config.slots],
+              ["--reward-family", config.reward_family.value], ["--seed", str(config.seed)],
+              ["--batch-size", str(config.batch_size)], ["--lr-schedule", config.lr_schedule], *charge]
     for flag, value in (("--max-train-samples", cap), ("--max-val-samples", config.max_val_samples),
-                        ("--max-seeds", config.max_seeds), ("--param-cost", cost), ("--augment", config.augment)):
+                        ("--max-seeds", config.max_seeds), ("--param-cost", cost),
+                        ("--compute-cost", config.charged_compute_cost()), ("--augment", config.augment)):
         if value is not None:
-            parts.append(f"{flag} {value}")
-    return " ".join(parts)
+            groups.append([flag, str(value)])
+    return groups
 
 
 def cmd_train_ppo(args: argparse.Namespace) -> int:
@@ -288,12 +292,12 @@ def cmd_train_ppo(args: argparse.Namespace) -> int:
             print_training_result(config, run, result, stopped=stop.requested)
     if stop.requested:
         if (run_dir.checkpoints / "latest.pt").exists():
-            console.print(f"Stopped. Resume with: esper train ppo --resume {run_dir.path}")
+            print_command("Stopped. Resume with: ", [["esper", "train", "ppo"], ["--resume", run_dir.path]])
         else:
             console.print("Stopped before the first rollout batch finished: nothing to resume.")
         return EXIT_INTERRUPTED
     if checkpoint is not None and not result.history:
         console.print("[yellow]Pass a larger --episodes to continue it.[/yellow]")
     print_next_steps(run_dir.path, tensorboard=not args.no_tensorboard, plots=run_dir.path)
-    console.print(f"Compare:       {compare_hint(config, run_dir.path)}")
+    print_command("Compare:       ", compare_hint(config, run_dir.path))
     return EXIT_OK

@@ -18,7 +18,7 @@ from typing import Annotated, Any, ClassVar, Literal, get_args
 from pydantic import ConfigDict, Field, StrictFloat, StrictInt, field_validator
 
 from esper.leyline import LifecycleOp
-from esper.leyline.errors import UserInputError
+from esper.leyline.errors import UserInputError, did_you_mean
 from esper.leyline.strict_config import BatchSize, EpisodeLength, StrictConfig
 
 __all__ = [
@@ -49,7 +49,8 @@ Epochs = Annotated[StrictInt, Field(ge=0, le=1000)]
 
 
 def _unknown_preset(kind: str, preset_id: str, presets: Mapping[str, Any]) -> UserInputError:
-    return UserInputError(f"Unknown {kind} preset '{preset_id}'. Available: {', '.join(presets)}")
+    return UserInputError(f"Unknown {kind} preset '{preset_id}'{did_you_mean(preset_id, presets)}. Available: "
+                          f"{', '.join(presets)}")
 
 
 class EnvironmentConfig(StrictConfig):

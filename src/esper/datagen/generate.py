@@ -36,7 +36,7 @@ from esper.leyline.strict_config import EpisodeLength, StrictConfig
 from esper.runtime.augment import AugmentChoice
 from esper.runtime.devices import resolve_device
 from esper.runtime.optim import OptimizerSpec
-from esper.runtime.param_costs import ParamCost, measured_param_cost, missing_param_cost
+from esper.runtime.param_costs import ParamCost, required_cost
 from esper.runtime.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
 from esper.tamiyo import StaticPolicy
 
@@ -86,10 +86,8 @@ class GenerateOptions(StrictConfig):
         """Options whose λ_p is `param_cost`, or the task's one measured nearest their training-sample cap; a
         task without one needs it given."""
         task = datagen_task_name(task)
-        cost = param_cost if param_cost is not None else measured_param_cost(task, kwargs.get("max_train_samples"))
-        if cost is None:
-            raise missing_param_cost(task, kwargs.get("max_train_samples"))
-        return cls(task=task, param_cost=cost, **kwargs)
+        return cls(task=task, param_cost=required_cost("param", task, param_cost, kwargs.get("max_train_samples")),
+                   **kwargs)
 
     def settings(self) -> dict[str, Any]:
         """The values that shape every episode (the augmentation as it is in force); stored top-level in each episode

@@ -18,7 +18,7 @@ from esper.datagen.configs import ENVIRONMENT_PRESETS, POLICY_PRESETS, BehaviorP
 from esper.datagen.policies import BehaviorPolicy
 from esper.env import StoredTwin
 from esper.leyline.actions import ActionSpace
-from esper.leyline.errors import UserInputError
+from esper.leyline.errors import UserInputError, did_you_mean
 from esper.leyline.seeding import SeedStream, derive_seed
 
 __all__ = [
@@ -37,7 +37,8 @@ DEFAULT_BASE_SEED = 42
 def paired_seed(env_config_id: str, episode_idx: int, base_seed: int = DEFAULT_BASE_SEED) -> int:
     """The seed every behaviour policy uses for episode `episode_idx` of `env_config_id` (the datagen seed stream)."""
     if env_config_id not in ENVIRONMENT_PRESETS:
-        raise UserInputError(f"Unknown environment preset '{env_config_id}'. "
+        raise UserInputError(f"Unknown environment preset '{env_config_id}'"
+                             f"{did_you_mean(env_config_id, ENVIRONMENT_PRESETS)}. "
                              f"Available: {', '.join(ENVIRONMENT_PRESETS)}")
     if episode_idx < 0:
         raise UserInputError(f"episode_idx must be >= 0, got {episode_idx}")

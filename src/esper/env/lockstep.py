@@ -260,7 +260,8 @@ def _read(readout: Readout, envs: Sequence[MorphoEnv]) -> None:
 
 
 def _measurement(env: MorphoEnv, obs: EnvObservation) -> Measurement:
-    """The env's measurement of the epoch it just observed, with its twin's (which has measured the same epoch)."""
+    """The env's measurement of the epoch it just observed, with its twin's (which has measured the same epoch: a live
+    twin trains in the same `Lockstep`, so its FLOP count has reached the end of this epoch too)."""
     model, m, twin = env.model, obs.signals.metrics, env.twin
     present = [s for s in model.slots() if s.state is not None]
     return Measurement(
@@ -275,6 +276,8 @@ def _measurement(env: MorphoEnv, obs: EnvObservation) -> Measurement:
         best_val_accuracy=max(env.accuracy_curve, default=0.0),
         twin_val_accuracy=None if twin is None else twin.accuracy_curve[obs.epoch - 1],
         twin_val_loss=None if twin is None else twin.loss_curve[obs.epoch - 1],
+        train_flops=env.flops.total,
+        twin_train_flops=twin.flops.total if isinstance(twin, MorphoEnv) else None,
     )
 
 

@@ -1,11 +1,22 @@
 """Reward families for the lifecycle controller; every one is a pure function of a decision's `StepRecord`.
 
 * `gap` (default): how much better the grown network is than its static twin (the same host, seed and data, trained
-  without growth), per parameter added. r_e = (g_{e+1} − g_e) − λ_p·(p_{e+1} − p_e) − c(a_e) with g the accuracy gap
-  to the twin in pp (for language models 100 × the twin's validation loss minus the env's), p the seed parameters
-  per host parameter and c a small cost per intervention. Undiscounted, an episode's return telescopes to
-  g_T − λ_p·p_T − Σc: a positive return means growing beat training the same network, and beat widening it when
-  λ_p is the task's measured accuracy gain per 100 % of added width.
+  without growth), net of what the growth cost. g is the accuracy gap to the twin in pp (for language models 100 × the
+  twin's validation loss minus the env's). Its `charge` says what growth costs:
+  - `param` (default): r_e = (g_{e+1} − g_e) − λ_p·(p_{e+1} − p_e) − c(a_e) with p the seed parameters per host
+    parameter and c a small cost per intervention. Undiscounted, an episode's return telescopes to g_T − λ_p·p_T − Σc:
+    a positive return means growing beat training the same network, and beat widening it when λ_p is the task's
+    measured accuracy gain per 100 % of added width.
+  - `compute`: r_e = (g_{e+1} − g_e) − λ_c·(x_{e+1} − x_e)/D with x_e = F_env(e) − F_twin(e) the training FLOPs the
+    env has spent beyond its twin by the end of epoch e (everything their FlopMeters count: host, seeds, incubator,
+    counterfactual and probe passes) and D = T·F_twin(e)/e the twin's whole-episode FLOPs (a static host's epochs
+    all cost the same, so D is one number from epoch 1 on; a twin whose epochs differ is refused). The first epoch
+    runs before any decision, so g_1 = x_1 = 0 and the return telescopes to exactly g_T − λ_c·(F_env(T)/F_twin(T) − 1):
+    accuracy above the linearized static frontier at equal training compute, when λ_c is the task's measured
+    accuracy gain per 100 % more training compute. The intervention costs are left out: an intervention's compute is
+    already priced.
+  Both keep the governor's penalty for a rollback (every family does): a diverged epoch has no measurable gap, so a
+  return without it could not see the divergence; an episode without one returns exactly the objective.
 * `contribution`: measured causal contribution plus lifecycle shaping (see `esper.env.contribution`).
 * `loss`: dense validation-loss improvement with a parameter rent.
 * `sparse`: the episode's best accuracy minus a parameter charge, at the end only.
@@ -27,8 +38,9 @@ from esper.env.shared_terms import base_components, clamp, rent
 from esper.env.step_record import SUMMED_FIELDS, Measurement, ShapedRewardComponents, StepRecord
 from esper.leyline.actions import LifecycleOp
 from esper.leyline.constants import MAX_PARAM_BUDGET, MAX_WEIGHT
+from esper.leyline.errors import UserInputError
 from esper.leyline.strict_config import EpochCount, StrictConfig, Weight
-from esper.runtime.param_costs import ParamCost, measured_param_cost, missing_param_cost
+from esper.runtime.param_costs import CHARGES, Charge, ParamCost, known_cost, required_cost
 from esper.runtime.tasks import TaskSpec
 
 __all__ = [
@@ -50,8 +62,10 @@ __all__ = [
     "compute_sparse_reward",
     "make_reward_fn",
     "needs_twin",
+    "resolved_cost",
     "reward_config",
     "reward_summary",
+    "twin_episode_flops",
 ]
 
 
@@ -68,12 +82,13 @@ INTERVENTION_COSTS: Mapping[LifecycleOp, float] = MappingProxyType(
 
 
 class GapRewardConfig(StrictConfig):
-    """`param_cost` λ_p: pp of accuracy per 100 % of added parameters. `lm`: measure the gap in validation loss.
-    `charged` False: no λ_p is known for the run and nothing learns from its reward, so the parameter term is left
-    out (λ_p 0) and the reward says so."""
+    """`cost`: the `charge`'s λ, pp of accuracy per 100 % of added parameters (λ_p) or of added training compute (λ_c).
+    `lm`: measure the gap in validation loss. `charged` False: no λ is known for the run and nothing learns from its
+    reward, so the charge is left out (λ 0) and the reward says so."""
 
     KIND: ClassVar[str] = "gap reward config"
-    param_cost: ParamCost
+    cost: ParamCost
+    charge: Charge = "param"
     lm: StrictBool = False
     charged: StrictBool = True
 
@@ -143,12 +158,33 @@ def gap_to_twin(m: Measurement, lm: bool) -> float:
     return m.val_accuracy - m.twin_val_accuracy
 
 
+def twin_episode_flops(record: StepRecord) -> float:
+    """D: the static twin's training FLOPs over the whole episode, T × its FLOPs per epoch. Its epochs run the same
+    passes on the same shapes, so every record of an episode yields the same D, the sum of the compute charges
+    telescopes, and a twin whose epochs cost differently is a fault, refused here."""
+    before, after = record.before.twin_train_flops, record.after.twin_train_flops
+    if before is None or after is None:
+        raise ValueError("The compute charge needs the static twin's training FLOPs (build the env with a live twin)")
+    if before <= 0 or before * record.after.epoch != after * record.before.epoch:
+        raise ValueError(f"The static twin's epochs must cost the same positive FLOPs: {before} by epoch "
+                         f"{record.before.epoch}, {after} by epoch {record.after.epoch}")
+    return record.max_epochs * before / record.before.epoch
+
+
 def compute_gap_reward(record: StepRecord, config: GapRewardConfig) -> ShapedRewardComponents:
+    """The gap's change, minus the charge: λ_p per added parameter ratio and the intervention costs (`param`), or λ_c
+    per added share of the twin's episode FLOPs, logged as `rent` (`compute`)."""
     comp = base_components(record, RewardFamily.GAP.value, 1.0, 0.0)
     before, after = record.before, record.after
     comp.gap = gap_to_twin(after, config.lm) - gap_to_twin(before, config.lm)
-    comp.param_cost = -config.param_cost * (after.param_ratio - before.param_ratio)
-    comp.action_shaping = INTERVENTION_COSTS[record.command.op]
+    if config.charge == "param":
+        comp.param_cost = -config.cost * (after.param_ratio - before.param_ratio)
+        comp.action_shaping = INTERVENTION_COSTS[record.command.op]
+        return comp
+    episode_flops = twin_episode_flops(record)
+    assert before.twin_train_flops is not None and after.twin_train_flops is not None  # twin_episode_flops checked
+    extra = (after.train_flops - after.twin_train_flops) - (before.train_flops - before.twin_train_flops)
+    comp.rent = -config.cost * extra / episode_flops
     return comp
 
 
@@ -193,25 +229,33 @@ def compute_reward(record: StepRecord, config: RewardConfig, gamma: float) -> Sh
 
 RewardFn = Callable[[StepRecord], ShapedRewardComponents]
 NOT_CHARGED = "not charged"
-"""What runs record as λ_p when the parameter term was left out of a reward that nothing learns from."""
+"""What runs record as λ when the charge was left out of a reward that nothing learns from."""
 
 
 def reward_config(family: RewardFamily | str, task: TaskSpec, sparse: SparseRewardConfig | None = None,
-                  param_cost: float | None = None, *, max_train_samples: int | None = None,
-                  logged_only: bool = False) -> RewardConfig:
-    """A family's config for a task: gap needs a parameter cost (`param_cost`, or the one measured for the task
-    at the training-sample cap nearest `max_train_samples`), loss the task's loss scales. `logged_only`: nothing
-    learns from the reward (heuristic, compare, a study's evaluation), so a missing λ_p leaves the parameter term
-    uncharged instead of refusing the run."""
+                  param_cost: float | None = None, *, charge: Charge = "param", compute_cost: float | None = None,
+                  max_train_samples: int | None = None, logged_only: bool = False) -> RewardConfig:
+    """A family's config for a task: gap needs its charge's cost (`param_cost` λ_p or `compute_cost` λ_c, else the one
+    measured for the task at the training-sample cap nearest `max_train_samples`), loss the task's loss scales.
+    `logged_only`: nothing learns from the reward (heuristic, compare, a study's evaluation), so a missing λ leaves
+    the charge out instead of refusing the run."""
     family = RewardFamily(family)
     if family == RewardFamily.GAP:
+        if charge == "param" and compute_cost is not None:
+            raise UserInputError("compute_cost is λ_c, the price of training compute: charge it with charge 'compute'"
+                                 ", or drop it")
+        if charge == "compute" and param_cost is not None:
+            raise UserInputError("charge 'compute' prices training compute instead of parameters: drop param_cost "
+                                 "(give λ_c as compute_cost), or charge 'param'")
+        given = param_cost if charge == "param" else compute_cost
         lm = task.task_type == "lm"
-        cost = param_cost if param_cost is not None else measured_param_cost(task.name, max_train_samples)
-        if cost is None and logged_only:
-            return GapRewardConfig(param_cost=0.0, lm=lm, charged=False)
-        if cost is None:
-            raise missing_param_cost(task.name, max_train_samples)
-        return GapRewardConfig(param_cost=cost, lm=lm)
+        if logged_only:
+            cost = known_cost(charge, task.name, given, max_train_samples)
+            if cost is None:
+                return GapRewardConfig(cost=0.0, charge=charge, lm=lm, charged=False)
+        else:
+            cost = required_cost(charge, task.name, given, max_train_samples)
+        return GapRewardConfig(cost=cost, charge=charge, lm=lm)
     if family == RewardFamily.LOSS:
         return LossRewardConfig.for_task(task.task_type, task.random_guess_loss, task.target_loss,
                                          task.typical_loss_delta_std)
@@ -220,34 +264,41 @@ def reward_config(family: RewardFamily | str, task: TaskSpec, sparse: SparseRewa
     return ContributionRewardConfig()
 
 
-def resolved_param_cost(family: RewardFamily | str, task: TaskSpec, param_cost: float | None = None, *,
-                        max_train_samples: int | None = None, logged_only: bool = False) -> float | str | None:
-    """The λ_p a gap reward charges (the given one, or the task's measured at the nearest sample cap), or
-    `NOT_CHARGED`; None for the other families. Runs record this value, not the null that means "the task's"."""
-    config = reward_config(family, task, param_cost=param_cost, max_train_samples=max_train_samples,
-                           logged_only=logged_only)
+def resolved_cost(family: RewardFamily | str, task: TaskSpec, param_cost: float | None = None, *,
+                  charge: Charge = "param", compute_cost: float | None = None, max_train_samples: int | None = None,
+                  logged_only: bool = False) -> dict[str, float | str]:
+    """The λ a gap reward charges (the given one, or the task's measured at the nearest sample cap, or
+    `NOT_CHARGED`) under its charge's field name (`param_cost` or `compute_cost`); {} for the other families. Runs
+    record this value, not the null that means "the task's"."""
+    config = reward_config(family, task, param_cost=param_cost, charge=charge, compute_cost=compute_cost,
+                           max_train_samples=max_train_samples, logged_only=logged_only)
     if not isinstance(config, GapRewardConfig):
-        return None
-    return config.param_cost if config.charged else NOT_CHARGED
+        return {}
+    return {CHARGES[config.charge].field: config.cost if config.charged else NOT_CHARGED}
 
 
 def reward_summary(family: RewardFamily | str, task: TaskSpec, param_cost: float | None = None, *,
-                   max_train_samples: int | None = None, logged_only: bool = False) -> str:
-    """The reward a run computes, with the parameter cost it resolved to: runs record it, since a default λ_p
+                   charge: Charge = "param", compute_cost: float | None = None, max_train_samples: int | None = None,
+                   logged_only: bool = False) -> str:
+    """The reward a run computes, with the charge and the cost it resolved to: runs record it, since a default λ
     depends on the task and the sample cap."""
-    config = reward_config(family, task, param_cost=param_cost, max_train_samples=max_train_samples,
-                           logged_only=logged_only)
-    if isinstance(config, GapRewardConfig) and not config.charged:
-        return f"gap, λ_p {NOT_CHARGED} (none measured near this sample cap; the reward is only logged)"
-    if isinstance(config, GapRewardConfig):
-        return f"gap, λ_p {config.param_cost:g}"
-    return RewardFamily(family).value
+    config = reward_config(family, task, param_cost=param_cost, charge=charge, compute_cost=compute_cost,
+                           max_train_samples=max_train_samples, logged_only=logged_only)
+    if not isinstance(config, GapRewardConfig):
+        return RewardFamily(family).value
+    symbol = CHARGES[config.charge].symbol
+    if not config.charged:
+        return f"gap, {symbol} {NOT_CHARGED} (none measured near this sample cap; the reward is only logged)"
+    if config.charge == "param":
+        return f"gap, {symbol} {config.cost:g}"
+    return f"gap, {symbol} {config.cost:g} per 100 % {CHARGES['compute'].per}"
 
 
 def make_reward_fn(family: RewardFamily | str, task: TaskSpec, gamma: float,
                    sparse: SparseRewardConfig | None = None, param_cost: float | None = None, *,
                    max_train_samples: int | None = None) -> RewardFn:
-    """The reward function of a family, configured for the task (and, for gap, the run's training-sample cap)."""
+    """The reward function of a family, configured for the task (and, for gap, the run's training-sample cap); gap
+    charges parameters."""
     config = reward_config(family, task, sparse, param_cost, max_train_samples=max_train_samples)
     return lambda record: compute_reward(record, config, gamma)
 

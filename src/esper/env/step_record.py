@@ -56,7 +56,9 @@ class Measurement:
     `slots`: every enabled slot (None = empty) as it was during the epoch. `seed_param_counts`: one
     (seed_age_epochs, param_count) pair per seed present (module + gate; fossilized seeds included).
     `twin_val_accuracy`/`twin_val_loss`: the static twin's measurement of the same epoch (None without a twin).
-    `val_loss` and `loss_delta` may be non-finite after a divergence.
+    `train_flops`/`twin_train_flops`: the env's and its twin's training FLOPs from the episode's start to the end of
+    this epoch, everything their `FlopMeter`s count (None for the twin without one, or with a stored twin, whose
+    curves carry no FLOPs). `val_loss` and `loss_delta` may be non-finite after a divergence.
     """
 
     epoch: int
@@ -72,6 +74,8 @@ class Measurement:
     best_val_accuracy: float
     twin_val_accuracy: float | None = None
     twin_val_loss: float | None = None
+    train_flops: int = 0
+    twin_train_flops: int | None = None
 
     def __post_init__(self) -> None:
         enabled = set(ordered_slots(self.slots.keys()))
@@ -83,6 +87,8 @@ class Measurement:
             raise ValueError(f"Negative seed age or parameter count in {self.seed_param_counts}")
         if self.fossilized_contributing < 0:
             raise ValueError(f"fossilized_contributing must be >= 0, got {self.fossilized_contributing}")
+        if self.train_flops < 0 or (self.twin_train_flops is not None and self.twin_train_flops < 0):
+            raise ValueError(f"Negative training FLOPs: {self.train_flops}, twin {self.twin_train_flops}")
         _require_finite("Measurement", val_accuracy=self.val_accuracy, acc_delta=self.acc_delta,
                         best_val_accuracy=self.best_val_accuracy)
 

@@ -18,7 +18,7 @@ from esper.evaluation.episodes import EpisodePlan, build_controller, one_test_sa
 from esper.evaluation.results import ComparisonResult
 from esper.evaluation.resume import ResumePoint
 from esper.leyline import TelemetrySink
-from esper.leyline.errors import UserInputError
+from esper.leyline.errors import UserInputError, did_you_mean
 from esper.runtime.rundir import RunDirectory
 from esper.runtime.tasks import DataCache, TaskSpec
 from esper.tamiyo import MATCHED, MAX_HOST_WIDTH, ControllerSpec
@@ -122,7 +122,8 @@ def match_target(episodes: Sequence[EpisodeResult], labels: Sequence[str], match
         return largest_grown(episodes, labels)
     unknown = [m for m in match if m not in labels]
     if unknown:
-        raise UserInputError(f"--match {unknown[0]}: no such controller in this comparison. Available: {list(labels)}")
+        raise UserInputError(f"--match {unknown[0]}: no such controller in this comparison"
+                             f"{did_you_mean(unknown[0], labels)}. Available: {list(labels)}")
     return ", ".join(match), statistics.fmean(mean_final_params(episodes, m) for m in match)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,7 +22,7 @@ import torch
 from esper.env import EpisodeResult
 from esper.env.driver import EnvPool
 from esper.env.groups import EpisodeSetting, GroupPlan, MemberPlan, StepOutcome, TwinEnvPlan
-from esper.env.rewards import RewardFamily, needs_twin, reward_config, reward_summary
+from esper.env.rewards import RewardConfig, RewardFamily, needs_twin, reward_config, reward_summary
 from esper.evaluation.controllers import all_controllers
 from esper.evaluation.stats import one_sample_pp
 from esper.leyline import TelemetryEvent, TelemetryEventType, TelemetrySink
@@ -30,6 +31,7 @@ from esper.leyline.seeding import SeedStream, episode_seeds
 from esper.runtime.augment import Augment
 from esper.runtime.devices import env_device_map
 from esper.runtime.optim import LRSchedule
+from esper.runtime.param_costs import Charge
 from esper.runtime.rundir import RunDirectory
 from esper.runtime.tasks import DataCache, TaskSpec
 from esper.runtime.workers import WorkerOptions
@@ -38,6 +40,7 @@ from esper.tamiyo import ControllerContext, ControllerSpec, StaticPolicy, Tamiyo
 __all__ = [
     "EpisodePlan",
     "build_controller",
+    "controller_setting",
     "one_test_sample",
     "paired_seeds",
     "run_controller_episodes",
@@ -63,25 +66,42 @@ class EpisodePlan:
     amp: bool = False
     reward_family: str = RewardFamily.GAP.value
     param_cost: float | None = None  # gap reward's λ_p; None: the task's value measured at the nearest sample cap
+    charge: Charge = "param"  # what the gap reward charges: added parameters (λ_p) or training compute (λ_c)
+    compute_cost: float | None = None  # gap reward's λ_c (charge "compute"); None: the task's, as for λ_p
     gamma: float = DEFAULT_GAMMA
     stream: SeedStream = SeedStream.EVALUATION  # selection episodes draw other seeds than evaluation (and training)
     workers: WorkerOptions = field(default_factory=WorkerOptions)  # where the episodes run (never what they compute)
     allow_setting_change: bool = False  # learned policies may run outside the setting they were trained in
     lr_schedule: LRSchedule = "constant"
+    tuned_heuristic: Path | None = None  # the record `heuristic:tuned` runs (a study's own tuned heuristic)
     augment: Augment | None = None  # the training batches' augmentation; None: the task's own
 
     def __post_init__(self) -> None:
         self.task.augment_in_force(self.augment)  # a task without images takes no augmentation
 
     def describe_reward(self) -> str:
-        """The reward logged per decision, with the parameter cost it resolves to for this task and sample cap."""
-        return reward_summary(self.reward_family, self.task, self.param_cost, max_train_samples=self.max_train_samples,
+        """The reward logged per decision, with the charge's cost it resolves to for this task and sample cap."""
+        return reward_summary(self.reward_family, self.task, self.param_cost, charge=self.charge,
+                              compute_cost=self.compute_cost, max_train_samples=self.max_train_samples,
                               logged_only=True)
+
+    def reward_config(self) -> RewardConfig:
+        """The reward logged per decision (nothing learns from it: a missing λ leaves the charge out)."""
+        return reward_config(self.reward_family, self.task, param_cost=self.param_cost, charge=self.charge,
+                             compute_cost=self.compute_cost, max_train_samples=self.max_train_samples,
+                             logged_only=True)
 
 
 def paired_seeds(plan: EpisodePlan, episode: int) -> tuple[int, int]:
     """(host seed, data seed) every controller shares in episode `episode`, from the plan's seed stream."""
     return episode_seeds(plan.seed, plan.stream, episode)
+
+
+def controller_setting(plan: EpisodePlan) -> dict[str, Any]:
+    """The setting a controller runs in (what a learned policy or a tuned heuristic checks it was made for)."""
+    return {"task": plan.task.name, "max_epochs": plan.max_epochs, "max_train_samples": plan.max_train_samples,
+            "max_val_samples": plan.max_val_samples, "batch_size": plan.batch_size, "lr_schedule": plan.lr_schedule,
+            "augment": plan.task.augment_in_force(plan.augment)}
 
 
 def build_controller(spec: ControllerSpec, plan: EpisodePlan, *, episode: int, index: int) -> TamiyoPolicy:
@@ -91,12 +111,8 @@ def build_controller(spec: ControllerSpec, plan: EpisodePlan, *, episode: int, i
                                 seed=paired_seeds(plan, episode)[0], index=index,
                                 seed_training_epochs=max(1, lifecycle.min_training_epochs),
                                 seed_blending_epochs=max(lifecycle.blending_steps, lifecycle.min_blending_epochs),
-                                setting={"task": plan.task.name, "max_epochs": plan.max_epochs,
-                                         "max_train_samples": plan.max_train_samples,
-                                         "max_val_samples": plan.max_val_samples, "batch_size": plan.batch_size,
-                                         "lr_schedule": plan.lr_schedule,
-                                         "augment": plan.task.augment_in_force(plan.augment)},
-                                allow_setting_change=plan.allow_setting_change)
+                                setting=controller_setting(plan), allow_setting_change=plan.allow_setting_change,
+                                tuned_heuristic=plan.tuned_heuristic)
     return all_controllers().build(spec, context)
 
 
@@ -151,8 +167,7 @@ def run_controller_episodes(
     task = plan.task
     names = list(labels) if labels is not None else [s.label for s in specs]
     setting = EpisodeSetting(task.name, plan.slots, plan.max_epochs, plan.batch_size,
-                             reward_config(plan.reward_family, task, param_cost=plan.param_cost,
-                                           max_train_samples=plan.max_train_samples, logged_only=True), plan.gamma,
+                             plan.reward_config(), plan.gamma,
                              max_train_samples=plan.max_train_samples, max_val_samples=plan.max_val_samples,
                              max_test_samples=plan.max_test_samples, amp=plan.amp, score_test=True,
                              keep_models=keep_models, lr_schedule=plan.lr_schedule, augment=plan.augment)

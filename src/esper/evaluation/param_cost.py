@@ -1,11 +1,14 @@
-"""Measuring λ_p, the `gap` reward's price of added parameters: what widening the static host buys per parameter.
+"""Measuring the `gap` reward's charges: what widening the static host buys per parameter (λ_p) and per unit of
+training compute (λ_c).
 
 The static host runs at widths 1.0, 1.5 and 2.0 on paired seeds (the same seeds, data subsets and batch order for
-each width); λ_p is the least-squares slope of mean final validation accuracy against the added-parameter ratio
-p = params(w) / params(1) − 1, in pp per 100 % added parameters (floored at 0), with a paired-bootstrap 95 %
-interval over episodes. It depends on the task, the episode length, the sample caps and the augmentation, so a
-measurement is cached under the data directory keyed by all of them (and by the host's parameter count, which
-changes when the host does) and reused by every run with the same key.
+each width). One set of episodes gives both: λ_p is the least-squares slope of mean final validation accuracy against
+the added-parameter ratio params(w) / params(1) − 1, λ_c against the added-training-compute ratio F(w) / F(1) − 1
+(F: an episode's training FLOPs as the env's FlopMeter counts them, the same for every seed of a width), each in pp
+per 100 % (floored at 0) with a paired-bootstrap 95 % interval over episodes. They depend on the task, the episode
+length, the sample caps, the batch size and the augmentation, so a measurement is cached under the data directory
+keyed by all of them (and by the host's parameter count, which changes when the host does) and reused by every run
+with the same key.
 """
 
 from __future__ import annotations
@@ -29,14 +32,15 @@ from esper.leyline import CANONICAL_SLOTS, UserInputError
 from esper.leyline.seeding import SeedStream
 from esper.runtime.augment import Augment
 from esper.runtime.optim import LRSchedule
+from esper.runtime.param_costs import Charge
 from esper.runtime.rundir import task_slug, write_json_atomic
 from esper.runtime.tasks import DataCache, TaskSpec
 
-__all__ = ["WIDTHS", "ParamCostMeasurement", "ParamCostSetting", "cached_param_cost", "measure_param_cost"]
+__all__ = ["WIDTHS", "ParamCostMeasurement", "ParamCostSetting", "cached_costs", "measure_param_cost"]
 
 WIDTHS = (1.0, 1.5, 2.0)
 CACHE_DIR = "param_costs"
-CACHE_VERSION = 2  # 2: episodes on the calibration seed stream; a file of another version is measured again
+CACHE_VERSION = 3  # 2: episodes on the calibration seed stream; 3: λ_c beside λ_p. Another version is measured again
 BOOTSTRAP_RESAMPLES = 1000
 
 Progress = Callable[[int, int, float], None]
@@ -45,7 +49,7 @@ Progress = Callable[[int, int, float], None]
 
 @dataclass(frozen=True)
 class ParamCostSetting:
-    """Everything λ_p depends on: a measurement serves exactly the runs with the same setting."""
+    """Everything λ_p and λ_c depend on: a measurement serves exactly the runs with the same setting."""
 
     task: str
     max_epochs: int
@@ -69,8 +73,8 @@ class ParamCostSetting:
 
 @dataclass(frozen=True)
 class ParamCostMeasurement:
-    """λ_p (the slope floored at 0), the fitted slope with its bootstrap interval, and the points it was fitted to
-    (one per width)."""
+    """λ_p and λ_c (the slopes floored at 0), the fitted slopes with their bootstrap intervals, and the points they
+    were fitted to (one per width)."""
 
     setting: ParamCostSetting
     param_cost: float
@@ -79,6 +83,14 @@ class ParamCostMeasurement:
     added_param_ratios: tuple[float, ...]
     mean_final_accuracy: tuple[float, ...]
     seconds: float
+    compute_cost: float
+    compute_slope: float
+    compute_ci95: tuple[float, float]
+    added_flop_ratios: tuple[float, ...]
+    train_gflops: tuple[float, ...]  # per width, one episode's
+
+    def cost(self, charge: Charge) -> float:
+        return self.param_cost if charge == "param" else self.compute_cost
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": CACHE_VERSION, **dataclasses.asdict(self), "widths": list(WIDTHS)}
@@ -89,9 +101,20 @@ def _slope(xs: list[float], ys: list[float]) -> float:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
 
 
+def _fit(ratios: list[float], per_width: list[list[float]], seed: int) -> tuple[float, tuple[float, float]]:
+    """The slope of mean final accuracy against `ratios`, and its paired-bootstrap 95 % interval: whole paired seeds
+    are resampled (each seed's widths stay together), one weighted mean per width and resample."""
+    episodes = len(per_width[0])
+    fitted = _slope(ratios, [statistics.fmean(acc) for acc in per_width])
+    weights = bootstrap_counts(episodes, BOOTSTRAP_RESAMPLES, seed)[1:] / episodes
+    means = weights @ torch.tensor(per_width, dtype=torch.float64).T  # [resamples, widths]
+    boot = torch.tensor([_slope(ratios, row) for row in means.tolist()], dtype=torch.float64)
+    return fitted, percentile_interval(boot)
+
+
 def measure_param_cost(task: TaskSpec, setting: ParamCostSetting, cache: DataCache, *,
                        device: torch.device | None = None, progress: Progress | None = None) -> ParamCostMeasurement:
-    """Run the static host at every width of `WIDTHS` for `setting.episodes` paired seeds and fit λ_p."""
+    """Run the static host at every width of `WIDTHS` for `setting.episodes` paired seeds and fit λ_p and λ_c."""
     plan = EpisodePlan(task=task, slots=tuple(CANONICAL_SLOTS), max_epochs=setting.max_epochs, max_seeds=None,
                        seed=setting.seed, devices=[device or torch.device("cpu")], batch_size=setting.batch_size,
                        lr_schedule=setting.lr_schedule,
@@ -109,31 +132,32 @@ def measure_param_cost(task: TaskSpec, setting: ParamCostSetting, cache: DataCac
         results = run_controller_episodes(specs, plan, setting.episodes, pool, on_episode=report)
     base = host_params(task, 1.0)
     ratios = [host_params(task, w) / base - 1.0 for w in WIDTHS]
+    # An episode's FLOPs are a function of the shapes it ran on: every paired seed of a width counts the same.
+    flops = [statistics.fmean(r.train_flops for r in results if r.controller == s.label) for s in specs]
+    flop_ratios = [f / flops[0] - 1.0 for f in flops]
     per_width = [[r.final_accuracy for r in results if r.controller == s.label] for s in specs]
-    fitted = _slope(ratios, [statistics.fmean(acc) for acc in per_width])
-    # Resample whole paired seeds (each seed's widths stay together): one weighted mean per width and resample.
-    weights = bootstrap_counts(setting.episodes, BOOTSTRAP_RESAMPLES, setting.seed)[1:] / setting.episodes
-    means = weights @ torch.tensor(per_width, dtype=torch.float64).T  # [resamples, widths]
-    boot = torch.tensor([_slope(ratios, row) for row in means.tolist()], dtype=torch.float64)
-    low, high = percentile_interval(boot)
-    return ParamCostMeasurement(setting, max(fitted, 0.0), fitted, (low, high), tuple(ratios),
-                                tuple(statistics.fmean(acc) for acc in per_width), time.perf_counter() - started)
+    fitted, interval = _fit(ratios, per_width, setting.seed)
+    compute_fitted, compute_interval = _fit(flop_ratios, per_width, setting.seed)
+    return ParamCostMeasurement(setting, max(fitted, 0.0), fitted, interval, tuple(ratios),
+                                tuple(statistics.fmean(acc) for acc in per_width), time.perf_counter() - started,
+                                max(compute_fitted, 0.0), compute_fitted, compute_interval, tuple(flop_ratios),
+                                tuple(f / 1e9 for f in flops))
 
 
-def cached_param_cost(task: TaskSpec, setting: ParamCostSetting, cache: DataCache, data_dir: Path, *,
-                      device: torch.device | None = None, progress: Progress | None = None
-                      ) -> tuple[float, Path, bool]:
-    """(λ_p, its cache file, whether it was measured now): the cached measurement of `setting` when there is one,
-    else a new measurement, written atomically to the cache before it is returned."""
+def cached_costs(task: TaskSpec, setting: ParamCostSetting, cache: DataCache, data_dir: Path, *,
+                 device: torch.device | None = None, progress: Progress | None = None
+                 ) -> tuple[dict[Charge, float], Path, bool]:
+    """(λ per charge, their cache file, whether they were measured now): the cached measurement of `setting` when
+    there is one, else a new measurement, written atomically to the cache before it is returned."""
     path = setting.cache_file(data_dir, task)
     if path.is_file():
         try:
             stored = json.loads(path.read_text(encoding="utf-8"))
-            return float(stored["param_cost"]), path, False
+            return {"param": float(stored["param_cost"]), "compute": float(stored["compute_cost"])}, path, False
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise UserInputError(f"The cached parameter cost {path} is unreadable ({exc}): delete it and rerun to "
-                                 f"measure it again") from None
+            raise UserInputError(f"The cached charges {path} are unreadable ({exc}): delete it and rerun to "
+                                 f"measure them again") from None
     measured = measure_param_cost(task, setting, cache, device=device, progress=progress)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, measured.to_dict())
-    return measured.param_cost, path, True
+    return {"param": measured.param_cost, "compute": measured.compute_cost}, path, True

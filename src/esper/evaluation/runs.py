@@ -10,7 +10,7 @@ over runs and seeds, P(X > Y), and "k of K": how many runs show it on their own.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypedDict
 
@@ -50,6 +50,10 @@ def run_labels(runs: int) -> list[RunLabels]:
     return [RunLabels(r) for r in range(runs)]
 
 
+Scorer = Callable[[ComparisonResult, str], list[float]]
+"""A controller's score per paired seed, in seed order: final test accuracy (`scores`), or an objective."""
+
+
 def scores(result: ComparisonResult, label: str) -> list[float]:
     """`label`'s final test accuracy per paired seed, in seed order (validation where an episode has no test
     score)."""
@@ -64,24 +68,25 @@ class AggregateRow(RunAggregate):
     y: str
 
 
-def _rows_of(result: ComparisonResult, runs: Sequence[RunLabels], name: str) -> list[list[float]]:
+def _rows_of(result: ComparisonResult, runs: Sequence[RunLabels], name: str, scorer: Scorer) -> list[list[float]]:
     """A role's scores per run (`name` is a role such as FINAL), or a reference's single row (a plain label)."""
     if name in (INIT, FINAL, REPLAY_ROLE):
-        return [scores(result, r.of(name)) for r in runs]
-    return [scores(result, name)]
+        return [scorer(result, r.of(name)) for r in runs]
+    return [scorer(result, name)]
 
 
-def aggregate_table(result: ComparisonResult, runs: Sequence[RunLabels], pairs: Iterable[tuple[str, str]]
-                    ) -> list[AggregateRow]:
+def aggregate_table(result: ComparisonResult, runs: Sequence[RunLabels], pairs: Iterable[tuple[str, str]],
+                    scorer: Scorer = scores) -> list[AggregateRow]:
     """For each (X, Y) of `pairs` whose controllers ran: X's runs against Y (its own run's init or replay when Y is
-    a role, else the one reference), aggregated over runs and seeds."""
+    a role, else the one reference), aggregated over runs and seeds, on `scorer`'s scores."""
     present = set(result.controllers)
     rows: list[AggregateRow] = []
     for x, y in pairs:
         needed = [r.of(n) for r in runs for n in (x, y) if n in (INIT, FINAL, REPLAY_ROLE)]
         if not set(needed) <= present or (y not in (INIT, FINAL, REPLAY_ROLE) and y not in present):
             continue
-        agg = aggregate_runs(_rows_of(result, runs, x), _rows_of(result, runs, y), tie_threshold=result.tie_threshold)
+        agg = aggregate_runs(_rows_of(result, runs, x, scorer), _rows_of(result, runs, y, scorer),
+                             tie_threshold=result.tie_threshold)
         rows.append({"x": x, "y": y, **agg})
     return rows
 
@@ -96,16 +101,18 @@ class RunRow(TypedDict):
     schedule: bool
 
 
-def run_rows(result: ComparisonResult, runs: Sequence[RunLabels], references: Sequence[str]) -> list[RunRow]:
+def run_rows(result: ComparisonResult, runs: Sequence[RunLabels], references: Sequence[str],
+             scorer: Scorer = scores) -> list[RunRow]:
+    """Each run's final policy against `references` on `scorer`'s scores (`final_test_accuracy` is the mean score)."""
     out: list[RunRow] = []
     for r in runs:
-        final = scores(result, r.final)
+        final = scorer(result, r.final)
         deltas: dict[str, dict[str, float | list[float] | str]] = {}
         for ref in references:
             label = r.of(ref) if ref in (INIT, REPLAY_ROLE) else ref
             if label not in result.controllers:
                 continue
-            pair = compare_pair(final, scores(result, label), tie_threshold=result.tie_threshold)
+            pair = compare_pair(final, scorer(result, label), tie_threshold=result.tie_threshold)
             deltas[ref] = {"mean_delta": pair["mean_delta"], "ci95": pair["ci95"], "verdict": pair["verdict"]}
         beats_replay = deltas.get(REPLAY_ROLE, {}).get("verdict") == "better"
         out.append({"run": r.run, "final_test_accuracy": sum(final) / len(final), "deltas": deltas,
@@ -151,14 +158,16 @@ def static_episode_cost(result: ComparisonResult) -> Cost:
 
 
 def costs_to_obtain(controllers: Sequence[str], runs: Sequence[RunLabels], selection: Cost | None,
-                    training: Sequence[Cost], replay_sources: Sequence[Cost], chosen: Mapping[str, str]
-                    ) -> dict[str, Cost | None]:
-    """Per controller label: best-fixed and best-rule cost the whole selection search; run r's final policy its
-    training; its replay that training and the episodes the replay was read from; hand-named controllers and the
-    untrained inits nothing. None: not known (an extra controller named on the command line)."""
+                    training: Sequence[Cost], replay_sources: Sequence[Cost], chosen: Mapping[str, str],
+                    teacher: Cost = NO_COST) -> dict[str, Cost | None]:
+    """Per controller label: best-fixed and best-rule cost the whole selection search; a run's init what its
+    `teacher` cost to choose (nothing for a policy learned from scratch or a teacher named by hand); its final policy
+    that and its training; its replay both and the episodes the replay was read from; hand-named controllers nothing.
+    None: not known (an extra controller named on the command line)."""
     out: dict[str, Cost | None] = {}
-    by_label = {r.final: training[r.run] for r in runs} | {
-        r.replay: add_costs(training[r.run], replay_sources[r.run]) for r in runs} | {r.init: NO_COST for r in runs}
+    by_label = {r.final: add_costs(teacher, training[r.run]) for r in runs} | {
+        r.replay: add_costs(teacher, training[r.run], replay_sources[r.run]) for r in runs} | {
+        r.init: teacher for r in runs}
     for label in controllers:
         if label in chosen:
             out[label] = selection

@@ -17,13 +17,15 @@ from esper.datagen.configs import POLICY_PRESETS
 from esper.evaluation.episodes import EpisodePlan
 from esper.evaluation.phases import Phase, PhaseRunner
 from esper.evaluation.results import ComparisonResult
+from esper.evaluation.runs import Cost, episodes_cost
 from esper.leyline import ActionSpace
 from esper.runtime.rundir import write_text_atomic
 from esper.tamiyo import FIXED, GROW, fixed_variants, module_extensions
 from esper.tamiyo.fixed import parse_fixed_modules
 
 __all__ = ["BEST_FIXED", "BEST_RULE", "Selection", "choose_best", "chosen_blueprints", "greedy_extensions",
-           "greedy_selection", "rule_candidates", "run_selection", "selection_candidates", "selection_markdown"]
+           "greedy_selection", "rule_candidates", "run_selection", "search_cost", "selection_candidates",
+           "selection_markdown"]
 
 SUMMARY = "summary.md"
 
@@ -81,6 +83,13 @@ class Selection:
 
     rounds: list[ComparisonResult]
     chosen: dict[str, str]
+
+
+def search_cost(selection: Selection, kind: str) -> Cost:
+    """What the search for `kind` (best-fixed or best-rule) cost on its own: the episodes of its family's candidates
+    over every round. best-rule's is the budget that tunes the heuristic at equal cost (`tuning.tune_heuristic`)."""
+    prefixes = (f"{FIXED}:",) if kind == BEST_FIXED else ("behavior:", f"{GROW}:")
+    return episodes_cost(e for r in selection.rounds for e in r.episodes if e.controller.startswith(prefixes))
 
 
 RunRound = Callable[[int, list[str]], ComparisonResult]

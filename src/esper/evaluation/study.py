@@ -11,7 +11,7 @@ selection rounds (`selection/`), the training runs (`train/run-<r>/`), the episo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,15 +20,18 @@ from esper.env import EpisodeResult
 from esper.env.rewards import needs_twin
 from esper.evaluation.comparison import ComparisonResult, check_controllers, parse_controllers, run_comparison
 from esper.evaluation.episodes import EpisodePlan
+from esper.evaluation.objective import objective_scorer
 from esper.evaluation.phases import Phase
 from esper.evaluation.regime import convergence, frontier_gaps, has_headroom, headroom, static_width_labels
 from esper.evaluation.resume import ResumePoint
 from esper.evaluation.runs import (
     FINAL,
     INIT,
+    NO_COST,
     REPLAY_ROLE,
     Cost,
     RunLabels,
+    RunRow,
     aggregate_table,
     costs_to_obtain,
     episodes_cost,
@@ -42,10 +45,26 @@ from esper.runtime.rows import read_rows
 from esper.runtime.rundir import RunDirectory, checkpoints_dir
 from esper.runtime.tasks import DataCache, get_task_spec
 from esper.simic.ppo.config import TrainingConfig
+from esper.tamiyo.heuristic_record import TUNED
 
-__all__ = ["REFERENCES", "STUDY_PRESETS", "StudyPreset", "StudyResults", "evaluation_plan", "replay_seed_count",
-           "replay_source_phases", "run_config", "run_evaluation", "selection_plan", "study_controllers",
-           "study_results", "training_cost"]
+__all__ = [
+    "REFERENCES",
+    "STUDY_PRESETS",
+    "TUNED_HEURISTIC",
+    "StudyObjective",
+    "StudyPreset",
+    "StudyResults",
+    "evaluation_plan",
+    "references",
+    "replay_seed_count",
+    "replay_source_phases",
+    "run_config",
+    "run_evaluation",
+    "selection_plan",
+    "study_controllers",
+    "study_results",
+    "training_cost",
+]
 
 
 @dataclass(frozen=True)
@@ -94,7 +113,8 @@ def evaluation_plan(config: TrainingConfig, stream: SeedStream = SeedStream.EVAL
         seed=config.seed, devices=resolve_devices(config.device, config.devices), batch_size=config.batch_size,
         max_train_samples=config.max_train_samples, max_val_samples=config.max_val_samples,
         max_test_samples=max_test_samples, amp=config.amp, reward_family=config.reward_family.value,
-        param_cost=config.charged_param_cost(), gamma=config.gamma, stream=stream,
+        param_cost=config.charged_param_cost(), charge=config.charge, compute_cost=config.charged_compute_cost(),
+        gamma=config.gamma, stream=stream,
         workers=config.worker_options(), allow_setting_change=allow_setting_change, lr_schedule=config.lr_schedule,
         augment=config.augment,
     )
@@ -143,12 +163,20 @@ def run_evaluation(plan: EpisodePlan, specs: Sequence[str], labels: Sequence[str
                           labels=list(labels), resume=resume, match=match, tie_threshold=tie_threshold)
 
 
-REFERENCES = ("static", "static:matched", "static:2", BEST_FIXED, BEST_RULE, "heuristic")
+TUNED_HEURISTIC = f"heuristic:{TUNED}"
+REFERENCES = ("static", "static:matched", "static:2", BEST_FIXED, BEST_RULE, "heuristic", TUNED_HEURISTIC)
 """The controllers without training runs that a trained policy must beat, in the order the summary shows them."""
 AGGREGATE_PAIRS = (*((FINAL, ref) for ref in (*REFERENCES, INIT, REPLAY_ROLE)),
                    (REPLAY_ROLE, "static"), (REPLAY_ROLE, BEST_FIXED), (REPLAY_ROLE, BEST_RULE), (INIT, "static"))
 """(X, Y) rows of the aggregate table: the final policy against everything, its replay and its init against the
 baselines."""
+
+
+def references(teacher: str | None) -> tuple[str, ...]:
+    """The references a final policy is measured against: `REFERENCES`, its teacher (when it is none of them), its
+    init and its replay."""
+    extra = () if teacher is None or teacher in REFERENCES else (teacher,)
+    return (*REFERENCES, *extra, INIT, REPLAY_ROLE)
 
 
 @dataclass
@@ -161,23 +189,56 @@ class StudyResults:
     aggregate: list[Any]
     frontier: dict[str, Any]
     cost_to_obtain: dict[str, Cost | None]
+    teacher: str | None = None
+    objective: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"runs": self.runs, "regime": self.regime, "per_run": self.per_run, "aggregate": self.aggregate,
-                "frontier": self.frontier, "cost_to_obtain": self.cost_to_obtain}
+                "frontier": self.frontier, "cost_to_obtain": self.cost_to_obtain, "teacher": self.teacher,
+                "objective": self.objective}
+
+
+@dataclass(frozen=True)
+class StudyObjective:
+    """What the policies were trained on: their reward's charge and its λ (pp per 100 % added)."""
+
+    charge: str
+    cost: float
 
 
 def study_results(result: ComparisonResult, runs: int, *, chosen: dict[str, str], selection: Cost | None,
-                  training: Sequence[Cost], replay_sources: Sequence[Cost]) -> StudyResults:
-    """The regime (convergence, headroom), each run's final policy against the references, the aggregates over runs,
-    every controller's gap to the static frontier at equal compute and parameters, and the cost to obtain each."""
+                  training: Sequence[Cost], replay_sources: Sequence[Cost], teacher: str | None = None,
+                  objective: StudyObjective | None = None, extra_costs: Mapping[str, Cost] | None = None,
+                  teacher_cost: Cost = NO_COST) -> StudyResults:
+    """The regime (convergence, headroom), each run's final policy against the references (its `teacher`'s label
+    among them), the aggregates over runs, every controller's gap to the static frontier at equal compute and
+    parameters, the cost to obtain each (`extra_costs`: of references obtained outside selection, e.g. the tuned
+    heuristic; `teacher_cost`: what choosing the policies' teacher cost), and the same per-run and aggregate tables on
+    the `objective` the policies were trained on."""
     labels = [RunLabels(r) for r in range(runs)]
     room = headroom(result)
     regime = {"convergence": convergence(result.episodes) if "static" in result.controllers else None,
               "headroom": room, "has_headroom": has_headroom(room)}
+    refs = references(teacher)
+    pairs = [*AGGREGATE_PAIRS, *((FINAL, r) for r in refs if r not in (*REFERENCES, INIT, REPLAY_ROLE))]
+    costs = costs_to_obtain(result.controllers, labels, selection, training, replay_sources, chosen, teacher_cost)
+    costs.update({k: v for k, v in (extra_costs or {}).items() if k in costs})
+    trained_on = None
+    if objective is not None and "static" in result.controllers:
+        scorer = objective_scorer(result, objective.charge, objective.cost)
+        trained_on = {"charge": objective.charge, "cost": objective.cost,
+                      "per_run": [_objective_row(row) for row in run_rows(result, labels, refs, scorer)],
+                      "aggregate": list(aggregate_table(result, labels, pairs, scorer))}
     return StudyResults(
         runs=runs, regime=regime,
-        per_run=list(run_rows(result, labels, (*REFERENCES, INIT, REPLAY_ROLE))),
-        aggregate=list(aggregate_table(result, labels, AGGREGATE_PAIRS)),
+        per_run=list(run_rows(result, labels, refs)),
+        aggregate=list(aggregate_table(result, labels, pairs)),
         frontier={axis: frontier_gaps(result, axis) for axis in ("gflops", "params")},
-        cost_to_obtain=costs_to_obtain(result.controllers, labels, selection, training, replay_sources, chosen))
+        cost_to_obtain=costs, teacher=teacher, objective=trained_on)
+
+
+def _objective_row(row: RunRow) -> dict[str, Any]:
+    """A per-run row scored on the objective: its mean is the final policy's objective, not its test accuracy."""
+    out: dict[str, Any] = {k: v for k, v in row.items() if k != "final_test_accuracy"}
+    out["final_objective"] = row["final_test_accuracy"]
+    return out

@@ -12,7 +12,7 @@ from typing import Any
 from esper.evaluation.regime import HEADROOM_PP, SLOPE_THRESHOLD
 from esper.evaluation.results import ComparisonResult
 from esper.evaluation.runs import FINAL, INIT, REPLAY_ROLE
-from esper.evaluation.study import REFERENCES, StudyPreset, StudyResults
+from esper.evaluation.study import StudyPreset, StudyResults, references
 from esper.runtime.rows import LogFormatError
 from esper.runtime.rundir import write_json_atomic, write_text_atomic
 from esper.simic.ppo.config import TrainingConfig
@@ -52,11 +52,16 @@ def convergence_line(regime: Mapping[str, Any]) -> str:
     return verdict + "."
 
 
-def demo_note(preset: StudyPreset) -> str:
-    """What a workflow-demo study shows and what it cannot, and the command that gives a result instead."""
-    epochs = TrainingConfig.preset(preset.training).max_epochs
-    return (f"This was a workflow demo, not a result: its {epochs}-epoch episodes are too short for any seed to finish "
-            f"its lifecycle, so the heuristic ends where static does and the policy is not expected to beat static.\n"
+def demo_note(preset: StudyPreset, epochs: int) -> str:
+    """What a workflow-demo study of `epochs`-epoch episodes (its own, `--set max_epochs` included) shows and what it
+    cannot, and the command that gives a result instead. The preset's episodes are too short for any seed to finish
+    its lifecycle, so shorter ones are too; of longer ones only the demo's size is known to say nothing."""
+    own = TrainingConfig.preset(preset.training).max_epochs
+    why = ("are too short for any seed to finish its lifecycle, so the heuristic ends where static does and the policy "
+           "is not expected to beat static" if epochs <= own else
+           f"are longer than the preset's {own}, but a demo's few training episodes and seeds cannot tell what growth "
+           f"adds")
+    return (f"This was a workflow demo, not a result: its {epochs}-epoch episodes {why}.\n"
             f"For a result, run the reference study (hours on a 2-core CPU): {REFERENCE_STUDY}")
 
 
@@ -83,21 +88,23 @@ def _controller_table(result: ComparisonResult, study: StudyResults, names: Mapp
     return lines
 
 
-def _run_table(study: StudyResults) -> list[str]:
-    refs = [r for r in (*REFERENCES, INIT, REPLAY_ROLE) if study.per_run and r in study.per_run[0]["deltas"]]
-    lines = ["| run | final test acc | " + " | ".join(f"vs {r}" for r in refs) + " | controller or schedule |",
+def _run_table(per_run: Sequence[Mapping[str, Any]], score: str = "final_test_accuracy",
+               heading: str = "final test acc") -> list[str]:
+    refs = [r for r in references(None) if per_run and r in per_run[0]["deltas"]]
+    refs += [r for r in (per_run[0]["deltas"] if per_run else ()) if r not in refs]
+    lines = [f"| run | {heading} | " + " | ".join(f"vs {r}" for r in refs) + " | controller or schedule |",
              "|---|---|" + "---|" * len(refs) + "---|"]
-    for row in study.per_run:
+    for row in per_run:
         cells = [_interval(float(row["deltas"][r]["mean_delta"]), row["deltas"][r]["ci95"]) for r in refs]
         kind = "schedule" if row["schedule"] else ("controller" if REPLAY_ROLE in row["deltas"] else "—")
-        lines.append(f"| {row['run']} | {row['final_test_accuracy']:.2f} | " + " | ".join(cells) + f" | {kind} |")
+        lines.append(f"| {row['run']} | {row[score]:.2f} | " + " | ".join(cells) + f" | {kind} |")
     return lines
 
 
-def _aggregate_table(study: StudyResults) -> list[str]:
+def _aggregate_table(aggregate: Sequence[Mapping[str, Any]]) -> list[str]:
     lines = ["| X | vs Y | mean Δ | IQM | 95 % CI (runs × seeds) | P(X > Y) | runs better / worse |",
              "|---|---|---|---|---|---|---|"]
-    for a in study.aggregate:
+    for a in aggregate:
         lines.append(f"| {a['x']} | {a['y']} | {a['mean']:+.2f} | {a['iqm']:+.2f} | "
                      f"[{a['ci95'][0]:+.2f}, {a['ci95'][1]:+.2f}] | {a['prob_improvement']:.2f} | "
                      f"{a['better']} / {a['worse']} of {a['runs']} |")
@@ -119,13 +126,36 @@ def _frontier_table(study: StudyResults, names: Mapping[str, str]) -> list[str]:
     return lines
 
 
+def _objective_section(study: StudyResults) -> list[str]:
+    """The per-run and aggregate tables on the objective the policies were trained on."""
+    objective = study.objective
+    if objective is None:
+        return []
+    what = "training compute" if objective["charge"] == "compute" else "parameters"
+    return ["", f"**On the objective the policies were trained on** (their reward's undiscounted return): test "
+            f"accuracy minus the paired static host's, minus λ = {objective['cost']:.3f} pp per 100 % of {what} added "
+            f"beyond it — with the measured λ, accuracy above the static frontier at equal {what}. Each run's final "
+            f"policy, then the aggregates over runs (the raw test accuracy tables are above).", "",
+            *_run_table(objective["per_run"], "final_objective", "final objective"), "",
+            *_aggregate_table(objective["aggregate"])]
+
+
+def _learned_line(aggregate: Sequence[Mapping[str, Any]], y: str, question: str, unit: str) -> list[str]:
+    row = next((a for a in aggregate if a["x"] == FINAL and a["y"] == y), None)
+    if row is None:
+        return []
+    return [f"- **{question}** The final policy beats {'its own init' if y == INIT else y} in {row['better']} of "
+            f"{row['runs']} runs (loses in {row['worse']}); over runs and seeds IQM {row['iqm']:+.2f}, "
+            f"{_interval(row['mean'], row['ci95'])} {unit}."]
+
+
 def _verdicts(result: ComparisonResult, study: StudyResults) -> list[str]:
     lines: list[str] = []
-    learned = next((a for a in study.aggregate if a["x"] == FINAL and a["y"] == INIT), None)
-    if learned is not None:
-        lines.append(f"- **Did the controller learn?** The final policy beats its own init in {learned['better']} of "
-                     f"{learned['runs']} runs (loses in {learned['worse']}); over runs and seeds "
-                     f"{_interval(learned['mean'], learned['ci95'])} pp.")
+    objective = study.objective
+    if objective is not None and study.teacher is not None:
+        lines += _learned_line(objective["aggregate"], study.teacher,
+                               f"Did it improve on its teacher ({study.teacher})?", "pp of the objective")
+    lines += _learned_line(study.aggregate, INIT, "Did the controller learn?", "pp")
     schedules = sum(row["schedule"] for row in study.per_run)
     if any(REPLAY_ROLE in row["deltas"] for row in study.per_run):
         lines.append(f"- **Controller or schedule?** {len(study.per_run) - schedules} of {len(study.per_run)} runs "
@@ -156,10 +186,10 @@ def summary_markdown(result: ComparisonResult, study: StudyResults, *, title: st
              f"reads; 0 for controllers named by hand).", "", *_verdicts(result, study), "",
              *_controller_table(result, study, names), "",
              "Each run's final policy: paired test Δ [95 % interval over seeds]; a run that does not beat its own "
-             "replay is a schedule.", "", *_run_table(study), "",
+             "replay is a schedule.", "", *_run_table(study.per_run), "",
              "Over runs: the mean and IQM of the per-run mean Δ, its interval over runs and seeds (runs and seeds "
              "both random), P(X > Y) on a random run and seed, and how many runs' own interval lies above / below 0.",
-             "", *_aggregate_table(study), *_frontier_table(study, names)]
+             "", *_aggregate_table(study.aggregate), *_objective_section(study), *_frontier_table(study, names)]
     if result.matched:
         m = result.matched
         lines += ["", f"static:matched is the static host at width {m['width']:.2f} ({m['host_params']:,} parameters), "
@@ -168,6 +198,10 @@ def summary_markdown(result: ComparisonResult, study: StudyResults, *, title: st
         lines += ["", "best-fixed and best-rule were chosen by mean validation accuracy on selection seeds disjoint "
                   "from the evaluation seeds, among single modules and then greedily larger combinations (see "
                   "selection/summary.md)."]
+    if study.teacher is not None:
+        lines += ["", f"The policies are residual on a teacher, {study.teacher}: evaluated greedily, each run's init "
+                  "is that teacher (among the blueprints the policy may germinate), and its final policy is the "
+                  "teacher moved by its training's returns, entropy bonus and KL penalty toward the teacher."]
     if policy_blueprints is not None:
         lines += ["", f"The policies (init and final) may germinate only {', '.join(policy_blueprints)}; the other "
                   "controllers keep every blueprint."]

@@ -25,7 +25,7 @@ from esper.leyline import (
     TelemetryEventType,
     is_active_stage,
 )
-from esper.leyline.errors import UserInputError
+from esper.leyline.errors import UserInputError, did_you_mean
 
 EventCallback = Callable[[TelemetryEvent], None]
 
@@ -165,11 +165,10 @@ class SeedSlot(nn.Module):
             raise RuntimeError(f"Slot '{self.slot_id}' already holds seed '{self.state.seed_id}'")
         if blend_id not in BLEND_IDS:
             raise UserInputError(f"Unknown blend '{blend_id}'. Available: {list(BLEND_IDS)}")
-        if blueprint_id not in self.registry.names(self.topology):
-            raise UserInputError(
-                f"Blueprint '{blueprint_id}' not available for topology '{self.topology}'. "
-                f"Available: {self.registry.names(self.topology)}"
-            )
+        names = self.registry.names(self.topology)
+        if blueprint_id not in names:
+            raise UserInputError(f"Blueprint '{blueprint_id}'{did_you_mean(blueprint_id, names)} not available for "
+                                 f"topology '{self.topology}'. Available: {names}")
         seed = self.registry.create(self.topology, blueprint_id, self.channels).to(device=device, dtype=dtype)
         gate = GatedBlend(self.channels, self.topology).to(device=device, dtype=dtype) if blend_id == "gated" else None
         self._probe_shape(seed, seed_id, device, dtype)

@@ -23,7 +23,7 @@ from esper.leyline.constants import (
     NUM_SLOTS,
     OBS_SCHEMA,
 )
-from esper.leyline.errors import UserInputError
+from esper.leyline.errors import UserInputError, did_you_mean
 from esper.leyline.reports import SeedMetrics, SeedStateReport
 from esper.leyline.signals import EnvObservation, TrainingMetrics, TrainingSignals
 from esper.leyline.stages import (
@@ -79,6 +79,7 @@ __all__ = [
     "TrainingSignals",
     "UserInputError",
     "compute_action_validity",
+    "did_you_mean",
     "emit_if_wanted",
     "is_active_stage",
     "is_live_stage",

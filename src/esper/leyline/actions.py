@@ -313,7 +313,8 @@ class ActionValidity:
         return True
 
     def is_valid_command(self, cmd: LifecycleCommand) -> bool:
-        """Validity of a command; germinating a blueprint outside the head needs only a valid slot."""
+        """Validity of a command; germinating a blueprint outside the head needs only a valid slot and a blueprint
+        the space can build (one of its `others`: a space restricted to some blueprints builds no other)."""
         if cmd.op == LifecycleOp.WAIT:
             return True
         assert cmd.slot_id is not None
@@ -322,7 +323,7 @@ class ActionValidity:
         if cmd.op == LifecycleOp.GERMINATE and cmd.blueprint_id == NOOP_BLUEPRINT:
             return False  # the noop blueprint is never a germination
         action = FactoredAction.from_command(cmd, self.space)
-        return action is None or self.is_valid(action)
+        return cmd.blueprint_id in self.space.others if action is None else self.is_valid(action)
 
     def restricted_to_blueprints(self, allowed: frozenset[int]) -> ActionValidity:
         """This validity for a controller that may germinate only the blueprint indices in `allowed`: the other

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from esper.leyline.errors import UserInputError
+from esper.leyline.errors import UserInputError, did_you_mean
 from esper.leyline.seeding import derive_seed
 from esper.runtime.corruptions import CORRUPTIONS, MAX_SEVERITY
 
@@ -141,7 +141,8 @@ class Family:
         for t in self.types:
             if t.name == name:
                 return t
-        raise UserInputError(f"Family '{self.key}' has no type '{name}'. Types: {[t.name for t in self.types]}")
+        names = [t.name for t in self.types]
+        raise UserInputError(f"Family '{self.key}' has no type '{name}'{did_you_mean(name, names)}. Types: {names}")
 
     def to_dict(self) -> dict[str, Any]:
         """The definition as JSON has it (lists for tuples), so a recorded definition compares equal to itself."""
@@ -187,7 +188,7 @@ def register_family(family: Family) -> Family:
 
 def get_family(key: str) -> Family:
     if key not in FAMILIES:
-        raise UserInputError(f"Unknown family '{key}'. Available: {sorted(FAMILIES)}")
+        raise UserInputError(f"Unknown family '{key}'{did_you_mean(key, FAMILIES)}. Available: {sorted(FAMILIES)}")
     return FAMILIES[key]
 
 

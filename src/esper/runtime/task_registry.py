@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
-from esper.leyline.errors import UserInputError
+from esper.leyline.errors import UserInputError, did_you_mean
 from esper.runtime.task_spec import TaskSpec
 
 __all__ = ["TASKS", "TaskForm", "TaskRegistry", "register_task", "register_task_form"]
@@ -83,8 +83,9 @@ class TaskRegistry(Mapping[str, TaskSpec]):
                 self._built[key] = spec if spec.name == key else dataclasses.replace(spec, name=key)
             return self._built[key]
         if name.lower() not in self._factories:
-            raise UserInputError(f"Unknown task '{name}'. Available: {', '.join(self.usages())} (a plugin's task needs "
-                                 f"--plugin MODULE)")
+            hint = did_you_mean(prefix, self._forms, rest=sep + argument) if sep else did_you_mean(name, self)
+            raise UserInputError(f"Unknown task '{name}'{hint}. Available: {', '.join(self.usages())} (a plugin's task "
+                                 f"needs --plugin MODULE)")
         return self[name.lower()]
 
 

@@ -1,5 +1,5 @@
-"""Tamiyo: the controller layer (signal tracking, policy protocol, heuristic, random, static, fixed and grow
-controllers).
+"""Tamiyo: the controller layer (signal tracking, policy protocol, heuristic and its records, random, static, fixed
+and grow controllers).
 
 Pure Python on Leyline contracts; no torch.
 """
@@ -15,8 +15,25 @@ from esper.tamiyo.fixed import (
 )
 from esper.tamiyo.grow import GROW, GrowPolicy
 from esper.tamiyo.heuristic import DEFAULT_BLUEPRINT_ROTATION, HeuristicPolicyConfig, HeuristicTamiyo
+from esper.tamiyo.heuristic_record import (
+    THRESHOLD_FIELDS,
+    TUNED,
+    HeuristicRecord,
+    ObjectiveRecord,
+    TunedSetting,
+    TuningSummary,
+    heuristic_config,
+    read_heuristic_record,
+)
 from esper.tamiyo.policy import MATCHED, MAX_HOST_WIDTH, RandomPolicy, StaticPolicy
-from esper.tamiyo.protocol import BatchTamiyoPolicy, InvalidDecisionError, TamiyoDecision, TamiyoPolicy, check_decision
+from esper.tamiyo.protocol import (
+    BatchTamiyoPolicy,
+    InvalidDecisionError,
+    StatefulPolicy,
+    TamiyoDecision,
+    TamiyoPolicy,
+    check_decision,
+)
 from esper.tamiyo.registry import (
     CONTROLLERS,
     ControllerContext,
@@ -36,6 +53,8 @@ __all__ = [
     "GROW",
     "MATCHED",
     "MAX_HOST_WIDTH",
+    "THRESHOLD_FIELDS",
+    "TUNED",
     "BatchTamiyoPolicy",
     "ControllerContext",
     "ControllerEntry",
@@ -45,19 +64,26 @@ __all__ = [
     "FixedPolicy",
     "GrowPolicy",
     "HeuristicPolicyConfig",
+    "HeuristicRecord",
     "HeuristicTamiyo",
     "InvalidDecisionError",
+    "ObjectiveRecord",
     "RandomPolicy",
     "SettingChangeError",
     "SignalTracker",
+    "StatefulPolicy",
     "StaticPolicy",
     "TamiyoDecision",
     "TamiyoPolicy",
+    "TunedSetting",
+    "TuningSummary",
     "check_decision",
     "check_trained_setting",
     "fixed_spec",
     "fixed_variants",
+    "heuristic_config",
     "host_variant",
     "module_extensions",
+    "read_heuristic_record",
     "register_controller",
 ]

@@ -19,7 +19,7 @@ from esper.leyline import (
     LifecycleOp,
     ordered_slots,
 )
-from esper.leyline.errors import UserInputError
+from esper.leyline.errors import UserInputError, did_you_mean
 from esper.tamiyo.policy import StaticPolicy
 from esper.tamiyo.protocol import TamiyoDecision, TamiyoPolicy
 from esper.tamiyo.registry import ControllerContext, register_controller
@@ -65,7 +65,8 @@ def parse_fixed_modules(argument: str, space: ActionSpace, slots: Sequence[str],
         if blueprint not in blueprints:
             hint = (" (noop builds nothing: use static)" if blueprint == NOOP_BLUEPRINT
                     else " (a plugin's blueprint needs --plugin MODULE)")
-            raise UserInputError(f"{where}: unknown blueprint '{blueprint}' for topology '{topology}'{hint}; "
+            raise UserInputError(f"{where}: unknown blueprint '{blueprint}'{did_you_mean(blueprint, blueprints)} "
+                                 f"for topology '{topology}'{hint}; "
                                  f"choose one of {', '.join(blueprints)}")
         if slot not in slots:
             problem = (f"slot '{slot}' is not enabled in this run" if slot in CANONICAL_SLOTS

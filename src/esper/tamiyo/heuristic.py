@@ -22,7 +22,7 @@ seed germinated after the snapshot is observed the same way, which is the conser
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import Field, StrictFloat, StrictInt, field_validator
 
@@ -53,7 +53,6 @@ from esper.leyline.constants import (
 from esper.leyline.errors import UserInputError
 from esper.leyline.strict_config import EpochCount, PositiveEpochCount, StrictConfig, Weight
 from esper.tamiyo.protocol import TamiyoDecision
-from esper.tamiyo.registry import ControllerContext, register_controller
 
 __all__ = ["DEFAULT_BLUEPRINT_ROTATION", "HeuristicPolicyConfig", "HeuristicTamiyo"]
 
@@ -145,6 +144,21 @@ class HeuristicTamiyo:
         """
         cfg = self.config
         return max_epochs - 2 - cfg.seed_training_epochs - cfg.seed_blending_epochs
+
+    def state_dict(self) -> dict[str, Any]:
+        """The per-episode state (rotation, penalties, embargoes, the seeds expected live), in plain values."""
+        return {"rotation_index": self._rotation_index, "penalties": dict(self._penalties),
+                "cull_epoch": dict(self._cull_epoch), "last_germination": self._last_germination,
+                "live": {slot: list(ids) for slot, ids in self._live.items()}, "live_epoch": self._live_epoch}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue an episode from `state_dict`'s values."""
+        self._rotation_index = int(state["rotation_index"])
+        self._penalties = {str(b): float(p) for b, p in state["penalties"].items()}
+        self._cull_epoch = {str(s): int(e) for s, e in state["cull_epoch"].items()}
+        self._last_germination = None if state["last_germination"] is None else int(state["last_germination"])
+        self._live = {str(s): (str(ids[0]), str(ids[1])) for s, ids in state["live"].items()}
+        self._live_epoch = None if state["live_epoch"] is None else int(state["live_epoch"])
 
     def embargoed_slots(self, epoch: int) -> tuple[str, ...]:
         """Slots closed to germination at `epoch` (culled within the last `embargo_epochs_after_cull` epochs)."""
@@ -290,14 +304,6 @@ class HeuristicTamiyo:
     @staticmethod
     def _decision(obs: EnvObservation, command: LifecycleCommand, reason: str) -> TamiyoDecision:
         return TamiyoDecision.from_command(command, space=obs.action_space, reason=reason, confidence=1.0)
-
-
-@register_controller("heuristic", summary="rules: germinate early, fossilize proven seeds, cull failing ones")
-def _heuristic(argument: str | None, context: ControllerContext) -> HeuristicTamiyo:
-    lifecycle = {"seed_training_epochs": context.seed_training_epochs,
-                 "seed_blending_epochs": context.seed_blending_epochs}
-    config = HeuristicPolicyConfig.model_validate({k: v for k, v in lifecycle.items() if v is not None})
-    return HeuristicTamiyo(config, topology=context.topology)
 
 
 def _contribution(report: SeedStateReport, *, missing: float) -> float:

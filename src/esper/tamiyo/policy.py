@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 from esper.leyline import (
     BlendAction,
@@ -70,6 +71,14 @@ class RandomPolicy:
 
     def __init__(self, seed: int = 0) -> None:
         self._rng = random.Random(seed)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the random stream is (plain values)."""
+        version, internal, gauss = self._rng.getstate()
+        return {"version": version, "internal": list(internal), "gauss": gauss}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._rng.setstate((state["version"], tuple(state["internal"]), state["gauss"]))
 
     def decide(self, obs: EnvObservation) -> TamiyoDecision:
         validity = obs.validity

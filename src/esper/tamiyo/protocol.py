@@ -12,7 +12,14 @@ from typing import Any, Protocol, runtime_checkable
 
 from esper.leyline import ActionSpace, EnvObservation, FactoredAction, LifecycleCommand
 
-__all__ = ["BatchTamiyoPolicy", "InvalidDecisionError", "TamiyoDecision", "TamiyoPolicy", "check_decision"]
+__all__ = [
+    "BatchTamiyoPolicy",
+    "InvalidDecisionError",
+    "StatefulPolicy",
+    "TamiyoDecision",
+    "TamiyoPolicy",
+    "check_decision",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +71,17 @@ class BatchTamiyoPolicy(TamiyoPolicy, Protocol):
     """
 
     def decide_batch(self, observations: Sequence[EnvObservation]) -> list[TamiyoDecision]: ...
+
+
+@runtime_checkable
+class StatefulPolicy(TamiyoPolicy, Protocol):
+    """A controller whose decisions depend on what it decided before (a rotation, embargoes, a random stream): it
+    hands that state over in plain values, so a training run resumed from a checkpoint decides as the uninterrupted
+    one. A controller without it decides from each observation alone."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 class InvalidDecisionError(RuntimeError):

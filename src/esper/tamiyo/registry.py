@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from esper.leyline.actions import ActionSpace
-from esper.leyline.errors import UserInputError
+from esper.leyline.errors import UserInputError, did_you_mean
 from esper.tamiyo.protocol import TamiyoPolicy
 
 __all__ = [
@@ -54,6 +55,7 @@ class ControllerContext:
     # split), so a learned policy can refuse one it was not trained for; None: unknown, not checked.
     setting: Mapping[str, Any] | None = None
     allow_setting_change: bool = False  # evaluate learned policies outside their training setting on purpose
+    tuned_heuristic: Path | None = None  # the record `heuristic:tuned` runs (a study's own tuned heuristic)
 
     @property
     def topology(self) -> str:
@@ -64,17 +66,19 @@ class SettingChangeError(UserInputError):
     """A learned policy was asked to run in another setting than it was trained in."""
 
 
-def check_trained_setting(source: str, trained: Mapping[str, Any], context: ControllerContext) -> None:
-    """Refuse to run a learned policy in a setting (task, episode length, sample caps) other than the one it was
-    trained in, naming each difference and the flags that restore it, unless the context allows the change."""
+def check_trained_setting(source: str, trained: Mapping[str, Any], context: ControllerContext, *,
+                          what: str = "trained") -> None:
+    """Refuse to run a learned (or tuned: `what`) policy in a setting (task, episode length, sample caps) other than
+    the one it was trained in, naming each difference and the flags that restore it, unless the context allows the
+    change."""
     if context.setting is None or context.allow_setting_change:
         return
     differing = [k for k in SETTING_FLAGS if k in trained and k in context.setting and trained[k] != context.setting[k]]
     if not differing:
         return
-    what = "; ".join(f"{k} {_shown(trained[k])} then, {_shown(context.setting[k])} now" for k in differing)
+    changes = "; ".join(f"{k} {_shown(trained[k])} then, {_shown(context.setting[k])} now" for k in differing)
     flags = " ".join(f"{SETTING_FLAGS[k]} {trained[k]}" for k in differing if trained[k] is not None)
-    raise SettingChangeError(f"{source} was trained in another setting ({what}): run it with {flags or 'those'} "
+    raise SettingChangeError(f"{source} was {what} in another setting ({changes}): run it with {flags or 'those'} "
                              f"settings, or pass --allow-setting-change to evaluate it there anyway")
 
 
@@ -151,7 +155,8 @@ class ControllerRegistry:
         name, sep, argument = text.partition(":")
         entry = self._entries.get(name)
         if entry is None:
-            raise UserInputError(f"Unknown controller '{text}'. Available: {', '.join(self.usages())}")
+            hint = did_you_mean(name, self._entries, rest=sep + argument)
+            raise UserInputError(f"Unknown controller '{text}'{hint}. Available: {', '.join(self.usages())}")
         if entry.argument is None and sep:
             raise UserInputError(f"Controller '{name}' takes no argument, got '{text}'")
         if entry.argument is not None and not argument and not (entry.optional and not sep):

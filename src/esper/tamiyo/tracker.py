@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from esper.leyline import (
     SeedStateReport,
@@ -80,6 +81,29 @@ class SignalTracker:
         self._best_val_loss = math.inf
         self._loss_history.clear()
         self._accuracy_history.clear()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The episode so far (histories, bests, counters, latch) in plain values; the configuration is not state."""
+        return {"prev_val_loss": self._prev_val_loss, "prev_accuracy": self._prev_accuracy,
+                "plateau_count": self._plateau_count, "stable_count": self._stable_count,
+                "stabilized": self._stabilized, "best_val_accuracy": self._best_val_accuracy,
+                "best_val_loss": self._best_val_loss, "loss_history": list(self._loss_history),
+                "accuracy_history": list(self._accuracy_history)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue the episode `state_dict` describes."""
+        prev = state["prev_val_loss"]
+        self._prev_val_loss = None if prev is None else float(prev)
+        self._prev_accuracy = float(state["prev_accuracy"])
+        self._plateau_count = int(state["plateau_count"])
+        self._stable_count = int(state["stable_count"])
+        self._stabilized = bool(state["stabilized"])
+        self._best_val_accuracy = float(state["best_val_accuracy"])
+        self._best_val_loss = float(state["best_val_loss"])
+        self._loss_history.clear()
+        self._loss_history.extend(float(x) for x in state["loss_history"])
+        self._accuracy_history.clear()
+        self._accuracy_history.extend(float(x) for x in state["accuracy_history"])
 
     @property
     def host_stabilized(self) -> bool:

@@ -19,7 +19,7 @@ from esper.datagen.schema import SCHEMA_VERSION, validate_episode, write_strict_
 from esper.env import MorphoEnv, StoredTwin, run_episodes
 from esper.env.features import obs_dim
 from esper.leyline.constants import DEFAULT_GOVERNOR_DEATH_PENALTY
-from esper.runtime.param_costs import measured_param_cost
+from esper.runtime.param_costs import measured_cost
 from esper.runtime.tasks import get_task_spec
 
 CNN = get_task_spec("synthetic").action_space
@@ -135,9 +135,9 @@ def test_options_need_a_parameter_cost_where_the_task_has_none() -> None:
     with pytest.raises(ValueError, match="no parameter cost for the gap reward"):
         GenerateOptions.for_task("cifar10")
     assert GenerateOptions.for_task("cifar10", 0.5).param_cost == 0.5
-    assert GenerateOptions.for_task("synthetic").param_cost == measured_param_cost("synthetic", None)
+    assert GenerateOptions.for_task("synthetic").param_cost == measured_cost("param", "synthetic", None)
     capped = GenerateOptions.for_task("synthetic", max_train_samples=192)
-    assert capped.param_cost == measured_param_cost("synthetic", 192) != measured_param_cost("synthetic", None)
+    assert capped.param_cost == measured_cost("param", "synthetic", 192) != measured_cost("param", "synthetic", None)
     with pytest.raises(ValueError, match="'tinystories' is a transformer lm task: choose an image-classification task"):
         GenerateOptions.for_task("tinystories", 1.0)
     with pytest.raises(ValueError, match="Unknown task 'nope'"):

@@ -18,6 +18,7 @@ import pytest
 from esper.env.potential import lifecycle_potential, pbrs_shaping, slot_potential
 from esper.env.rewards import (
     INTERVENTION_COSTS,
+    NOT_CHARGED,
     SUMMED_FIELDS,
     ContributionRewardConfig,
     GapRewardConfig,
@@ -33,6 +34,7 @@ from esper.env.rewards import (
     compute_sparse_reward,
     make_reward_fn,
     needs_twin,
+    resolved_cost,
     reward_config,
     reward_summary,
 )
@@ -47,7 +49,7 @@ from esper.leyline import (
     SeedStage,
     SlotAction,
 )
-from esper.runtime.param_costs import PARAM_COSTS
+from esper.runtime.param_costs import CALIBRATIONS
 from esper.runtime.tasks import get_task_spec
 
 P, B, T, F = SeedStage.PROBATIONARY, SeedStage.BLENDING, SeedStage.TRAINING, SeedStage.FOSSILIZED
@@ -58,7 +60,7 @@ WAIT = LifecycleCommand(LifecycleOp.WAIT)
 GERMINATE_MID = LifecycleCommand(LifecycleOp.GERMINATE, "mid", "conv_light", "linear")
 CFG = ContributionRewardConfig()
 LOSS_CFG = LossRewardConfig.for_task("classification", math.log(10), 0.3, 0.05)
-GAP_CFG = GapRewardConfig(param_cost=2.0)
+GAP_CFG = GapRewardConfig(cost=2.0)
 
 Slots = Mapping[str, SlotRewardInfo | None]
 
@@ -401,7 +403,7 @@ def test_gap_ignores_the_level_and_loss_for_classification() -> None:
 def test_gap_for_language_models_uses_the_validation_loss() -> None:
     rec = record(before={"val_loss": 2.0, "twin_val_loss": 2.1, "val_accuracy": 10.0},
                  val_loss=1.5, twin_val_loss=1.8, val_accuracy=1.0, twin_val_accuracy=90.0)
-    comp = compute_gap_reward(rec, GapRewardConfig(param_cost=2.0, lm=True))
+    comp = compute_gap_reward(rec, GapRewardConfig(cost=2.0, lm=True))
     assert comp.gap == pytest.approx(100 * 0.3 - 100 * 0.1)
     assert comp.total() == pytest.approx(20.0)
 
@@ -412,18 +414,30 @@ def test_gap_for_language_models_uses_the_validation_loss() -> None:
 def test_gap_without_a_twin_is_a_clear_error(where: str, field: str, lm: bool) -> None:
     rec = record(before={field: None}) if where == "before" else record(**{field: None})
     with pytest.raises(ValueError, match="twin"):
-        compute_gap_reward(rec, GapRewardConfig(param_cost=1.0, lm=lm))
+        compute_gap_reward(rec, GapRewardConfig(cost=1.0, lm=lm))
 
 
 def test_gap_param_cost_term() -> None:
     grown = record(seed_param_counts=((1, 500),), host_param_count=1000)
-    assert compute_gap_reward(grown, GapRewardConfig(param_cost=0.0)).param_cost == 0.0
-    assert compute_gap_reward(grown, GapRewardConfig(param_cost=3.0)).param_cost == pytest.approx(-1.5)
+    assert compute_gap_reward(grown, GapRewardConfig(cost=0.0)).param_cost == 0.0
+    assert compute_gap_reward(grown, GapRewardConfig(cost=3.0)).param_cost == pytest.approx(-1.5)
     shrunk = record(one(seed(B, 1)), cmd(LifecycleOp.CULL), after_slots=EMPTY,
                     before={"seed_param_counts": ((4, 300), (9, 200))}, seed_param_counts=((10, 200),))
-    culled = compute_gap_reward(shrunk, GapRewardConfig(param_cost=3.0))
+    culled = compute_gap_reward(shrunk, GapRewardConfig(cost=3.0))
     assert culled.param_cost == pytest.approx(3.0 * 0.3)  # removing parameters refunds their cost
     assert culled.total() == pytest.approx(0.9 - 0.005)
+
+
+def test_gap_compute_charge_term() -> None:
+    """Epoch 11 cost the env 3 twin epochs where its twin spent 1: 2 twin epochs beyond it, of the twin's 25 in the
+    episode, so λ_c 2.5 charges 2.5 × 2/25 = 0.2 (as rent), and no parameter or intervention cost."""
+    germinated = record(EMPTY, GERMINATE_MID, before={"train_flops": 1000, "twin_train_flops": 1000},
+                        train_flops=1300, twin_train_flops=1100, seed_param_counts=((1, 500),), val_accuracy=51.0)
+    comp = compute_gap_reward(germinated, GapRewardConfig(cost=2.5, charge="compute"))
+    assert comp.rent == pytest.approx(-0.2) and comp.param_cost == 0.0 and comp.action_shaping == 0.0
+    assert comp.total() == pytest.approx(1.0 - 0.2)
+    cheaper = record(before={"train_flops": 1500, "twin_train_flops": 1000}, train_flops=1600, twin_train_flops=1100)
+    assert compute_gap_reward(cheaper, GapRewardConfig(cost=2.5, charge="compute")).rent == 0.0  # level with the twin
 
 
 @pytest.mark.parametrize(("op", "cost"), [(LifecycleOp.WAIT, 0.0), (LifecycleOp.GERMINATE, -0.02),
@@ -450,10 +464,12 @@ def test_gap_has_no_extra_terminal_term() -> None:
 
 
 def test_gap_config_validation() -> None:
-    with pytest.raises(ValueError, match="param_cost"):
-        GapRewardConfig(param_cost=-0.1)
-    with pytest.raises(ValueError, match="param_cost"):
-        GapRewardConfig(param_cost=math.nan)
+    with pytest.raises(ValueError, match="cost"):
+        GapRewardConfig(cost=-0.1)
+    with pytest.raises(ValueError, match="cost"):
+        GapRewardConfig(cost=math.nan)
+    with pytest.raises(ValueError, match="charge"):
+        GapRewardConfig(cost=1.0, charge="params")  # type: ignore[arg-type]
 
 
 # --- loss and sparse families -----------------------------------------------------------------------------------
@@ -533,17 +549,17 @@ def test_reward_config_per_family() -> None:
     assert reward_config("sparse", task) == SparseRewardConfig()
     custom = SparseRewardConfig(param_budget=10)
     assert reward_config("sparse", task, sparse=custom) is custom
-    assert reward_config("gap", task, param_cost=1.5) == GapRewardConfig(param_cost=1.5, lm=False)
+    assert reward_config("gap", task, param_cost=1.5) == GapRewardConfig(cost=1.5, lm=False)
     lm = reward_config("gap", get_task_spec("synthetic_text"), param_cost=0.5)
-    assert lm == GapRewardConfig(param_cost=0.5, lm=True)
+    assert lm == GapRewardConfig(cost=0.5, lm=True)
     with pytest.raises(ValueError):
         reward_config("dense", task)
 
 
 def test_gap_uses_the_cost_measured_nearest_the_run_sample_cap_unless_one_is_given() -> None:
     task = get_task_spec("synthetic")
-    by_cap = {c.max_train_samples: GapRewardConfig(param_cost=c.param_cost)
-              for c in PARAM_COSTS["synthetic"].calibrations}
+    by_cap = {c.max_train_samples: GapRewardConfig(cost=c.param_cost)
+              for c in CALIBRATIONS["synthetic"].calibrations}
     assert reward_config("gap", task, max_train_samples=192) == by_cap[192]
     assert reward_config("gap", task, max_train_samples=400) == by_cap[192]  # nearer 192 by ratio
     assert reward_config("gap", task, max_train_samples=1000) == by_cap[2048]
@@ -553,7 +569,7 @@ def test_gap_uses_the_cost_measured_nearest_the_run_sample_cap_unless_one_is_giv
         reward_config("gap", task, max_train_samples=40)  # more than 4× from every measured cap
     with pytest.raises(ValueError, match="not near all 60000"):
         reward_config("gap", get_task_spec("fashion_mnist"))  # measured on 192 samples only
-    assert reward_config("gap", task, param_cost=0.0, max_train_samples=192) == GapRewardConfig(param_cost=0.0)
+    assert reward_config("gap", task, param_cost=0.0, max_train_samples=192) == GapRewardConfig(cost=0.0)
     unmeasured = get_task_spec("cifar10")
     with pytest.raises(ValueError, match="param_cost"):
         reward_config("gap", unmeasured)
@@ -568,11 +584,48 @@ def test_reward_summary_names_the_resolved_parameter_cost() -> None:
     assert reward_summary("contribution", task) == "contribution"
 
 
+def test_the_compute_charge_resolves_by_the_same_rule() -> None:
+    task = get_task_spec("synthetic")
+    by_cap = {c.max_train_samples: GapRewardConfig(cost=c.compute_cost, charge="compute")
+              for c in CALIBRATIONS["synthetic"].calibrations}
+    assert reward_config("gap", task, charge="compute", max_train_samples=192) == by_cap[192]
+    assert reward_config("gap", task, charge="compute") == by_cap[2048]
+    assert reward_config("gap", task, charge="compute", compute_cost=0.8) == GapRewardConfig(cost=0.8,
+                                                                                             charge="compute")
+    with pytest.raises(ValueError, match="compute_cost"):
+        reward_config("gap", get_task_spec("cifar10"), charge="compute")
+    uncharged = reward_config("gap", get_task_spec("cifar10"), charge="compute", logged_only=True)
+    assert uncharged == GapRewardConfig(cost=0.0, charge="compute", charged=False)
+    with pytest.raises(ValueError, match="charge 'compute'"):
+        reward_config("gap", task, compute_cost=0.8)  # a λ_c under the parameter charge
+    with pytest.raises(ValueError, match="drop param_cost"):
+        reward_config("gap", task, param_cost=0.5, charge="compute")
+    assert resolved_cost("gap", task, charge="compute", compute_cost=0.8) == {"compute_cost": 0.8}
+    assert resolved_cost("gap", task, max_train_samples=192) == {"param_cost": 3.918}
+    assert resolved_cost("gap", get_task_spec("cifar10"), charge="compute", logged_only=True) == {
+        "compute_cost": NOT_CHARGED}
+    assert resolved_cost("contribution", task) == {}
+
+
+def test_reward_summary_names_the_charge() -> None:
+    task = get_task_spec("synthetic")
+    assert reward_summary("gap", task, charge="compute", compute_cost=0.8) == (
+        "gap, λ_c 0.8 per 100 % training compute")
+    assert reward_summary("gap", get_task_spec("cifar10"), charge="compute", logged_only=True).startswith(
+        "gap, λ_c not charged")
+
+
 def test_every_calibration_records_a_rerunnable_command_at_its_caps() -> None:
-    for task, costs in PARAM_COSTS.items():
+    for task, costs in CALIBRATIONS.items():
         for c in costs.calibrations:
             assert c.max_train_samples <= costs.train_set_size
             assert c.param_cost >= 0 and len(c.widths) == len(c.added_param_ratios) == len(c.mean_final_accuracy)
+            assert len(c.added_flop_ratios) == len(c.widths) and c.added_flop_ratios[0] == 0.0
+            # λ_c is the slope of the same accuracies against the widths' added training compute
+            xs, ys = c.added_flop_ratios, c.mean_final_accuracy
+            mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+            slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+            assert c.compute_cost == pytest.approx(max(slope, 0.0), abs=5e-4)
             assert f"--task {task} " in c.command
             assert f"--max-train-samples {c.max_train_samples} " in c.command
             assert c.command.endswith(f"--max-val-samples {c.max_val_samples}")
@@ -669,7 +722,7 @@ def test_measurement_validation() -> None:
 def test_gap_for_language_models_stays_finite_through_a_divergence(diverged: float, who: str) -> None:
     """A diverged epoch has no measurable loss gap: the rewards stay finite, the rollback is charged, and the two
     rewards around the divergence still telescope."""
-    config = GapRewardConfig(param_cost=2.0, lm=True)
+    config = GapRewardConfig(cost=2.0, lm=True)
     into = record(epoch=10, rollback=True, before={"val_loss": 2.0, "twin_val_loss": 2.1}, **{who: diverged})
     out = record(epoch=11, before={"val_loss": into.after.val_loss, "twin_val_loss": into.after.twin_val_loss},
                  val_loss=1.8, twin_val_loss=1.85)

@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from esper.evaluation.selection import choose_best, greedy_extensions, rule_candidates, selection_candidates
+from esper.env import EpisodeResult
+from esper.evaluation.results import ComparisonResult
+from esper.evaluation.selection import (
+    BEST_FIXED,
+    BEST_RULE,
+    Selection,
+    choose_best,
+    greedy_extensions,
+    rule_candidates,
+    search_cost,
+    selection_candidates,
+)
+from esper.leyline import LifecycleOp
 from esper.runtime.tasks import get_task_spec
 
 CNN = get_task_spec("synthetic").action_space
@@ -43,3 +55,21 @@ def test_a_behaviour_preset_is_never_extended_and_ties_keep_the_first() -> None:
     means = {c: 30.0 for c in rules}
     assert choose_best(means, rules) == rules[0]
     assert _extend(means, rules, rules) == []  # the first rule is a behaviour preset
+
+
+def _episode(label: str, epochs: int) -> EpisodeResult:
+    return EpisodeResult(controller=label, env_id=0, episode=0, batch=0, env_seed=0, host_width=1.0, host_params=10,
+                         final_accuracy=50.0, final_loss=1.0, twin_final_accuracy=None, twin_final_loss=None,
+                         best_accuracy=50.0, seeds_created=0, seeds_fossilized=0, seeds_culled=0, params_added=0,
+                         action_counts={op.name: 0 for op in LifecycleOp}, accuracy_curve=[50.0] * epochs,
+                         total_reward=0.0, rollbacks=0, train_flops=epochs * 10**9)
+
+
+def test_each_family_is_charged_the_episodes_of_its_own_candidates() -> None:
+    """best-rule's search cost is the budget a tuned heuristic gets: the rules' episodes, not best-fixed's."""
+    rounds = [ComparisonResult.from_episodes(labels, [_episode(c, epochs) for c in labels], tie_threshold=0.1, seed=0)
+              for labels, epochs in ((["fixed:norm@early", "behavior:baseline", "grow:norm@early"], 10),
+                                     (["fixed:norm@early,norm@mid", "grow:norm@early,norm@mid"], 20))]
+    selection = Selection(rounds, {})
+    assert search_cost(selection, BEST_RULE) == {"env_epochs": 10 + 10 + 20, "gflops": 40.0}
+    assert search_cost(selection, BEST_FIXED) == {"env_epochs": 10 + 20, "gflops": 30.0}

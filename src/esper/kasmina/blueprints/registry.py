@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from esper.leyline.actions import NOOP_BLUEPRINT, ActionSpace
-from esper.leyline.errors import UserInputError
+from esper.leyline.errors import UserInputError, did_you_mean
 
 __all__ = ["DEFAULT_REGISTRY", "BlueprintRegistry", "BlueprintSpec", "check_blueprint", "register_blueprint"]
 
@@ -55,7 +55,8 @@ class BlueprintRegistry:
         spec = self._specs.get((topology, name))
         if spec is None:
             available = sorted(n for t, n in self._specs if t == topology)
-            raise UserInputError(f"Unknown blueprint '{name}' for topology '{topology}'. Available: {available} "
+            raise UserInputError(f"Unknown blueprint '{name}'{did_you_mean(name, available)} for topology "
+                                 f"'{topology}'. Available: {available} "
                                  f"(a plugin's blueprints need --plugin MODULE)")
         return spec
 

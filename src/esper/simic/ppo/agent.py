@@ -3,6 +3,11 @@
 `update` reads top to bottom like CleanRL's: given a rollout and its advantages, epochs × minibatches of clipped
 policy loss, clipped value loss and an entropy bonus, with target-KL early stopping measured on the minibatch just
 optimized.
+
+A residual policy (a `teacher`) starts gently: its first updates fit the critic alone (`critic_only`: the actor's
+parameters get no gradient), then the actor's learning rate warms up linearly over `actor_warmup_updates` updates,
+and a KL(π ‖ π_T) penalty, annealed linearly from `teacher_kl_start` to `teacher_kl_end` over the run's updates,
+keeps it near its teacher until the returns say otherwise.
 """
 
 from __future__ import annotations
@@ -40,8 +45,13 @@ class PPOAgent:
         self.entropy_anneal_steps = (math.ceil(config.entropy_anneal_episodes / config.n_envs)
                                      * config.ppo_updates_per_batch)
         self.network = FactoredActorCritic(state_dim, num_blueprints=space.num_blueprints,
-                                           hidden_dim=config.hidden_dim, op_bias=config.op_bias()).to(self.device)
-        self.optimizer = torch.optim.Adam(self.network.parameters(), lr=config.lr, eps=1e-5)
+                                           hidden_dim=config.hidden_dim, op_bias=config.op_bias(),
+                                           teacher_epsilon=config.residual_epsilon()).to(self.device)
+        # A residual policy's actor and critic are separate parameter groups: the actor's rate warms up alone.
+        groups = ([{"params": self.network.actor_parameters()}, {"params": self.network.critic_parameters()}]
+                  if self.network.residual else [{"params": list(self.network.parameters())}])
+        self.optimizer = torch.optim.Adam(groups, lr=config.lr, eps=1e-5)
+        self.actor_updates_total = math.ceil(config.n_episodes / config.n_envs) * config.ppo_updates_per_batch
         self.train_steps = 0
         # Dedicated streams: action sampling never perturbs minibatch order (and vice versa), and both resume exactly.
         self.action_generator = torch.Generator(device=self.device)
@@ -49,12 +59,27 @@ class PPOAgent:
         self.minibatch_generator = torch.Generator()
         self.minibatch_generator.manual_seed(derive_seed(config.seed, "minibatches"))
 
-    def act(self, states: torch.Tensor, masks: Mapping[str, torch.Tensor], deterministic: bool = False
+    def act(self, states: torch.Tensor, masks: Mapping[str, torch.Tensor], deterministic: bool = False,
+            teacher: torch.Tensor | None = None
             ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-        """Dependent sampling for states [B, D] and masks [B, ...]: actions, log-probs, values and the used masks."""
+        """Dependent sampling for states [B, D] and masks [B, ...]: actions, log-probs, values and the used masks
+        (a residual policy also takes its teachers' choices [B, 4])."""
         return self.network.get_action_batch(
-            states.to(self.device), masks, deterministic=deterministic, generator=self.action_generator
+            states.to(self.device), masks, deterministic=deterministic, generator=self.action_generator,
+            teacher=None if teacher is None else teacher.to(self.device),
         )
+
+    def actor_lr_scale(self) -> float:
+        """The actor's learning-rate factor at the next actor update: a linear warm-up over `actor_warmup_updates`."""
+        warmup = self.config.actor_warmup_updates
+        return 1.0 if warmup == 0 else min(1.0, (self.train_steps + 1) / warmup)
+
+    def teacher_kl_coef(self) -> float:
+        """β of the KL(π ‖ π_T) penalty at the next actor update: linear from `teacher_kl_start` to `teacher_kl_end`
+        over the run's actor updates."""
+        c = self.config
+        progress = min(self.train_steps / max(1, self.actor_updates_total - 1), 1.0)
+        return c.teacher_kl_start + progress * (c.teacher_kl_end - c.teacher_kl_start)
 
     def entropy_coef(self) -> float:
         """Linear anneal from `entropy_coef` to `entropy_coef_min` over the configured number of update calls."""
@@ -64,25 +89,33 @@ class PPOAgent:
         progress = min(self.train_steps / self.entropy_anneal_steps, 1.0)
         return c.entropy_coef + progress * (c.entropy_coef_min - c.entropy_coef)
 
-    def update(self, rollout: RolloutBuffer, returns: torch.Tensor, advantages: torch.Tensor) -> dict[str, Any]:
+    def update(self, rollout: RolloutBuffer, returns: torch.Tensor, advantages: torch.Tensor, *,
+               critic_only: bool = False) -> dict[str, Any]:
         """One PPO update over the rollout, whose env-major `returns` and `advantages` are given; returns the
-        update's health metrics."""
+        update's health metrics. `critic_only` (a residual policy's warm-up) fits the value function alone."""
         c = self.config
+        residual = self.network.residual
+        if critic_only and not residual:
+            raise ValueError("only a residual policy's critic can be fitted alone (its actor shares no parameter)")
+        kl_coef = self.teacher_kl_coef() if residual else 0.0
+        if residual and not critic_only:
+            self.optimizer.param_groups[0]["lr"] = c.lr * self.actor_lr_scale()
         # Explained variance of the rollout's value estimates, before any step.
         values = env_major(rollout.values)
         var_returns = float(returns.var(correction=0))
-        residual = float((returns - values).var(correction=0))
-        explained_variance = 1.0 - residual / var_returns if var_returns > 1e-8 else 0.0
+        unexplained = float((returns - values).var(correction=0))
+        explained_variance = 1.0 - unexplained / var_returns if var_returns > 1e-8 else 0.0
         entropy_coef = self.entropy_coef()
 
         stats = UpdateStats()
+        teacher_kl_sum = torch.zeros((), device=self.device)
         early_stop_epoch: int | None = None
         ratio_diagnostic: dict[str, Any] | None = None
 
         for epoch in range(1, c.n_epochs + 1):
             for batch in rollout.minibatches(c.minibatch_size, self.minibatch_generator):
                 actions, old_log_probs, old_values = batch.actions, batch.log_probs, batch.values
-                new = self.network.evaluate_heads(batch.states, actions, batch.masks)
+                new = self.network.evaluate_heads(batch.states, actions, batch.masks, batch.teacher)
                 log_ratio = new.log_probs - old_log_probs
                 ratio = log_ratio.exp()
                 with torch.no_grad():
@@ -103,12 +136,19 @@ class PPOAgent:
                     value_loss = 0.5 * ((new.values - mb_returns) ** 2).mean()
 
                 entropy = new.entropy.mean()
-                loss = policy_loss + c.value_coef * value_loss - entropy_coef * entropy
+                teacher_kl = new.teacher_kl.mean()
+                if critic_only:
+                    loss = c.value_coef * value_loss
+                else:
+                    loss = policy_loss + c.value_coef * value_loss - entropy_coef * entropy
+                    if residual:
+                        loss = loss + kl_coef * teacher_kl
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 grad_norm = nn.utils.clip_grad_norm_(self.network.parameters(), c.max_grad_norm)
                 self.optimizer.step()
 
+                teacher_kl_sum = teacher_kl_sum + teacher_kl.detach()
                 kl, r_max, r_min = stats.add(
                     policy_loss=policy_loss, value_loss=value_loss, entropy=entropy, approx_kl=approx_kl,
                     clip_fraction=clip_fraction, ratio=ratio, grad_norm=grad_norm,
@@ -124,10 +164,15 @@ class PPOAgent:
             if early_stop_epoch is not None:
                 break
 
-        self.train_steps += 1
-
         metrics = stats.metrics()
         metrics.update(explained_variance=explained_variance, entropy_coef=entropy_coef)
+        if residual:
+            metrics.update(teacher_kl=float(teacher_kl_sum) / stats.n_updates, teacher_kl_coef=kl_coef,
+                           actor_lr_scale=0.0 if critic_only else self.actor_lr_scale())
+        if critic_only:
+            metrics["critic_warmup"] = 1.0
+        else:  # the schedules (entropy, warm-up, KL) count actor updates
+            self.train_steps += 1
         if early_stop_epoch is not None:
             metrics.update(early_stopped=1.0, early_stop_epoch=early_stop_epoch)
         if ratio_diagnostic is not None:

@@ -36,6 +36,7 @@ class PolicyStep:
     values: torch.Tensor
     masks: dict[str, torch.Tensor]  # head → the mask each head sampled under (all-True for irrelevant heads)
     decisions: list[TamiyoDecision]
+    teacher: torch.Tensor | None = None  # a residual policy's teachers' choices [envs, 4] (`teacher.teacher_rows`)
 
 
 @dataclass(frozen=True)
@@ -48,13 +49,15 @@ class Minibatch:
     log_probs: torch.Tensor
     values: torch.Tensor
     masks: dict[str, torch.Tensor]
+    teacher: torch.Tensor | None
 
 
 class RolloutBuffer:
-    """`steps` decisions of `envs` envs; `device` holds what the network reads, the CPU the rewards."""
+    """`steps` decisions of `envs` envs; `device` holds what the network reads, the CPU the rewards. `residual`: the
+    steps carry the teachers' choices, which a residual policy's update evaluates its actions against."""
 
     def __init__(self, steps: int, envs: int, state_dim: int, num_blueprints: int,
-                 device: str | torch.device = "cpu") -> None:
+                 device: str | torch.device = "cpu", *, residual: bool = False) -> None:
         self.steps, self.envs, self.device = steps, envs, torch.device(device)
 
         def zeros(*shape: int, dtype: torch.dtype = torch.float32, on: torch.device = self.device) -> torch.Tensor:
@@ -69,9 +72,14 @@ class RolloutBuffer:
         self.masks = {h: zeros(sizes[h], dtype=torch.bool) for h in HEAD_KEYS}
         self.rewards = zeros(dtype=torch.float64, on=torch.device("cpu"))
         self.dones = zeros(dtype=torch.bool, on=torch.device("cpu"))
+        self.teacher = zeros(len(HEAD_KEYS), dtype=torch.long) if residual else None
 
     def add(self, t: int, step: PolicyStep) -> None:
         """Store step t's decisions (row e of `step` is env e)."""
+        if (step.teacher is None) != (self.teacher is None):
+            raise ValueError("a residual policy's steps carry its teachers' choices, and only its steps do")
+        if self.teacher is not None and step.teacher is not None:
+            self.teacher[t] = step.teacher
         self.raw[t], self.states[t] = step.raw, step.states
         self.log_probs[t], self.values[t] = step.log_probs, step.values
         for h in HEAD_KEYS:
@@ -103,11 +111,12 @@ class RolloutBuffer:
         states, log_probs, values = (env_major(x) for x in (self.states, self.log_probs, self.values))
         actions = {h: env_major(a) for h, a in self.actions.items()}
         masks = {h: env_major(m) for h, m in self.masks.items()}
+        teacher = None if self.teacher is None else env_major(self.teacher)
         permutation = torch.randperm(self.steps * self.envs, generator=generator).to(self.device)
         for start in range(0, len(permutation), size):
             i = permutation[start:start + size]
             yield Minibatch(i, states[i], {h: a[i] for h, a in actions.items()}, log_probs[i], values[i],
-                            {h: m[i] for h, m in masks.items()})
+                            {h: m[i] for h, m in masks.items()}, None if teacher is None else teacher[i])
 
 
 

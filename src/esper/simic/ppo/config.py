@@ -6,6 +6,8 @@ a silently ignored knob. Precedence: preset → --config-json → CLI flags and 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictFloat, StrictInt, field_validator, model_validator
@@ -32,21 +34,40 @@ from esper.leyline.constants import (
     MAX_PARAM_BUDGET,
     MAX_WEIGHT,
 )
-from esper.leyline.errors import UserInputError
+from esper.leyline.errors import UserInputError, did_you_mean
 from esper.leyline.seeding import MAX_BASE_SEED
 from esper.leyline.strict_config import BatchSize, EpisodeLength, SampleCap, StrictConfig
 from esper.runtime.augment import AugmentChoice
 from esper.runtime.families import Family, family_task, get_family
 from esper.runtime.optim import LRSchedule
-from esper.runtime.param_costs import AUTO_PARAM_COST, ParamCost, ParamCostOrAuto
+from esper.runtime.param_costs import (
+    AUTO_COST,
+    Charge,
+    ComputeCostOrAuto,
+    ParamCost,
+    ParamCostOrAuto,
+    required_cost,
+)
 from esper.runtime.tasks import get_task_spec
 from esper.runtime.workers import Executor, Threads, WorkerOptions, Workers, cuda_device_count, placement_problem
+from esper.simic.ppo.teacher import NO_TEACHER, check_teacher_spec
 
 _SPARSE_DEFAULTS = SparseRewardConfig()
 
+# How a residual policy starts: the defaults of the fields that only a policy with a teacher reads.
+_TEACHER_EPSILON, _CRITIC_WARMUP_BATCHES, _ACTOR_WARMUP_UPDATES = 0.1, 1, 4
+_TEACHER_KL_START, _TEACHER_KL_END = 0.1, 0.01
+_RESIDUAL: Mapping[str, float] = MappingProxyType({
+    "teacher_epsilon": _TEACHER_EPSILON, "critic_warmup_batches": _CRITIC_WARMUP_BATCHES,
+    "actor_warmup_updates": _ACTOR_WARMUP_UPDATES, "teacher_kl_start": _TEACHER_KL_START,
+    "teacher_kl_end": _TEACHER_KL_END})
+
+# γ = 1: the gap reward's undiscounted return telescopes to exactly the objective the study reports (the final gap
+# to the static twin net of the charge); a discount would weigh the early epochs' changes of the gap above the late
+# ones' and make the policy optimize something else.
 _TRAINING_RUN = {"max_train_samples": 1024, "max_val_samples": 512, "batch_size": 64, "max_epochs": 30,
-                 "lr_schedule": "cosine", "param_cost": AUTO_PARAM_COST, "n_episodes": 96, "n_envs": 8, "n_epochs": 4,
-                 "minibatch_size": 64}
+                 "lr_schedule": "cosine", "param_cost": AUTO_COST, "gamma": 1.0, "n_episodes": 96, "n_envs": 8,
+                 "n_epochs": 4, "minibatch_size": 64}
 
 PRESETS: dict[str, dict[str, Any]] = {
     # A workflow demo, not a result: minutes on a laptop CPU, 10-epoch episodes in which no seed can finish its
@@ -150,6 +171,16 @@ class TrainingConfig(StrictConfig):
                                                            "'auto': measured for this run's setting before training "
                                                            "(and cached); none: the task's, measured at the nearest "
                                                            "sample cap")
+    charge: Charge = Field(default="param",
+                           description="what the gap reward charges growth: 'param', λ_p per 100 % of added "
+                                       "parameters (and a small cost per intervention), or 'compute', λ_c per 100 % "
+                                       "more training compute than the static twin (the return is then accuracy "
+                                       "above the static frontier at equal training compute)")
+    compute_cost: ComputeCostOrAuto | None = Field(default=None,
+                                                   description="with charge 'compute': gap reward's λ_c, pp per 100 % "
+                                                               "more training compute; 'auto': measured for this "
+                                                               "run's setting before training (and cached); none: "
+                                                               "the task's, measured at the nearest sample cap")
     family: str | None = Field(default=None,
                                description="train across this task family's training types (its key, e.g. "
                                            "synthetic-shift-v1): each env group trains on the type its data seed "
@@ -167,6 +198,24 @@ class TrainingConfig(StrictConfig):
     init_datasets: list[str] | None = Field(default=None,
                                             description="the datagen directories to distill on (default: the IQL "
                                                         "run's)")
+    teacher: str = Field(default=NO_TEACHER,
+                         description="the controller a residual policy starts from and learns on top of "
+                                     "(heuristic[:...], grow:..., behavior:...); 'none': a policy learned from scratch")
+    teacher_epsilon: StrictFloat = Field(default=_TEACHER_EPSILON, ge=0.0, lt=1.0,
+                                         description="with a teacher: the share of uniform over the legal actions "
+                                                     "its choice is smoothed with (the exploration around it)")
+    critic_warmup_batches: StrictInt = Field(default=_CRITIC_WARMUP_BATCHES, ge=0, le=MAX_EPISODES,
+                                             description="with a teacher: rollout batches (n_envs episodes each) of "
+                                                         "the initial (teacher-like) policy whose returns fit the "
+                                                         "critic before the actor moves, on top of n_episodes")
+    actor_warmup_updates: StrictInt = Field(default=_ACTOR_WARMUP_UPDATES, ge=0, le=MAX_EPISODES,
+                                            description="with a teacher: actor updates over which its learning rate "
+                                                        "rises linearly to lr")
+    teacher_kl_start: Coef = Field(default=_TEACHER_KL_START,
+                                   description="with a teacher: the weight of KL(policy ‖ teacher) at the first "
+                                               "actor update, annealed linearly to teacher_kl_end at the last")
+    teacher_kl_end: Coef = Field(default=_TEACHER_KL_END,
+                                 description="with a teacher: the KL weight at the last actor update")
     param_budget: StrictInt = Field(default=_SPARSE_DEFAULTS.param_budget, ge=1, le=MAX_PARAM_BUDGET,
                                     description="sparse reward's parameter budget")
     param_penalty_weight: StrictFloat = Field(default=_SPARSE_DEFAULTS.param_penalty_weight, ge=0.0, le=MAX_WEIGHT,
@@ -205,6 +254,24 @@ class TrainingConfig(StrictConfig):
         """`initial_op_bias` as one value per op in `LifecycleOp` order; () when none is set (a zero bias)."""
         return tuple(self.initial_op_bias.get(op.name, 0.0) for op in LifecycleOp) if self.initial_op_bias else ()
 
+    @field_validator("teacher")
+    @classmethod
+    def _teacher(cls, v: str) -> str:
+        return check_teacher_spec(v)
+
+    def residual_epsilon(self) -> float | None:
+        """The teacher's smoothing ε of a residual policy; None for a policy learned from scratch."""
+        return None if self.teacher == NO_TEACHER else self.teacher_epsilon
+
+    def warmup_batches(self) -> int:
+        """Rollout batches of the critic warm-up, run before the `n_episodes` the actor learns from (0 without a
+        teacher)."""
+        return 0 if self.teacher == NO_TEACHER else self.critic_warmup_batches
+
+    def total_episodes(self) -> int:
+        """Every episode the run trains on: the critic warm-up's, then `n_episodes`."""
+        return self.warmup_batches() * self.n_envs + self.n_episodes
+
     @field_validator("hidden_dim")
     @classmethod
     def _hidden(cls, v: int) -> int:
@@ -222,6 +289,14 @@ class TrainingConfig(StrictConfig):
             (self.advantage != "group" or self.group_size > 1, "the group advantage needs group_size >= 2"),
             (self.reward_family == RewardFamily.GAP or self.param_cost is None,
              "param_cost only applies to reward_family 'gap'"),
+            (self.reward_family == RewardFamily.GAP or self.charge == "param",
+             "charge only applies to reward_family 'gap': drop charge or set reward_family gap"),
+            (self.charge == "compute" or self.compute_cost is None,
+             "compute_cost only applies to charge 'compute': add --set charge=compute, or drop compute_cost"),
+            (self.charge == "param" or self.param_cost is None,
+             "charge 'compute' prices training compute instead of parameters: drop param_cost (in --config-json set "
+             "\"param_cost\": null; --set charge=compute alone turns a preset's param_cost 'auto' into compute_cost "
+             "'auto') and give λ_c as compute_cost"),
             (self.init_from is None or (self.init_from.startswith("iql:") and len(self.init_from) > 4),
              "init_from must be 'iql:PATH' (an IQL checkpoint or run directory)"),
             (self.init_datasets is None or (self.init_from is not None and len(self.init_datasets) > 0),
@@ -230,6 +305,7 @@ class TrainingConfig(StrictConfig):
         for ok, message in checks:
             if not ok:
                 raise UserInputError(message)
+        self._check_teacher()
         self.blueprint_indices()
         get_task_spec(self.task).augment_in_force(self.augment)  # a task without images takes no augmentation
         placement = placement_problem(self.workers, self.executor, self.ray_address)
@@ -244,6 +320,26 @@ class TrainingConfig(StrictConfig):
                                      f"(got '{self.reward_family.value}')")
         return self
 
+    def _check_teacher(self) -> None:
+        """A residual policy starts as its teacher: nothing else may set its initial actor, and its start-up fields
+        are knobs of a residual policy only."""
+        if self.teacher == NO_TEACHER:
+            changed = [k for k, default in _RESIDUAL.items() if getattr(self, k) != default]
+            if changed:
+                raise UserInputError(f"{changed} only apply to a residual policy: set teacher (e.g. --set "
+                                     f"teacher=heuristic) or drop them")
+            return
+        checks = [
+            (self.init_from is None, f"a residual policy starts as its teacher ({self.teacher}): drop init_from"),
+            (not self.initial_op_bias, f"a residual policy starts as its teacher ({self.teacher}): drop "
+                                       f"initial_op_bias"),
+            (self.advantage == "gae" or self.critic_warmup_batches == 0,
+             "the group advantage uses no critic: set critic_warmup_batches=0 or advantage=gae"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise UserInputError(message)
+
     def _check_family(self) -> None:
         """A family run's task is its first training type (it builds the policy's action space, which every type of
         a family shares), it has no sample cap of its own (each type brings one), and its gap reward charges each
@@ -253,6 +349,9 @@ class TrainingConfig(StrictConfig):
                 raise UserInputError("type_param_costs only applies to a family run: set family or drop them")
             return
         family = get_family(self.family)
+        if self.charge != "param":
+            raise UserInputError(f"a run across family {family.key} charges each training type its own λ_p; the "
+                                 f"compute charge is measured per task only: drop charge={self.charge}")
         fields = family_fields(family, {})
         if self.task != fields["task"] or self.max_train_samples is not None:
             raise UserInputError(f"a run across family {family.key} trains each env group on the type its data seed "
@@ -265,7 +364,7 @@ class TrainingConfig(StrictConfig):
             if self.type_param_costs is not None:
                 raise UserInputError("type_param_costs only applies to reward_family 'gap'")
             return
-        if self.param_cost == AUTO_PARAM_COST:
+        if self.param_cost == AUTO_COST:
             if self.type_param_costs is not None:
                 raise UserInputError("param_cost 'auto' measures type_param_costs: give one of them (with --family, "
                                      "--set type_param_costs=... alone replaces the preset's 'auto'; in --config-json "
@@ -289,22 +388,37 @@ class TrainingConfig(StrictConfig):
         germinable = head[1:]  # index 0 is the noop blueprint, never a germination
         unknown = sorted(set(self.blueprints) - set(germinable))
         if unknown or not self.blueprints:
+            hint = "".join(did_you_mean(name, germinable) for name in unknown)
             raise UserInputError(f"blueprints must name at least one of {list(germinable)} (task {self.task}), got "
-                                 f"{self.blueprints}")
+                                 f"{self.blueprints}{hint}")
         return frozenset(head.index(b) for b in self.blueprints)
 
     def charged_param_cost(self, itype: str | None = None) -> float | None:
         """The λ_p the reward charges (None: the task's measured one, or no λ_p for a reward without one); in a
         family run, on training type `itype`. "auto" is measured by the command line (`esper train ppo`,
         `esper study`) before training, so a config that still says "auto" here is refused."""
-        if isinstance(self.param_cost, str):  # AUTO_PARAM_COST, the one string the field accepts
+        if isinstance(self.param_cost, str):  # AUTO_COST, the one string the field accepts
             raise UserInputError("param_cost 'auto' is measured by `esper train ppo` and `esper study` before training;"
-                                 " from Python, measure it with esper.evaluation.param_cost.cached_param_cost and pass "
+                                 " from Python, measure it with esper.evaluation.param_cost.cached_costs and pass "
                                  "the number")
         if self.type_param_costs is not None:
             assert itype is not None, "a family run charges λ_p per training type"
             return self.type_param_costs[itype]
         return self.param_cost
+
+    def charged_compute_cost(self) -> float | None:
+        """The λ_c the reward charges (None: the task's measured one, or none where the charge is not 'compute');
+        "auto" is refused as in `charged_param_cost`."""
+        if isinstance(self.compute_cost, str):  # AUTO_COST
+            raise UserInputError("compute_cost 'auto' is measured by `esper train ppo` and `esper study` before "
+                                 "training; from Python, measure it with esper.evaluation.param_cost.cached_costs and "
+                                 "pass the number")
+        return self.compute_cost
+
+    def charge_and_cost(self) -> tuple[Charge, float]:
+        """What the gap reward charges and its λ: given, else the task's measured one, else a clear refusal."""
+        given = self.charged_compute_cost() if self.charge == "compute" else self.charged_param_cost()
+        return self.charge, required_cost(self.charge, self.task, given, self.max_train_samples)
 
     def worker_options(self) -> WorkerOptions:
         """Where the env groups run (Ray actors sharing the env devices' GPUs). Placement only: any number of
@@ -317,8 +431,17 @@ class TrainingConfig(StrictConfig):
     @classmethod
     def preset(cls, name: str) -> TrainingConfig:
         if name not in PRESETS:
-            raise UserInputError(f"Unknown preset '{name}'. Available: {sorted(PRESETS)}")
+            raise UserInputError(f"Unknown preset '{name}'{did_you_mean(name, PRESETS)}. Available: {sorted(PRESETS)}")
         return cls(**PRESETS[name])
+
+
+def charge_fields(base: TrainingConfig, overrides: dict[str, Any]) -> dict[str, Any]:
+    """`overrides` on `base` (a preset) that switch to the compute charge and give no cost of either charge: the
+    preset's request to measure λ_p in the run's setting ("auto") becomes the same request for λ_c, so `--set
+    charge=compute` alone makes a complete config; a given λ_p is never read as a λ_c (none: the task's λ_c)."""
+    if overrides.get("charge") != "compute" or {"param_cost", "compute_cost"} & set(overrides):
+        return overrides
+    return {"param_cost": None, "compute_cost": AUTO_COST if base.param_cost == AUTO_COST else None, **overrides}
 
 
 def family_fields(family: Family, overrides: dict[str, Any]) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 One batched network forward decides for all envs that share the controller. Observations are normalized with frozen
 running statistics; `act` returns the raw features beside the decisions (a `PolicyStep`) so the trainer can update
-the normalizer once per rollout batch and store exactly what the policy saw.
+the normalizer once per rollout batch and store exactly what the policy saw. A residual policy decides on top of its
+envs' teachers (`teach`: one per env, fresh for each episode), whose choices the step carries.
 """
 
 from __future__ import annotations
@@ -26,9 +27,11 @@ from esper.simic.ppo.agent import PPOAgent
 from esper.simic.ppo.buffer import PolicyStep
 from esper.simic.ppo.checkpoint import load_policy_state, read_policy_checkpoint
 from esper.simic.ppo.config import TrainingConfig
+from esper.simic.ppo.teacher import Teachers, teacher_rows
 from esper.tamiyo import (
     ControllerContext,
     SettingChangeError,
+    StatefulPolicy,
     TamiyoDecision,
     check_trained_setting,
     register_controller,
@@ -59,6 +62,24 @@ class PPOPolicy:
         self.blueprints = blueprints
         self._joint_allowed = torch.tensor([_allows(space.from_joint_index(i), blueprints)
                                             for i in range(space.num_joint_actions)], device=agent.device)
+        self.teachers: Teachers | None = None
+
+    def teach(self, teachers: Teachers) -> None:
+        """The teachers of the episodes about to run (env i of `act`'s observations is `teachers.policies[i]`'s)."""
+        if not self.agent.network.residual:
+            raise ValueError("only a residual policy decides on top of teachers")
+        self.teachers = teachers
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a residual policy's teachers remember of their episodes (the network is the checkpoint's)."""
+        policies = [] if self.teachers is None else self.teachers.policies
+        return {"teachers": [p.state_dict() if isinstance(p, StatefulPolicy) else None for p in policies]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        policies = [] if self.teachers is None else self.teachers.policies
+        for policy, saved in zip(policies, state["teachers"], strict=True):
+            if saved is not None and isinstance(policy, StatefulPolicy):
+                policy.load_state_dict(saved)
 
     def decide(self, obs: EnvObservation) -> TamiyoDecision:
         return self.decide_batch([obs])[0]
@@ -83,8 +104,13 @@ class PPOPolicy:
         if not bool(torch.isfinite(states).all()):
             raise NonFinitePolicyError(f"non-finite observation features for env(s) {_bad_rows(states)}: the "
                                        f"environment measured NaN or infinity; rerun with --debug to see where")
+        teacher = None
+        if self.agent.network.residual:
+            if self.teachers is None:
+                raise ValueError("a residual policy needs its envs' teachers (PPOPolicy.teach) before it acts")
+            teacher = teacher_rows(self.teachers.decide(observations), device)
         try:
-            actions, log_probs, values, used = self.agent.act(states, masks, self.deterministic)
+            actions, log_probs, values, used = self.agent.act(states, masks, self.deterministic, teacher)
         except RuntimeError as exc:  # sampling from NaN probabilities fails inside torch.multinomial
             if "nan" not in str(exc).lower() and "inf" not in str(exc).lower():
                 raise
@@ -101,13 +127,17 @@ class PPOPolicy:
             factored = space.action(slot, blueprint, blend, op)
             decisions.append(TamiyoDecision(factored.to_command(space), factored,
                                             reason=f"policy (value {v[i]:+.2f})", confidence=min(1.0, math.exp(lp[i]))))
-        return PolicyStep(raw, states, actions, log_probs, values, used, decisions)
+        return PolicyStep(raw, states, actions, log_probs, values, used, decisions, teacher)
 
     @torch.no_grad()
     def action_probs(self, raw_states: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         """The greedy policy as target-policy probabilities over the joint actions, for offline evaluation: one-hot
         at the action each head's mode gives (what `esper compare` evaluates), from raw features and the joint
         validity that datasets store."""
+        if self.agent.network.residual:
+            raise UserInputError(f"a residual policy decides on top of its teacher ({self.agent.config.teacher}), "
+                                 f"whose choices depend on its episode so far, which datasets do not store: evaluate "
+                                 f"it with `esper compare` instead")
         states = self.obs_normalizer.normalize(raw_states.to(self.agent.device, torch.float32))
         allowed = valid.to(self.agent.device) & self._joint_allowed
         space = self.agent.space
@@ -132,6 +162,10 @@ class PPOPolicy:
         if space is not None and trained.topology != space.topology:
             raise UserInputError(f"{path} was trained for topology '{trained.topology}' (task {config.task}), not "
                                  f"'{space.topology}': evaluate it with --task {config.task}")
+        if space is not None and trained.head != space.head:
+            raise UserInputError(f"{path} chooses among the {trained.topology} blueprints {list(trained.head[1:])}, "
+                                 f"where it runs they are {list(space.head[1:])}: a policy runs only where its "
+                                 f"blueprint head is offered (esper.wrap: leave blueprints= out, or name those)")
         if slots is not None and list(ordered_slots(slots)) != config.slots:
             raise UserInputError(f"{path} was trained with slots {config.slots}, not {list(slots)}: evaluate it with "
                                  f"--slots {' '.join(config.slots)}")
@@ -159,8 +193,11 @@ def _bad_rows(values: torch.Tensor) -> list[int]:
 def _ppo(argument: str | None, context: ControllerContext) -> PPOPolicy:
     assert argument is not None
     path = checkpoint_file(Path(argument), "final.pt")
-    return PPOPolicy.from_checkpoint(path, device=context.device, space=context.space, slots=context.slots,
-                                     context=context)
+    policy = PPOPolicy.from_checkpoint(path, device=context.device, space=context.space, slots=context.slots,
+                                       context=context)
+    if policy.agent.network.residual:  # its teacher runs beside it, built for the same episode
+        policy.teach(Teachers.build(policy.agent.config.teacher, [context], policy.blueprints))
+    return policy
 
 
 def trained_setting(config: TrainingConfig) -> dict[str, Any]:

@@ -4,6 +4,10 @@ Four policy heads (op, slot, blueprint, blend) share a feed-forward trunk; the o
 histories, so there is no recurrence. Sampling is dependent (op → slot → blueprint/blend) through joint masks, and
 log-probabilities and entropies count only the heads that matter for the sampled op, so PPO ratios never move
 because of a head whose choice had no effect.
+
+A residual network (`teacher_epsilon` set) adds a teacher's prior to every head's logits (`esper.simic.ppo.teacher`):
+its heads' output layers start at zero, so it starts as the teacher, and its critic has a trunk of its own, so fitting
+the value function before the actor moves changes no actor parameter.
 """
 
 from __future__ import annotations
@@ -19,18 +23,21 @@ from esper.env.masks import HEAD_KEYS, condition_on_action, full_masks
 from esper.leyline.actions import LifecycleOp
 from esper.leyline.constants import DEFAULT_HIDDEN_DIM, NUM_BLENDS, NUM_OPS, NUM_SLOTS
 from esper.simic.ppo.distributions import MaskedCategorical
+from esper.simic.ppo.teacher import kl_to_prior, log_prior
 
 __all__ = ["ActionEvaluation", "FactoredActorCritic", "head_relevance"]
 
 
 class ActionEvaluation(NamedTuple):
     """Grad-carrying evaluation of stored actions. `head_entropies` are per-step normalized entropies of every head
-    (relevant or not); combine them with `head_relevance` for per-head statistics."""
+    (relevant or not); combine them with `head_relevance` for per-head statistics. `teacher_kl`: KL(π ‖ π_T) summed
+    over the relevant heads (zeros without a teacher)."""
 
     log_probs: torch.Tensor
     values: torch.Tensor
     entropy: torch.Tensor
     head_entropies: dict[str, torch.Tensor]
+    teacher_kl: torch.Tensor
 
 
 def head_relevance(op: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -57,6 +64,17 @@ def _linear(in_dim: int, out_dim: int, gain: float) -> nn.Linear:
     return layer
 
 
+def _trunk(state_dim: int, hidden_dim: int) -> nn.Sequential:
+    return nn.Sequential(
+        _linear(state_dim, hidden_dim, math.sqrt(2)),
+        nn.LayerNorm(hidden_dim),
+        nn.ReLU(),
+        _linear(hidden_dim, hidden_dim, math.sqrt(2)),
+        nn.LayerNorm(hidden_dim),
+        nn.ReLU(),
+    )
+
+
 def _mlp_head(hidden_dim: int, out_dim: int, output_gain: float) -> nn.Sequential:
     return nn.Sequential(
         _linear(hidden_dim, hidden_dim // 2, math.sqrt(2)), nn.ReLU(), _linear(hidden_dim // 2, out_dim, output_gain)
@@ -74,24 +92,28 @@ class FactoredActorCritic(nn.Module):
         num_ops: int = NUM_OPS,
         hidden_dim: int = DEFAULT_HIDDEN_DIM,
         op_bias: Sequence[float] = (),
+        teacher_epsilon: float | None = None,
     ) -> None:
         """`op_bias` (one value per op, in `LifecycleOp` order; empty: all zero) is the op head's initial output bias:
         the initial policy's log-odds between ops, e.g. a negative CULL bias lets more random seeds live through
-        their lifecycle while exploring."""
+        their lifecycle while exploring. `teacher_epsilon` (None: no teacher) makes the network residual to a
+        teacher smoothed with that much of uniform."""
         super().__init__()
         if state_dim < 1 or hidden_dim < 2 or hidden_dim % 2:
             raise ValueError(f"Need state_dim ≥ 1 and an even hidden_dim ≥ 2, got {state_dim}, {hidden_dim}")
+        if teacher_epsilon is not None and (op_bias or not 0.0 <= teacher_epsilon < 1.0):
+            raise ValueError(f"A residual network needs ε in [0, 1) and no op bias, got {teacher_epsilon}, {op_bias}")
         self.state_dim = state_dim
-        self.trunk = nn.Sequential(
-            _linear(state_dim, hidden_dim, math.sqrt(2)),
-            nn.LayerNorm(hidden_dim),
-            nn.ReLU(),
-            _linear(hidden_dim, hidden_dim, math.sqrt(2)),
-            nn.LayerNorm(hidden_dim),
-            nn.ReLU(),
-        )
+        self.teacher_epsilon = teacher_epsilon
+        self.trunk = _trunk(state_dim, hidden_dim)
         sizes = {"op": num_ops, "slot": num_slots, "blueprint": num_blueprints, "blend": num_blends}
         self.heads = nn.ModuleDict({name: _mlp_head(hidden_dim, sizes[name], 0.01) for name in HEAD_KEYS})
+        # The critic's own trunk (residual networks only): None means the value head reads the actor's trunk.
+        self.value_trunk = _trunk(state_dim, hidden_dim) if teacher_epsilon is not None else None
+        if teacher_epsilon is not None:
+            for head in self.heads.values():
+                nn.init.zeros_(head[-1].weight)  # type: ignore[index]
+                nn.init.zeros_(head[-1].bias)  # type: ignore[index]
         if op_bias:
             if len(op_bias) != num_ops:
                 raise ValueError(f"op_bias needs one value per op ({num_ops}), got {len(op_bias)}")
@@ -101,10 +123,27 @@ class FactoredActorCritic(nn.Module):
                 op_out.bias.copy_(torch.tensor(op_bias, dtype=torch.float32))
         self.value_head = _mlp_head(hidden_dim, 1, 1.0)
 
+    @property
+    def residual(self) -> bool:
+        return self.teacher_epsilon is not None
+
+    def actor_parameters(self) -> list[nn.Parameter]:
+        """What the actor's logits depend on (for a residual network, nothing the critic's loss reaches)."""
+        return [*self.trunk.parameters(), *self.heads.parameters()]
+
+    def critic_parameters(self) -> list[nn.Parameter]:
+        trunk = [] if self.value_trunk is None else list(self.value_trunk.parameters())
+        return [*trunk, *self.value_head.parameters()]
+
     def forward(self, states: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         features = self.trunk(states)
         logits = {name: head(features) for name, head in self.heads.items()}
-        return logits, self.value_head(features).squeeze(-1)
+        critic_features = features if self.value_trunk is None else self.value_trunk(states)
+        return logits, self.value_head(critic_features).squeeze(-1)
+
+    def _check_teacher(self, teacher: torch.Tensor | None) -> None:
+        if (teacher is None) == self.residual:
+            raise ValueError("a residual network needs the teachers' choices, and only a residual network takes them")
 
     @torch.inference_mode()
     def get_action_batch(
@@ -113,22 +152,29 @@ class FactoredActorCritic(nn.Module):
         masks: Mapping[str, torch.Tensor],
         deterministic: bool = False,
         generator: torch.Generator | None = None,
+        teacher: torch.Tensor | None = None,
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-        """Dependent sampling for states [B, D] → (actions {head: LongTensor[B]}, log_probs, values, used masks).
+        """Dependent sampling for states [B, D] → (actions {head: LongTensor[B]}, log_probs, values, used masks);
+        a residual network also takes the teachers' choices [B, 4] (`teacher.teacher_rows`).
 
         Heads irrelevant to the sampled op store the placeholder 0 (WAIT: slot, blueprint, blend; CULL/FOSSILIZE:
         blueprint, blend).
         """
+        self._check_teacher(teacher)
         full = {k: v.to(states.device) for k, v in full_masks(masks).items()}
         logits, values = self(states)
+        chosen: dict[str, torch.Tensor] = {}
 
         def choose(head: str, mask: torch.Tensor) -> torch.Tensor:
-            dist = MaskedCategorical(logits[head], mask)
+            head_logits = logits[head]
+            if teacher is not None:
+                head_logits = head_logits + log_prior(head, teacher, chosen, mask, self._epsilon)
+            dist = MaskedCategorical(head_logits, mask)
             return dist.mode() if deterministic else dist.sample(generator)
 
-        op = choose("op", full["op"])
+        op = chosen["op"] = choose("op", full["op"])
         zeros = torch.zeros_like(op)
-        slot = choose("slot", condition_on_action(full, {"op": op, "slot": zeros})["slot"])
+        slot = chosen["slot"] = choose("slot", condition_on_action(full, {"op": op, "slot": zeros})["slot"])
         used = condition_on_action(full, {"op": op, "slot": slot})
         relevant = head_relevance(op)
         actions = {
@@ -137,34 +183,49 @@ class FactoredActorCritic(nn.Module):
             "blueprint": torch.where(relevant["blueprint"], choose("blueprint", used["blueprint"]), zeros),
             "blend": torch.where(relevant["blend"], choose("blend", used["blend"]), zeros),
         }
-        evaluation = self._evaluate(logits, values, actions, used)
+        evaluation = self._evaluate(logits, values, actions, used, teacher)
         return actions, evaluation.log_probs, values, used
 
     def evaluate_heads(
-        self, states: torch.Tensor, actions: Mapping[str, torch.Tensor], used_masks: Mapping[str, torch.Tensor]
+        self, states: torch.Tensor, actions: Mapping[str, torch.Tensor], used_masks: Mapping[str, torch.Tensor],
+        teacher: torch.Tensor | None = None,
     ) -> ActionEvaluation:
         """Joint log-prob, value, joint entropy and per-head entropies of stored actions (with gradients)."""
+        self._check_teacher(teacher)
         logits, values = self(states)
         used = {k: _grad_safe(used_masks[k].to(states.device)) for k in HEAD_KEYS}
         chosen = {k: _grad_safe(actions[k].to(states.device)) for k in HEAD_KEYS}
-        return self._evaluate(logits, values, chosen, used)
+        return self._evaluate(logits, values, chosen, used, None if teacher is None else _grad_safe(teacher))
 
-    @staticmethod
+    @property
+    def _epsilon(self) -> float:
+        assert self.teacher_epsilon is not None
+        return self.teacher_epsilon
+
     def _evaluate(
+        self,
         logits: Mapping[str, torch.Tensor],
         values: torch.Tensor,
         actions: Mapping[str, torch.Tensor],
         used: Mapping[str, torch.Tensor],
+        teacher: torch.Tensor | None,
     ) -> ActionEvaluation:
-        """log p = Σ over relevant heads of log p(head); entropy = Σ over relevant heads of normalized H(head)."""
+        """log p = Σ over relevant heads of log p(head); entropy = Σ over relevant heads of normalized H(head); with
+        a teacher, each head's logits carry its prior and KL(π ‖ π_T) sums over the relevant heads too."""
         relevant = head_relevance(actions["op"])
         log_probs = torch.zeros_like(values)
         entropy = torch.zeros_like(values)
+        teacher_kl = torch.zeros_like(values)
         head_entropies: dict[str, torch.Tensor] = {}
         for head in HEAD_KEYS:
-            dist = MaskedCategorical(logits[head], used[head])
+            head_logits = logits[head]
+            if teacher is not None:
+                prior = log_prior(head, teacher, actions, used[head], self._epsilon)
+                teacher_kl = teacher_kl + torch.where(relevant[head], kl_to_prior(head_logits, prior, used[head]), 0.0)
+                head_logits = head_logits + prior
+            dist = MaskedCategorical(head_logits, used[head])
             head_entropy = dist.entropy()
             log_probs = log_probs + torch.where(relevant[head], dist.log_prob(actions[head]), 0.0)
             entropy = entropy + torch.where(relevant[head], head_entropy, 0.0)
             head_entropies[head] = head_entropy
-        return ActionEvaluation(log_probs, values, entropy, head_entropies)
+        return ActionEvaluation(log_probs, values, entropy, head_entropies, teacher_kl)

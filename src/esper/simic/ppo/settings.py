@@ -37,8 +37,8 @@ def _setting(config: TrainingConfig, task: str, max_train_samples: int | None, p
              ) -> EpisodeSetting:
     reward = reward_config(config.reward_family, get_task_spec(task), SparseRewardConfig(
         param_budget=config.param_budget, param_penalty_weight=config.param_penalty_weight,
-        sparse_reward_scale=config.sparse_reward_scale), param_cost,
-        max_train_samples=max_train_samples)
+        sparse_reward_scale=config.sparse_reward_scale), param_cost, charge=config.charge,
+        compute_cost=config.charged_compute_cost(), max_train_samples=max_train_samples)
     return EpisodeSetting(task, tuple(config.slots), config.max_epochs, config.batch_size, reward, config.gamma,
                           max_train_samples=max_train_samples, max_val_samples=config.max_val_samples,
                           amp=config.amp, lr_schedule=config.lr_schedule, augment=config.augment)
@@ -81,9 +81,10 @@ class TrainingSettings:
         return self.types[training_type(self.family, data_seed).name]
 
     def describe_reward(self, config: TrainingConfig) -> str:
-        """The reward the run learns from, with the λ_p it charges (per training type across a family)."""
+        """The reward the run learns from, with the λ it charges (λ_p per training type across a family)."""
         if self.family is None:
             return reward_summary(config.reward_family, get_task_spec(config.task), config.charged_param_cost(),
+                                  charge=config.charge, compute_cost=config.charged_compute_cost(),
                                   max_train_samples=config.max_train_samples)
         if config.type_param_costs is None:
             return config.reward_family.value

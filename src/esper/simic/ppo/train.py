@@ -6,12 +6,13 @@ One rollout batch b, read top to bottom in `_train` and `_collect`:
 1. collect: re-seed everything from (seed, b); run min(n_envs, remaining) fresh episodes in lock-step (envs mapped
    round-robin over the devices, one shared data batch per device feeds every env on it; across a task family, each
    env group trains on a type of its own: `settings.TrainingSettings`). Per epoch the env pool yields every env's
-   observation, the policy decides for all of them in one forward, the `RolloutBuffer` stores the step in its
-   [steps, envs] tensors, and the envs execute the decisions; the next epoch brings their rewards, normalized as they
-   arrive;
+   observation, the policy decides for all of them in one forward (a residual policy on top of each env's own
+   teacher, built fresh for the batch), the `RolloutBuffer` stores the step in its [steps, envs] tensors, and the
+   envs execute the decisions; the next epoch brings their rewards, normalized as they arrive;
 2. update: advantages over the whole rollout (GAE per env, or leave-one-out within a group of envs), then
-   `ppo_updates_per_batch` PPO updates, reverted if they leave a non-finite policy; then the observation normalizer
-   is updated once, with the batch's raw features;
+   `ppo_updates_per_batch` PPO updates, reverted if they leave a non-finite policy (a residual policy's first
+   `critic_warmup_batches` fit its critic alone); then the observation normalizer is updated once, with the batch's
+   raw features;
 3. log: anomalies, the history row and the batch's events;
 4. checkpoint: best, latest and final.
 Because every batch derives its randomness from (seed, b) and the checkpoint holds all learner state, a resumed run
@@ -59,6 +60,7 @@ from esper.simic.ppo.distill import DistillConfig, distill_from_iql
 from esper.simic.ppo.history import PPOHistoryRow
 from esper.simic.ppo.metrics import merge_updates
 from esper.simic.ppo.settings import TrainingSettings
+from esper.simic.ppo.teacher import Teachers
 
 __all__ = ["PPORun", "PPOTrainingResult", "batch_seeds", "train_ppo"]
 
@@ -114,7 +116,8 @@ def train_ppo(config: TrainingConfig, run: PPORun) -> PPOTrainingResult:
 def _train(config: TrainingConfig, run: PPORun, settings: TrainingSettings, env_devices: list[torch.device],
            pool: EnvPool) -> PPOTrainingResult:
     task = get_task_spec(config.task)
-    n_batches = math.ceil(config.n_episodes / config.n_envs)
+    warmup_batches = config.warmup_batches()
+    n_batches = warmup_batches + math.ceil(config.n_episodes / config.n_envs)
     learner = PPOLearnerState.new(config, resolve_device(config.device))
     if run.resume_from is not None:
         _resume(learner, config, run)
@@ -132,7 +135,8 @@ def _train(config: TrainingConfig, run: PPORun, settings: TrainingSettings, env_
     detector = AnomalyDetector()
     _announce(config, task, settings, env_devices, n_batches, run)
     if run.progress is not None:  # (re)start the training phase's clock: a distillation before it is no training
-        run.progress("training", learner.episodes_completed * config.max_epochs, config.n_episodes * config.max_epochs)
+        run.progress("training", learner.episodes_completed * config.max_epochs,
+                     config.total_episodes() * config.max_epochs)
 
     history: list[PPOHistoryRow] = []
     saved_batches = learner.batches_completed
@@ -150,7 +154,7 @@ def _train(config: TrainingConfig, run: PPORun, settings: TrainingSettings, env_
             returns, advantages = batch.rollout.advantages(config.advantage, config.gamma, config.gae_lambda,
                                                            config.group_size)
             metrics = _update_policy(learner, batch.rollout, returns, advantages, config.ppo_updates_per_batch, run,
-                                     gradient_stats=report.has_anomaly)
+                                     gradient_stats=report.has_anomaly, critic_only=b < warmup_batches)
             learner.obs_normalizer.update(batch.rollout.raw.flatten(0, 1))
             update_seconds = time.perf_counter() - update_started
 
@@ -159,7 +163,7 @@ def _train(config: TrainingConfig, run: PPORun, settings: TrainingSettings, env_
             previous_rolling, improved = _record_accuracy(learner, batch.results)
             report = detector.check_all(metrics.get("ratio_max", 1.0), metrics.get("ratio_min", 1.0),
                                         metrics.get("explained_variance", 1.0), bool(metrics.get("skipped_update")),
-                                        learner.episodes_completed, config.n_episodes)
+                                        learner.episodes_completed, config.total_episodes())
             row = _history_row(b, learner, batch, metrics, report, update_seconds, config.max_epochs)
             history.append(row)
             _log_batch(row, metrics, report, previous_rolling, learner, n_batches, run)
@@ -197,11 +201,15 @@ def _collect(config: TrainingConfig, env_devices: list[torch.device], learner: P
     is written)."""
     b = learner.batches_completed
     seed_everything(derive_seed(config.seed, SeedStream.TRAINING, b, "learner"))
-    n_b = min(config.n_envs, config.n_episodes - learner.episodes_completed)
+    n_b = min(config.n_envs, config.total_episodes() - learner.episodes_completed)
     groups = _groups(config, settings, env_device_map(config.n_envs, env_devices), n_b, learner)
     agent = learner.agent
+    if agent.network.residual:  # each env's teacher, fresh for its episode, on its group's host seed
+        seeds = [g.seed for g in groups for _ in g.members]
+        policy.teach(Teachers.for_training(config.teacher, get_task_spec(config.task), config.slots,
+                                           config.max_epochs, seeds, policy.blueprints))
     batch = _Batch([], RolloutBuffer(config.max_epochs - 1, n_b, agent.state_dim, agent.space.num_blueprints,
-                                     agent.device))
+                                     agent.device, residual=agent.network.residual))
     for m in pool.epochs(settings.base, groups, sink=run.sink):
         if m.steps:  # the rewards of the decisions taken after the previous epoch
             batch.rollout.credit(m.epoch - 2, [s.position for s in m.steps],
@@ -229,8 +237,9 @@ def _collect(config: TrainingConfig, env_devices: list[torch.device], learner: P
 
 
 def _update_policy(learner: PPOLearnerState, rollout: RolloutBuffer, returns: torch.Tensor, advantages: torch.Tensor,
-                   updates: int, run: PPORun, *, gradient_stats: bool) -> dict[str, Any]:
-    """`updates` PPO update calls on one rollout (stopping after an early stop), merged into one metrics dict.
+                   updates: int, run: PPORun, *, gradient_stats: bool, critic_only: bool) -> dict[str, Any]:
+    """`updates` PPO update calls on one rollout (stopping after an early stop), merged into one metrics dict;
+    `critic_only`: a critic warm-up batch, whose updates fit the value function alone.
 
     An update that leaves non-finite policy parameters is reverted from an in-memory copy. `gradient_stats` (after
     an anomaly) emits per-layer policy gradient statistics even when the run is not at debug level.
@@ -240,7 +249,7 @@ def _update_policy(learner: PPOLearnerState, rollout: RolloutBuffer, returns: to
     train_steps = agent.train_steps
     runs: list[dict[str, Any]] = []
     for _ in range(updates):
-        runs.append(agent.update(rollout, returns, advantages))
+        runs.append(agent.update(rollout, returns, advantages, critic_only=critic_only))
         if runs[-1].get("early_stopped"):
             break
     if not all(torch.isfinite(p).all() for p in agent.network.parameters()):
@@ -277,7 +286,7 @@ def _announce(config: TrainingConfig, task: TaskSpec, settings: TrainingSettings
     run.emit(TelemetryEventType.TRAINING_STARTED, f"PPO on {config.task}: {config.n_envs} envs, {n_batches} batches", {
         "command": "train ppo", "task": config.task, "topology": task.topology, "n_envs": config.n_envs,
         "env_devices": {i: str(device_of[i]) for i in range(config.n_envs)}, "total_batches": n_batches,
-        "n_episodes": config.n_episodes, "obs_dim": obs_dim(task.action_space, config.use_telemetry),
+        "n_episodes": config.total_episodes(), "obs_dim": obs_dim(task.action_space, config.use_telemetry),
         "config": config.to_dict(),
         "reward": settings.describe_reward(config),
         "augmentation": describe_augmentation(task.augmentation(config.augment)),

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from esper.env.rewards import RewardFamily
-from esper.simic.ppo.config import PRESETS, TrainingConfig
+from esper.runtime.families import get_family
+from esper.simic.ppo.config import PRESETS, TrainingConfig, charge_fields, family_fields
 
 # The defaults, spelled out literally (not imported from constants) so a changed default fails here.
 SPEC_DEFAULTS: dict[str, Any] = {
@@ -23,17 +24,20 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "n_epochs": 10, "minibatch_size": 64, "target_kl": 0.015, "ppo_updates_per_batch": 1, "entropy_coef": 0.05,
     "entropy_coef_min": 0.01, "entropy_anneal_episodes": 0, "hidden_dim": 256,
     "initial_op_bias": {}, "blueprints": None, "use_telemetry": True,
-    "reward_family": "gap", "param_cost": None, "family": None, "type_param_costs": None,
+    "reward_family": "gap", "param_cost": None, "charge": "param", "compute_cost": None, "family": None,
+    "type_param_costs": None,
     "group_size": 4, "advantage": "gae", "param_budget": 500000,
     "param_penalty_weight": 0.1, "sparse_reward_scale": 1.0, "init_from": None, "init_datasets": None,
+    "teacher": "none", "teacher_epsilon": 0.1, "critic_warmup_batches": 1, "actor_warmup_updates": 4,
+    "teacher_kl_start": 0.1, "teacher_kl_end": 0.01,
     "workers": 0, "threads": 1, "executor": "process", "ray_address": None,
 }
 _CPU_SYNTHETIC = {"task": "synthetic", "max_train_samples": 2048, "max_val_samples": 512, "n_epochs": 4,
                   "minibatch_size": 64}
 
 _TRAINING_RUN = {"max_train_samples": 1024, "max_val_samples": 512, "batch_size": 64, "max_epochs": 30,
-                 "lr_schedule": "cosine", "param_cost": "auto", "n_episodes": 96, "n_envs": 8, "n_epochs": 4,
-                 "minibatch_size": 64}
+                 "lr_schedule": "cosine", "param_cost": "auto", "gamma": 1.0, "n_episodes": 96, "n_envs": 8,
+                 "n_epochs": 4, "minibatch_size": 64}
 
 SPEC_PRESETS: dict[str, dict[str, Any]] = {
     "quick": {**_CPU_SYNTHETIC, "n_episodes": 16, "n_envs": 4, "max_epochs": 10, "minibatch_size": 32},
@@ -89,6 +93,12 @@ def test_preset_names() -> None:
     ({"advantage": "vtrace"}, "advantage"),
     ({"param_cost": -1.0}, "param_cost"),
     ({"param_cost": 1.0, "reward_family": "loss"}, "param_cost"),
+    ({"charge": "flops"}, "charge"),
+    ({"charge": "compute", "reward_family": "loss"}, "charge"),
+    ({"compute_cost": 1.0}, "compute_cost"),
+    ({"charge": "compute", "compute_cost": -1.0}, "compute_cost"),
+    ({"charge": "compute", "compute_cost": "automatic"}, "compute_cost"),
+    ({"charge": "compute", "param_cost": 1.0}, "param_cost"),
     ({"entropy_coef": 0.01, "entropy_coef_min": 0.02}, "entropy_coef_min"),
     ({"entropy_anneal_episodes": -1}, "entropy_anneal_episodes"),
     ({"task": "imagenet"}, "task"),
@@ -116,7 +126,9 @@ def test_validation_rejects(changes: dict[str, Any], field: str) -> None:
 @pytest.mark.parametrize("changes", [
     {"max_epochs": 2}, {"hidden_dim": 8}, {"gamma": 1.0}, {"gae_lambda": 0.0}, {"gae_lambda": 1.0},
     {"entropy_coef": 0.02, "entropy_coef_min": 0.02}, {"n_envs": 2, "group_size": 2, "devices": ["cpu", "cpu"]},
-    {"param_cost": 0.0}, {"advantage": "group"}, {"group_size": 1, "n_envs": 3, "n_episodes": 7},
+    {"param_cost": 0.0}, {"charge": "compute"}, {"charge": "compute", "compute_cost": 0.0},
+    {"charge": "compute", "compute_cost": "auto"}, {"advantage": "group"},
+    {"group_size": 1, "n_envs": 3, "n_episodes": 7},
     {"value_clip": None, "target_kl": None}, {"max_seeds": 1},
     {"reward_family": "sparse", "param_budget": 1000, "param_penalty_weight": 0.5, "sparse_reward_scale": 2.0},
 ])
@@ -307,3 +319,39 @@ def test_whole_numbers_stored_without_a_fraction_still_load_as_floats() -> None:
     assert all(isinstance(v, float) for v in (config.value_coef, config.initial_op_bias["CULL"], config.param_cost))
     with pytest.raises(ValueError, match=r"n_envs: Input should be a valid integer, got 8.0"):
         TrainingConfig.from_dict({"n_envs": 8.0})  # an integer field stays one
+
+
+@pytest.mark.parametrize(("changes", "fix"), [
+    ({"compute_cost": 0.8}, "add --set charge=compute, or drop compute_cost"),
+    ({"charge": "compute", "param_cost": 1.0}, "drop param_cost"),
+    ({"charge": "compute", "param_cost": "auto"}, "compute_cost 'auto'"),
+    ({"charge": "compute", "reward_family": "loss"}, "drop charge or set reward_family gap"),
+])
+def test_a_charge_inconsistency_names_its_fix(changes: dict[str, Any], fix: str) -> None:
+    with pytest.raises(ValueError, match=fix):
+        TrainingConfig.from_dict(changes)
+
+
+def test_the_compute_charge_is_refused_across_a_family() -> None:
+    with pytest.raises(ValueError, match="drop charge=compute"):
+        TrainingConfig.from_dict(family_fields(get_family("synthetic-shift-v1"), {"charge": "compute"}))
+
+
+def test_charge_compute_alone_turns_a_presets_auto_param_cost_into_auto_compute_cost() -> None:
+    synthetic, quick = TrainingConfig.preset("synthetic"), TrainingConfig.preset("quick")
+    switched = synthetic.with_overrides(**charge_fields(synthetic, {"charge": "compute"}))
+    assert (switched.charge, switched.param_cost, switched.compute_cost) == ("compute", None, "auto")
+    assert quick.with_overrides(**charge_fields(quick, {"charge": "compute"})).compute_cost is None  # the task's
+    given = charge_fields(synthetic, {"charge": "compute", "compute_cost": 0.8})
+    assert given == {"charge": "compute", "compute_cost": 0.8}  # a cost of either charge: the user's choice stands
+    assert charge_fields(synthetic, {"seed": 1}) == {"seed": 1}
+    with pytest.raises(ValueError, match="param_cost"):  # a λ_p is never read as a λ_c
+        synthetic.with_overrides(**charge_fields(synthetic, {"charge": "compute", "param_cost": 0.5}))
+
+
+def test_an_auto_cost_is_refused_where_a_number_is_needed() -> None:
+    config = TrainingConfig.from_dict({"charge": "compute", "compute_cost": "auto"})
+    with pytest.raises(ValueError, match="cached_costs"):
+        config.charged_compute_cost()
+    assert TrainingConfig.from_dict({"charge": "compute", "compute_cost": 0.8}).charged_compute_cost() == 0.8
+    assert TrainingConfig().charged_compute_cost() is None

@@ -48,7 +48,7 @@ def test_every_group_trains_on_a_training_type_its_data_seed_draws_at_that_types
         itype = FAMILY.type(TRAINING_TASKS[setting.task])
         assert itype == training_type(FAMILY, data_seed)
         assert setting.max_train_samples == itype.max_train_samples
-        assert isinstance(setting.reward, GapRewardConfig) and setting.reward.param_cost == COSTS[itype.name]
+        assert isinstance(setting.reward, GapRewardConfig) and setting.reward.cost == COSTS[itype.name]
 
 
 def test_a_batchs_groups_draw_their_types_apart_and_a_task_run_keeps_one_data_seed() -> None:

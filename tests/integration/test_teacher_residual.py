@@ -1,0 +1,116 @@
+"""A teacher-residual PPO run, end to end: its initial policy plays its teacher's episodes, and it resumes exactly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from esper.env.driver import EnvPool
+from esper.evaluation.episodes import EpisodePlan, run_controller_episodes
+from esper.runtime.rundir import RunDirectory, read_jsonl
+from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
+from esper.runtime.workers import WorkerOptions
+from esper.simic.ppo.checkpoint import trim_logs
+from esper.simic.ppo.config import TrainingConfig
+from esper.simic.ppo.train import PPORun, train_ppo
+from esper.tamiyo import CONTROLLERS
+
+# 12 epochs at batch 32: the heuristic germinates at epoch 2, and its seed is fossilized within the episode.
+SETTING: dict[str, Any] = {"task": "synthetic", "max_epochs": 12, "max_train_samples": 256, "max_val_samples": 128,
+                           "batch_size": 32}
+CONFIG = TrainingConfig.preset("quick").with_overrides(
+    **SETTING, n_episodes=4, n_envs=2, group_size=1, device="cpu", param_cost=1.0, teacher="heuristic",
+    critic_warmup_batches=1, minibatch_size=16, n_epochs=2)
+
+
+def _plan() -> EpisodePlan:
+    return EpisodePlan(task=get_task_spec("synthetic"), slots=("early", "mid", "late"), max_epochs=12, max_seeds=None,
+                       seed=42, devices=[torch.device("cpu")], batch_size=32, max_train_samples=256,
+                       max_val_samples=128, max_test_samples=128, param_cost=1.0)
+
+
+def _episodes(specs: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Each controller's paired episodes (results without their wall time and label) on 2 evaluation seeds."""
+    with EnvPool(WorkerOptions(), DataCache(DataOptions())) as pool:
+        results = run_controller_episodes([CONTROLLERS.parse(s) for s in specs], _plan(), 2, pool,
+                                          labels=[str(i) for i in range(len(specs))])
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in results:
+        row = r.to_dict()
+        for key in ("wall_seconds", "controller", "env_id"):
+            row.pop(key, None)
+        out.setdefault(r.controller, []).append(row)
+    return out
+
+
+@pytest.fixture(scope="module")
+def init_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A residual run's initial policy, with ε = 0 (its training is not what these tests look at)."""
+    run = tmp_path_factory.mktemp("residual")
+    train_ppo(CONFIG.with_overrides(teacher_epsilon=0.0), PPORun(RunDirectory(run), should_stop=lambda: True))
+    return run / "checkpoints" / "init.pt"
+
+
+def test_the_initial_residual_policy_plays_its_teacher_s_episodes_bit_for_bit(init_checkpoint: Path) -> None:
+    episodes = _episodes(["heuristic", f"ppo:{init_checkpoint}"])
+    assert episodes["0"] == episodes["1"]
+    assert sum(e["seeds_fossilized"] for e in episodes["0"]) > 0  # the teacher grew: the episodes are not all WAIT
+
+
+def test_with_any_epsilon_the_initial_policy_s_mode_is_its_teacher_and_a_planted_residual_is_not(
+        init_checkpoint: Path, tmp_path: Path) -> None:
+    """Smoothed (ε = 0.1), the initial policy's mode is still the teacher; a residual that does not start at zero
+    (planted: +50 on WAIT, past any smoothing) leaves it."""
+    data = torch.load(init_checkpoint, weights_only=True)
+    data["config"]["teacher_epsilon"] = 0.1
+    smoothed, planted = tmp_path / "smoothed.pt", tmp_path / "planted.pt"
+    torch.save(data, smoothed)
+    data["agent"]["network"]["heads.op.2.bias"][0] += 50.0
+    torch.save(data, planted)
+    episodes = _episodes(["heuristic", f"ppo:{smoothed}", f"ppo:{planted}"])
+    assert episodes["0"] == episodes["1"]
+    assert episodes["0"] != episodes["2"]
+
+
+SHORT = CONFIG.with_overrides(max_epochs=4, max_train_samples=128, max_val_samples=64)
+
+
+def _train(run: Path, stop_after_steps: int | None = None, resume: bool = False) -> None:
+    calls = {"n": 0}
+
+    def should_stop() -> bool:
+        calls["n"] += 1
+        return stop_after_steps is not None and calls["n"] > stop_after_steps
+
+    checkpoint = run / "checkpoints" / "latest.pt" if resume else None
+    if checkpoint is not None:
+        saved = torch.load(checkpoint, weights_only=True)
+        trim_logs(run, checkpoint, int(saved["batches_completed"]), int(saved["episodes_completed"]))
+    run_dir = RunDirectory(run, resume=resume)
+    if not resume:
+        run_dir.write_config("ppo", [], SHORT.to_dict(), {})
+    train_ppo(SHORT, PPORun(run_dir, resume_from=checkpoint, should_stop=should_stop))
+
+
+def test_a_resumed_residual_run_writes_the_same_bits(tmp_path: Path) -> None:
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    _train(straight)
+    _train(resumed, stop_after_steps=10)  # past the warm-up and the first actor batch, inside the second
+    saved = torch.load(resumed / "checkpoints" / "latest.pt", weights_only=True)
+    assert saved["batches_completed"] == 2 and saved["agent"]["train_steps"] == 1  # the actor has moved and has state
+    _train(resumed, resume=True)
+    a, b = (torch.load(r / "checkpoints" / "final.pt", weights_only=True) for r in (straight, resumed))
+    assert a["batches_completed"] == b["batches_completed"] == 3
+    for name, tensor in a["agent"]["network"].items():
+        assert torch.equal(tensor, b["agent"]["network"][name]), name
+    for log in ("episodes.jsonl", "history.jsonl", "steps.jsonl"):
+        rows_a, rows_b = read_jsonl(straight / log), read_jsonl(resumed / log)
+        for row in (*rows_a, *rows_b):
+            for key in ("wall_seconds", "rollout_seconds", "update_seconds", "env_epochs_per_second"):
+                row.pop(key, None)
+        assert rows_a == rows_b, log
+    history = read_jsonl(straight / "history.jsonl")
+    assert history[0]["critic_warmup"] == 1.0 and "critic_warmup" not in history[1]
