@@ -24,6 +24,7 @@ from esper.env.contribution import ContributionRewardConfig
 from esper.env.gym import GymEnvConfig
 from esper.env.rewards import GapRewardConfig, LossRewardConfig, SparseRewardConfig
 from esper.evaluation.ope import OPEConfig
+from esper.evaluation.selection_record import CandidateRow, CostRecord, SelectionRecord, TeacherRecord
 from esper.kasmina.state import LifecycleConfig
 from esper.leyline.strict_config import StrictConfig
 from esper.runtime.optim import OptimizerSpec
@@ -41,6 +42,8 @@ _TUNING = TuningSummary(objective=ObjectiveRecord(name="val_gap_to_static"), bud
                         best_trial=1, best_score=1.5, default_score=0.5, seeds=5, seed=42, seed_stream="selection",
                         sampler="TPE", cost_env_epochs=500, cost_gflops=12.5, command="esper tune heuristic",
                         esper_commit="unknown", esper_version="0.1.0")
+_COST = CostRecord(env_epochs=150, gflops=3.5)
+_TEACHER = TeacherRecord(label="heuristic", scores={"heuristic": 0.4, "best-rule": -0.2}, cost=_COST)
 VALID: dict[type[StrictConfig], StrictConfig] = {
     TrainingConfig: TrainingConfig(),
     IQLConfig: IQLConfig(),
@@ -64,6 +67,13 @@ VALID: dict[type[StrictConfig], StrictConfig] = {
     ObjectiveRecord: ObjectiveRecord(name="charged_gap", charge="compute", cost=1.5),
     TuningSummary: _TUNING,
     HeuristicRecord: HeuristicRecord(thresholds={"stall_training_epochs": 7}, setting=_SETTING, tuning=_TUNING),
+    CostRecord: _COST,
+    CandidateRow: CandidateRow(candidate="fixed:norm@early", round=1, val_accuracy=81.5, val_std=1.2, params=4e4),
+    TeacherRecord: _TEACHER,
+    SelectionRecord: SelectionRecord(preset="synthetic", selection_seeds=5, setting={"max_epochs": 30},
+                                     charge="compute", cost=1.04, chosen={"best-fixed": "fixed:norm@early"},
+                                     selection_cost=_COST, candidates=[], teacher=_TEACHER, command="esper study",
+                                     esper_commit="unknown", esper_version="0.1.0"),
 }
 CONFIG_NAMES = ("Config", "Options", "OptimizerSpec")
 """How esper names a configuration object: a set of settings a user or a task chooses."""

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +61,15 @@ from esper.cli.study_phases import measured_setting, open_study, phase_runner, s
 from esper.cli.train_ppo import flag_overrides
 from esper.env.rewards import RewardFamily
 from esper.evaluation.phases import Phase
-from esper.evaluation.runs import NO_COST, RunLabels, add_costs, episodes_cost, static_episode_cost
+from esper.evaluation.runs import NO_COST, Cost, RunLabels, add_costs, episodes_cost, static_episode_cost
 from esper.evaluation.selection import BEST_FIXED, chosen_blueprints, run_selection
+from esper.evaluation.selection_record import (
+    SELECTION_RECORD_FILE,
+    RecordedSelection,
+    read_selection_record,
+    recorded_selection,
+    write_selection_record,
+)
 from esper.evaluation.study import (
     STUDY_PRESETS,
     TUNED_HEURISTIC,
@@ -77,17 +85,19 @@ from esper.evaluation.study import (
 )
 from esper.evaluation.study_report import SUMMARY_FILE, convergence_line, demo_note, mark_rerun, summary_markdown
 from esper.evaluation.teacher_choice import TeacherChoice, choose_teacher, with_tuned
+from esper.evaluation.tuning import RECORD_FILE as TUNED_RECORD_FILE
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import SeedStream
 from esper.runtime.devices import resolve_devices
 from esper.runtime.families import FAMILIES
+from esper.runtime.param_costs import AUTO_COST
 from esper.runtime.readers import SPLITS
 from esper.runtime.rundir import (
     checkpoints_dir,
     default_run_dir,
     write_text_atomic,
 )
-from esper.runtime.tasks import get_task_spec
+from esper.runtime.tasks import DataCache, get_task_spec
 from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config
 from esper.simic.ppo.config import TrainingConfig, charge_fields
 from esper.simic.ppo.teacher import NO_TEACHER
@@ -121,6 +131,12 @@ def add_study_parser(sub: Any) -> None:
                    help="let --controller policies run in another task, episode length or caps than they learned in")
     p.add_argument("--ppo", type=Path, nargs="+", metavar="RUN",
                    help="evaluate these PPO run directories (one training run each) instead of training")
+    p.add_argument("--selection-record", type=Path, metavar="FILE",
+                   help="reuse the selection (best-fixed, best-rule, heuristic:tuned and the teacher's choice) that "
+                        "a study of the same preset and selection seeds recorded in FILE, its cost still counted")
+    p.add_argument("--selection-only", action="store_true",
+                   help=f"run the selection and the teacher's choice, write STUDY_DIR/{SELECTION_RECORD_FILE} and "
+                        f"stop (a later run of the same command continues the study)")
     p.add_argument("--blueprints-from-selection", action="store_true",
                    help="train the policies to germinate only the blueprints of the chosen best-fixed")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -145,8 +161,20 @@ DEFAULT_TEACHER = "heuristic"
 def _requested_config(args: argparse.Namespace, blueprints: list[str] | None, teacher: str | None
                       ) -> TrainingConfig:
     """The preset's config with the overrides (and `blueprints` and `teacher`, once the study chose them), its charge
-    measured."""
-    return resolve_auto_cost(_preset_config(args, blueprints, teacher), args)
+    measured (or, with --selection-record, the λ its teacher was chosen by)."""
+    return resolve_auto_cost(_cost_from_record(args, _preset_config(args, blueprints, teacher)), args)
+
+
+def _cost_from_record(args: argparse.Namespace, config: TrainingConfig) -> TrainingConfig:
+    """With --selection-record, a λ the config asks to measure ('auto') is the λ the record's teacher was chosen by
+    and `heuristic:tuned` tuned for: the study then optimizes the objective its references were chosen on."""
+    if args.selection_record is None:
+        return config
+    record = read_selection_record(args.selection_record)
+    field = "compute_cost" if config.charge == "compute" else "param_cost"
+    if config.charge != record.charge or getattr(config, field) != AUTO_COST:
+        return config  # a charge or λ of its own: `recorded_selection` refuses it if it differs from the record's
+    return config.with_overrides(**{field: record.cost})
 
 
 def _chooses_teacher(args: argparse.Namespace, selection_seeds: int) -> bool:
@@ -183,7 +211,8 @@ def study_dir(args: argparse.Namespace) -> Path:
     if args.run_dir is not None:
         return Path(args.run_dir)
     base = _saved_run(args, args.ppo[0]) if args.ppo is not None else _preset_config(args, None)
-    return default_run_dir(args.runs_root, "study", base.task, base.seed, run_settings(args))
+    settings = {k: v for k, v in run_settings(args).items() if k != "selection_only"}  # how far, not what
+    return default_run_dir(args.runs_root, "study", base.task, base.seed, settings)
 
 
 def _saved_run(args: argparse.Namespace, train_dir: Path) -> TrainingConfig:
@@ -249,7 +278,59 @@ def _settings(args: argparse.Namespace, seeds: int, selection_seeds: int, runs: 
     return {"preset": args.preset, "seeds": seeds, "selection_seeds": selection_seeds, "runs": runs,
             "controllers": args.controller, "ppo": None if args.ppo is None else [str(p) for p in args.ppo],
             "tie_threshold": args.tie_threshold, "max_test_samples": args.max_test_samples,
-            "blueprints_from_selection": args.blueprints_from_selection, "plugins": args.plugin}
+            "blueprints_from_selection": args.blueprints_from_selection, "plugins": args.plugin,
+            **({} if args.selection_record is None else {"selection_record": str(args.selection_record)})}
+
+
+def _check_selection_flags(args: argparse.Namespace, selection_seeds: int) -> None:
+    if (args.selection_record is not None or args.selection_only) and (args.ppo is not None or selection_seeds == 0):
+        flag = "--selection-record" if args.selection_record is not None else "--selection-only"
+        raise UserInputError(f"{flag} is about the selection of a study that trains its policies: drop it, --ppo or "
+                             f"--selection-seeds 0")
+    if args.selection_record is not None and args.selection_only:
+        raise UserInputError("--selection-only runs the selection that --selection-record reuses: drop one of them")
+
+
+@dataclass(frozen=True)
+class _References:
+    """What the selection chose (label → spec), the teacher's choice (None: --set teacher named one, or no
+    selection), and what the selection cost (None: none ran)."""
+
+    chosen: dict[str, str]
+    choice: TeacherChoice | None
+    selection_cost: Cost | None
+
+
+def _references(args: argparse.Namespace, path: Path, config: TrainingConfig, before: TrainingConfig,
+                settings: dict[str, Any], cache: DataCache, selection_seeds: int, chooses: bool,
+                reused: RecordedSelection | None) -> _References:
+    """Best-fixed, best-rule and the teacher: from the record, or chosen on the selection seeds (then recorded in
+    STUDY_DIR/selection-record.json, for later studies of the same preset and seeds)."""
+    if reused is not None:
+        choice = reused.teacher_choice(path / "teacher" / TUNED_RECORD_FILE) if chooses else None
+        console.print(f"Selection: reused from {reused.path} ({reused.record.command}; esper "
+                      f"{reused.record.esper_commit[:12]})", soft_wrap=True, highlight=False, markup=False)
+        refs = _References(reused.chosen, choice, reused.selection_cost)
+    elif selection_seeds == 0:
+        return _References({}, None, None)
+    else:
+        plan, run_phase = selection_plan(config, args.max_test_samples), phase_runner(args, before, settings, cache)
+        selection = run_selection(plan, path / "selection", selection_seeds, run_phase)
+        choice = None if not chooses else choose_teacher(
+            plan, path / "teacher", selection_seeds, selection, run_phase, StudyObjective(*before.charge_and_cost()),
+            command="esper " + " ".join(args.argv))
+        refs = _References(selection.chosen, choice,
+                           episodes_cost(e for r in selection.rounds for e in r.episodes))
+        assert refs.selection_cost is not None
+        write_selection_record(path / SELECTION_RECORD_FILE, preset=args.preset, plan=plan, seeds=selection_seeds,
+                               objective=before.charge_and_cost(), selection=selection,
+                               selection_cost=refs.selection_cost, choice=choice,
+                               command="esper " + " ".join(args.argv))
+    if refs.choice is not None:
+        console.print("Teacher: " + refs.choice.label + " (" + ", ".join(
+            f"{k} {v:+.2f} pp" for k, v in refs.choice.scores.items()) + " on the selection seeds' objective)",
+                      highlight=False)
+    return refs
 
 
 def cmd_study(args: argparse.Namespace) -> int:
@@ -271,11 +352,16 @@ def cmd_study(args: argparse.Namespace) -> int:
     if args.blueprints_from_selection and (args.ppo is not None or selection_seeds == 0):
         raise UserInputError("--blueprints-from-selection trains the policy on best-fixed's blueprints, so it needs "
                              "selection seeds (not --selection-seeds 0) and a policy to train (not --ppo)")
+    _check_selection_flags(args, selection_seeds)
     chooses = _chooses_teacher(args, selection_seeds)
     configs = _run_configs(args, train_dirs, None, teacher_pending=chooses)  # bad settings fail before any write
     config = configs[0][0]  # the base: selection and evaluation seeds come from its seed
     # Selection and the teacher's choice run before the policies' teacher is known: their phases record the default.
     before = config.with_overrides(blueprints=None, **({"teacher": DEFAULT_TEACHER} if chooses else {}))
+    reused = None if args.selection_record is None else recorded_selection(
+        args.selection_record, read_selection_record(args.selection_record), preset=args.preset,
+        plan=selection_plan(config, args.max_test_samples), seeds=selection_seeds, objective=before.charge_and_cost(),
+        wants_teacher=chooses)
     cache = preload_data(args, get_task_spec(config.task), resolve_devices(config.device, config.devices), SPLITS)
     study, fresh = open_study(path, args, settings, config)
     mark_rerun(path, seeds, runs)
@@ -283,19 +369,13 @@ def cmd_study(args: argparse.Namespace) -> int:
     console.print(f"Study directory: {path} ({runs} training run(s); {watch})", soft_wrap=True, markup=False,
                   highlight=False)  # one line, to copy as is
     with discard_on_error(study, fresh=fresh, errors=USER_ERRORS):
-        selection = None if selection_seeds == 0 else run_selection(
-            selection_plan(config, args.max_test_samples), path / "selection", selection_seeds,
-            phase_runner(args, before, settings, cache))
-        chosen = selection.chosen if selection is not None else {}
-        choice = None
-        if chooses:
-            assert selection is not None
-            choice = choose_teacher(selection_plan(config, args.max_test_samples), path / "teacher", selection_seeds,
-                                    selection, phase_runner(args, before, settings, cache),
-                                    StudyObjective(*before.charge_and_cost()), command="esper " + " ".join(args.argv))
-            console.print("Teacher: " + choice.label + " (" + ", ".join(
-                f"{k} {v:+.2f} pp" for k, v in choice.scores.items()) + " on the selection seeds' objective)",
-                          highlight=False)
+        refs = _references(args, path, config, before, settings, cache, selection_seeds, chooses, reused)
+        chosen, choice, selection_cost = refs.chosen, refs.choice, refs.selection_cost
+        if args.selection_only:
+            console.print(f"Selection recorded in {path / SELECTION_RECORD_FILE}. Continue the study with the same "
+                          f"command without --selection-only, or reuse it in another study with --selection-record "
+                          f"{path / SELECTION_RECORD_FILE}.", soft_wrap=True, highlight=False)
+            return EXIT_OK
         blueprints = chosen_blueprints(chosen[BEST_FIXED]) if args.blueprints_from_selection else None
         if blueprints is not None or choice is not None:
             configs = _run_configs(args, train_dirs, blueprints, None if choice is None else choice.spec)
@@ -312,7 +392,8 @@ def cmd_study(args: argparse.Namespace) -> int:
             path / "replay-source", evaluation_plan(config, SeedStream.SELECTION, args.max_test_samples), train_dirs,
             replay_seed_count(selection_seeds))]
         teacher = _teacher_label(config, choice)
-        extra = [*([TUNED_HEURISTIC] if choice is not None and choice.tuned is not None else []), *args.controller]
+        extra = [*([TUNED_HEURISTIC] if choice is not None and choice.tuned_path is not None else []),
+                 *args.controller]
         if teacher is not None and teacher not in (*preset.baselines, *chosen, *extra):
             extra.append(teacher)
         specs, labels = study_controllers(preset.baselines, train_dirs, replay_dirs, chosen, extra)
@@ -321,13 +402,12 @@ def cmd_study(args: argparse.Namespace) -> int:
         match = [RunLabels(r).final for r in range(runs)] if "static:matched" in preset.baselines else None
         comparison = run_phase(Phase("evaluation", path / "eval", plan, specs, labels, seeds, match))
     twin = static_episode_cost(comparison)
-    selection_cost = None if selection is None else episodes_cost(e for r in selection.rounds for e in r.episodes)
     results = study_results(
         comparison, runs, chosen=chosen, selection=selection_cost,
         training=[training_cost(c, d, twin) for (c, _), d in zip(configs, train_dirs, strict=True)],
         replay_sources=[episodes_cost(s.episodes) for s in sources], teacher=teacher,
         objective=StudyObjective(*config.charge_and_cost()) if config.reward_family == RewardFamily.GAP else None,
-        extra_costs=None if choice is None or choice.tuned is None else {TUNED_HEURISTIC: choice.tuned.cost},
+        extra_costs=None if choice is None or choice.tuned_cost is None else {TUNED_HEURISTIC: choice.tuned_cost},
         teacher_cost=NO_COST if choice is None or selection_cost is None else add_costs(selection_cost, choice.cost))
     reward = plan.describe_reward()
     augmentation = data_record(plan.task, plan.augment)["augmentation"]
@@ -336,11 +416,13 @@ def cmd_study(args: argparse.Namespace) -> int:
                                        "reward": reward, "augmentation": augmentation,
                                        "training": measured_setting(config), "chosen": chosen,
                                        "teacher_choice": None if choice is None else choice.to_dict(),
+                                       "selection_record": None if reused is None else reused.provenance(),
                                        **results.to_dict()}})
     summary = path / SUMMARY_FILE
     write_text_atomic(summary, summary_markdown(comparison, results, title=title,
                                                 command="esper " + " ".join(args.argv), chosen=chosen,
-                                                policy_blueprints=config.blueprints))
+                                                policy_blueprints=config.blueprints,
+                                                selection_record=None if reused is None else reused.provenance()))
     console.print(comparison_table(comparison))
     console.print(("[bold]" if results.regime["convergence"]["converged"] else "[bold red]")
                   + convergence_line(results.regime).replace("**", "") + "[/]")

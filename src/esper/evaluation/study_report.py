@@ -173,7 +173,8 @@ def _verdicts(result: ComparisonResult, study: StudyResults) -> list[str]:
 
 
 def summary_markdown(result: ComparisonResult, study: StudyResults, *, title: str, command: str,
-                     chosen: Mapping[str, str] | None = None, policy_blueprints: Sequence[str] | None = None) -> str:
+                     chosen: Mapping[str, str] | None = None, policy_blueprints: Sequence[str] | None = None,
+                     selection_record: Mapping[str, Any] | None = None) -> str:
     chosen = chosen or {}
     epochs = statistics.fmean(len(e.accuracy_curve) for e in result.episodes)
     seeds = result.per_controller[result.controllers[0]]["episodes"]
@@ -197,7 +198,10 @@ def summary_markdown(result: ComparisonResult, study: StudyResults, *, title: st
     if chosen:
         lines += ["", "best-fixed and best-rule were chosen by mean validation accuracy on selection seeds disjoint "
                   "from the evaluation seeds, among single modules and then greedily larger combinations (see "
-                  "selection/summary.md)."]
+                  + ("selection/summary.md)." if selection_record is None else
+                     f"the record {selection_record['path']}, written by `{selection_record['command']}` at esper "
+                     f"{selection_record['esper_commit'][:12]}; this study reused it, and its cost to obtain stays in "
+                     f"the tables).")]
     if study.teacher is not None:
         lines += ["", f"The policies are residual on a teacher, {study.teacher}: evaluated greedily, each run's init "
                   "is that teacher (among the blueprints the policy may germinate), and its final policy is the "

@@ -21,7 +21,7 @@ from esper.evaluation.results import ComparisonResult
 from esper.evaluation.runs import Cost, add_costs, episodes_cost
 from esper.evaluation.selection import BEST_RULE, Selection, search_cost
 from esper.evaluation.study import TUNED_HEURISTIC, StudyObjective
-from esper.evaluation.tuning import ObjectiveSpec, TunedHeuristic, tune_heuristic
+from esper.evaluation.tuning import ObjectiveSpec, tune_heuristic
 from esper.evaluation.tuning_space import SearchSpace
 
 __all__ = ["TeacherChoice", "choose_teacher", "objective_spec", "with_tuned"]
@@ -42,18 +42,19 @@ def objective_spec(objective: StudyObjective) -> ObjectiveSpec:
 @dataclass(frozen=True)
 class TeacherChoice:
     """The chosen teacher (its label and the spec a training run names it by), every candidate's score, the tuned
-    heuristic (None: episodes too short to tune), and what the choice cost beyond the selection (the tuning and the
-    candidates' scoring episodes)."""
+    heuristic's record file and what its search cost (None: episodes too short to tune), and what the choice cost
+    beyond the selection (the tuning and the candidates' scoring episodes)."""
 
     label: str
     spec: str
     scores: dict[str, float]
-    tuned: TunedHeuristic | None
+    tuned_path: Path | None
+    tuned_cost: Cost | None
     cost: Cost
 
     def to_dict(self) -> dict[str, object]:
         return {"teacher": self.label, "spec": self.spec, "scores": self.scores,
-                "tuned_heuristic": None if self.tuned is None else str(self.tuned.path), "cost": self.cost}
+                "tuned_heuristic": None if self.tuned_path is None else str(self.tuned_path), "cost": self.cost}
 
 
 def choose_teacher(plan: EpisodePlan, path: Path, seeds: int, selection: Selection, run_phase: PhaseRunner,
@@ -77,11 +78,12 @@ def choose_teacher(plan: EpisodePlan, path: Path, seeds: int, selection: Selecti
         specs[TUNED_HEURISTIC] = f"heuristic:{tuned.path.resolve()}"
         cost = add_costs(cost, tuned.cost)
     label = max(scores, key=lambda k: scores[k])  # the first of equal scores: the plainer rule
-    return TeacherChoice(label, specs[label], scores, tuned, cost)
+    return TeacherChoice(label, specs[label], scores, None if tuned is None else tuned.path,
+                         None if tuned is None else tuned.cost, cost)
 
 
 def with_tuned(plan: EpisodePlan, choice: TeacherChoice | None) -> EpisodePlan:
     """`plan` whose `heuristic:tuned` runs the study's tuned heuristic (where it has one)."""
-    if choice is None or choice.tuned is None:
+    if choice is None or choice.tuned_path is None:
         return plan
-    return dataclasses.replace(plan, tuned_heuristic=choice.tuned.path)
+    return dataclasses.replace(plan, tuned_heuristic=choice.tuned_path)

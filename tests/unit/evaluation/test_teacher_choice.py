@@ -91,7 +91,7 @@ def test_the_teacher_is_the_best_candidate_by_the_objective_on_the_selection_see
     selection = Selection([], {BEST_FIXED: "fixed:norm@early", BEST_RULE: "grow:norm@early"})
     choice = choose_teacher(plan, tmp_path, 2, selection, run_phase, StudyObjective("compute", 3.0))
     assert [p.specs for p in ran] == [["static", "heuristic", "grow:norm@early"]]
-    assert choice.tuned is None  # 3-epoch episodes: no threshold matters
+    assert choice.tuned_path is None  # 3-epoch episodes: no threshold matters
     assert choice.scores == pytest.approx({"heuristic": 2.0 - 0.6, BEST_RULE: 4.0 - 3.0})
     assert (choice.label, choice.spec) == ("heuristic", "heuristic")
     assert choice.cost["env_epochs"] == 2 * 2 * 4  # the candidates' episodes (static is every phase's baseline)
