@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from esper.cli.main import main
-from esper.cli.report import render_report
 from esper.leyline.seeding import SeedStream, episode_seeds
+from esper.report.render import render_report
 from esper.runtime.rundir import read_jsonl
 
 pytestmark = pytest.mark.smoke

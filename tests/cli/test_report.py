@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from esper.cli import report_plots
 from esper.cli.main import main
-from esper.cli.report import render_report
-from esper.cli.report_compare import final_accuracy_estimates
-from esper.cli.report_lifecycle import NO_SEEDS, build_lifecycle
-from esper.cli.report_study import build_compute_figure
 from esper.env.logs import EpisodeResult, SlotSummary, StepRow
 from esper.env.step_record import SUMMED_FIELDS
 from esper.evaluation.comparison import ComparisonResult
+from esper.report import plots as report_plots
+from esper.report.compare import final_accuracy_estimates
+from esper.report.lifecycle import NO_SEEDS, build_lifecycle
+from esper.report.render import render_report
+from esper.report.study import build_compute_figure
 from esper.runtime.rows import LogFormatError
 from esper.runtime.rundir import json_safe
 from esper.simic.ppo.history import UPDATE_METRICS, PPOHistoryRow
@@ -332,8 +332,7 @@ def test_lifecycle_labels_give_the_episode_s_final_accuracy(tmp_path: Path, kind
         labels.extend(label for _, tracks in panels for label, _ in tracks)
         return path
 
-    module = {"heuristic": "report_heuristic", "compare": "report_compare", "ppo": "report_ppo"}[kind]
-    monkeypatch.setattr(f"esper.cli.{module}.lifecycle_figure", capture)
+    monkeypatch.setattr(f"esper.report.{kind}.lifecycle_figure", capture)
     run = EXPECTED[kind][0](tmp_path)
     episodes = [json.loads(line) for line in (run / "episodes.jsonl").read_text().splitlines()]
     for e in episodes:  # the final epoch moved on from what the last decision saw

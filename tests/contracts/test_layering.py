@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("datagen",),  # behaviour policies, presets, episode files, orchestration
     ("simic",),  # learners (PPO, IQL)
     ("evaluation",),  # comparison, statistics, off-policy evaluation, studies
-    ("api",),  # the public API: growth on any model, in any training loop (esper.wrap, esper.Controller)
+    ("api", "report"),  # the public API (esper.wrap, esper.Controller); plots of run directories (esper report)
     ("lightning",),  # the Lightning callback over the public API (the `lightning` extra)
     ("cli",),  # one module per command
 )
@@ -226,6 +226,11 @@ FAKE_CASES = [
     ("esper.evaluation.fake", "from esper.api.wrapping import slots\n", "'api'"),
     ("esper.api.fake", "from esper.lightning import GrowthCallback\n", "'lightning'"),
     ("esper.api.fake", "from esper.cli import main\n", "'cli'"),
+    ("esper.evaluation.fake", "from esper.report.render import render_report\n", "'report'"),
+    ("esper.report.fake", "from esper.cli.common import console\n", "'cli'"),
+    ("esper.report.fake", "from esper.api import wrap\n", "'api'"),
+    ("esper.api.fake", "from esper.report import plots\n", "'report'"),
+    ("esper.report.fake", "import esper.nissa\n", "'nissa'"),
 ]
 
 
@@ -251,6 +256,8 @@ ALLOWED_CASES = [
     ("esper.datagen.fake", "from esper.env.loop import run_episodes\nfrom esper.tamiyo import CONTROLLERS\n"),
     ("esper.api.fake", "from esper.kasmina.slot import SeedSlot\nfrom esper.evaluation.controllers import x\n"),
     ("esper.lightning", "from esper.api import Controller\n"),
+    ("esper.report.fake", "from esper.evaluation.results import ComparisonResult\nimport esper.simic.ppo.history\n"),
+    ("esper.cli.fake", "from esper.report.render import render_report\n"),
 ]
 
 

@@ -4,49 +4,17 @@ Examples:
     esper report runs/heuristic_synthetic_20250101-120000_s42
     esper report runs/compare_cifar10_20250101-120000_s42 --out /tmp/compare_plots
 
-The run type comes from RUN_DIR/config.json ("command"): heuristic, compare, ppo, iql or study. Plots are read from
-the run's artifacts only (steps.jsonl, episodes.jsonl, history.jsonl, results.json), never from debug-level
-telemetry, and through the same typed rows their writers use: a file written under another schema is an error naming
-file and line. An IQL run gets its learning curves (and its live evaluation's comparison plots, in eval/); a study
-gets the plots of each of its phases (train/, selection/, eval/) beside its summary.md. A datagen directory (it holds
-manifest.json) gets the dataset report: op mix, returns and seed outcomes per behaviour policy.
+The plots themselves are drawn by `esper.report`, from the run's files alone.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-from collections.abc import Callable
-from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import Any
 
 from esper.cli.common import EXIT_OK, add_plugin_option, console
-from esper.datagen.reader import MANIFEST_FILE
-from esper.env.logs import EpisodeResult, StepRow
-from esper.evaluation.comparison import ComparisonResult
-from esper.leyline.errors import UserInputError
-from esper.runtime.rows import LogFormatError, read_rows
-from esper.simic.iql.history import IQLHistoryRow
-from esper.simic.ppo.history import PPOHistoryRow
-
-RUN_TYPES = ("heuristic", "compare", "ppo", "iql", "study")
-NEEDED = {"heuristic": (StepRow.FILE, EpisodeResult.FILE), "compare": (ComparisonResult.FILE, StepRow.FILE),
-          "ppo": (PPOHistoryRow.FILE, StepRow.FILE, EpisodeResult.FILE), "iql": (IQLHistoryRow.FILE,),
-          "study": ()}
-STUDY_PHASES = ("selection", "train", "replay-source", "eval")
-WHAT = {StepRow.FILE: "one line per env step", EpisodeResult.FILE: "one line per finished episode",
-        PPOHistoryRow.FILE: "one line per PPO rollout batch or IQL epoch", ComparisonResult.FILE: "comparison results",
-        "config.json": "run configuration"}
-
-
-class LogRow(Protocol):
-    """A typed line-log row class: it names its file."""
-
-    FILE: ClassVar[str]
-
-
-R = TypeVar("R", bound=LogRow)
+from esper.report.render import render_report
 
 
 def add_report_parser(sub: Any) -> None:
@@ -62,135 +30,8 @@ def add_report_parser(sub: Any) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    paths = render_report(args.run_dir, args.out)
+    paths = render_report(args.run_dir, args.out, warn=lambda text: console.print(f"[yellow]{text}[/yellow]"))
     console.print(f"Wrote {len(paths)} plot(s):")
     for path in paths:
         console.print(f"  {path}")
     return EXIT_OK
-
-
-def run_type(run_dir: Path) -> str:
-    """The run type from config.json's "command" ("train heuristic" and "heuristic" both give "heuristic")."""
-    path = run_dir / "config.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: a run directory starts with config.json ({WHAT['config.json']}); "
-                                f"pass the folder an esper command wrote")
-    data = _json(path)
-    if not isinstance(data, dict) or not isinstance(data.get("command"), str):
-        raise LogFormatError(f"{path} has no \"command\" string: is this an esper run directory?")
-    kind = data["command"].removeprefix("train ").strip()
-    if kind not in RUN_TYPES:
-        raise UserInputError(f"{path}: run type {data['command']!r} has no report: pass the run directory of one of "
-                             f"{', '.join(RUN_TYPES)}")
-    return kind
-
-
-def render_report(run_dir: Path, out: Path | None = None) -> list[Path]:
-    """Write the report PNGs for `run_dir` into `out` (default RUN_DIR/report); returns the files written.
-
-    Every input is read and checked before the first plot, so a bad run directory leaves no partial report.
-    """
-    run_dir = Path(run_dir)
-    if run_dir.exists() and not run_dir.is_dir():
-        raise UserInputError(f"{run_dir} is a file, not a run directory: pass the folder that holds config.json")
-    if not run_dir.is_dir():
-        raise FileNotFoundError(f"Run directory {run_dir} does not exist: pass the folder an esper command wrote "
-                                f"(its last lines name it)")
-    out = Path(out) if out is not None else run_dir / "report"
-    if out.exists() and not out.is_dir():
-        raise UserInputError(f"--out {out} is a file, not a directory: pass a folder for the PNGs")
-    if (run_dir / MANIFEST_FILE).is_file():
-        from esper.cli.report_datagen import datagen_report
-
-        _make_dir(out)
-        return datagen_report(run_dir, out)
-    kind = run_type(run_dir)
-    for name in NEEDED[kind]:
-        if not (run_dir / name).is_file():
-            raise FileNotFoundError(f"{run_dir / name} not found: a {kind} report needs {name} ({WHAT[name]})")
-    if kind == "study":
-        phases = _phases_report(run_dir, _study_phases(run_dir), out)
-        if not (run_dir / ComparisonResult.FILE).is_file():
-            return phases  # unfinished: each finished phase's plots only
-        from esper.cli.report_study import compute_figure
-
-        return [*phases, compute_figure(load_results(run_dir / "eval"), out / "accuracy_vs_compute.png")]
-    if kind == "iql":
-        from esper.cli.report_iql import iql_report
-
-        history = load_rows(run_dir, IQLHistoryRow)
-        _make_dir(out)
-        live = _phases_report(run_dir, ["eval"], out) if (run_dir / "eval" / ComparisonResult.FILE).is_file() else []
-        return iql_report(history, out) + live
-    from esper.cli.report_compare import compare_report
-    from esper.cli.report_heuristic import heuristic_report
-    from esper.cli.report_ppo import ppo_report
-
-    steps = load_rows(run_dir, StepRow)
-    draw: Callable[[Path], list[Path]]
-    if kind == "heuristic":
-        draw = partial(heuristic_report, steps, load_rows(run_dir, EpisodeResult))
-    elif kind == "compare":
-        results = load_results(run_dir)
-        note = results.incomplete_note()
-        if note is not None:
-            console.print(f"[yellow]{run_dir / ComparisonResult.FILE}: {note}[/yellow]")
-        draw = partial(compare_report, results, steps)
-    else:
-        draw = partial(ppo_report, load_rows(run_dir, PPOHistoryRow), steps, load_rows(run_dir, EpisodeResult))
-    _make_dir(out)
-    return draw(out)
-
-
-def _numbered(parent: Path, prefix: str) -> list[str]:
-    """`parent`'s subdirectories `<prefix><n>` in numeric order, as paths relative to parent's parent."""
-    names = sorted((p.name for p in parent.glob(f"{prefix}*")), key=lambda name: int(name.removeprefix(prefix)))
-    return [f"{parent.name}/{name}" for name in names]
-
-
-def _study_phases(run_dir: Path) -> list[str]:
-    """A study's phase directories that hold a run: each selection round, each training run and its replay source in
-    order, then eval/."""
-    phases = [*_numbered(run_dir / "selection", "round-"), *_numbered(run_dir / "train", "run-"),
-              *_numbered(run_dir / "replay-source", "run-"), "eval"]
-    return [p for p in phases if (run_dir / p / "config.json").is_file()]
-
-
-def _phases_report(run_dir: Path, phases: list[str], out: Path) -> list[Path]:
-    """The reports of the run directories inside `run_dir` (a study's phases, an IQL run's live evaluation), each
-    into its own folder of `out`."""
-    if not phases:
-        raise FileNotFoundError(f"{run_dir} holds none of {', '.join(STUDY_PHASES)} yet: nothing to plot")
-    return [path for phase in phases for path in render_report(run_dir / phase, out / phase)]
-
-
-def load_rows(run_dir: Path, cls: type[R]) -> list[R]:
-    """The typed rows of `cls`'s line log (its FILE); an empty log is an error, there is nothing to plot yet."""
-    path = run_dir / cls.FILE
-    rows = read_rows(path, cls)
-    if not rows:
-        raise UserInputError(f"{path} has no complete rows: nothing to plot yet")
-    return rows
-
-
-def load_results(run_dir: Path) -> ComparisonResult:
-    path = run_dir / ComparisonResult.FILE
-    data = _json(path)
-    if not isinstance(data, dict):
-        raise LogFormatError(f"{path} is not a JSON object")
-    return ComparisonResult.from_dict(data, source=str(path))
-
-
-def _json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise LogFormatError(f"{path} is not valid JSON: {exc}") from exc
-
-
-def _make_dir(out: Path) -> None:
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserInputError(f"Cannot create the report folder {out} ({exc.strerror or exc}): pass a writable --out"
-                             ) from exc

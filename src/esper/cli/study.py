@@ -55,7 +55,6 @@ from esper.cli.compare import comparison_table
 from esper.cli.family_study import __doc__ as family_doc
 from esper.cli.family_study import cmd_family_study
 from esper.cli.param_cost import resolve_auto_cost
-from esper.cli.report import render_report
 from esper.cli.rundirs import discard_on_error
 from esper.cli.study_phases import measured_setting, open_study, phase_runner, saved_run, train_run
 from esper.cli.train_ppo import flag_overrides
@@ -88,6 +87,7 @@ from esper.evaluation.teacher_choice import TeacherChoice, choose_teacher, with_
 from esper.evaluation.tuning import RECORD_FILE as TUNED_RECORD_FILE
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import SeedStream
+from esper.report.render import render_report
 from esper.runtime.devices import resolve_devices
 from esper.runtime.families import FAMILIES
 from esper.runtime.param_costs import AUTO_COST

@@ -61,6 +61,17 @@ class PoolEpoch:
     observations: list[EnvObservation]
     steps: list[StepOutcome]
 
+    @property
+    def decision_step(self) -> int:
+        """The index, among the episode's T − 1 decisions, of the one taken on `observations` (epoch 1's is 0; the
+        last epoch takes none)."""
+        return self.epoch - 1
+
+    @property
+    def credited_step(self) -> int:
+        """The index of the decision `steps` credit: the one taken after the previous epoch (epoch 1 credits none)."""
+        return self.decision_step - 1
+
 
 @dataclass
 class _Call:

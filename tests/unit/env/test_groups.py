@@ -58,13 +58,14 @@ def test_the_caller_decides_between_the_epochs_the_pool_yields() -> None:
             pool.apply([])
         seen = []
         for m in pool.epochs(SETTING, groups):
-            seen.append((m.epoch, m.last, len(m.observations), [s.position for s in m.steps]))
+            seen.append((m.epoch, m.decision_step, m.credited_step, m.last, len(m.observations),
+                         [s.position for s in m.steps]))
             if not m.last:
                 with pytest.raises(ValueError, match="1 decisions for 2 envs"):
                     pool.apply([policy.decide(m.observations[0])])
                 pool.apply([policy.decide(o) for o in m.observations])
         results = pool.finish().results
-        assert seen == [(1, False, 2, []), (2, False, 2, [0, 1]), (3, True, 2, [0, 1])]
+        assert seen == [(1, 0, -1, False, 2, []), (2, 1, 0, False, 2, [0, 1]), (3, 2, 1, True, 2, [0, 1])]
         assert [r.env_id for r in results] == [0, 1]
 
         epochs = pool.epochs(SETTING, groups)

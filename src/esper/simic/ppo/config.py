@@ -145,12 +145,18 @@ class TrainingConfig(StrictConfig):
     value_clip: Positive | None = Field(default=DEFAULT_VALUE_CLIP,
                                         description="value prediction clip (--set value_clip=null: none)")
     max_grad_norm: Positive = Field(default=DEFAULT_MAX_GRAD_NORM, description="gradient norm clip")
-    n_epochs: StrictInt = Field(default=DEFAULT_N_PPO_EPOCHS, ge=1, le=1000, description="PPO epochs per update")
+    n_epochs: StrictInt = Field(default=DEFAULT_N_PPO_EPOCHS, ge=1, le=1000,
+                                description="PPO epochs per update: passes over the rollout in fresh minibatches")
     minibatch_size: BatchSize = Field(default=DEFAULT_MINIBATCH_SIZE, description="PPO minibatch size")
     target_kl: StrictFloat | None = Field(default=DEFAULT_TARGET_KL, gt=0.0, le=100.0,
                                           description="stop an update's epochs past this KL (--set target_kl=null: "
                                                       "never)")
-    ppo_updates_per_batch: StrictInt = Field(default=1, ge=1, le=100, description="PPO updates per rollout batch")
+    # Not n_epochs in other words: the entropy, actor warm-up and teacher-KL schedules step once per update and each
+    # update reads them afresh, so k updates of E epochs are k·E epochs with the schedules stepped k times a batch.
+    ppo_updates_per_batch: StrictInt = Field(default=1, ge=1, le=100,
+                                             description="PPO updates per rollout batch, each of n_epochs epochs; the "
+                                                         "entropy, actor warm-up and teacher-KL schedules step once "
+                                                         "per update")
     entropy_coef: Coef = Field(default=DEFAULT_ENTROPY_COEF, description="entropy bonus weight")
     entropy_coef_min: Coef = Field(default=DEFAULT_ENTROPY_COEF_MIN, description="the entropy weight annealing ends at")
     entropy_anneal_episodes: StrictInt = Field(default=0, ge=0, le=MAX_EPISODES,

@@ -212,7 +212,7 @@ def _collect(config: TrainingConfig, env_devices: list[torch.device], learner: P
                                      agent.device, residual=agent.network.residual))
     for m in pool.epochs(settings.base, groups, sink=run.sink):
         if m.steps:  # the rewards of the decisions taken after the previous epoch
-            batch.rollout.credit(m.epoch - 2, [s.position for s in m.steps],
+            batch.rollout.credit(m.credited_step, [s.position for s in m.steps],
                                  [learner.reward_normalizer.update_and_normalize(s.reward.total()) for s in m.steps],
                                  [s.terminal for s in m.steps])
             for s in m.steps:
@@ -223,7 +223,7 @@ def _collect(config: TrainingConfig, env_devices: list[torch.device], learner: P
             continue
         with intra_op_threads(1):  # a forward on a few dozen rows: idle threads would spin on the workers' cores
             step = policy.act(m.observations)
-        batch.rollout.add(m.epoch - 1, step)
+        batch.rollout.add(m.decision_step, step)
         pool.apply(step.decisions)
         if run.stopped():
             return None

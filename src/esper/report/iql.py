@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from esper.cli import report_plots as rp
+from esper.report import plots as rp
 from esper.simic.iql.history import IQLHistoryRow
 
 

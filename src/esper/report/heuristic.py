@@ -7,9 +7,9 @@ from pathlib import Path
 
 from matplotlib.axes import Axes
 
-from esper.cli import report_plots as rp
-from esper.cli.report_lifecycle import NO_SEEDS, germinated, lifecycle_figure
 from esper.env.logs import EpisodeResult, StepRow
+from esper.report import plots as rp
+from esper.report.lifecycle import NO_SEEDS, germinated, lifecycle_figure
 
 MARKED_OPS = {"GERMINATE": ("^", "germinate"), "FOSSILIZE": ("*", "fossilize"), "CULL": ("X", "cull")}
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from esper.cli import report_plots as rp
-from esper.cli.report_lifecycle import Track, lifecycle_figure
 from esper.env.logs import EpisodeResult, StepRow
+from esper.report import plots as rp
+from esper.report.lifecycle import Track, lifecycle_figure
 from esper.simic.ppo.history import PPOHistoryRow
 
 LIFECYCLE_ENVS = 4  # envs shown per lifecycle panel; more rows would be unreadable

@@ -15,11 +15,11 @@ from typing import Any, Literal
 
 from matplotlib.axes import Axes
 
-from esper.cli import report_plots as rp
-from esper.cli.report_lifecycle import lifecycle_figure
 from esper.env.logs import EpisodeResult, StepRow
 from esper.evaluation.comparison import ComparisonResult
 from esper.evaluation.stats import mean_std
+from esper.report import plots as rp
+from esper.report.lifecycle import lifecycle_figure
 
 
 def primary_metric(result: ComparisonResult) -> Literal["test", "validation"]:

@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from esper.cli import report_plots as rp
 from esper.datagen.reader import read_episodes
+from esper.report import plots as rp
 
 OUTCOMES = ("fossilized", "culled", "alive at the end")
 OUTCOME_COLORS = {"fossilized": rp.OP_COLORS["FOSSILIZE"], "culled": rp.OP_COLORS["CULL"],

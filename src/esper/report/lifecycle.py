@@ -13,8 +13,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from esper.cli import report_plots as rp
 from esper.env.logs import SlotSummary, StepRow
+from esper.report import plots as rp
 
 STAGE_COLORS = {
     "GERMINATED": "#17becf", "TRAINING": "#f2c200", "BLENDING": "#d62ad6", "PROBATIONARY": "#3b6fd8",

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from esper.cli import report_plots as rp
 from esper.evaluation.regime import FRONTIER_WIDTHS, static_width_labels
 from esper.evaluation.results import ComparisonResult
 from esper.evaluation.runs import scores
+from esper.report import plots as rp
 
 ROLE_MARKERS = {"(final)": "o", "(init)": "s", "replay": "X"}
 
