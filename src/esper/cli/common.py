@@ -22,8 +22,9 @@ from rich.console import Console
 from rich.text import Text
 
 from esper.cli.config_flags import value_type
-from esper.cli.rundirs import save_traceback, saved_traceback
 from esper.env.rewards import RewardFamily
+from esper.evaluation.run_data import load_splits
+from esper.evaluation.rundirs import USER_ERRORS, save_traceback, saved_traceback
 from esper.leyline import (
     CANONICAL_SLOTS,
     TelemetryEventType,
@@ -37,21 +38,16 @@ from esper.leyline.constants import MAX_BATCH, MAX_EPISODE_LENGTH, MAX_SAMPLES
 from esper.leyline.seeding import MAX_BASE_SEED
 from esper.nissa import NissaHub, ProgressBackend, build_hub
 from esper.runtime.augment import AUGMENTS, Augment, parse_augment
-from esper.runtime.data import describe_augmentation
 from esper.runtime.devices import DeviceError
 from esper.runtime.optim import LR_SCHEDULES
 from esper.runtime.param_costs import CHARGES, ComputeCost, ParamCost
-from esper.runtime.readers import DatasetFormatError, DataWarning, Split
+from esper.runtime.readers import DataWarning, Split
 from esper.runtime.rundir import RUN_DIR_NAME, RunDirectory
-from esper.runtime.tasks import TASKS, DataCache, DataOptions, TaskSpec, data_source, get_task_spec
+from esper.runtime.tasks import TASKS, DataCache, DataOptions, TaskSpec, get_task_spec
 from esper.runtime.workers import MAX_THREADS, MAX_WORKERS, WorkerFailed, WorkerOptions, cuda_device_count
 from esper.simic.ppo.config import MAX_EPISODES
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-USER_ERRORS = (UserInputError, OSError)
-"""Bad input: a clear message and exit 2. OSError covers the file system saying no (a path that is a file, a
-directory without write permission, a full disk), which the user fixes, not the code. Anything else is a fault of
-esper's: exit 1, its traceback saved (in the run directory when there is one) and named."""
 
 # Piped output (CI logs, files) gets a wide fixed width so result tables stay on one line per row.
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -203,12 +199,6 @@ def augment_choice(args: argparse.Namespace) -> Augment | None:
     return getattr(args, "augment", None)
 
 
-def data_record(task: TaskSpec, augment: Augment | None) -> dict[str, str]:
-    """What a run records of its data beyond where it lies: the training batches' augmentation in force and where its
-    validation split comes from."""
-    return {"augmentation": describe_augmentation(task.augmentation(augment)), "val_split": task.val_split}
-
-
 def add_scale_options(p: argparse.ArgumentParser, *, defaults: tuple[str, int] | None, task_note: str = "",
                       accept_task: Callable[[str], str] = task_name) -> None:
     """The SCALE_FIELDS flags and --augment. `defaults`: the task and episode length of a command without a preset
@@ -324,23 +314,8 @@ def data_options(args: argparse.Namespace) -> DataOptions:
 
 def preload_data(args: argparse.Namespace, task: TaskSpec, devices: Sequence[torch.device],
                  splits: tuple[Split, ...]) -> DataCache:
-    """Load every split a run needs before anything is written; a --data-path whose content cannot be used is an
-    error naming that file (the readers' own messages name the problem but not always the file)."""
-    cache = DataCache(data_options(args))
-    try:
-        cache.preload(task, list(devices), splits)
-    except UnicodeDecodeError as exc:
-        raise DatasetFormatError(f"--data-path {args.data_path} is not UTF-8 text ({exc.reason} at byte {exc.start}):"
-                                 f" pass a UTF-8 .txt or .jsonl file") from exc
-    except ValueError as exc:
-        if args.data_path is None or str(args.data_path) in str(exc):
-            raise
-        raise DatasetFormatError(f"--data-path {args.data_path}: {exc}; pass a corpus the task can split into "
-                                 f"train, validation and test") from exc
-    source = data_source(task.name, cache.options)
-    if task.name == "fashion_mnist" and Path(source) != Path(args.data_dir) / "fashion-mnist":
-        console.print(f"Fashion-MNIST from {source} ({Path(args.data_dir) / 'fashion-mnist'} holds none)")
-    return cache
+    """Load every split a run needs before anything is written (`load_splits` of the data flags)."""
+    return load_splits(data_options(args), task, devices, splits, console.print)
 
 
 def make_hub(args: argparse.Namespace, run_dir: RunDirectory, hparams: dict[str, Any]

@@ -22,11 +22,11 @@ from esper.cli.common import (
     run_settings,
 )
 from esper.cli.episodes import episode_plan, load_data, open_episode_run, runtime_info
-from esper.cli.rundirs import discard_on_error
 from esper.env import EpisodeResult
 from esper.env.driver import EnvPool
 from esper.evaluation.comparison import parse_controllers
 from esper.evaluation.episodes import run_controller_episodes
+from esper.evaluation.rundirs import discard_on_error
 from esper.leyline import TelemetryEventType
 from esper.runtime.checkpoint import atomic_save
 from esper.runtime.rundir import default_run_dir

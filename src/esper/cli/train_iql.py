@@ -25,7 +25,6 @@ from esper.cli.common import (
     closing_hub,
     console,
     data_options,
-    data_record,
     emit,
     int_in,
     make_hub,
@@ -37,12 +36,13 @@ from esper.cli.common import (
 from esper.cli.compare import comparison_table
 from esper.cli.config_flags import add_config_flags, config_from_args
 from esper.cli.datagen import HEALTH_FILE
-from esper.cli.rundirs import check_same_arguments, discard_on_error, prepare_run_dir
 from esper.cli.train_ppo import StopAfterStep
 from esper.datagen.loader import REWARD_SOURCES, load_transitions
 from esper.datagen.reader import MANIFEST_FILE, require_not_run_directory
 from esper.evaluation.comparison import parse_controllers, run_comparison
 from esper.evaluation.episodes import EpisodePlan
+from esper.evaluation.run_data import data_record
+from esper.evaluation.rundirs import check_same_arguments, discard_on_error, prepare_run_dir
 from esper.leyline import ActionSpace, TelemetryEventType
 from esper.leyline.errors import UserInputError
 from esper.runtime.augment import parse_augment

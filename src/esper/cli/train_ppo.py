@@ -23,7 +23,7 @@ from esper.cli.common import (
     add_worker_options,
     closing_hub,
     console,
-    data_record,
+    data_options,
     make_hub,
     one_of,
     phase_progress,
@@ -34,19 +34,19 @@ from esper.cli.common import (
     run_settings,
 )
 from esper.cli.config_flags import add_config_flags, config_changes
-from esper.cli.param_cost import resolve_auto_cost
-from esper.cli.rundirs import discard_on_error, prepare_run_dir
-from esper.env.rewards import resolved_cost
+from esper.evaluation.param_cost import resolve_auto_cost
+from esper.evaluation.ppo_runs import TrainingDir, open_training_dir, training_result_lines
+from esper.evaluation.rundirs import discard_on_error
 from esper.leyline.errors import UserInputError
 from esper.nissa import ProgressBackend, trim_event_log
-from esper.runtime.devices import env_device_map, resolve_device, resolve_devices
+from esper.runtime.devices import env_device_map, resolve_devices
 from esper.runtime.families import family_task, get_family
 from esper.runtime.plugins import loaded_plugins
-from esper.runtime.rundir import RunDirectory, checkpoint_file, checkpoints_dir, default_run_dir, run_dir_of
-from esper.runtime.tasks import DataCache, data_source, get_task_spec
-from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config, trim_logs
+from esper.runtime.rundir import checkpoint_file, checkpoints_dir, default_run_dir, run_dir_of
+from esper.runtime.tasks import get_task_spec
+from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config
 from esper.simic.ppo.config import PRESETS, TrainingConfig, charge_fields, family_fields
-from esper.simic.ppo.train import PPORun, PPOTrainingResult, train_ppo
+from esper.simic.ppo.train import PPORun, train_ppo
 
 PRESET_FIELDS = frozenset(k for preset in PRESETS.values() for k in preset)
 FLAGS_ELSEWHERE = frozenset({*SCALE_FIELDS, "augment", "seed", "workers", "threads", "executor", "ray_address"})
@@ -92,7 +92,7 @@ def effective_config(args: argparse.Namespace) -> TrainingConfig:
     overrides = charge_fields(config, flag_overrides(args))
     if isinstance(overrides.get("family"), str):
         overrides = family_fields(get_family(overrides["family"]), overrides)
-    return resolve_auto_cost(config.with_overrides(**overrides), args)
+    return resolve_auto_cost(config.with_overrides(**overrides), data_options(args), console.print)
 
 
 def _resume_target(args: argparse.Namespace) -> Path | None:
@@ -122,7 +122,7 @@ def _config_for_resume(args: argparse.Namespace, checkpoint: Path, requested: Tr
     command's own config, None under --resume, where the flags apply to the saved one)."""
     saved = TrainingConfig.from_dict(read_policy_checkpoint(checkpoint)["config"])
     if requested is None:
-        requested = resolve_auto_cost(saved.with_overrides(**flag_overrides(args)), args)
+        requested = resolve_auto_cost(saved.with_overrides(**flag_overrides(args)), data_options(args), console.print)
     return resume_config(saved, requested)
 
 
@@ -181,64 +181,18 @@ class StopAfterStep:
             signal.signal(signal.SIGINT, previous)
 
 
-def open_training_dir(path: Path, config: TrainingConfig, args: argparse.Namespace, checkpoint: Path | None,
-                      cache: DataCache, preset: str | None) -> RunDirectory:
-    """The PPO run directory: reopened for a checkpoint (logs and events cut back to it, the resume logged),
-    else started afresh with config.json, which records `preset` (a directory left by an attempt that never
-    finished a batch is reused)."""
-    if checkpoint is not None:
-        run_dir = RunDirectory(path, resume=True)
-        saved = read_policy_checkpoint(checkpoint)
-        batches = int(saved["batches_completed"])
-        trim_logs(path, checkpoint, batches, int(saved["episodes_completed"]))
-        console.print(f"Resuming from [bold]{checkpoint}[/bold] (after batch {batches})")
-        trim_event_log(path / "events.jsonl", lambda event: _batch_finished(event, batches))
-        run_dir.record_resume(args.argv, config.to_dict(), {"from_batch": batches})
-        return run_dir
-    prepare_run_dir(path, command="ppo", overwrite=args.overwrite, resumable=lambda p: False)
-    run_dir = RunDirectory(path)
-    devices = resolve_devices(config.device, config.devices)
-    run_dir.write_config("ppo", args.argv, config.to_dict(), {
-        "data_dir": str(cache.options.data_dir), "data_source": data_source(config.task, cache.options),
-        "devices": [str(d) for d in devices],
-        "policy_device": str(resolve_device(config.device)), "preset": preset,
-        "telemetry_level": args.telemetry_level, **data_record(get_task_spec(config.task), config.augment),
-        **({"param_cost": config.type_param_costs} if config.family is not None else resolved_cost(
-            config.reward_family, get_task_spec(config.task), config.charged_param_cost(), charge=config.charge,
-            compute_cost=config.charged_compute_cost(), max_train_samples=config.max_train_samples))})
-    return run_dir
-
-
-def _batch_finished(event: dict[str, Any], batches: int) -> bool | None:
-    """Whether an event belongs to the first `batches` rollout batches (None: it carries no batch index).
-
-    Batch events carry the 0-based index of their batch; checkpoint events carry the number of batches completed
-    when they were written, so the checkpoint of the resume point itself is kept."""
-    data = event.get("data")
-    batch = data.get("batch") if isinstance(data, dict) else None
-    if not isinstance(batch, int) or isinstance(batch, bool):
-        return None
-    if event.get("event_type") in ("CHECKPOINT_SAVED", "CHECKPOINT_LOADED"):
-        return batch <= batches
-    return batch < batches
+def print_training_setting(config: TrainingConfig, *, preset: str | None, debug: bool) -> None:
+    """The config (in full at debug level) and the envs' devices."""
+    console.print(config_table(config) if debug else config_summary(config, preset))
+    console.print(device_summary(config))
 
 
 def print_training_start(config: TrainingConfig, progress: ProgressBackend, *, preset: str | None, debug: bool,
                          episodes_done: int) -> None:
-    """The config (in full at debug level) and the envs' devices; starts the progress display's training phase."""
-    console.print(config_table(config) if debug else config_summary(config, preset))
-    console.print(device_summary(config))
+    """`print_training_setting`, and the progress display's training phase started."""
+    print_training_setting(config, preset=preset, debug=debug)
     progress.start("training", config.total_episodes() * config.max_epochs, done=episodes_done * config.max_epochs,
                    round_size=config.n_envs)
-
-
-def print_training_result(config: TrainingConfig, run: PPORun, result: PPOTrainingResult, *, stopped: bool) -> None:
-    if run.resume_from is not None and not result.history and not stopped:
-        console.print(f"Nothing to train: this run already completed {result.episodes_completed} episodes "
-                      f"(--episodes {config.n_episodes}).")
-    best = f"{result.best_rolling_accuracy:.2f}%" if result.batches_completed else "—"
-    console.print(f"Batches: {result.batches_completed}, episodes: {result.episodes_completed}, best rolling "
-                  f"accuracy: {best}")
 
 
 def compare_hint(config: TrainingConfig, run: Path) -> list[list[str]]:
@@ -277,7 +231,10 @@ def cmd_train_ppo(args: argparse.Namespace) -> int:
                          ("train", "val"))
     path = run_dir_of(checkpoint) if checkpoint is not None else args.run_dir
     preset = recorded_preset(path) if checkpoint is not None else preset_of(args)
-    run_dir = open_training_dir(path, config, args, checkpoint, cache, preset)
+    run_dir, kept = open_training_dir(path, config, checkpoint, cache, preset, TrainingDir(
+        args.argv, overwrite=args.overwrite, telemetry_level=args.telemetry_level, note=console.print))
+    if kept is not None:
+        trim_event_log(path / "events.jsonl", kept)
     print_run_start(run_dir.path, tensorboard=not args.no_tensorboard)
     stop = StopAfterStep()
     with discard_on_error(run_dir, fresh=checkpoint is None, errors=USER_ERRORS):
@@ -289,7 +246,8 @@ def cmd_train_ppo(args: argparse.Namespace) -> int:
                                  episodes_done=episodes_done)
             with stop.installed():  # Ctrl+C: stop after the current step (the last batch checkpoint stays)
                 result = train_ppo(config, run)
-            print_training_result(config, run, result, stopped=stop.requested)
+            for line in training_result_lines(config, run, result, stopped=stop.requested):
+                console.print(line)
     if stop.requested:
         if (run_dir.checkpoints / "latest.pt").exists():
             print_command("Stopped. Resume with: ", [["esper", "train", "ppo"], ["--resume", run_dir.path]])

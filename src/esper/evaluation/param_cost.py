@@ -8,7 +8,8 @@ the added-parameter ratio params(w) / params(1) − 1, λ_c against the added-tr
 per 100 % (floored at 0) with a paired-bootstrap 95 % interval over episodes. They depend on the task, the episode
 length, the sample caps, the batch size and the augmentation, so a measurement is cached under the data directory
 keyed by all of them (and by the host's parameter count, which changes when the host does) and reused by every run
-with the same key.
+with the same key. `resolve_auto_cost` is how a learning run (`train ppo`, a study) asks for it: `"auto"` in its config
+becomes the measured (or cached) λ of its setting, one λ_p per training type across a task family.
 """
 
 from __future__ import annotations
@@ -31,12 +32,16 @@ from esper.evaluation.stats import bootstrap_counts, percentile_interval
 from esper.leyline import CANONICAL_SLOTS, UserInputError
 from esper.leyline.seeding import SeedStream
 from esper.runtime.augment import Augment
+from esper.runtime.devices import resolve_device
+from esper.runtime.families import family_task, get_family
 from esper.runtime.optim import LRSchedule
-from esper.runtime.param_costs import Charge
+from esper.runtime.param_costs import AUTO_COST, CHARGES, Charge
 from esper.runtime.rundir import task_slug, write_json_atomic
-from esper.runtime.tasks import DataCache, TaskSpec
+from esper.runtime.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
+from esper.simic.ppo.config import TrainingConfig
 
-__all__ = ["WIDTHS", "ParamCostMeasurement", "ParamCostSetting", "cached_costs", "measure_param_cost"]
+__all__ = ["WIDTHS", "ParamCostMeasurement", "ParamCostSetting", "cached_costs", "measure_param_cost",
+           "resolve_auto_cost"]
 
 WIDTHS = (1.0, 1.5, 2.0)
 CACHE_DIR = "param_costs"
@@ -161,3 +166,40 @@ def cached_costs(task: TaskSpec, setting: ParamCostSetting, cache: DataCache, da
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, measured.to_dict())
     return {"param": measured.param_cost, "compute": measured.compute_cost}, path, True
+
+
+def _measured(config: TrainingConfig, charge: Charge, task: str, max_train_samples: int | None, data_dir: Path,
+              cache: DataCache, note: Callable[[str], None]) -> float:
+    setting = ParamCostSetting(task, config.max_epochs, max_train_samples, config.max_val_samples, config.batch_size,
+                               config.lr_schedule, augment=config.augment)
+    symbol = CHARGES[charge].symbol
+
+    def progress(done: int, total: int, elapsed: float) -> None:
+        widths = "/".join(f"{w:.1f}" for w in WIDTHS)
+        note(f"measuring {symbol}: paired episode {done}/{total} of the static host at widths {widths} · elapsed "
+             f"{elapsed:.0f} s · ETA {elapsed / done * (total - done):.0f} s")
+
+    costs, path, measured = cached_costs(get_task_spec(task), setting, cache, data_dir,
+                                         device=resolve_device(config.device), progress=progress)
+    note(f"{symbol} {costs[charge]:.3f} for {task} at {config.max_epochs} epochs, caps {max_train_samples or 'all'} / "
+         f"{config.max_val_samples or 'all'}: {'measured now and cached in' if measured else 'reused from'} {path}")
+    return costs[charge]
+
+
+def resolve_auto_cost(config: TrainingConfig, data: DataOptions, note: Callable[[str], None]) -> TrainingConfig:
+    """`config` with a measured (or cached, under `data`'s directory) λ in place of "auto" (λ_p across a family: one
+    per training type, in that type's own setting), each measurement's progress and result told to `note`; any other
+    config unchanged."""
+    if AUTO_COST not in (config.param_cost, config.compute_cost):
+        return config
+    cache = DataCache(data)
+    if config.compute_cost == AUTO_COST:
+        return config.with_overrides(compute_cost=_measured(config, "compute", config.task, config.max_train_samples,
+                                                            data.data_dir, cache, note))
+    if config.family is None:
+        return config.with_overrides(param_cost=_measured(config, "param", config.task, config.max_train_samples,
+                                                          data.data_dir, cache, note))
+    family = get_family(config.family)
+    costs = {t.name: _measured(config, "param", family_task(family, t), t.max_train_samples, data.data_dir, cache,
+                               note) for t in family.training}
+    return config.with_overrides(param_cost=None, type_param_costs=costs)
