@@ -4,6 +4,7 @@ kinds of study (one task, a task family) that fill in the phases of the one orde
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -26,9 +27,10 @@ class StudyPhase:
     run: Callable[[], StudyStatus | None]
 
 
-class Study:
-    """A kind of study: the phases it runs of the order (None where it runs none of that kind), the state it holds
-    before any phase runs (`given`), and its result. Subclasses open the study directory when they are built."""
+class Study(ABC):
+    """A kind of study: the phases it runs of the order (None where it runs none of that kind: every study selects,
+    sets its policies, trains them (unless they are given), reads their replays, evaluates and reports), the state it
+    holds before any phase runs (`given`), and its result. Subclasses open the study directory when they are built."""
 
     runs: int
     directory: RunDirectory
@@ -36,32 +38,34 @@ class Study:
     given: tuple[str, ...] = ()
 
     def precheck(self) -> StudyPhase | None:
+        """A family's pre-check; a study on one task has none."""
         return None
 
-    def selection(self) -> StudyPhase | None:
-        return None
+    @abstractmethod
+    def selection(self) -> StudyPhase: ...
 
     def teacher_choice(self) -> StudyPhase | None:
+        """The policies' teacher, chosen on the selection seeds; a family study trains on its preset's."""
         return None
 
-    def policy_setting(self) -> StudyPhase | None:
-        return None
+    @abstractmethod
+    def policy_setting(self) -> StudyPhase: ...
 
-    def training(self, run: int) -> StudyPhase | None:
-        return None
+    @abstractmethod
+    def training(self, run: int) -> StudyPhase | None: ...
 
-    def replay_source(self, run: int) -> StudyPhase | None:
-        return None
+    @abstractmethod
+    def replay_source(self, run: int) -> StudyPhase: ...
 
-    def evaluation(self) -> StudyPhase | None:
-        return None
+    @abstractmethod
+    def evaluation(self) -> StudyPhase: ...
 
-    def report(self) -> StudyPhase | None:
-        return None
+    @abstractmethod
+    def report(self) -> StudyPhase: ...
 
+    @abstractmethod
     def result(self, status: StudyStatus, phase: str | None) -> StudyResult:
         """What the study holds once it ended with `status` (in `phase`, where it ended early)."""
-        raise NotImplementedError
 
 
 def check_order(phases: Sequence[StudyPhase], given: Sequence[str]) -> None:
