@@ -25,6 +25,7 @@ from esper.cli.config_flags import value_type
 from esper.env.rewards import RewardFamily
 from esper.evaluation.run_data import load_splits
 from esper.evaluation.rundirs import USER_ERRORS, save_traceback, saved_traceback
+from esper.evaluation.studies.paired import WORKER_FIELDS
 from esper.leyline import (
     CANONICAL_SLOTS,
     TelemetryEventType,
@@ -271,9 +272,6 @@ def add_worker_options(p: argparse.ArgumentParser) -> None:
                         "so use --workers, not threads, to put more cores to work)")
 
 
-WORKER_FIELDS = ("workers", "executor", "ray_address")
-"""The flags that choose where the work runs (never what it computes), named as the TrainingConfig fields they set;
---threads sets `threads` too, but the numbers depend on it."""
 
 
 def worker_options(args: argparse.Namespace, devices: Iterable[str | torch.device]) -> WorkerOptions:

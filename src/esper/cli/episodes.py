@@ -1,5 +1,5 @@
-"""What the episode commands (`train heuristic`, `compare`, a study's evaluation) share: the episode plan, data
-loading, and opening (or resuming) their run directory."""
+"""What the episode commands (`train heuristic`, `compare`, `tune heuristic`) share: the episode plan, data loading,
+and opening (or resuming) their run directory."""
 
 from __future__ import annotations
 

@@ -27,8 +27,8 @@ from esper.simic.ppo.config import TrainingConfig
 __all__ = ["WORKER_FIELDS", "measured_setting", "open_study", "phase_runner"]
 
 WORKER_FIELDS = ("workers", "executor", "ray_address")
-"""The TrainingConfig fields that choose where the work runs (never what it computes); `threads` is not one of them:
-the numbers depend on it."""
+"""The TrainingConfig fields (and the flags that set them) that choose where the work runs, never what it computes;
+--threads sets `threads` too, but the numbers depend on it."""
 
 
 def open_study(path: Path, plan: StudyPlan, settings: dict[str, Any], config: TrainingConfig
