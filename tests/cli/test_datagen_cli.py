@@ -101,9 +101,9 @@ def _error_line(capsys: pytest.CaptureFixture[str]) -> str:
     return " ".join(err.split())
 
 
-def _foreign_episode(out: Path) -> None:
+def _older_episode(out: Path) -> None:
     episode = make_episode()
-    episode["schema_version"] = "1.4.0"
+    episode["schema_version"] = "2.1.0"
     write_strict_json(out / "baseline_baseline_0000.json", episode)
 
 
@@ -114,7 +114,7 @@ def _foreign_episode(out: Path) -> None:
     (["--devices", "cuda:7"], None, "Device 'cuda:7' is not available"),
     (["--executor", "ray"], None, "The Ray executor needs workers >= 1 (--workers N)"),
     ([], lambda out: (out.mkdir(), (out / "broken.json").write_text("{oops")), "is not valid JSON"),
-    ([], _foreign_episode, "has episode schema '1.4.0'"),
+    ([], _older_episode, "has episode schema '2.1.0'; this esper reads schema 3.0.0 only: regenerate the dataset"),
     ([], lambda out: GenerationOrchestrator(out, ["wide"], ["random"], 1, settings={}).close(),
      "holds a different generation matrix"),
 ])
