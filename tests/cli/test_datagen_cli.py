@@ -135,12 +135,12 @@ def test_ray_without_the_extra_exits_2(tmp_path: Path, capsys: pytest.CaptureFix
     assert not (tmp_path / "out").exists()
 
 
-def test_health_check_of_a_missing_or_foreign_directory_exits_2(tmp_path: Path,
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_health_check_of_a_missing_or_older_directory_exits_2(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["datagen", "--health-check", str(tmp_path / "missing")]) == 2
     assert "does not exist" in _error_line(capsys)
-    _foreign_episode(tmp_path)
+    _older_episode(tmp_path)
     assert main(["datagen", "--health-check", str(tmp_path)]) == 2
-    assert "has episode schema '1.4.0'" in _error_line(capsys)
+    assert "has episode schema '2.1.0'; this esper reads schema 3.0.0 only" in _error_line(capsys)
     assert main(["datagen"]) == 2
     assert "Give --output-dir DIR" in _error_line(capsys)
