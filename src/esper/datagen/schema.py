@@ -28,6 +28,7 @@ from esper.leyline.atomic import TEMP_SUFFIX, atomic_write
 from esper.leyline.errors import UserInputError
 
 __all__ = [
+    "REWARD_FAMILIES",
     "SCHEMA_VERSION",
     "finite_or_none",
     "read_json",
@@ -107,14 +108,14 @@ def _check_rewards(problems: list[str], where: str, rewards: Any, outcome: Mappi
     if not isinstance(rewards, Mapping):
         problems.append(f"{where}.rewards is missing")
         return
+    families = {family: c for family, c in rewards.items() if isinstance(c, Mapping)}
     for family in REWARD_FAMILIES:
-        if not isinstance(rewards.get(family), Mapping) or "total" not in rewards[family]:
+        if "total" not in families.get(family, {}):
             problems.append(f"{where}.rewards.{family}.total is missing")
     for key in ("reward", "return_to_go"):
         if key not in outcome:
             problems.append(f"{where}.outcome.{key} is missing")
-    if stored in REWARD_FAMILIES and isinstance(rewards.get(stored), Mapping) and "reward" in outcome \
-            and outcome["reward"] != rewards[stored].get("total"):
+    if stored in families and "reward" in outcome and outcome["reward"] != families[stored].get("total"):
         problems.append(f"{where}.outcome.reward differs from the stored ({stored}) family's total")
 
 

@@ -72,9 +72,10 @@ def test_an_older_schema_is_refused_naming_the_fix(tmp_path: Path) -> None:
     episode = _with_final(make_episode(ops=OPS_A))
     episode["schema_version"] = "2.1.0"
     _write(tmp_path, episode)
+    message = (r"has episode schema '2\.1\.0'; this esper reads schema 3\.0\.0 only: regenerate the dataset .* "
+               r"`esper datagen --output-dir DIR`")
     for read in (read_episodes, load_transitions, check_resumable):
-        with pytest.raises(EpisodeFormatError, match=r"has episode schema '2\.1\.0'; this esper reads schema 3\.0\.0 "
-                                                     r"only: regenerate the dataset .* `esper datagen --output-dir DIR`"):
+        with pytest.raises(EpisodeFormatError, match=message):
             read(tmp_path)
 
 

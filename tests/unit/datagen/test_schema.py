@@ -81,7 +81,7 @@ def _broken(path: list[Any], value: Any, delete: bool = False) -> dict[str, Any]
     ("path", "value", "delete", "problem"),
     [
         (["schema_version"], "2.1.0", False, "schema_version must be '3.0.0'"),
-        (["reward_family"], "accuracy", False, "reward_family must be one of ['gap', 'contribution', 'loss', 'sparse']"),
+        (["reward_family"], "accuracy", False, "reward_family must be one of ['gap', 'contribution', 'loss', 'spars"),
         (["feature_schema"], None, True, "feature_schema.blueprints must be a list"),
         (["twin"], None, True, "twin.twin_id is missing"),
         (["twin", "val_loss_curve"], None, False, "twin.val_loss_curve must be a list"),

@@ -112,7 +112,8 @@ def test_cnn_block_structure() -> None:
 # --------------------------------------------------------------------------------------------------- ResNetHost
 
 
-@pytest.mark.parametrize(("depth", "params", "stages"), [(18, 11_173_962, [2, 2, 2, 2]), (34, 21_282_122, [3, 4, 6, 3])])
+@pytest.mark.parametrize(("depth", "params", "stages"),
+                         [(18, 11_173_962, [2, 2, 2, 2]), (34, 21_282_122, [3, 4, 6, 3])])
 def test_resnet_host_params_stages_and_slot_channels(depth: int, params: int, stages: list[int]) -> None:
     host = ResNetHost(depth).eval()
     assert n_params(host) == params and [len(stage) for stage in host.blocks] == stages
