@@ -245,7 +245,7 @@ ALLOWED_CASES = [
     ("esper.leyline.fake", "import esper\nfrom esper import __version__\n"),
     ("esper.kasmina.fake", "import torch\nfrom esper.leyline import SeedStage\nfrom . import blending\n"),
     ("esper.runtime.fake", "import numpy\nfrom esper.kasmina.model import MorphogeneticModel\n"),
-    ("esper.tolaria.fake", "from esper.runtime.optim import x\nfrom esper.kasmina import y\n"),
+    ("esper.tolaria.fake", "from esper.data.optim import x\nfrom esper.kasmina import y\n"),
     ("esper.tamiyo.fake", "import random\nfrom esper.leyline.actions import ordered_slots\n"),
     (
         "esper.simic.fake",

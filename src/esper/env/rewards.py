@@ -33,6 +33,8 @@ from typing import ClassVar, Self
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt, model_validator
 
+from esper.data.tasks import TaskSpec
+from esper.env.charges import CHARGES, Charge, ParamCost, known_cost, required_cost
 from esper.env.contribution import ContributionRewardConfig, compute_contribution_reward
 from esper.env.shared_terms import base_components, clamp, rent
 from esper.env.step_record import SUMMED_FIELDS, Measurement, ShapedRewardComponents, StepRecord
@@ -40,8 +42,6 @@ from esper.leyline.actions import LifecycleOp
 from esper.leyline.constants import MAX_PARAM_BUDGET, MAX_WEIGHT
 from esper.leyline.errors import UserInputError
 from esper.leyline.strict_config import EpochCount, StrictConfig, Weight
-from esper.runtime.param_costs import CHARGES, Charge, ParamCost, known_cost, required_cost
-from esper.runtime.tasks import TaskSpec
 
 __all__ = [
     "INTERVENTION_COSTS",

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from esper.data.tasks import get_task_spec
+from esper.env.charges import CALIBRATIONS
 from esper.env.potential import lifecycle_potential, pbrs_shaping, slot_potential
 from esper.env.rewards import (
     INTERVENTION_COSTS,
@@ -49,8 +51,6 @@ from esper.leyline import (
     SeedStage,
     SlotAction,
 )
-from esper.runtime.param_costs import CALIBRATIONS
-from esper.runtime.tasks import get_task_spec
 
 P, B, T, F = SeedStage.PROBATIONARY, SeedStage.BLENDING, SeedStage.TRAINING, SeedStage.FOSSILIZED
 SLOTS = ("early", "mid", "late")
