@@ -30,7 +30,7 @@ from esper.datagen.plans import EpisodeTask, TwinPlan
 from esper.datagen.records import EpisodeRecorder, feature_schema, now_iso
 from esper.datagen.schema import SCHEMA_VERSION
 from esper.env import EnvSpec, EpochData, MorphoEnv, run_episodes
-from esper.env.charges import ParamCost, required_cost
+from esper.env.charges import ParamCost, charged_cost
 from esper.env.rewards import RewardFn, make_reward_fn
 from esper.execution.devices import resolve_device
 from esper.leyline import CANONICAL_SLOTS
@@ -86,7 +86,7 @@ class GenerateOptions(StrictConfig):
         """Options whose λ_p is `param_cost`, or the task's one measured nearest their training-sample cap; a
         task without one needs it given."""
         task = datagen_task_name(task)
-        return cls(task=task, param_cost=required_cost("param", task, param_cost, kwargs.get("max_train_samples")),
+        return cls(task=task, param_cost=charged_cost("param", task, param_cost, kwargs.get("max_train_samples")),
                    **kwargs)
 
     def settings(self) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""The `gap` reward's charges, measured: what widening the static host buys per parameter (λ_p) and per unit of
-training compute (λ_c), per task and data size.
+"""The `gap` reward's charges: what a grown network pays per parameter added (λ_p) and per unit of training compute
+added (λ_c), and the one rule that says which λ a run charges.
 
 Both are slopes of the static host's final validation accuracy, fitted over widths 1.0, 1.5 and 2.0 on the same paired
 episodes: λ_p against the added-parameter ratio params(w) / params(1) − 1, λ_c against the added-training-compute
@@ -10,12 +10,12 @@ twelve times what it gains on 2,048), so a task keeps one calibration per measur
 the one nearest its own cap, if that is within a factor of `MAX_CAP_RATIO` of it. Each entry records the command that
 measured it.
 
-This module is the charges' home: the types every config and flag validates them with, the "auto" request, the
-calibrations, and the one rule every command resolves a charge through (`known_cost`, `required_cost`): the λ given,
-else the one measured for the task nearest the run's sample cap, else none, which a command that learns from the
-reward refuses. Measuring one needs episodes, so the method lives above the env layer (`esper.evaluation.param_cost`).
+The charges live beside the reward that charges them: the types every config and flag validates them with, the
+"auto" request, the calibrations, and `charged_cost`, the rule every reward, config and dataset resolves a charge
+through (the λ given, else the one measured for the task nearest the run's sample cap, else none: a reward something
+learns from refuses, one that is only logged leaves the charge out). Measuring a λ runs episodes of the static host, so
+the measurement lives with the comparisons that run them (`esper.evaluation.param_cost`).
 """
-
 from __future__ import annotations
 
 import json
@@ -23,7 +23,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, overload
 
 from pydantic import Field, StrictFloat, ValidationError, WrapValidator
 
@@ -45,10 +45,9 @@ __all__ = [
     "ParamCostOrAuto",
     "TaskCalibrations",
     "calibration_coverage",
-    "known_cost",
+    "charged_cost",
     "measured_cost",
     "missing_cost",
-    "required_cost",
 ]
 
 Charge = Literal["param", "compute"]
@@ -173,15 +172,23 @@ def measured_cost(charge: Charge, task: str, max_train_samples: int | None) -> f
     return nearest.cost(charge) if distance[nearest] <= math.log(MAX_CAP_RATIO) else None
 
 
-def known_cost(charge: Charge, task: str, given: float | None, max_train_samples: int | None) -> float | None:
-    """The λ a run charges: the one given, else the task's measured nearest its sample cap, else None."""
-    return given if given is not None else measured_cost(charge, task, max_train_samples)
+@overload
+def charged_cost(charge: Charge, task: str, given: float | None, max_train_samples: int | None) -> float: ...
 
 
-def required_cost(charge: Charge, task: str, given: float | None, max_train_samples: int | None) -> float:
-    """`known_cost`, refused (naming how to give one) where there is none: a reward something learns from needs it."""
-    cost = known_cost(charge, task, given, max_train_samples)
-    if cost is None:
+@overload
+def charged_cost(charge: Charge, task: str, given: float | None, max_train_samples: int | None, *,
+                 logged_only: bool) -> float | None: ...
+
+
+def charged_cost(charge: Charge, task: str, given: float | None, max_train_samples: int | None, *,
+                 logged_only: bool = False) -> float | None:
+    """The λ a run's gap reward charges: the one `given`, else the task's measured nearest the run's sample cap, else
+    none. A reward something learns from cannot do without one, so none is refused, naming how to give one; a reward
+    that is only logged (`logged_only`: a heuristic, a comparison, a study's evaluation) leaves the charge out
+    (None)."""
+    cost = given if given is not None else measured_cost(charge, task, max_train_samples)
+    if cost is None and not logged_only:
         raise missing_cost(charge, task, max_train_samples)
     return cost
 

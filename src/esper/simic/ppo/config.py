@@ -22,7 +22,7 @@ from esper.env.charges import (
     ComputeCostOrAuto,
     ParamCost,
     ParamCostOrAuto,
-    required_cost,
+    charged_cost,
 )
 from esper.env.rewards import RewardFamily, SparseRewardConfig
 from esper.execution.workers import Executor, Threads, WorkerOptions, Workers, cuda_device_count, placement_problem
@@ -424,7 +424,7 @@ class TrainingConfig(StrictConfig):
     def charge_and_cost(self) -> tuple[Charge, float]:
         """What the gap reward charges and its λ: given, else the task's measured one, else a clear refusal."""
         given = self.charged_compute_cost() if self.charge == "compute" else self.charged_param_cost()
-        return self.charge, required_cost(self.charge, self.task, given, self.max_train_samples)
+        return self.charge, charged_cost(self.charge, self.task, given, self.max_train_samples)
 
     def worker_options(self) -> WorkerOptions:
         """Where the env groups run (Ray actors sharing the env devices' GPUs). Placement only: any number of
