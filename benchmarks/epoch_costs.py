@@ -88,7 +88,7 @@ def timed_episode(config: TrainingConfig, controllers: list[str], cache: DataCac
     specs = parse_controllers(controllers)
     clock = PhaseClock()
     layout = contextlib.nullcontext() if channels_last else mock.patch.object(
-        CNNHost, "_prepare_input", staticmethod(lambda x: x.contiguous()))
+        CNNHost, "_enter", lambda self, x: x.contiguous())
     with layout, driver.EnvPool(plan.workers, cache) as pool, attributed(clock.phase, lambda: clock.current_phase):
         run_controller_episodes(specs, plan, 1, pool)
     clock.close()

@@ -101,9 +101,9 @@ def _error_line(capsys: pytest.CaptureFixture[str]) -> str:
     return " ".join(err.split())
 
 
-def _foreign_episode(out: Path) -> None:
+def _older_episode(out: Path) -> None:
     episode = make_episode()
-    episode["schema_version"] = "1.4.0"
+    episode["schema_version"] = "2.1.0"
     write_strict_json(out / "baseline_baseline_0000.json", episode)
 
 
@@ -114,7 +114,7 @@ def _foreign_episode(out: Path) -> None:
     (["--devices", "cuda:7"], None, "Device 'cuda:7' is not available"),
     (["--executor", "ray"], None, "The Ray executor needs workers >= 1 (--workers N)"),
     ([], lambda out: (out.mkdir(), (out / "broken.json").write_text("{oops")), "is not valid JSON"),
-    ([], _foreign_episode, "has episode schema '1.4.0'"),
+    ([], _older_episode, "has episode schema '2.1.0'; this esper reads schema 3.0.0 only: regenerate the dataset"),
     ([], lambda out: GenerationOrchestrator(out, ["wide"], ["random"], 1, settings={}).close(),
      "holds a different generation matrix"),
 ])
@@ -135,12 +135,12 @@ def test_ray_without_the_extra_exits_2(tmp_path: Path, capsys: pytest.CaptureFix
     assert not (tmp_path / "out").exists()
 
 
-def test_health_check_of_a_missing_or_foreign_directory_exits_2(tmp_path: Path,
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_health_check_of_a_missing_or_older_directory_exits_2(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["datagen", "--health-check", str(tmp_path / "missing")]) == 2
     assert "does not exist" in _error_line(capsys)
-    _foreign_episode(tmp_path)
+    _older_episode(tmp_path)
     assert main(["datagen", "--health-check", str(tmp_path)]) == 2
-    assert "has episode schema '1.4.0'" in _error_line(capsys)
+    assert "has episode schema '2.1.0'; this esper reads schema 3.0.0 only" in _error_line(capsys)
     assert main(["datagen"]) == 2
     assert "Give --output-dir DIR" in _error_line(capsys)

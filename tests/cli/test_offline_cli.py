@@ -123,7 +123,7 @@ def test_ppo_starts_from_the_distilled_iql_policy(iql_run: Path, tmp_path: Path)
     assert init["obs_normalizer"]["update_count"] == 1  # fitted to the dataset before the first rollout
 
 
-@pytest.mark.parametrize("case", ["empty", "not-a-dataset", "other-schema", "nan-reward", "all-invalid-mask"])
+@pytest.mark.parametrize("case", ["empty", "not-a-dataset", "older-schema", "nan-reward", "all-invalid-mask"])
 def test_offline_bad_input_exits_2_with_one_line(case: str, dataset: Path, tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad"
@@ -137,18 +137,20 @@ def test_offline_bad_input_exits_2_with_one_line(case: str, dataset: Path, tmp_p
         path = sorted(p for p in bad.glob("*.json") if not p.name.startswith(".")
                       and p.name not in ("manifest.json", "health_report.json"))[0]
         episode = json.loads(path.read_text())
-        if case == "other-schema":
-            episode["schema_version"] = "9.9.9"
+        if case == "older-schema":
+            episode["schema_version"] = "2.1.0"
         elif case == "all-invalid-mask":
             first = episode["decisions"][0]
             first["valid_joint_actions"] = [False] * len(first["valid_joint_actions"])
         else:
-            episode["decisions"][0]["action"]["reward_components"]["gap"] = None
+            episode["decisions"][0]["rewards"]["gap"]["total"] = episode["decisions"][0]["outcome"]["reward"] = None
         path.write_text(json.dumps(episode))
     code = main(["train", "iql", "--dataset", str(bad), *TINY_IQL, "--run-dir", str(tmp_path / "run"), *QUIET])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and err.startswith("error:") and "Traceback" not in err
     assert case != "all-invalid-mask" or "no valid action" in err
+    assert case != "older-schema" or "regenerate the dataset into a new directory with `esper datagen" in err
+    assert case != "nan-reward" or "rewards holds NaN" in err
     assert not (tmp_path / "run").exists()
 
 

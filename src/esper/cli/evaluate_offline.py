@@ -19,7 +19,8 @@ from rich.table import Table
 
 from esper.cli.common import EXIT_OK, add_plugin_option, console, phase_progress
 from esper.cli.config_flags import add_config_flags, config_from_args
-from esper.datagen.loader import REWARD_SOURCES, load_transitions
+from esper.datagen.loader import load_transitions
+from esper.env.rewards import RewardFamily
 from esper.evaluation.controllers import all_controllers
 from esper.evaluation.ope import OfflineEvaluation, OPEConfig, TargetPolicy, evaluate_offline
 from esper.leyline.actions import ActionSpace
@@ -34,7 +35,8 @@ def add_evaluate_offline_parser(sub: Any) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", type=Path, nargs="+", required=True, metavar="DIR", help="`esper datagen` directories")
     p.add_argument("--controller", required=True, metavar="SPEC", help="a learned controller: iql:PATH or ppo:PATH")
-    p.add_argument("--reward-source", choices=REWARD_SOURCES, default="gap")
+    p.add_argument("--reward-source", choices=[f.value for f in RewardFamily], default=RewardFamily.GAP.value,
+                   help="the reward family whose return is estimated (default: gap)")
     add_config_flags(p, OPEConfig())
     p.add_argument("--out", type=Path, help="also write the estimates as JSON here")
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")

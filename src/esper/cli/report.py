@@ -3,6 +3,11 @@
 Examples:
     esper report runs/heuristic_synthetic_20250101-120000_s42
     esper report runs/compare_cifar10_20250101-120000_s42 --out /tmp/compare_plots
+    esper report runs/study_full --ablation scratch=runs/study_scratch no-kl=runs/study_no_kl
+
+With --ablation, RUN_DIR is a study of teacher-residual policies and each NAME=DIR another study that changed one
+part of its recipe: one table of every arm's final policies against RUN_DIR's teacher, on RUN_DIR's objective and on
+raw test accuracy (REPORT/ablation.md).
 
 The plots themselves are drawn by `esper.report`, from the run's files alone.
 """
@@ -14,7 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from esper.cli.common import EXIT_OK, add_plugin_option, console
+from esper.evaluation.ablation import ablation_markdown, ablation_rows, read_arm
+from esper.leyline.errors import UserInputError
 from esper.report.render import render_report
+from esper.storage.rundir import write_text_atomic
 
 
 def add_report_parser(sub: Any) -> None:
@@ -24,12 +32,31 @@ def add_report_parser(sub: Any) -> None:
     p.add_argument("run_dir", type=Path, help="run directory written by esper train / esper compare, or a dataset "
                    "directory written by esper datagen")
     p.add_argument("--out", type=Path, help="output folder for the PNGs (default: RUN_DIR/report)")
+    p.add_argument("--ablation", nargs="+", metavar="NAME=DIR",
+                   help="with a study as RUN_DIR: the studies of an ablation, each NAME=DIR, in one table against "
+                        "RUN_DIR's teacher (instead of plots)")
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     add_plugin_option(p)
     p.set_defaults(func=cmd_report)
 
 
+def _arm(text: str) -> tuple[str, Path]:
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise UserInputError(f"--ablation {text!r}: give each arm as NAME=STUDY_DIR (e.g. scratch=runs/study_scratch)")
+    return name, Path(path)
+
+
 def cmd_report(args: argparse.Namespace) -> int:
+    if args.ablation is not None:
+        reference = read_arm("residual", args.run_dir)
+        table = ablation_markdown(ablation_rows(reference, [read_arm(*_arm(a)) for a in args.ablation]), reference)
+        out = (args.out or args.run_dir / "report") / "ablation.md"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(out, table)
+        console.print(table, markup=False, highlight=False, soft_wrap=True)
+        console.print(f"Wrote {out}")
+        return EXIT_OK
     paths = render_report(args.run_dir, args.out, warn=lambda text: console.print(f"[yellow]{text}[/yellow]"))
     console.print(f"Wrote {len(paths)} plot(s):")
     for path in paths:

@@ -41,8 +41,9 @@ from esper.cli.rundirs import check_same_arguments, discard_on_error, prepare_ru
 from esper.cli.train_ppo import StopAfterStep
 from esper.data.augment import parse_augment
 from esper.data.tasks import DataCache, get_task_spec
-from esper.datagen.loader import REWARD_SOURCES, load_transitions
+from esper.datagen.loader import load_transitions
 from esper.datagen.reader import MANIFEST_FILE, require_not_run_directory
+from esper.env.rewards import RewardFamily
 from esper.evaluation.comparison import parse_controllers, run_comparison
 from esper.evaluation.episodes import EpisodePlan
 from esper.execution.devices import resolve_devices
@@ -58,8 +59,9 @@ def add_iql_parser(sub: Any) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", type=Path, nargs="+", required=True, metavar="DIR",
                    help="one or more `esper datagen` output directories")
-    p.add_argument("--reward-source", choices=REWARD_SOURCES, default="gap",
-                   help="the stored reward to learn from (gap: growth's lead over the static twin, the default)")
+    p.add_argument("--reward-source", choices=[f.value for f in RewardFamily], default=RewardFamily.GAP.value,
+                   help="the reward family to learn from, every one recorded per decision (gap: growth's lead "
+                        "over the static twin, the one the episodes ran with; the default)")
     p.add_argument("--eval-episodes", type=int_in(0, 10_000), default=2,
                    help="paired live episodes comparing static, heuristic and the IQL policy (0: skip)")
     add_config_flags(p, IQLConfig(), skip={"seed"})  # --seed: the shared option

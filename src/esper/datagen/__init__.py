@@ -3,20 +3,19 @@
 Importing the package registers the `behavior:PRESET[-epsE]` controllers.
 """
 
-from esper.datagen.architectures import SUPPORTED_ARCHITECTURES, ResNetHost, create_model
+from esper.datagen.architectures import SUPPORTED_ARCHITECTURES, create_model
 from esper.datagen.configs import (
     ENVIRONMENT_PRESETS,
     POLICY_PRESETS,
     ActionProbabilities,
     BehaviorPolicyConfig,
     EnvironmentConfig,
-    RewardComponents,
     StepMetadata,
 )
 from esper.datagen.generate import GenerateOptions, generate_episode, generate_twin
 from esper.datagen.health import DatasetHealthCheck, HealthCheckResult
 from esper.datagen.jobs import GenerationJobs, JobHost, generation_pool
-from esper.datagen.loader import REWARD_SOURCES, load_transitions
+from esper.datagen.loader import load_transitions
 from esper.datagen.orchestrator import GenerationOrchestrator, MatrixMismatchError
 from esper.datagen.plans import EpisodeTask, GenerationPlan, TwinPlan, create_generation_matrix
 from esper.datagen.policies import BehaviorPolicy, create_policy
@@ -27,7 +26,6 @@ from esper.datagen.transitions import EpisodeIndex, TransitionBatch, TransitionD
 __all__ = [
     "ENVIRONMENT_PRESETS",
     "POLICY_PRESETS",
-    "REWARD_SOURCES",
     "SCHEMA_VERSION",
     "SUPPORTED_ARCHITECTURES",
     "ActionProbabilities",
@@ -45,8 +43,6 @@ __all__ = [
     "HealthCheckResult",
     "JobHost",
     "MatrixMismatchError",
-    "ResNetHost",
-    "RewardComponents",
     "StepMetadata",
     "TransitionBatch",
     "TransitionDataset",

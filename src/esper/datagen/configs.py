@@ -1,6 +1,6 @@
 """What a datagen episode is made of: the environment it trains, the behaviour policy that drives it, and the
-per-step records that make the logged data usable for offline RL (behaviour probabilities, reward components,
-step metadata).
+per-step records that make the logged data usable for offline RL (behaviour probabilities, step metadata). The
+rewards are the episode layer's reward families (`esper.env.rewards`); datagen has none of its own.
 
 Everything here is plain data (no torch), so plans, workers and readers can share it cheaply; the two configs are
 `StrictConfig`s, validated on construction.
@@ -23,7 +23,6 @@ from esper.leyline.strict_config import BatchSize, EpisodeLength, StrictConfig
 
 __all__ = [
     "ENVIRONMENT_PRESETS",
-    "INTERVENTION_COSTS",
     "OP_NAMES",
     "POLICY_PRESETS",
     "POLICY_STRATEGIES",
@@ -31,9 +30,7 @@ __all__ = [
     "ActionProbabilities",
     "BehaviorPolicyConfig",
     "EnvironmentConfig",
-    "RewardComponents",
     "StepMetadata",
-    "stagnation_potential",
     "state_hash",
 ]
 
@@ -44,7 +41,6 @@ POLICY_STRATEGIES: tuple[str, ...] = get_args(Strategy)
 OP_NAMES: tuple[str, ...] = tuple(op.name for op in LifecycleOp)
 # Greedy ties resolve towards the least disruptive op: doing nothing, then growing, then committing, then removing.
 OP_TIE_ORDER: tuple[str, ...] = ("WAIT", "GERMINATE", "FOSSILIZE", "CULL")
-INTERVENTION_COSTS: dict[str, float] = {"WAIT": 0.0, "GERMINATE": -0.02, "CULL": -0.005, "FOSSILIZE": -0.01}
 Epochs = Annotated[StrictInt, Field(ge=0, le=1000)]
 
 
@@ -236,40 +232,6 @@ class ActionProbabilities:
             was_exploratory=sampled_action != greedy_action if was_exploratory is None else was_exploratory,
             epsilon=epsilon,
         )
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def stagnation_potential(best_accuracy: float, steps_since_improvement: int) -> float:
-    """Φ = best − 10·(1 − best/100)·(steps since improvement / 5): the best accuracy, decaying while stagnant."""
-    return best_accuracy - 10.0 * (1.0 - best_accuracy / 100.0) * (steps_since_improvement / 5.0)
-
-
-@dataclass(frozen=True)
-class RewardComponents:
-    """Every ingredient of a step's reward, stored so datasets can be relabelled with another reward.
-
-    `gap` is the reward the dataset stores (the growth-vs-static-twin family); `total()` rebuilds the older
-    accuracy-shaped reward from the other components. `return_to_go` is the undiscounted sum of the stored
-    (`gap`) rewards from this step to the end; `sparse` is the sparse family's terminal value (0 before the end).
-    """
-
-    INTERVENTION_COSTS: ClassVar[dict[str, float]] = INTERVENTION_COSTS
-
-    accuracy_delta: float
-    loss_delta: float
-    potential_prev: float
-    potential_next: float
-    intervention_cost: float
-    gap: float = 0.0
-    sparse: float = 0.0
-    return_to_go: float = 0.0
-
-    def total(self, gamma: float = 0.99, shaping_weight: float = 1.0) -> float:
-        """10·Δacc + w·(γ·Φ' − Φ) + intervention cost."""
-        shaping = gamma * self.potential_next - self.potential_prev
-        return 10.0 * self.accuracy_delta + shaping_weight * shaping + self.intervention_cost
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -24,7 +24,7 @@ import numpy as np
 
 from esper.datagen.configs import OP_NAMES
 from esper.datagen.reader import read_episodes
-from esper.datagen.schema import SCHEMA_VERSION, recorded_space
+from esper.datagen.schema import recorded_space
 from esper.env.features import obs_dim
 from esper.leyline.errors import UserInputError
 
@@ -88,7 +88,7 @@ def _buffer(minari: ModuleType, index: int, episode: Mapping[str, Any]) -> Any:
         seed=int(episode["random_seed"]),
         observations=observations,
         actions=np.array([d["action"]["joint_index"] for d in decisions], dtype=np.int64),
-        rewards=[number(d["action"]["reward_components"]["gap"]) for d in decisions],
+        rewards=[number(d["outcome"]["reward"]) for d in decisions],
         terminations=[t == n - 1 for t in range(n)],
         truncations=[False] * n,
         infos={"action_mask": masks, "behavior_probs": op_probs, "joint_behavior_prob": joint, "epoch": epochs},
@@ -111,7 +111,7 @@ def _env_spec(episode: Mapping[str, Any]) -> Any:
 
 
 def export_minari(directory: Path, dataset_id: str, *, root: Path | None = None) -> Any:
-    """Write the episodes of `directory` (schema 2.1.0) as Minari dataset `dataset_id` (e.g. `esper/synthetic-v0`)
+    """Write the episodes of `directory` as Minari dataset `dataset_id` (e.g. `esper/synthetic-v0`)
     under `root` (default: Minari's datasets root); returns the loaded `MinariDataset`."""
     minari = import_minari()
     from gymnasium import spaces
@@ -122,7 +122,7 @@ def export_minari(directory: Path, dataset_id: str, *, root: Path | None = None)
     except ValueError:
         raise UserInputError(f"Minari dataset ids look like NAMESPACE/NAME-vVERSION (e.g. esper/synthetic-v0), got "
                              f"'{dataset_id}'") from None
-    episodes = read_episodes(directory, (SCHEMA_VERSION,))
+    episodes = read_episodes(directory)
     with _datasets_root(root):
         if dataset_id in minari.list_local_datasets():
             where = root if root is not None else "Minari's datasets root"

@@ -31,7 +31,7 @@ from esper.datagen.records import EpisodeRecorder, feature_schema, now_iso
 from esper.datagen.schema import SCHEMA_VERSION
 from esper.env import EnvSpec, EpochData, MorphoEnv, run_episodes
 from esper.env.charges import ParamCost, charged_cost
-from esper.env.rewards import RewardFn, make_reward_fn
+from esper.env.rewards import RewardConfig, RewardFamily, RewardFn, compute_reward, reward_config
 from esper.execution.devices import resolve_device
 from esper.leyline import CANONICAL_SLOTS
 from esper.leyline.constants import DEFAULT_GAMMA, MAX_SAMPLES
@@ -40,7 +40,7 @@ from esper.leyline.seeding import derive_seed
 from esper.leyline.strict_config import EpisodeLength, StrictConfig
 from esper.tamiyo import StaticPolicy
 
-__all__ = ["EpisodeSetup", "GenerateOptions", "datagen_task", "datagen_task_name", "episode_setup",
+__all__ = ["STORED_FAMILY", "EpisodeSetup", "GenerateOptions", "datagen_task", "datagen_task_name", "episode_setup",
            "generate_episode", "generate_twin"]
 
 DEFAULT_MAX_EPOCHS = 25
@@ -124,16 +124,30 @@ def datagen_task(task: TaskSpec, config: EnvironmentConfig) -> TaskSpec:
                                default_batch_size=config.batch_size)
 
 
+STORED_FAMILY = RewardFamily.GAP
+"""The reward the episodes are run with and store; the other families are recorded beside it."""
+
+
 @dataclass(frozen=True)
 class EpisodeSetup:
-    """What an episode and its twin share: the task variant, the data in its seeded order, the env spec and the
-    gap reward."""
+    """What an episode and its twin share: the task variant, the data in its seeded order, the env spec and every
+    reward family's config (gap charging the generation's λ_p)."""
 
     config: EnvironmentConfig
     task: TaskSpec
     data: EpochData
     spec: EnvSpec
-    reward_fn: RewardFn
+    rewards: dict[str, RewardConfig]
+
+    @property
+    def reward_fn(self) -> RewardFn:
+        """The stored family's reward, the one the episode loop computes."""
+        stored = self.rewards[STORED_FAMILY]
+        return lambda record: compute_reward(record, stored, DEFAULT_GAMMA)
+
+    def recorder(self, env: MorphoEnv) -> EpisodeRecorder:
+        """Records `env`'s decisions with their reward in every family."""
+        return EpisodeRecorder(env, self.rewards, DEFAULT_GAMMA)
 
 
 def episode_setup(env_config_id: str, seed: int, options: GenerateOptions, device: str, *, episode: int = 0
@@ -147,8 +161,8 @@ def episode_setup(env_config_id: str, seed: int, options: GenerateOptions, devic
                            max_train_samples=options.max_train_samples, max_val_samples=options.max_val_samples,
                            augment=options.augment)
     spec = EnvSpec(task, CANONICAL_SLOTS, config.max_epochs, env_seed=seed, device=dev, episode=episode)
-    reward_fn = make_reward_fn("gap", task, DEFAULT_GAMMA, param_cost=options.param_cost)
-    return EpisodeSetup(config, task, data, spec, reward_fn)
+    rewards = {family.value: reward_config(family, task, param_cost=options.param_cost) for family in RewardFamily}
+    return EpisodeSetup(config, task, data, spec, rewards)
 
 
 def generate_twin(twin: TwinPlan, options: GenerateOptions, device: str) -> dict[str, Any]:
@@ -163,13 +177,13 @@ def generate_twin(twin: TwinPlan, options: GenerateOptions, device: str) -> dict
 
 
 def generate_episode(job: EpisodeTask, options: GenerateOptions, device: str) -> dict[str, Any]:
-    """One episode of the plan's behaviour policy, measured against the plan's stored twin (schema 2.1.0)."""
+    """One episode of the plan's behaviour policy, measured against the plan's stored twin."""
     plan = job.plan
     started = now_iso()
     setup = episode_setup(plan.env_config_id, plan.seed, options, device, episode=plan.episode_idx)
     policy = plan.create_policy(setup.task.action_space)
     env = MorphoEnv(setup.spec, policy.name, twin=job.twin)
-    recorder = EpisodeRecorder(env)
+    recorder = setup.recorder(env)
     run_episodes([env], [policy], setup.data, setup.reward_fn, on_step=recorder.record)
     return {
         "schema_version": SCHEMA_VERSION,

@@ -234,7 +234,7 @@ def _non_finite(values: Any) -> bool:
 
 
 def check_finite_values(episodes: Sequence[Mapping[str, Any]]) -> HealthCheckResult:
-    """Features (per step and final) and rewards (stored reward and every component) must be finite numbers."""
+    """Features (per step and final) and rewards (the stored one and every family's total) must be finite numbers."""
     name, bad = "finite_values", []
     for episode in episodes:
         if "final_features" in episode and _non_finite(episode["final_features"]):
@@ -243,7 +243,8 @@ def check_finite_values(episodes: Sequence[Mapping[str, Any]]) -> HealthCheckRes
         fields = {
             "features": d.get("observation", {}).get("features"),
             "reward": d.get("outcome", {}).get("reward"),
-            "reward_components": d.get("action", {}).get("reward_components"),
+            **{f"rewards.{family}": components.get("total")
+               for family, components in d.get("rewards", {}).items()},
         }
         bad.extend(f"{episode_id}[{t}]: {k}" for k, v in fields.items() if v is None or _non_finite(v))
     if bad:

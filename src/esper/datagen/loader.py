@@ -1,58 +1,33 @@
 """From episode files to a `TransitionDataset`: the offline learners' and off-policy evaluators' input.
 
 Step t of an episode becomes the row (features_t, joint action_t, reward_t, features_{t+1}, done_t): the next state
-of the last decision is the episode's final measurement (`final_features`, schema 2.1.0), and nothing can follow a
-terminal state, so its next valid-action mask is empty. Rewards come from one stored source:
-
-* `gap` (default): the stored reward, growth's lead over the static twin per parameter added (schema 2.1.0 only);
-* `accuracy`: `RewardComponents.total(gamma, shaping_weight)`, the older accuracy-shaped reward;
-* `contribution`: the contribution family's total (`shaped_reward.total`).
+of the last decision is the episode's final measurement (`final_features`), and nothing can follow a terminal state,
+so its next valid-action mask is empty. reward_t is the decision's total in one reward family of the episode layer
+(`esper.env.rewards.RewardFamily`), all of which every episode records: `gap` (default; growth's lead over the static
+twin, net of the parameters and interventions it cost, the reward the episodes ran with), `contribution`, `loss` or
+`sparse`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from esper.datagen.configs import RewardComponents
 from esper.datagen.reader import read_episodes
-from esper.datagen.schema import recorded_space
+from esper.datagen.schema import REWARD_FAMILIES, recorded_space
 from esper.datagen.transitions import TransitionDataset
 from esper.leyline import OBS_SCHEMA
-from esper.leyline.constants import DEFAULT_GAMMA
-from esper.leyline.errors import UserInputError
+from esper.leyline.errors import UserInputError, did_you_mean
 
-__all__ = ["REWARD_SOURCES", "load_transitions"]
-
-REWARD_SOURCES: tuple[str, ...] = ("gap", "accuracy", "contribution")
-_COMPONENT_FIELDS = tuple(f.name for f in dataclasses.fields(RewardComponents))
+__all__ = ["load_transitions"]
 
 
 def _number(value: Any) -> float:
     """Stored numbers; null (a non-finite value on disk) reads as NaN, which the dataset then rejects by row."""
     return float("nan") if value is None else float(value)
-
-
-def _reward(episode: Mapping[str, Any], decision: Mapping[str, Any], source: str, gamma: float,
-            shaping_weight: float) -> float:
-    action = decision["action"]
-    if source == "gap":
-        if episode["schema_version"] == "2.0.0":
-            raise UserInputError(f"Episode {episode['episode_id']} (schema 2.0.0) stores no gap reward; load it with "
-                                 "reward_source='accuracy' or 'contribution', or regenerate the data")
-        return _number(action["reward_components"]["gap"])
-    if source == "accuracy":
-        stored = action["reward_components"]
-        components = RewardComponents(**{k: _number(stored[k]) for k in _COMPONENT_FIELDS if k in stored})
-        return components.total(gamma, shaping_weight)
-    shaped = action.get("shaped_reward")
-    if not isinstance(shaped, Mapping) or "total" not in shaped:
-        raise UserInputError(f"Episode {episode['episode_id']} stores no contribution-family reward (shaped_reward)")
-    return _number(shaped["total"])
 
 
 def _common(episodes: Sequence[Mapping[str, Any]], key: str) -> Any:
@@ -67,18 +42,17 @@ def load_transitions(
     reward_source: str = "gap",
     *,
     reward_scale: float = 1.0,
-    shaping_weight: float = 1.0,
-    gamma: float = DEFAULT_GAMMA,
     device: str | torch.device = "cpu",
 ) -> TransitionDataset:
-    """Every decision of the episodes in `dirs` as one validated dataset (episodes numbered in reading order).
+    """Every decision of the episodes in `dirs` as one validated dataset (episodes numbered in reading order), its
+    rewards `reward_scale` × the `reward_source` family's totals.
 
-    `reward_scale` multiplies the chosen reward; `gamma` and `shaping_weight` only shape the `accuracy` source.
     Episodes of another observation schema, action space (topology and blueprint head) or slot set than the others
     are rejected.
     """
-    if reward_source not in REWARD_SOURCES:
-        raise UserInputError(f"Unknown reward_source '{reward_source}'. Available: {', '.join(REWARD_SOURCES)}")
+    if reward_source not in REWARD_FAMILIES:
+        raise UserInputError(f"Unknown reward_source '{reward_source}'{did_you_mean(reward_source, REWARD_FAMILIES)}. "
+                             f"Available: {', '.join(REWARD_FAMILIES)}")
     episodes = read_episodes(dirs)
     spaces = {recorded_space(e) for e in episodes}
     if len(spaces) != 1:
@@ -103,17 +77,14 @@ def load_transitions(
     for index, episode in enumerate(episodes):
         decisions = episode["decisions"]
         features = [[_number(v) for v in d["observation"]["features"]] for d in decisions]
-        if episode["schema_version"] == "2.0.0":
-            final = features[-1]  # 2.0.0 has no final measurement; a terminal row's next state is never used
-        else:
-            final = [_number(v) for v in episode["final_features"]]
+        final = [_number(v) for v in episode["final_features"]]
         masks = [list(d["valid_joint_actions"]) for d in decisions]
         for t, decision in enumerate(decisions):
             last = t == len(decisions) - 1
             states.append(features[t])
             next_states.append(final if last else features[t + 1])
             actions.append(int(decision["action"]["joint_index"]))
-            rewards.append(reward_scale * _reward(episode, decision, reward_source, gamma, shaping_weight))
+            rewards.append(reward_scale * _number(decision["rewards"][reward_source]["total"]))
             dones.append(last)
             valid.append(masks[t])
             next_valid.append(no_action if last else masks[t + 1])

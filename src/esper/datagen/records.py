@@ -1,27 +1,27 @@
-"""Episode records: the JSON of one datagen episode (schema 2.1.0), built from the episode layer's transitions.
+"""Episode records: the JSON of one datagen episode (schema 3.0.0), built from the episode layer's transitions.
 
 A decision made after epoch e is logged with what it saw (the observation and the features of epoch e, the valid
 joint actions), what it did (the factored action, its joint index and the behaviour probabilities it was drawn
-with) and what followed in epoch e + 1 (the outcome and every reward view). The stored reward is the `gap` family's:
-growth's accuracy lead over the static twin, minus the cost of the parameters added and of the intervention, so an
-episode's undiscounted return is g_T − λ_p·p_T − Σc. The other reward views are kept so datasets can be relabelled.
+with) and what followed in epoch e + 1: the outcome and its reward in every reward family of the episode layer,
+each a pure function of the decision's `StepRecord`, so a dataset trains a learner on any family without being
+regenerated. The stored reward is the family the episode loop computed (datagen's is `gap`: growth's accuracy lead
+over the static twin, minus the cost of the parameters added and of the intervention, so an episode's undiscounted
+return is g_T − λ_p·p_T − Σc).
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from esper.datagen.configs import OP_NAMES, RewardComponents, StepMetadata, stagnation_potential, state_hash
+from esper.datagen.configs import OP_NAMES, StepMetadata, state_hash
 from esper.env import EnvStep, MorphoEnv, feature_names, observation_features
-from esper.env.contribution import ContributionRewardConfig
-from esper.env.rewards import SparseRewardConfig, compute_reward
+from esper.env.rewards import RewardConfig, compute_reward
 from esper.leyline import OBS_SCHEMA, ActionSpace, EnvObservation
-from esper.leyline.constants import DEFAULT_GAMMA
 from esper.leyline.stages import is_live_stage
 
 __all__ = ["FEATURE_SCHEMA_NAME", "EpisodeRecorder", "feature_schema", "now_iso"]
@@ -75,13 +75,18 @@ class _Logged:
 
 
 class EpisodeRecorder:
-    """Collects an env's transitions as step records (pass `record` as the episode loop's `on_step`)."""
+    """Collects an env's transitions as step records (pass `record` as the episode loop's `on_step`).
 
-    def __init__(self, env: MorphoEnv) -> None:
+    `rewards` holds every family's config by family name; the loop's own reward is stored as computed, and the
+    others are computed from the same record with discount `gamma` (their potential-based shaping's).
+    """
+
+    def __init__(self, env: MorphoEnv, rewards: Mapping[str, RewardConfig], gamma: float) -> None:
         self.env = env
+        self.rewards = dict(rewards)
+        self.gamma = gamma
         self._steps: list[_Logged] = []
-        self._contribution = ContributionRewardConfig()
-        self._sparse = SparseRewardConfig()
+        self.stored_family: str | None = None  # the loop's reward family, known from the first step
 
     def record(self, steps: Sequence[EnvStep]) -> None:
         for step in steps:
@@ -102,18 +107,14 @@ class EpisodeRecorder:
         if "action_probabilities" not in info or "joint_behavior_prob" not in info:
             raise ValueError(f"Controller of env {self.env.env_id} logs no behaviour probabilities; datagen needs a "
                              "behaviour policy (behavior:PRESET)")
-        gap = step.reward
+        stored = step.reward
+        if stored.family not in self.rewards:
+            raise ValueError(f"The loop's reward family {stored.family!r} is not among those recorded, "
+                             f"{sorted(self.rewards)}")
+        self.stored_family = stored.family
+        rewards = {family: (stored if family == stored.family else compute_reward(record, config, self.gamma)).to_dict()
+                   for family, config in self.rewards.items()}
         op = decision.command.op.name
-        m_before, m_after = obs.signals.metrics, after_obs.signals.metrics
-        components = RewardComponents(
-            accuracy_delta=after.val_accuracy - before.val_accuracy,
-            loss_delta=before.val_loss - after.val_loss,
-            potential_prev=stagnation_potential(m_before.best_val_accuracy, m_before.plateau_epochs),
-            potential_next=stagnation_potential(m_after.best_val_accuracy, m_after.plateau_epochs),
-            intervention_cost=RewardComponents.INTERVENTION_COSTS[op],
-            gap=gap.total(),
-            sparse=compute_reward(record, self._sparse, DEFAULT_GAMMA).sparse_terminal,
-        )
         observation = _observation(obs)
         features = observation["features"]
         live = _live_reports(obs)
@@ -123,7 +124,6 @@ class EpisodeRecorder:
             best_seed_accuracy=max((r.metrics.best_val_accuracy for r in live), default=None),
             training_budget_remaining=(obs.max_epochs - obs.epoch) / obs.max_epochs,
         )
-        shaped = compute_reward(record, self._contribution, DEFAULT_GAMMA)
         entry = {
             "observation": observation,
             "action": {
@@ -134,29 +134,27 @@ class EpisodeRecorder:
                 "action_probabilities": info["action_probabilities"],
                 "joint_behavior_prob": info["joint_behavior_prob"],
                 "joint_behavior_logp": info["joint_behavior_logp"],
-                "reward_components": components.to_dict(),
-                "gap_reward": gap.to_dict(),
-                "shaped_reward": shaped.to_dict(),
                 "reason": decision.reason,
             },
+            "rewards": rewards,
             "valid_joint_actions": list(obs.validity.joint_mask()),
             "outcome": {
                 "accuracy_after": after.val_accuracy, "accuracy_change": after.val_accuracy - before.val_accuracy,
                 "loss_after": after.val_loss, "loss_change": after.val_loss - before.val_loss,
                 "seed_stages_after": _stages(after_obs), "action_success": step.action_success,
-                "rollback": record.rollback, "reward": gap.total(),
+                "rollback": record.rollback, "reward": stored.total(),
             },
             "step_metadata": metadata.to_dict(),
             "timestamp": now_iso(),
         }
-        return _Logged(entry, gap.total())
+        return _Logged(entry, stored.total())
 
     def decisions(self) -> list[dict[str, Any]]:
         """The step records in order, each with its return-to-go (the stored rewards from it to the end)."""
         to_go = 0.0
         for logged in reversed(self._steps):
             to_go += logged.reward
-            logged.record["action"]["reward_components"]["return_to_go"] = to_go
+            logged.record["outcome"]["return_to_go"] = to_go
         return [logged.record for logged in self._steps]
 
     def summary(self) -> dict[str, Any]:
@@ -197,6 +195,8 @@ class EpisodeRecorder:
             "final_seed_stages": {slot: (r.stage.name if (r := final.slot_reports.get(slot)) is not None else None)
                                   for slot in final.enabled_slots},
             "action_counts": counts,
+            "reward_family": self.stored_family,
+            "reward_gamma": self.gamma,
             "total_return": total,
             "return_to_go_at_start": total,
             "episode_length": len(decisions),

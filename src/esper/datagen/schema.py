@@ -1,6 +1,11 @@
 """The episode file format: version, crash-safe JSON files, and the structural check every episode passes
 before it is written.
 
+Schema 3.0.0 records each decision's reward in every reward family of the episode layer (`rewards`, keyed by family:
+the family's components and total), the episode's `reward_family` naming the one stored as the outcome's `reward`
+(with its `return_to_go`). Only this version is read: older files are refused naming the fix, regenerating them
+with `esper datagen`.
+
 Episode files are strict JSON (non-finite floats are written as null, which readers and the health checks treat
 as "not a number"). Every file is written to a temporary name in the same directory, flushed to disk and renamed
 over the target, so a reader (or a killed run) only ever sees a complete old file or a complete new one.
@@ -17,12 +22,13 @@ from typing import Any
 
 from esper.datagen.configs import OP_NAMES
 from esper.env.features import obs_dim
-from esper.leyline import UNRECORDED_HEADS, ActionSpace
+from esper.env.rewards import RewardFamily
+from esper.leyline import ActionSpace
 from esper.leyline.atomic import TEMP_SUFFIX, atomic_write
 from esper.leyline.errors import UserInputError
 
 __all__ = [
-    "READABLE_SCHEMA_VERSIONS",
+    "REWARD_FAMILIES",
     "SCHEMA_VERSION",
     "finite_or_none",
     "read_json",
@@ -32,8 +38,8 @@ __all__ = [
     "write_strict_json",
 ]
 
-SCHEMA_VERSION = "2.1.0"
-READABLE_SCHEMA_VERSIONS: tuple[str, ...] = ("2.0.0", "2.1.0")
+SCHEMA_VERSION = "3.0.0"
+REWARD_FAMILIES: tuple[str, ...] = tuple(f.value for f in RewardFamily)
 
 
 def finite_or_none(value: Any) -> Any:
@@ -73,18 +79,13 @@ def read_json(path: Path) -> Any | None:
 
 
 def recorded_space(episode: Mapping[str, Any]) -> ActionSpace:
-    """The action space an episode was generated in: its topology and the blueprint head its feature schema records
-    (an episode written before heads were recorded has its topology's built-in head, the only one there was)."""
+    """The action space an episode was generated in: its topology and the blueprint head its feature schema
+    records."""
     topology = episode.get("topology")
     schema = episode.get("feature_schema")
     head = schema.get("blueprints") if isinstance(schema, Mapping) else None
     if not isinstance(topology, str):
-        raise UserInputError("the episode names no topology; regenerate it with this esper version")
-    if head is None:
-        if topology not in UNRECORDED_HEADS:
-            raise UserInputError(f"the episode's feature schema records no blueprint head for topology {topology!r}; "
-                                 f"regenerate it with this esper version")
-        return ActionSpace(topology, UNRECORDED_HEADS[topology])
+        raise UserInputError("the episode names no topology")
     if not isinstance(head, list) or not all(isinstance(b, str) for b in head):
         raise UserInputError("feature_schema.blueprints must be a list of blueprint names")
     return ActionSpace(topology, tuple(head))
@@ -102,7 +103,23 @@ def _check_vector(problems: list[str], where: str, value: Any, length: int) -> N
         problems.append(f"{where} holds non-numeric entries")
 
 
-def _check_decision(problems: list[str], i: int, decision: Any, space: ActionSpace, *, gap: bool) -> None:
+def _check_rewards(problems: list[str], where: str, rewards: Any, outcome: Mapping[str, Any], stored: Any) -> None:
+    """Every family's components with their total; the outcome's reward is the stored family's total."""
+    if not isinstance(rewards, Mapping):
+        problems.append(f"{where}.rewards is missing")
+        return
+    families = {family: c for family, c in rewards.items() if isinstance(c, Mapping)}
+    for family in REWARD_FAMILIES:
+        if "total" not in families.get(family, {}):
+            problems.append(f"{where}.rewards.{family}.total is missing")
+    for key in ("reward", "return_to_go"):
+        if key not in outcome:
+            problems.append(f"{where}.outcome.{key} is missing")
+    if stored in families and "reward" in outcome and outcome["reward"] != families[stored].get("total"):
+        problems.append(f"{where}.outcome.reward differs from the stored ({stored}) family's total")
+
+
+def _check_decision(problems: list[str], i: int, decision: Any, space: ActionSpace, stored: Any) -> None:
     where = f"decisions[{i}]"
     if not isinstance(decision, Mapping):
         problems.append(f"{where} is not an object")
@@ -120,47 +137,41 @@ def _check_decision(problems: list[str], i: int, decision: Any, space: ActionSpa
     index, joint = action.get("joint_index"), space.num_joint_actions
     if not isinstance(index, int) or not 0 <= index < joint:
         problems.append(f"{where}.action.joint_index must be an int in [0, {joint})")
-    for key in ("action_probabilities", "reward_components"):
-        if not isinstance(action.get(key), Mapping):
-            problems.append(f"{where}.action.{key} is missing")
+    if not isinstance(action.get("action_probabilities"), Mapping):
+        problems.append(f"{where}.action.action_probabilities is missing")
     for key in ("joint_behavior_prob", "joint_behavior_logp"):
         if key not in action:
             problems.append(f"{where}.action.{key} is missing")
     mask = decision.get("valid_joint_actions")
     if not isinstance(mask, list) or len(mask) != joint or not all(isinstance(v, bool) for v in mask):
         problems.append(f"{where}.valid_joint_actions must be {joint} booleans")
-    if not isinstance(outcome, Mapping) or "reward" not in outcome:
-        problems.append(f"{where}.outcome.reward is missing")
+    if not isinstance(outcome, Mapping):
+        problems.append(f"{where}.outcome is missing")
         return
-    components = action.get("reward_components")
-    if gap and isinstance(components, Mapping):
-        if "gap" not in components:
-            problems.append(f"{where}.action.reward_components.gap is missing")
-        elif outcome["reward"] != components["gap"]:
-            problems.append(f"{where}.outcome.reward differs from the stored (gap) reward component")
+    _check_rewards(problems, where, decision.get("rewards"), outcome, stored)
 
 
-def validate_episode(episode: Any, schema_version: str = SCHEMA_VERSION) -> list[str]:
-    """Structural problems of an episode of `schema_version` (empty when it is well formed).
+def validate_episode(episode: Any) -> list[str]:
+    """Structural problems of an episode (empty when it is well formed).
 
-    Checks what every reader relies on: identity, configs, per-step features, the executed joint action with its
-    behaviour probabilities and validity mask; from 2.1.0 on also the twin, the final features and that the stored
-    reward is the `gap` component. Statistical quality (coverage, entropy, finiteness) is the health checks' job.
+    Checks what every reader relies on: identity, configs, the twin, per-step and final features, the executed joint
+    action with its behaviour probabilities and validity mask, and every reward family's total with the stored one
+    as the outcome's reward. Statistical quality (coverage, entropy, finiteness) is the health checks' job.
     """
-    if schema_version not in READABLE_SCHEMA_VERSIONS:
-        raise UserInputError(f"Unknown schema version {schema_version!r}; readable: {list(READABLE_SCHEMA_VERSIONS)}")
     if not isinstance(episode, Mapping):
         return ["the episode is not a JSON object"]
     problems: list[str] = []
-    with_gap = schema_version != "2.0.0"
-    if episode.get("schema_version") != schema_version:
-        problems.append(f"schema_version must be '{schema_version}', got {episode.get('schema_version')!r}")
+    if episode.get("schema_version") != SCHEMA_VERSION:
+        problems.append(f"schema_version must be '{SCHEMA_VERSION}', got {episode.get('schema_version')!r}")
     for key in ("episode_id", "task"):
         if not isinstance(episode.get(key), str):
             problems.append(f"{key} must be a string")
     for key in ("random_seed", "max_epochs", "episode_length"):
         if not isinstance(episode.get(key), int):
             problems.append(f"{key} must be an int")
+    stored = episode.get("reward_family")
+    if stored not in REWARD_FAMILIES:
+        problems.append(f"reward_family must be one of {list(REWARD_FAMILIES)}, got {stored!r}")
     for key, id_key in (("behavior_policy", "policy_id"), ("environment", "config_id")):
         block = episode.get(key)
         if not isinstance(block, Mapping) or not isinstance(block.get(id_key), str):
@@ -170,8 +181,7 @@ def validate_episode(episode: Any, schema_version: str = SCHEMA_VERSION) -> list
     except UserInputError as error:
         problems.append(str(error))
         return problems
-    if with_gap:
-        _check_twin(problems, episode, space)
+    _check_twin(problems, episode, space)
     decisions = episode.get("decisions")
     if not isinstance(decisions, list) or not decisions:
         problems.append("decisions must be a non-empty list")
@@ -179,7 +189,7 @@ def validate_episode(episode: Any, schema_version: str = SCHEMA_VERSION) -> list
     if episode.get("episode_length") != len(decisions):
         problems.append(f"episode_length {episode.get('episode_length')} != {len(decisions)} decisions")
     for i, decision in enumerate(decisions):
-        _check_decision(problems, i, decision, space, gap=with_gap)
+        _check_decision(problems, i, decision, space, stored)
     return problems
 
 

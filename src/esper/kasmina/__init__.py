@@ -3,7 +3,7 @@
 from esper.kasmina.blending import BLEND_IDS, GatedBlend, schedule_alpha
 from esper.kasmina.blueprints import DEFAULT_REGISTRY, BlueprintRegistry, BlueprintSpec, register_blueprint
 from esper.kasmina.fixed import FixedModulesHost, build_fixed_host
-from esper.kasmina.hosts import CNNHost, HostProtocol, TransformerHost, slot_boundaries
+from esper.kasmina.hosts import CNNHost, HostProtocol, ResNetHost, SegmentedHost, TransformerHost, slot_boundaries
 from esper.kasmina.isolation import blend_lerp
 from esper.kasmina.model import CounterfactualLogits, MorphogeneticModel
 from esper.kasmina.slot import SeedSlot, StageChange
@@ -22,8 +22,10 @@ __all__ = [
     "LifecycleConfig",
     "MorphogeneticModel",
     "QualityGates",
+    "ResNetHost",
     "SeedSlot",
     "SeedState",
+    "SegmentedHost",
     "StageChange",
     "TransformerHost",
     "blend_lerp",

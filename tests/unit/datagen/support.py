@@ -1,4 +1,4 @@
-"""Test support for datagen: schema-2.1.0 episode builders and cheap, deterministic, picklable job functions.
+"""Test support for datagen: episode builders (of the current schema) and cheap, deterministic, picklable job functions.
 
 The job functions live at module level so spawned worker processes and Ray actors can import them. Running this
 module (`python -m unit.datagen.support OUT LOG WORKERS`) generates a small matrix with slow fake jobs; the
@@ -22,13 +22,15 @@ from typing import Any
 import torch
 
 from esper.data.tasks import get_task_spec
-from esper.datagen.configs import ActionProbabilities, RewardComponents, StepMetadata, state_hash
+from esper.datagen.configs import ActionProbabilities, StepMetadata, state_hash
 from esper.datagen.jobs import GenerationJobs, JobHost, generation_pool
 from esper.datagen.orchestrator import GenerationOrchestrator
 from esper.datagen.plans import EpisodeTask, TwinPlan
 from esper.datagen.policies import BehaviorPolicy
+from esper.datagen.records import feature_schema
 from esper.datagen.schema import SCHEMA_VERSION
 from esper.env.features import obs_dim
+from esper.env.rewards import RewardFamily, ShapedRewardComponents
 from esper.execution.actors import ActorPool
 from esper.execution.workers import WorkerOptions
 from esper.leyline import EnvObservation
@@ -39,6 +41,14 @@ NUM_JOINT_ACTIONS, OBS_DIM = CNN.num_joint_actions, obs_dim(CNN)  # 43 and 80 wi
 JOINT_OF_OP = {"WAIT": 0, "GERMINATE": 2, "CULL": 37, "FOSSILIZE": 40}
 TIMESTAMP_KEYS = ("started_at", "ended_at", "timestamp")
 KILL_MATRIX = (["baseline"], ["baseline", "aggressive"], 4)  # env ids, policy ids, episodes per combination
+# Each family's total as a multiple of the stored gap reward, so tests can tell which family a reward came from.
+FAMILY_SCALE = {RewardFamily.GAP: 1.0, RewardFamily.CONTRIBUTION: 2.0, RewardFamily.LOSS: -1.0,
+                RewardFamily.SPARSE: 0.5}
+
+
+def reward_families(gap: float) -> dict[str, Any]:
+    """Every family's components of a step whose gap reward is `gap` (the others: `FAMILY_SCALE` × gap)."""
+    return {f.value: ShapedRewardComponents(f.value, gap=FAMILY_SCALE[f] * gap).to_dict() for f in RewardFamily}
 
 
 def make_decision(
@@ -52,21 +62,22 @@ def make_decision(
     gap: float = 0.0,
     valid: Sequence[bool] | None = None,
 ) -> dict[str, Any]:
-    """One well-formed step: uniform op probabilities (ε = 1), the stored reward equal to `gap`."""
+    """One well-formed step: uniform op probabilities (ε = 1), the stored reward equal to `gap` (its return-to-go
+    too: `make_episode` sums the episode's)."""
     features = [0.1 * (i % 7) for i in range(OBS_DIM)] if features is None else list(features)
     probs = ActionProbabilities.from_decision({o: 0.25 for o in JOINT_OF_OP}, op, 1.0, was_exploratory=True)
     joint = 0.25 if op == "WAIT" else 0.25 / 3
-    components = RewardComponents(0.5, 0.01, 50.0, 50.5, RewardComponents.INTERVENTION_COSTS[op], gap=gap)
     return {
         "observation": {"epoch": epoch, "plateau_epochs": plateau, "has_active_seed": has_seed,
                         "features": features},
         "action": {
             "action": op, "slot": None if op == "WAIT" else "early", "joint_index": JOINT_OF_OP[op],
             "action_probabilities": probs.to_dict(), "joint_behavior_prob": joint,
-            "joint_behavior_logp": math.log(joint), "reward_components": components.to_dict(), "reason": "test",
+            "joint_behavior_logp": math.log(joint), "reason": "test",
         },
+        "rewards": reward_families(gap),
         "valid_joint_actions": [True] * NUM_JOINT_ACTIONS if valid is None else list(valid),
-        "outcome": {"reward": gap, "accuracy_after": 50.0},
+        "outcome": {"reward": gap, "return_to_go": gap, "accuracy_after": 50.0},
         "step_metadata": StepMetadata(timestep, False, state_hash([f or 0.0 for f in features]), int(has_seed),
                                       None, 0.5).to_dict(),
         "timestamp": datetime.now(UTC).isoformat(),
@@ -85,12 +96,17 @@ def make_episode(
     created: int = 1,
     fossilized: int = 1,
     culled: int = 0,
+    gaps: Sequence[float] | None = None,
 ) -> dict[str, Any]:
-    decisions = [make_decision(op, timestep=t, epoch=t + 1, plateau=t % 4, has_seed=t % 2 == 1, gap=0.1 * t)
-                 for t, op in enumerate(ops)]
+    """A well-formed episode of `ops`, its stored gap rewards `gaps` (default 0.1·t at step t)."""
+    gaps = [0.1 * t for t in range(len(ops))] if gaps is None else list(gaps)
+    decisions = [make_decision(op, timestep=t, epoch=t + 1, plateau=t % 4, has_seed=t % 2 == 1, gap=gap)
+                 for t, (op, gap) in enumerate(zip(ops, gaps, strict=True))]
+    for t, decision in enumerate(decisions):
+        decision["outcome"]["return_to_go"] = math.fsum(gaps[t:])
     return {
         "schema_version": SCHEMA_VERSION, "episode_id": episode_id, "random_seed": seed, "task": task,
-        "topology": "cnn",
+        "topology": "cnn", "feature_schema": feature_schema(CNN), "reward_family": "gap",
         "max_epochs": len(ops) + 1, "episode_length": len(ops), "decisions": decisions,
         "behavior_policy": {"policy_id": policy_id}, "environment": {"config_id": env_id},
         "twin": {"twin_id": twin_id, "val_accuracy_curve": [10.0] * (len(ops) + 1),
@@ -167,12 +183,9 @@ def fake_episode_fn(task: EpisodeTask, options: FakeOptions, device: str) -> dic
     time.sleep(options.delay_s)
     rng = random.Random(plan.episode_id)
     ops = [rng.choice(list(JOINT_OF_OP)) for _ in range(options.max_epochs - 1)]
+    gaps = [task.twin.accuracy_curve[t + 1] - task.twin.accuracy_curve[t] for t in range(len(ops))]
     episode = make_episode(plan.episode_id, ops, policy_id=plan.get_policy_config().policy_id,
-                           env_id=plan.env_config_id, seed=plan.seed, twin_id=plan.twin.twin_id)
-    for t, decision in enumerate(episode["decisions"]):
-        gap = task.twin.accuracy_curve[t + 1] - task.twin.accuracy_curve[t]
-        decision["action"]["reward_components"]["gap"] = gap
-        decision["outcome"]["reward"] = gap
+                           env_id=plan.env_config_id, seed=plan.seed, twin_id=plan.twin.twin_id, gaps=gaps)
     episode["twin"] = plan.twin.twin_block(task.twin)
     episode["max_epochs"] = options.max_epochs
     episode["worker"] = {"device": device, "threads": torch.get_num_threads()}

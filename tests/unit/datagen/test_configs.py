@@ -1,4 +1,4 @@
-"""Datagen configs: presets, round trips, validation, ε variants, probabilities, reward components, metadata."""
+"""Datagen configs: presets, round trips, validation, ε variants, probabilities, metadata."""
 
 from __future__ import annotations
 
@@ -8,14 +8,11 @@ import pytest
 
 from esper.datagen.configs import (
     ENVIRONMENT_PRESETS,
-    INTERVENTION_COSTS,
     POLICY_PRESETS,
     ActionProbabilities,
     BehaviorPolicyConfig,
     EnvironmentConfig,
-    RewardComponents,
     StepMetadata,
-    stagnation_potential,
     state_hash,
 )
 
@@ -174,25 +171,6 @@ def test_greedy_ties_follow_the_op_order() -> None:
     assert ActionProbabilities.greedy_argmax(tied) == "WAIT"
     assert ActionProbabilities.greedy_argmax({"CULL": 0.5, "FOSSILIZE": 0.5}) == "FOSSILIZE"
     assert ActionProbabilities.greedy_argmax({"CULL": 0.4, "GERMINATE": 0.4, "WAIT": 0.2}) == "GERMINATE"
-
-
-def test_reward_components_total() -> None:
-    rc = RewardComponents(accuracy_delta=0.5, loss_delta=-0.1, potential_prev=70.0, potential_next=70.5,
-                          intervention_cost=0.0)
-    assert rc.total(shaping_weight=0.0) == 5.0
-    rc = RewardComponents(0.5, -0.1, 70.0, 70.5, -0.02, gap=0.3)
-    assert rc.total(gamma=0.99, shaping_weight=1.0) == pytest.approx(5.0 + (0.99 * 70.5 - 70.0) - 0.02)
-    assert rc.to_dict() == {"accuracy_delta": 0.5, "loss_delta": -0.1, "potential_prev": 70.0,
-                            "potential_next": 70.5, "intervention_cost": -0.02, "gap": 0.3, "sparse": 0.0,
-                            "return_to_go": 0.0}
-    assert RewardComponents.INTERVENTION_COSTS == INTERVENTION_COSTS
-    assert INTERVENTION_COSTS == {"WAIT": 0.0, "GERMINATE": -0.02, "CULL": -0.005, "FOSSILIZE": -0.01}
-
-
-def test_stagnation_potential() -> None:
-    assert stagnation_potential(60.0, 0) == 60.0
-    assert stagnation_potential(60.0, 5) == pytest.approx(60.0 - 10.0 * 0.4)
-    assert stagnation_potential(100.0, 9) == 100.0
 
 
 def test_state_hash_and_step_metadata() -> None:

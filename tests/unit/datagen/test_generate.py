@@ -11,16 +11,16 @@ import pytest
 import torch
 
 from esper.data.tasks import get_task_spec
-from esper.datagen.configs import INTERVENTION_COSTS
 from esper.datagen.generate import GenerateOptions, datagen_task, episode_setup, generate_episode, generate_twin
 from esper.datagen.loader import load_transitions
 from esper.datagen.plans import EpisodeTask, GenerationPlan
-from esper.datagen.records import EpisodeRecorder
 from esper.datagen.schema import SCHEMA_VERSION, validate_episode, write_strict_json
 from esper.env import MorphoEnv, StoredTwin, run_episodes
 from esper.env.charges import measured_cost
 from esper.env.features import obs_dim
-from esper.leyline.constants import DEFAULT_GOVERNOR_DEATH_PENALTY
+from esper.env.rewards import INTERVENTION_COSTS, RewardFamily
+from esper.leyline import LifecycleOp
+from esper.leyline.constants import DEFAULT_GAMMA, DEFAULT_GOVERNOR_DEATH_PENALTY
 
 CNN = get_task_spec("synthetic").action_space
 NUM_JOINT_ACTIONS, OBS_DIM = CNN.num_joint_actions, obs_dim(CNN)  # 43 and 80 with the built-in blueprints
@@ -44,7 +44,7 @@ def episode(twin_result: dict[str, Any]) -> dict[str, Any]:
     return generate_episode(EpisodeTask(PLAN, _twin(twin_result)), OPTIONS, "cpu")
 
 
-def test_the_episode_is_a_valid_schema_2_1_0_episode(episode: dict[str, Any]) -> None:
+def test_the_episode_is_a_valid_episode_of_the_schema(episode: dict[str, Any]) -> None:
     assert validate_episode(episode) == []
     assert episode["schema_version"] == SCHEMA_VERSION
     assert episode["episode_length"] == OPTIONS.max_epochs - 1  # decisions after epochs 1 … T−1
@@ -56,8 +56,17 @@ def test_the_episode_is_a_valid_schema_2_1_0_episode(episode: dict[str, Any]) ->
     for d in episode["decisions"]:
         mask = d["valid_joint_actions"]
         assert len(mask) == NUM_JOINT_ACTIONS and mask[d["action"]["joint_index"]]
-        assert d["outcome"]["reward"] == d["action"]["reward_components"]["gap"]
+        assert d["outcome"]["reward"] == d["rewards"]["gap"]["total"]
         assert math.isclose(math.exp(d["action"]["joint_behavior_logp"]), d["action"]["joint_behavior_prob"])
+
+
+def test_every_reward_family_is_recorded_and_gap_is_stored(episode: dict[str, Any]) -> None:
+    assert (episode["reward_family"], episode["reward_gamma"]) == ("gap", DEFAULT_GAMMA)
+    for d in episode["decisions"]:
+        assert list(d["rewards"]) == [f.value for f in RewardFamily]
+        assert all(components["family"] == family for family, components in d["rewards"].items())
+    sparse = [d["rewards"]["sparse"]["sparse_terminal"] for d in episode["decisions"]]
+    assert sparse[:-1] == [0.0] * (len(sparse) - 1) and sparse[-1] > 0  # the sparse family pays at the end only
 
 
 def test_the_random_policy_intervened(episode: dict[str, Any]) -> None:
@@ -70,15 +79,15 @@ def test_stored_gap_rewards_sum_to_the_final_gap_minus_parameter_and_action_cost
     decisions = episode["decisions"]
     twin_final = episode["twin"]["val_accuracy_curve"][-1]
     g_final = episode["final_accuracy"] - twin_final
-    costs = sum(-INTERVENTION_COSTS[d["action"]["action"]] for d in decisions)
+    costs = sum(-INTERVENTION_COSTS[LifecycleOp[d["action"]["action"]]] for d in decisions)
     rollbacks = sum(1 for d in decisions if d["outcome"]["rollback"])
     expected = (g_final - OPTIONS.param_cost * episode["final_param_ratio"] - costs
                 - DEFAULT_GOVERNOR_DEATH_PENALTY * rollbacks)
-    stored = [d["action"]["reward_components"]["gap"] for d in decisions]
+    stored = [d["rewards"]["gap"]["total"] for d in decisions]
     assert math.isclose(math.fsum(stored), expected, abs_tol=1e-9)
     assert math.isclose(episode["total_return"], expected, abs_tol=1e-9)
-    assert decisions[0]["action"]["reward_components"]["return_to_go"] == pytest.approx(expected, abs=1e-9)
-    assert decisions[-1]["action"]["reward_components"]["return_to_go"] == pytest.approx(stored[-1], abs=1e-12)
+    assert decisions[0]["outcome"]["return_to_go"] == pytest.approx(expected, abs=1e-9)
+    assert decisions[-1]["outcome"]["return_to_go"] == pytest.approx(stored[-1], abs=1e-12)
 
 
 def test_each_next_state_is_the_following_decisions_state(episode: dict[str, Any]) -> None:
@@ -96,13 +105,13 @@ def test_the_stored_twin_is_the_live_twin_bit_for_bit(twin_result: dict[str, Any
     setup = episode_setup(PLAN.env_config_id, PLAN.seed, OPTIONS, "cpu", episode=PLAN.episode_idx)
     live = MorphoEnv(dataclasses.replace(setup.spec, env_id=1), "twin")
     env = MorphoEnv(setup.spec, "random", twin=live)
-    recorder = EpisodeRecorder(env)
+    recorder = setup.recorder(env)
     run_episodes([env], [PLAN.create_policy(setup.task.action_space)], setup.data, setup.reward_fn,
                  on_step=recorder.record)
     assert live.accuracy_curve == twin_result["val_accuracy_curve"]
     assert live.loss_curve == twin_result["val_loss_curve"]
-    rewards = [d["action"]["reward_components"]["gap"] for d in recorder.decisions()]
-    assert rewards == [d["action"]["reward_components"]["gap"] for d in episode["decisions"]]
+    rewards = [d["rewards"] for d in recorder.decisions()]
+    assert rewards == [d["rewards"] for d in episode["decisions"]]
     assert recorder.summary()["final_features"] == episode["final_features"]
 
 

@@ -165,7 +165,7 @@ def test_lifecycle_coverage() -> None:
         (lambda e: e["decisions"][1]["observation"]["features"].__setitem__(5, math.nan), "e1[1]: features"),
         (lambda e: e["decisions"][1]["observation"]["features"].__setitem__(5, None), "e1[1]: features"),
         (lambda e: e["decisions"][2]["outcome"].update(reward=math.inf), "e1[2]: reward"),
-        (lambda e: e["decisions"][0]["action"]["reward_components"].update(gap=None), "e1[0]: reward_components"),
+        (lambda e: e["decisions"][0]["rewards"]["loss"].update(total=None), "e1[0]: rewards.loss"),
         (lambda e: e["final_features"].__setitem__(0, -math.inf), "e1: final_features"),
     ],
 )

@@ -1,4 +1,4 @@
-"""load_transitions and the strict reader: rows, rewards by source, schema versions, and one clear error each."""
+"""load_transitions and the strict reader: rows, rewards by family, schema versions, and one clear error each."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 import torch
 
-from esper.datagen.configs import RewardComponents
 from esper.datagen.loader import load_transitions
 from esper.datagen.reader import EpisodeFormatError, check_resumable, read_episodes
 from esper.datagen.schema import write_strict_json
-from unit.datagen.support import make_episode
+from esper.env.rewards import RewardFamily
+from unit.datagen.support import FAMILY_SCALE, make_episode
 
 OPS_A = ("WAIT", "GERMINATE", "WAIT", "FOSSILIZE")
 OPS_B = ("GERMINATE", "CULL", "WAIT")
@@ -27,9 +27,7 @@ def _write(directory: Path, *episodes: dict[str, Any]) -> None:
 
 def _with_final(episode: dict[str, Any]) -> dict[str, Any]:
     episode["final_features"] = [0.5] * len(episode["final_features"])
-    for d in episode["decisions"]:
-        d["action"]["shaped_reward"] = {"family": "contribution", "total": 2.0 * d["outcome"]["reward"]}
-    episode["topology"], episode["enabled_slots"] = "cnn", ["early", "mid", "late"]
+    episode["enabled_slots"] = ["early", "mid", "late"]
     return episode
 
 
@@ -59,39 +57,32 @@ def test_rows_follow_the_episodes(dataset_dir: Path) -> None:
                                                                                                  "aggressive"}
 
 
-def test_reward_sources(dataset_dir: Path) -> None:
+def test_rewards_come_from_the_family_asked_for(dataset_dir: Path) -> None:
     gap = load_transitions(dataset_dir)
-    assert torch.allclose(load_transitions(dataset_dir, "contribution").rewards, 2.0 * gap.rewards)
+    for family in RewardFamily:
+        assert torch.allclose(load_transitions(dataset_dir, family.value).rewards, FAMILY_SCALE[family] * gap.rewards)
     scaled = load_transitions(dataset_dir, reward_scale=0.1)
     assert torch.allclose(scaled.rewards, 0.1 * gap.rewards)
-    accuracy = load_transitions(dataset_dir, "accuracy", gamma=0.9, shaping_weight=0.5)
-    expected = RewardComponents(0.5, 0.01, 50.0, 50.5, 0.0).total(0.9, 0.5)  # the WAIT steps' components
-    assert accuracy.rewards[gap.actions == 0].tolist() == pytest.approx([expected] * 3)
-    with pytest.raises(ValueError, match="Unknown reward_source"):
-        load_transitions(dataset_dir, "loss")
+    with pytest.raises(ValueError, match=r"Unknown reward_source 'gaps' \(did you mean 'gap'\?\)"):
+        load_transitions(dataset_dir, "gaps")
 
 
-def _as_2_0_0(episode: dict[str, Any]) -> dict[str, Any]:
-    episode["schema_version"] = "2.0.0"
-    for key in ("twin", "final_features"):
-        episode.pop(key)
-    for d in episode["decisions"]:
-        d["action"]["reward_components"].pop("gap")
-    return episode
-
-
-def test_schema_2_0_0_reads_but_has_no_gap(tmp_path: Path) -> None:
-    _write(tmp_path, _as_2_0_0(_with_final(make_episode(ops=OPS_A))))
-    with pytest.raises(ValueError, match=r"schema 2\.0\.0\) stores no gap reward"):
-        load_transitions(tmp_path)
-    data = load_transitions(tmp_path, "contribution")
-    assert len(data) == len(OPS_A) and bool(data.dones[-1])
+def test_an_older_schema_is_refused_naming_the_fix(tmp_path: Path) -> None:
+    """Files of an earlier schema are never converted: reading or resuming them says how to regenerate them."""
+    episode = _with_final(make_episode(ops=OPS_A))
+    episode["schema_version"] = "2.1.0"
+    _write(tmp_path, episode)
+    message = (r"has episode schema '2\.1\.0'; this esper reads schema 3\.0\.0 only: regenerate the dataset .* "
+               r"`esper datagen --output-dir DIR`")
+    for read in (read_episodes, load_transitions, check_resumable):
+        with pytest.raises(EpisodeFormatError, match=message):
+            read(tmp_path)
 
 
 @pytest.mark.parametrize(("mutate", "message"), [
-    (lambda e: e.update(schema_version="3.0.0"), "has episode schema '3.0.0'"),
+    (lambda e: e.update(schema_version="9.0.0"), "has episode schema '9.0.0'"),
     (lambda e: e.update(feature_schema={"name": "other-obs-v9"}), "holds observation features 'other-obs-v9'"),
-    (lambda e: e["decisions"][0].pop("valid_joint_actions"), "malformed schema-2.1.0 episode"),
+    (lambda e: e["decisions"][0].pop("valid_joint_actions"), "malformed schema-3.0.0 episode"),
 ])
 def test_foreign_or_malformed_episodes_are_one_clear_error(tmp_path: Path, mutate: Any, message: str) -> None:
     episode = _with_final(make_episode())
@@ -106,7 +97,7 @@ def test_foreign_or_malformed_episodes_are_one_clear_error(tmp_path: Path, mutat
 def test_truncated_files_and_empty_or_doubled_selections_are_errors(tmp_path: Path, dataset_dir: Path) -> None:
     broken = tmp_path / "broken"
     broken.mkdir()
-    (broken / "x.json").write_text('{"schema_version": "2.1.0", "decis')
+    (broken / "x.json").write_text('{"schema_version": "3.0.0", "decis')
     with pytest.raises(EpisodeFormatError, match="is not valid JSON"):
         read_episodes(broken)
     empty = tmp_path / "empty"
@@ -117,13 +108,6 @@ def test_truncated_files_and_empty_or_doubled_selections_are_errors(tmp_path: Pa
         read_episodes(tmp_path / "missing")
     with pytest.raises(ValueError, match="appears in both"):
         read_episodes([dataset_dir, dataset_dir])
-
-
-def test_a_2_0_0_file_blocks_resuming_but_not_reading(tmp_path: Path) -> None:
-    _write(tmp_path, _as_2_0_0(make_episode(ops=OPS_A)))
-    assert len(read_episodes(tmp_path)) == 1
-    with pytest.raises(EpisodeFormatError, match=r"'2\.0\.0'"):
-        check_resumable(tmp_path)
 
 
 def test_mixed_topologies_are_rejected(tmp_path: Path) -> None:
@@ -137,7 +121,7 @@ def test_mixed_topologies_are_rejected(tmp_path: Path) -> None:
 
 def test_a_non_finite_stored_reward_is_rejected_by_row(tmp_path: Path) -> None:
     episode = _with_final(make_episode(ops=OPS_A))
-    episode["decisions"][2]["action"]["reward_components"]["gap"] = float("inf")  # written as null
+    episode["decisions"][2]["rewards"]["gap"]["total"] = float("inf")  # written as null
     episode["decisions"][2]["outcome"]["reward"] = float("inf")
     _write(tmp_path, episode)
     assert json.loads((tmp_path / "baseline_baseline_0000.json").read_text())["decisions"][2]["outcome"][

@@ -16,7 +16,7 @@ from esper.datagen.orchestrator import (
     MatrixMismatchError,
 )
 from esper.datagen.plans import EpisodeTask, GenerationPlan, TwinPlan, paired_seed
-from esper.datagen.schema import read_json, validate_episode, write_strict_json
+from esper.datagen.schema import SCHEMA_VERSION, read_json, validate_episode, write_strict_json
 from unit.datagen.support import FakeOptions, episode_ids, fake_episode_fn, fake_pool, logged_runs, make_episode
 
 SETTINGS = {"task": "synthetic", "max_epochs": 5}
@@ -50,7 +50,7 @@ def test_init_writes_progress_and_manifest(tmp_path: Path) -> None:
                             "failed_twins": {}}
         manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
         assert manifest["total_planned"] == 8 and manifest["settings"] == SETTINGS
-        assert manifest["schema_version"] == "2.1.0" and "torch" in manifest["versions"]
+        assert manifest["schema_version"] == SCHEMA_VERSION and "torch" in manifest["versions"]
 
 
 def test_batches_completion_and_summary(tmp_path: Path) -> None:
@@ -111,7 +111,7 @@ def test_rerun_skips_completed_work_and_redoes_only_missing_files(tmp_path: Path
         run_all(orch, tmp_path / "log2")
     assert logged(tmp_path / "log2") == []
     (out / "wide_random-eps1.0_0001.json").unlink()
-    (out / "baseline_baseline_0000.json").write_text('{"schema_version": "2.1.0", "trunc')  # corrupt
+    (out / "baseline_baseline_0000.json").write_text('{"schema_version": "3.0.0", "trunc')  # corrupt
     with orchestrator(out) as orch:
         assert orch.completed_count == 6
         run_all(orch, tmp_path / "log3")

@@ -58,7 +58,7 @@ def test_read_json_and_stale_temp_cleanup(tmp_path: Path) -> None:
 
 def test_a_well_formed_episode_passes() -> None:
     episode = make_episode()
-    assert episode["schema_version"] == SCHEMA_VERSION == "2.1.0"
+    assert episode["schema_version"] == SCHEMA_VERSION == "3.0.0"
     assert validate_episode(episode) == []
     # Non-finite values are the health checks' business: nulls pass the structural check.
     episode["decisions"][0]["observation"]["features"][3] = None
@@ -80,7 +80,9 @@ def _broken(path: list[Any], value: Any, delete: bool = False) -> dict[str, Any]
 @pytest.mark.parametrize(
     ("path", "value", "delete", "problem"),
     [
-        (["schema_version"], "2.0.0", False, "schema_version must be '2.1.0'"),
+        (["schema_version"], "2.1.0", False, "schema_version must be '3.0.0'"),
+        (["reward_family"], "accuracy", False, "reward_family must be one of ['gap', 'contribution', 'loss', 'spars"),
+        (["feature_schema"], None, True, "feature_schema.blueprints must be a list"),
         (["twin"], None, True, "twin.twin_id is missing"),
         (["twin", "val_loss_curve"], None, False, "twin.val_loss_curve must be a list"),
         (["final_features"], [0.0] * 79, False, "final_features must be a list of 80"),
@@ -92,9 +94,12 @@ def _broken(path: list[Any], value: Any, delete: bool = False) -> dict[str, Any]
         (["decisions", 1, "action", "joint_index"], 43, False, "joint_index must be an int in [0, 43)"),
         (["decisions", 2, "action", "joint_behavior_prob"], None, True, "joint_behavior_prob is missing"),
         (["decisions", 2, "valid_joint_actions"], [True] * 42, False, "valid_joint_actions must be 43 booleans"),
-        (["decisions", 3, "action", "reward_components", "gap"], None, True, "reward_components.gap is missing"),
-        (["decisions", 3, "outcome", "reward"], 99.0, False, "outcome.reward differs from the stored (gap)"),
-        (["decisions", 0, "outcome"], None, True, "decisions[0].outcome.reward is missing"),
+        (["decisions", 3, "rewards", "loss"], None, True, "decisions[3].rewards.loss.total is missing"),
+        (["decisions", 3, "rewards", "gap", "total"], None, True, "decisions[3].rewards.gap.total is missing"),
+        (["decisions", 3, "rewards"], None, True, "decisions[3].rewards is missing"),
+        (["decisions", 3, "outcome", "reward"], 99.0, False, "outcome.reward differs from the stored (gap) family"),
+        (["decisions", 3, "outcome", "return_to_go"], None, True, "decisions[3].outcome.return_to_go is missing"),
+        (["decisions", 0, "outcome"], None, True, "decisions[0].outcome is missing"),
     ],
 )
 def test_validator_names_each_problem(path: list[Any], value: Any, delete: bool, problem: str) -> None:

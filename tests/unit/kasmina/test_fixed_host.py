@@ -11,10 +11,9 @@ from torch import Tensor, nn
 from esper.data.tasks import get_task_spec
 from esper.kasmina import (
     DEFAULT_REGISTRY,
-    CNNHost,
     FixedModulesHost,
     MorphogeneticModel,
-    TransformerHost,
+    SegmentedHost,
     build_fixed_host,
     slot_boundaries,
 )
@@ -41,7 +40,7 @@ def _input(task: str) -> Tensor:
 class _HandBuilt(nn.Module):
     """The host's blocks run one by one, with each module called on the activation right after its slot's block."""
 
-    def __init__(self, host: CNNHost | TransformerHost, modules: dict[str, nn.Module]) -> None:
+    def __init__(self, host: SegmentedHost, modules: dict[str, nn.Module]) -> None:
         super().__init__()
         self.host = host
         self.modules_at = nn.ModuleDict(modules)
@@ -49,13 +48,13 @@ class _HandBuilt(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         host = self.host
         after_block = dict(zip(slot_boundaries(len(host.blocks)), CANONICAL_SLOTS, strict=True))
-        h = host._prepare_input(x) if isinstance(host, CNNHost) else host._embed(x)
+        h = host._enter(x)
         for i, block in enumerate(host.blocks):
             h = block(h)
             slot = after_block.get(i, "")
             if slot in self.modules_at:
                 h = self.modules_at[slot](h)
-        return host._classify(h) if isinstance(host, CNNHost) else host._logits(h)
+        return host._exit(h)
 
 
 def _fixed(task: str, modules: tuple[tuple[str, str], ...], seed: int = 0) -> FixedModulesHost:
@@ -67,7 +66,7 @@ def test_fixed_host_equals_the_host_built_by_hand_with_the_same_weights(
         task: str, modules: tuple[tuple[str, str], ...]) -> None:
     fixed = _fixed(task, modules)
     host = get_task_spec(task).host_factory()
-    assert isinstance(host, CNNHost | TransformerHost)
+    assert isinstance(host, SegmentedHost)
     hand = _HandBuilt(host, {s: DEFAULT_REGISTRY.create(host.topology, b, host.segment_channels[s])
                              for s, b in modules}).eval()
     hand.host.load_state_dict(fixed.inner.state_dict())

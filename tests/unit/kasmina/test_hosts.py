@@ -1,4 +1,4 @@
-"""Hosts: shapes, parameter counts, slot positions, segment invariants, validation, tying."""
+"""Hosts: shapes, parameter counts, slot positions, segment invariants, validation, tying, one segmented forward."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from esper.kasmina.hosts import CNNHost, HostProtocol, TransformerHost, slot_boundaries
+from esper.kasmina.hosts import CNNHost, HostProtocol, ResNetHost, SegmentedHost, TransformerHost, slot_boundaries
 
 SEGMENTS = ("early", "mid", "late")
 
@@ -109,6 +109,49 @@ def test_cnn_block_structure() -> None:
     assert len(host.blocks[1]) == 3
 
 
+# --------------------------------------------------------------------------------------------------- ResNetHost
+
+
+@pytest.mark.parametrize(("depth", "params", "stages"),
+                         [(18, 11_173_962, [2, 2, 2, 2]), (34, 21_282_122, [3, 4, 6, 3])])
+def test_resnet_host_params_stages_and_slot_channels(depth: int, params: int, stages: list[int]) -> None:
+    host = ResNetHost(depth).eval()
+    assert n_params(host) == params and [len(stage) for stage in host.blocks] == stages
+    assert host(torch.randn(2, 3, 32, 32)).shape == (2, 10)
+    assert list(host.segment_channels.items()) == list(zip(SEGMENTS, (64, 128, 512)))
+    assert ResNetHost(depth, num_classes=7, in_channels=1).eval()(torch.randn(2, 1, 28, 28)).shape == (2, 7)
+
+
+def test_resnet_slots_sit_after_stages_1_2_and_4() -> None:
+    torch.manual_seed(0)
+    host = ResNetHost(18).eval()
+    x = torch.randn(2, 3, 32, 32)
+    h = host.stem(x.contiguous(memory_format=torch.channels_last))
+    stage_outputs = []
+    for stage in host.blocks:
+        h = stage(h)
+        stage_outputs.append(h)
+    for segment, stage in zip(SEGMENTS, (0, 1, 3)):
+        assert torch.equal(host.forward_to_segment(segment, x), stage_outputs[stage])
+    shapes = [tuple(host.forward_to_segment(s, x).shape) for s in SEGMENTS]
+    assert shapes == [(2, 64, 32, 32), (2, 128, 16, 16), (2, 512, 4, 4)]
+
+
+def test_resnet_blocks_use_projection_shortcuts_only_when_the_shape_changes() -> None:
+    host = ResNetHost(34)
+    first = [stage[0] for stage in host.blocks]
+    assert isinstance(first[0].shortcut, nn.Identity)
+    for block in first[1:]:
+        conv, bn = block.shortcut
+        assert conv.kernel_size == (1, 1) and conv.stride == (2, 2) and isinstance(bn, nn.BatchNorm2d)
+    assert all(isinstance(stage[1].shortcut, nn.Identity) for stage in host.blocks)
+
+
+def test_resnet_depth_validation() -> None:
+    with pytest.raises(ValueError, match="Unsupported ResNet depth 50"):
+        ResNetHost(50)
+
+
 # ---------------------------------------------------------------------------------------------- TransformerHost
 
 
@@ -195,7 +238,7 @@ def test_transformer_is_causal() -> None:
     assert not torch.allclose(out[:, 9:], out_changed[:, 9:])
 
 
-# ----------------------------------------------------------------------------------- segment invariants (both)
+# ------------------------------------------------------------------------------------ segment invariants (all)
 
 
 HostCase = Callable[[], tuple[nn.Module, torch.Tensor]]
@@ -203,6 +246,7 @@ HostCase = Callable[[], tuple[nn.Module, torch.Tensor]]
 HOST_CASES: dict[str, HostCase] = {
     "cnn3": lambda: (CNNHost(channels=(8, 16, 32)).eval(), torch.randn(2, 3, 32, 32)),
     "cnn5": lambda: (CNNHost(channels=(8, 16, 32, 64, 128)).eval(), torch.randn(2, 3, 32, 32)),
+    "resnet18": lambda: (ResNetHost(18).eval(), torch.randn(2, 3, 16, 16)),
     "lm3": lambda: (tiny_lm(), torch.randint(0, 257, (2, 16))),
     "lm5": lambda: (
         TransformerHost(vocab_size=50, n_embd=32, n_head=4, n_layer=5, block_size=16).eval(),
@@ -247,6 +291,14 @@ def test_segment_channels_is_a_copy() -> None:
     assert isinstance(channels, dict)
     channels["early"] = 999
     assert host.segment_channels["early"] == 8
+
+
+def test_every_host_is_a_segmented_host_with_one_segmented_forward() -> None:
+    """The segmented forward is `SegmentedHost`'s alone: no host overrides it, so seeds meet every host the same way."""
+    hosts = (CNNHost, ResNetHost, TransformerHost)
+    assert all(issubclass(h, SegmentedHost) for h in hosts)
+    for name in ("forward", "forward_to_segment", "forward_from_segment", "segment_channels"):
+        assert all(getattr(h, name) is getattr(SegmentedHost, name) for h in hosts), name
 
 
 def test_non_hosts_fail_the_protocol() -> None:

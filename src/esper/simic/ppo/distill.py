@@ -116,8 +116,7 @@ def distill_from_iql(learner: PPOLearnerState, init_from: str, datasets: Sequenc
     the ones it was trained on); returns the IQL run and the result."""
     source = Path(init_from.removeprefix("iql:"))
     teacher = IQLPolicy.from_checkpoint(checkpoint_file(source, "final.pt"), space=task.action_space, slots=slots)
-    # Distillation reads states and masks only; the `accuracy` reward exists in every schema version, `gap` does not.
-    states = load_transitions(datasets or iql_datasets(source), reward_source="accuracy")
+    states = load_transitions(datasets or iql_datasets(source))  # states and masks only: any reward family would do
     return source, distill(learner, teacher, states, config, progress=progress)
 
 
