@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from esper.evaluation import StudyHooks, StudyPhase, StudyPlan, StudyResult, StudyStatus, run_study
-from esper.runtime.rundir import read_jsonl
+from esper.storage.rundir import read_jsonl
 
 pytestmark = pytest.mark.smoke
 

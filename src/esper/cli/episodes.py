@@ -9,16 +9,16 @@ from pathlib import Path
 from typing import Any
 
 from esper.cli.common import augment_choice, console, data_options, preload_data, worker_options
+from esper.data.readers import SPLITS
+from esper.data.tasks import DataCache, data_source, get_task_spec
 from esper.env.rewards import resolved_cost
 from esper.evaluation.episodes import EpisodePlan
 from esper.evaluation.resume import EPISODE_COUNT_KEY, ResumePoint, episode_event_kept, open_episode_dir, resume_line
 from esper.evaluation.run_data import data_record
+from esper.execution.devices import resolve_devices
 from esper.leyline import ordered_slots
 from esper.nissa import trim_event_log
-from esper.runtime.devices import resolve_devices
-from esper.runtime.readers import SPLITS
-from esper.runtime.rundir import RunDirectory
-from esper.runtime.tasks import DataCache, data_source, get_task_spec
+from esper.storage.rundir import RunDirectory
 
 
 def episode_plan(args: argparse.Namespace, devices: list[str] | None, *, allow_setting_change: bool = False

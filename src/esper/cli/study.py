@@ -51,13 +51,13 @@ from esper.cli.family_study import __doc__ as family_doc
 from esper.cli.family_study import print_family_result
 from esper.cli.study_output import console_hooks
 from esper.cli.train_ppo import StopAfterStep, flag_overrides
+from esper.data.families import FAMILIES
 from esper.evaluation.selection_record import SELECTION_RECORD_FILE
 from esper.evaluation.studies import StudyHooks, StudyPlan, StudyResult, StudyStatus, run_study
 from esper.evaluation.studies.plan import MAX_RUNS, MAX_STUDY_SEEDS
 from esper.evaluation.study import STUDY_PRESETS
 from esper.evaluation.study_report import convergence_line, demo_note
 from esper.report.render import render_report
-from esper.runtime.families import FAMILIES
 
 
 def add_study_parser(sub: Any) -> None:

@@ -14,8 +14,8 @@ from esper.cli.train_ppo import StopAfterStep, print_training_setting
 from esper.evaluation.resume import EventFilter
 from esper.evaluation.studies import PhaseTelemetry, StudyHooks
 from esper.nissa import trim_event_log
-from esper.runtime.rundir import RunDirectory
 from esper.simic.ppo.config import TrainingConfig
+from esper.storage.rundir import RunDirectory
 
 __all__ = ["console_hooks"]
 

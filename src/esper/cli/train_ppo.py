@@ -34,19 +34,19 @@ from esper.cli.common import (
     run_settings,
 )
 from esper.cli.config_flags import add_config_flags, config_changes
+from esper.data.families import family_task, get_family
+from esper.data.tasks import get_task_spec
 from esper.evaluation.param_cost import resolve_auto_cost
 from esper.evaluation.ppo_runs import TrainingDir, open_training_dir, training_result_lines
 from esper.evaluation.rundirs import discard_on_error
+from esper.execution.devices import env_device_map, resolve_devices
+from esper.execution.plugins import loaded_plugins
 from esper.leyline.errors import UserInputError
 from esper.nissa import ProgressBackend, trim_event_log
-from esper.runtime.devices import env_device_map, resolve_devices
-from esper.runtime.families import family_task, get_family
-from esper.runtime.plugins import loaded_plugins
-from esper.runtime.rundir import checkpoint_file, checkpoints_dir, default_run_dir, run_dir_of
-from esper.runtime.tasks import get_task_spec
 from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config
 from esper.simic.ppo.config import PRESETS, TrainingConfig, charge_fields, family_fields
 from esper.simic.ppo.train import PPORun, train_ppo
+from esper.storage.rundir import checkpoint_file, checkpoints_dir, default_run_dir, run_dir_of
 
 PRESET_FIELDS = frozenset(k for preset in PRESETS.values() for k in preset)
 FLAGS_ELSEWHERE = frozenset({*SCALE_FIELDS, "augment", "seed", "workers", "threads", "executor", "ray_address"})

@@ -36,6 +36,7 @@ from esper.cli.common import (
     run_settings,
 )
 from esper.cli.episodes import episode_plan, load_data, open_episode_run, runtime_info
+from esper.data.tasks import DataCache
 from esper.evaluation.comparison import parse_controllers, run_comparison
 from esper.evaluation.episodes import EpisodePlan
 from esper.evaluation.phases import Phase, PhaseRunner
@@ -46,8 +47,7 @@ from esper.evaluation.rundirs import check_same_arguments, discard_on_error, pre
 from esper.evaluation.tuning import RECORD_FILE, TrialScore, TunedHeuristic, tune_heuristic
 from esper.leyline import TelemetryEventType
 from esper.leyline.seeding import SeedStream
-from esper.runtime.rundir import RunDirectory, default_run_dir, holds_results, recorded_config
-from esper.runtime.tasks import DataCache
+from esper.storage.rundir import RunDirectory, default_run_dir, holds_results, recorded_config
 from esper.tamiyo.heuristic_record import MAX_BUDGET
 
 MAX_SEEDS = 10_000

@@ -19,22 +19,22 @@ from typing import Any
 
 import torch
 
+from esper.data.augment import Augment
+from esper.data.optim import LRSchedule
+from esper.data.tasks import DataCache, TaskSpec
 from esper.env import EpisodeResult
+from esper.env.charges import Charge
 from esper.env.driver import EnvPool
 from esper.env.groups import EpisodeSetting, GroupPlan, MemberPlan, StepOutcome, TwinEnvPlan
 from esper.env.rewards import RewardConfig, RewardFamily, needs_twin, reward_config, reward_summary
 from esper.evaluation.controllers import all_controllers
 from esper.evaluation.stats import one_sample_pp
+from esper.execution.devices import env_device_map
+from esper.execution.workers import WorkerOptions
 from esper.leyline import TelemetryEvent, TelemetryEventType, TelemetrySink
 from esper.leyline.constants import DEFAULT_GAMMA
 from esper.leyline.seeding import SeedStream, episode_seeds
-from esper.runtime.augment import Augment
-from esper.runtime.devices import env_device_map
-from esper.runtime.optim import LRSchedule
-from esper.runtime.param_costs import Charge
-from esper.runtime.rundir import RunDirectory
-from esper.runtime.tasks import DataCache, TaskSpec
-from esper.runtime.workers import WorkerOptions
+from esper.storage.rundir import RunDirectory
 from esper.tamiyo import ControllerContext, ControllerSpec, StaticPolicy, TamiyoDecision, TamiyoPolicy, host_variant
 
 __all__ = [

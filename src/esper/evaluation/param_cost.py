@@ -25,20 +25,20 @@ from typing import Any
 
 import torch
 
+from esper.data.augment import Augment
+from esper.data.families import family_task, get_family
+from esper.data.optim import LRSchedule
+from esper.data.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
+from esper.env.charges import AUTO_COST, CHARGES, Charge
 from esper.env.driver import EnvPool
 from esper.evaluation.comparison import host_params, parse_controllers
 from esper.evaluation.episodes import EpisodePlan, run_controller_episodes
 from esper.evaluation.stats import bootstrap_counts, percentile_interval
+from esper.execution.devices import resolve_device
 from esper.leyline import CANONICAL_SLOTS, UserInputError
 from esper.leyline.seeding import SeedStream
-from esper.runtime.augment import Augment
-from esper.runtime.devices import resolve_device
-from esper.runtime.families import family_task, get_family
-from esper.runtime.optim import LRSchedule
-from esper.runtime.param_costs import AUTO_COST, CHARGES, Charge
-from esper.runtime.rundir import task_slug, write_json_atomic
-from esper.runtime.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
 from esper.simic.ppo.config import TrainingConfig
+from esper.storage.rundir import task_slug, write_json_atomic
 
 __all__ = ["WIDTHS", "ParamCostMeasurement", "ParamCostSetting", "cached_costs", "measure_param_cost",
            "resolve_auto_cost"]

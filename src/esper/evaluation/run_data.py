@@ -8,10 +8,10 @@ from pathlib import Path
 
 import torch
 
-from esper.runtime.augment import Augment
-from esper.runtime.data import describe_augmentation
-from esper.runtime.readers import DatasetFormatError, Split
-from esper.runtime.tasks import DataCache, DataOptions, TaskSpec, data_source
+from esper.data.augment import Augment
+from esper.data.batches import describe_augmentation
+from esper.data.readers import DatasetFormatError, Split
+from esper.data.tasks import DataCache, DataOptions, TaskSpec, data_source
 
 __all__ = ["data_record", "load_splits"]
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from esper.leyline.errors import UserInputError
-from esper.runtime.rundir import (
+from esper.storage.rundir import (
     RunDirectory,
     RunDirectoryError,
     clear_run_directory,

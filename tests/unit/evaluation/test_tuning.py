@@ -18,6 +18,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from esper.data.tasks import DataCache, DataOptions, get_task_spec
 from esper.env import EpisodeResult
 from esper.evaluation.comparison import parse_controllers, run_comparison
 from esper.evaluation.episodes import EpisodePlan
@@ -28,7 +29,6 @@ from esper.evaluation.tuning_space import FIRST_BLUEPRINT, SearchSpace
 from esper.leyline import LifecycleOp, ordered_slots
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import SeedStream
-from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 from esper.tamiyo import HeuristicPolicyConfig, read_heuristic_record
 
 CPU = torch.device("cpu")

@@ -7,6 +7,9 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable
 
+from esper.data.families import Family, get_family
+from esper.data.readers import SPLITS
+from esper.data.tasks import DataCache, get_task_spec
 from esper.evaluation.family_policy import PolicyResults, heldout_policies, policy_markdown, replay_source
 from esper.evaluation.heldout import HeldOutType, run_heldout, select_rule, write_heldout
 from esper.evaluation.param_cost import resolve_auto_cost
@@ -19,11 +22,8 @@ from esper.evaluation.studies.result import StudyResult, StudyStatus
 from esper.evaluation.studies.steps import Study, StudyPhase
 from esper.evaluation.studies.training import train_run
 from esper.evaluation.study import STUDY_PRESETS, run_config
+from esper.execution.devices import resolve_devices
 from esper.leyline.errors import UserInputError
-from esper.runtime.devices import resolve_devices
-from esper.runtime.families import Family, get_family
-from esper.runtime.readers import SPLITS
-from esper.runtime.tasks import DataCache, get_task_spec
 from esper.simic.ppo.checkpoint import resume_config
 from esper.simic.ppo.config import TrainingConfig, family_fields
 

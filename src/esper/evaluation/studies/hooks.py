@@ -13,8 +13,8 @@ from typing import Any, Protocol
 from esper.evaluation.resume import EventFilter
 from esper.evaluation.studies.steps import StudyPhase
 from esper.leyline import TelemetrySink
-from esper.runtime.rundir import RunDirectory
 from esper.simic.ppo.config import TrainingConfig
+from esper.storage.rundir import RunDirectory
 
 __all__ = ["PhaseTelemetry", "Progress", "StudyHooks", "Telemetry", "TrainingWatch", "no_telemetry"]
 

@@ -9,6 +9,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+from esper.data.tasks import DataCache, get_task_spec
 from esper.env.rewards import resolved_cost
 from esper.evaluation.comparison import comparison_phases, parse_controllers
 from esper.evaluation.episodes import one_test_sample
@@ -20,9 +21,8 @@ from esper.evaluation.rundirs import check_same_arguments, prepare_run_dir
 from esper.evaluation.studies.plan import StudyPlan
 from esper.evaluation.study import run_evaluation
 from esper.leyline import TelemetryEventType, emit_if_wanted
-from esper.runtime.rundir import RunDirectory, RunDirectoryError, holds_results, recorded_config, write_json_atomic
-from esper.runtime.tasks import DataCache, get_task_spec
 from esper.simic.ppo.config import TrainingConfig
+from esper.storage.rundir import RunDirectory, RunDirectoryError, holds_results, recorded_config, write_json_atomic
 
 __all__ = ["WORKER_FIELDS", "measured_setting", "open_study", "phase_runner"]
 

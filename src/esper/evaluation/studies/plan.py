@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from esper.data.tasks import DataOptions
 from esper.evaluation.studies.hooks import StudyHooks
 from esper.evaluation.study import STUDY_PRESETS
 from esper.leyline.errors import UserInputError, did_you_mean
-from esper.runtime.rundir import default_run_dir
-from esper.runtime.tasks import DataOptions
+from esper.storage.rundir import default_run_dir
 
 __all__ = ["MAX_RUNS", "MAX_STUDY_SEEDS", "StudyPlan"]
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from esper.evaluation.studies.result import StudyResult, StudyStatus
-from esper.runtime.rundir import RunDirectory
+from esper.storage.rundir import RunDirectory
 
 __all__ = ["Study", "StudyPhase", "check_order"]
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from esper.data.readers import SPLITS
+from esper.data.tasks import get_task_spec
 from esper.env.rewards import RewardFamily
 from esper.evaluation.episodes import EpisodePlan
 from esper.evaluation.phases import Phase, PhaseRunner
@@ -49,12 +51,10 @@ from esper.evaluation.study import (
 from esper.evaluation.study_report import SUMMARY_FILE, mark_rerun, summary_markdown
 from esper.evaluation.teacher_choice import TeacherChoice, choose_teacher, with_tuned
 from esper.evaluation.tuning import RECORD_FILE as TUNED_RECORD_FILE
+from esper.execution.devices import resolve_devices
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import SeedStream
-from esper.runtime.devices import resolve_devices
-from esper.runtime.readers import SPLITS
-from esper.runtime.rundir import write_text_atomic
-from esper.runtime.tasks import get_task_spec
+from esper.storage.rundir import write_text_atomic
 
 __all__ = ["TaskStudy", "study_dir"]
 

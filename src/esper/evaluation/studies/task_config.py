@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from esper.env.charges import AUTO_COST
 from esper.env.rewards import RewardFamily
 from esper.evaluation.param_cost import resolve_auto_cost
 from esper.evaluation.ppo_runs import saved_run
@@ -16,11 +17,10 @@ from esper.evaluation.studies.plan import StudyPlan
 from esper.evaluation.study import STUDY_PRESETS, run_config
 from esper.evaluation.teacher_choice import TeacherChoice
 from esper.leyline.errors import UserInputError
-from esper.runtime.param_costs import AUTO_COST
-from esper.runtime.rundir import checkpoints_dir
 from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config
 from esper.simic.ppo.config import TrainingConfig, charge_fields
 from esper.simic.ppo.teacher import NO_TEACHER
+from esper.storage.rundir import checkpoints_dir
 
 __all__ = ["DEFAULT_TEACHER", "base_config", "chooses_teacher", "run_configs", "teacher_label"]
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 from contextlib import closing
 from pathlib import Path
 
+from esper.data.tasks import DataCache
 from esper.evaluation.ppo_runs import TrainingDir, open_training_dir, training_result_lines
 from esper.evaluation.studies.plan import StudyPlan
-from esper.runtime.rundir import checkpoints_dir
-from esper.runtime.tasks import DataCache
 from esper.simic.ppo.checkpoint import read_policy_checkpoint
 from esper.simic.ppo.config import TrainingConfig
 from esper.simic.ppo.train import PPORun, train_ppo
+from esper.storage.rundir import checkpoints_dir
 
 __all__ = ["train_run"]
 

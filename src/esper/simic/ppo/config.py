@@ -12,7 +12,20 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictFloat, StrictInt, field_validator, model_validator
 
+from esper.data.augment import AugmentChoice
+from esper.data.families import Family, family_task, get_family
+from esper.data.optim import LRSchedule
+from esper.data.tasks import get_task_spec
+from esper.env.charges import (
+    AUTO_COST,
+    Charge,
+    ComputeCostOrAuto,
+    ParamCost,
+    ParamCostOrAuto,
+    charged_cost,
+)
 from esper.env.rewards import RewardFamily, SparseRewardConfig
+from esper.execution.workers import Executor, Threads, WorkerOptions, Workers, cuda_device_count, placement_problem
 from esper.leyline import CANONICAL_SLOTS, LifecycleOp, ordered_slots
 from esper.leyline.constants import (
     DEFAULT_BATCH_SIZE_TRAINING,
@@ -37,19 +50,6 @@ from esper.leyline.constants import (
 from esper.leyline.errors import UserInputError, did_you_mean
 from esper.leyline.seeding import MAX_BASE_SEED
 from esper.leyline.strict_config import BatchSize, EpisodeLength, SampleCap, StrictConfig
-from esper.runtime.augment import AugmentChoice
-from esper.runtime.families import Family, family_task, get_family
-from esper.runtime.optim import LRSchedule
-from esper.runtime.param_costs import (
-    AUTO_COST,
-    Charge,
-    ComputeCostOrAuto,
-    ParamCost,
-    ParamCostOrAuto,
-    required_cost,
-)
-from esper.runtime.tasks import get_task_spec
-from esper.runtime.workers import Executor, Threads, WorkerOptions, Workers, cuda_device_count, placement_problem
 from esper.simic.ppo.teacher import NO_TEACHER, check_teacher_spec
 
 _SPARSE_DEFAULTS = SparseRewardConfig()
@@ -424,7 +424,7 @@ class TrainingConfig(StrictConfig):
     def charge_and_cost(self) -> tuple[Charge, float]:
         """What the gap reward charges and its λ: given, else the task's measured one, else a clear refusal."""
         given = self.charged_compute_cost() if self.charge == "compute" else self.charged_param_cost()
-        return self.charge, required_cost(self.charge, self.task, given, self.max_train_samples)
+        return self.charge, charged_cost(self.charge, self.task, given, self.max_train_samples)
 
     def worker_options(self) -> WorkerOptions:
         """Where the env groups run (Ray actors sharing the env devices' GPUs). Placement only: any number of

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from esper.data.families import Family, family_task, get_family, training_type
+from esper.data.tasks import get_task_spec
 from esper.env.groups import EpisodeSetting
 from esper.env.rewards import SparseRewardConfig, reward_config, reward_summary
 from esper.leyline.seeding import SeedStream, derive_seed
-from esper.runtime.families import Family, family_task, get_family, training_type
-from esper.runtime.tasks import get_task_spec
 from esper.simic.ppo.config import TrainingConfig
 
 __all__ = ["TrainingSettings", "group_data_seeds"]

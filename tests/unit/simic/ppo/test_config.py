@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from esper.data.families import get_family
 from esper.env.rewards import RewardFamily
-from esper.runtime.families import get_family
 from esper.simic.ppo.config import PRESETS, TrainingConfig, charge_fields, family_fields
 
 # The defaults, spelled out literally (not imported from constants) so a changed default fails here.
