@@ -29,7 +29,6 @@ from esper.data.tasks import TASKS, DataCache, DataOptions, TaskSpec, get_task_s
 from esper.env.charges import CHARGES, ComputeCost, ParamCost
 from esper.env.rewards import RewardFamily
 from esper.evaluation.run_data import load_splits
-from esper.evaluation.rundirs import USER_ERRORS, save_traceback, saved_traceback
 from esper.evaluation.studies.paired import WORKER_FIELDS
 from esper.execution.devices import DeviceError
 from esper.execution.workers import MAX_THREADS, MAX_WORKERS, WorkerFailed, WorkerOptions, cuda_device_count
@@ -47,6 +46,7 @@ from esper.leyline.seeding import MAX_BASE_SEED
 from esper.nissa import NissaHub, ProgressBackend, build_hub
 from esper.simic.ppo.config import MAX_EPISODES
 from esper.storage.rundir import RUN_DIR_NAME, RunDirectory
+from esper.storage.rundirs import USER_ERRORS, save_traceback, saved_traceback
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 

@@ -32,10 +32,10 @@ from esper.evaluation.comparison import (
     run_comparison,
 )
 from esper.evaluation.controllers import all_controllers
-from esper.evaluation.rundirs import discard_on_error
 from esper.leyline import TelemetryEventType
 from esper.leyline.errors import UserInputError, did_you_mean
 from esper.storage.rundir import default_run_dir
+from esper.storage.rundirs import discard_on_error
 
 
 def add_compare_parser(sub: Any) -> None:

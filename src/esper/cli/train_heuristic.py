@@ -26,10 +26,10 @@ from esper.env import EpisodeResult
 from esper.env.driver import EnvPool
 from esper.evaluation.comparison import parse_controllers
 from esper.evaluation.episodes import run_controller_episodes
-from esper.evaluation.rundirs import discard_on_error
 from esper.leyline import TelemetryEventType
 from esper.storage.checkpoint import atomic_save
 from esper.storage.rundir import default_run_dir
+from esper.storage.rundirs import discard_on_error
 
 
 def add_heuristic_parser(sub: Any) -> None:

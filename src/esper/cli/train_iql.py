@@ -45,13 +45,13 @@ from esper.env.rewards import RewardFamily
 from esper.evaluation.comparison import parse_controllers, run_comparison
 from esper.evaluation.episodes import EpisodePlan
 from esper.evaluation.run_data import data_record
-from esper.evaluation.rundirs import check_same_arguments, discard_on_error, prepare_run_dir
 from esper.execution.devices import resolve_devices
 from esper.leyline import ActionSpace, TelemetryEventType
 from esper.leyline.errors import UserInputError
 from esper.simic.iql import IQLConfig, IQLLearner, load_iql_checkpoint, train_iql
 from esper.simic.iql.history import IQLHistoryRow, trim_history
 from esper.storage.rundir import RunDirectory, checkpoints_dir, default_run_dir, recorded_config
+from esper.storage.rundirs import check_same_arguments, discard_on_error, prepare_run_dir
 
 
 def add_iql_parser(sub: Any) -> None:

@@ -38,7 +38,6 @@ from esper.data.families import family_task, get_family
 from esper.data.tasks import get_task_spec
 from esper.evaluation.param_cost import resolve_auto_cost
 from esper.evaluation.ppo_runs import TrainingDir, open_training_dir, training_result_lines
-from esper.evaluation.rundirs import discard_on_error
 from esper.execution.devices import env_device_map, resolve_devices
 from esper.execution.plugins import loaded_plugins
 from esper.leyline.errors import UserInputError
@@ -47,6 +46,7 @@ from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config
 from esper.simic.ppo.config import PRESETS, TrainingConfig, charge_fields, family_fields
 from esper.simic.ppo.train import PPORun, train_ppo
 from esper.storage.rundir import checkpoint_file, checkpoints_dir, default_run_dir, run_dir_of
+from esper.storage.rundirs import discard_on_error
 
 PRESET_FIELDS = frozenset(k for preset in PRESETS.values() for k in preset)
 FLAGS_ELSEWHERE = frozenset({*SCALE_FIELDS, "augment", "seed", "workers", "threads", "executor", "ray_address"})

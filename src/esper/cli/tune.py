@@ -43,11 +43,11 @@ from esper.evaluation.phases import Phase, PhaseRunner
 from esper.evaluation.results import ComparisonResult
 from esper.evaluation.resume import EPISODE_COUNT_KEY
 from esper.evaluation.run_data import data_record
-from esper.evaluation.rundirs import check_same_arguments, discard_on_error, prepare_run_dir
 from esper.evaluation.tuning import RECORD_FILE, TrialScore, TunedHeuristic, tune_heuristic
 from esper.leyline import TelemetryEventType
 from esper.leyline.seeding import SeedStream
 from esper.storage.rundir import RunDirectory, default_run_dir, holds_results, recorded_config
+from esper.storage.rundirs import check_same_arguments, discard_on_error, prepare_run_dir
 from esper.tamiyo.heuristic_record import MAX_BUDGET
 
 MAX_SEEDS = 10_000

@@ -13,12 +13,12 @@ from esper.data.tasks import DataCache, data_source, get_task_spec
 from esper.env.rewards import resolved_cost
 from esper.evaluation.resume import EventFilter
 from esper.evaluation.run_data import data_record
-from esper.evaluation.rundirs import prepare_run_dir
 from esper.execution.devices import resolve_device, resolve_devices
 from esper.simic.ppo.checkpoint import read_policy_checkpoint, trim_logs
 from esper.simic.ppo.config import TrainingConfig
 from esper.simic.ppo.train import PPORun, PPOTrainingResult
 from esper.storage.rundir import RunDirectory, checkpoints_dir
+from esper.storage.rundirs import prepare_run_dir
 
 __all__ = ["TrainingDir", "batch_event_kept", "open_training_dir", "saved_run", "training_result_lines"]
 

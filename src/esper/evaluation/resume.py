@@ -19,8 +19,8 @@ from typing import Any
 from esper.env import EpisodeResult
 from esper.env.episode_logs import EpisodeLogs
 from esper.evaluation.episodes import EpisodePlan, paired_seeds
-from esper.evaluation.rundirs import check_same_arguments, prepare_run_dir
 from esper.storage.rundir import RunDirectory, RunDirectoryError, read_jsonl, recorded_config
+from esper.storage.rundirs import check_same_arguments, prepare_run_dir
 
 __all__ = ["EPISODE_COUNT_KEY", "EventFilter", "ResumePoint", "episode_event_kept", "open_episode_dir", "resume_line",
            "resume_point"]

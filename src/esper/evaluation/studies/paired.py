@@ -17,12 +17,12 @@ from esper.evaluation.phases import Phase, PhaseRunner
 from esper.evaluation.results import ComparisonResult
 from esper.evaluation.resume import episode_event_kept, open_episode_dir, resume_line
 from esper.evaluation.run_data import data_record
-from esper.evaluation.rundirs import check_same_arguments, prepare_run_dir
 from esper.evaluation.studies.plan import StudyPlan
 from esper.evaluation.study import run_evaluation
 from esper.leyline import TelemetryEventType, emit_if_wanted
 from esper.simic.ppo.config import TrainingConfig
 from esper.storage.rundir import RunDirectory, RunDirectoryError, holds_results, recorded_config, write_json_atomic
+from esper.storage.rundirs import check_same_arguments, prepare_run_dir
 
 __all__ = ["WORKER_FIELDS", "measured_setting", "open_study", "phase_runner"]
 

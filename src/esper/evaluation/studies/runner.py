@@ -4,12 +4,12 @@ call finished of it, so calling `run_study` again with the same plan continues a
 
 from __future__ import annotations
 
-from esper.evaluation.rundirs import USER_ERRORS, discard_on_error
 from esper.evaluation.studies.family import FamilyStudy
 from esper.evaluation.studies.plan import StudyPlan
 from esper.evaluation.studies.result import StudyResult, StudyStatus
 from esper.evaluation.studies.steps import Study, StudyPhase, check_order
 from esper.evaluation.studies.task import TaskStudy
+from esper.storage.rundirs import USER_ERRORS, discard_on_error
 
 __all__ = ["phase_order", "run_study"]
 
