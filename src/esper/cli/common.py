@@ -24,6 +24,7 @@ from rich.text import Text
 from esper.cli.config_flags import value_type
 from esper.cli.rundirs import save_traceback, saved_traceback
 from esper.env.rewards import RewardFamily
+from esper.env.setting import EpisodeScale
 from esper.leyline import (
     CANONICAL_SLOTS,
     TelemetryEventType,
@@ -44,8 +45,8 @@ from esper.runtime.param_costs import CHARGES, ComputeCost, ParamCost
 from esper.runtime.readers import DatasetFormatError, DataWarning, Split
 from esper.runtime.rundir import RUN_DIR_NAME, RunDirectory
 from esper.runtime.tasks import TASKS, DataCache, DataOptions, TaskSpec, data_source, get_task_spec
-from esper.runtime.workers import MAX_THREADS, MAX_WORKERS, WorkerFailed, WorkerOptions, cuda_device_count
-from esper.simic.ppo.config import MAX_EPISODES
+from esper.runtime.workers import MAX_THREADS, MAX_WORKERS, WorkerFailed, WorkerOptions
+from esper.simic.ppo.ppo_config import MAX_EPISODES
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 USER_ERRORS = (UserInputError, OSError)
@@ -184,10 +185,11 @@ def add_shared_options(p: argparse.ArgumentParser, *, seed_default: int | None =
     g.add_argument("--debug", action="store_true", help="show tracebacks on errors")
 
 
-SCALE_FIELDS = ("task", "max_epochs", "max_train_samples", "max_val_samples")
+SCALE_FIELDS = tuple(EpisodeScale.model_fields)
 """The scale-down flags every command that trains or evaluates episodes takes (`--task`, `--max-epochs`,
-`--max-train-samples`, `--max-val-samples`): each flag's dest is the TrainingConfig field it sets, so one name
-carries a setting from the flag through the config to the logs. `--augment` (field `augment`) comes with them."""
+`--max-train-samples`, `--max-val-samples`, `--augment`): each flag's dest is the `EpisodeScale` field it sets (of
+every command's `EpisodeSetting`, datagen's `GenerateOptions` and PPO's `episode`), so one name carries a setting from
+the flag through the config to the logs."""
 
 
 def _augment(text: str) -> Augment:
@@ -201,6 +203,12 @@ def _augment(text: str) -> Augment:
 def augment_choice(args: argparse.Namespace) -> Augment | None:
     """--augment, or None where it was not given (the task's own augmentation)."""
     return getattr(args, "augment", None)
+
+
+def scale_changes(args: argparse.Namespace) -> dict[str, Any]:
+    """The `EpisodeScale` fields the scale flags give (one not given: absent, so its field keeps the command's base
+    value)."""
+    return {name: getattr(args, name) for name in SCALE_FIELDS if getattr(args, name, None) is not None}
 
 
 def data_record(task: TaskSpec, augment: Augment | None) -> dict[str, str]:
@@ -282,15 +290,15 @@ def add_worker_options(p: argparse.ArgumentParser) -> None:
 
 
 WORKER_FIELDS = ("workers", "executor", "ray_address")
-"""The flags that choose where the work runs (never what it computes), named as the TrainingConfig fields they set;
+"""The flags that choose where the work runs (never what it computes), named as the `WorkerOptions` fields they set;
 --threads sets `threads` too, but the numbers depend on it."""
 
 
 def worker_options(args: argparse.Namespace, devices: Iterable[str | torch.device]) -> WorkerOptions:
-    """The worker flags as options (an unset flag keeps the default), Ray actors sharing the CUDA devices among
-    `devices`."""
+    """The worker flags as options (an unset flag keeps the default) for work on the env `devices` (Ray actors share
+    the CUDA devices among them)."""
     given = {name: getattr(args, name) for name in (*WORKER_FIELDS, "threads") if getattr(args, name) is not None}
-    return WorkerOptions.from_dict({**given, "cuda_devices": cuda_device_count(devices)})
+    return WorkerOptions.from_dict({**given, "devices": [str(d) for d in devices]})
 
 
 PRESENTATION = frozenset({"run_dir", "runs_root", "overwrite", "no_tui", "no_tensorboard", "telemetry_level", "debug",

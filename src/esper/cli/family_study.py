@@ -65,7 +65,7 @@ _NOT_WITH_FAMILY = (("preset", "--preset"), ("ppo", "--ppo"), ("controller", "--
                     ("blueprints_from_selection", "--blueprints-from-selection"),
                     ("allow_setting_change", "--allow-setting-change"))
 """Flags of a single-task study that a family study does not take (its types carry task and sample cap)."""
-_SET_BY_TYPE = ("task", "max_train_samples")
+_SET_BY_TYPE = ("episode.task", "episode.max_train_samples")
 
 
 def _check_flags(args: argparse.Namespace, overrides: dict[str, Any]) -> None:
@@ -75,7 +75,8 @@ def _check_flags(args: argparse.Namespace, overrides: dict[str, Any]) -> None:
                                  f"cap and host; drop {flag}")
     fixed = [k for k in _SET_BY_TYPE if k in overrides]
     if fixed:
-        raise UserInputError(f"--family sets {', '.join(fixed)} per instance type: drop --set {fixed[0]}=... (a "
+        names = [k.rpartition(".")[2] for k in fixed]
+        raise UserInputError(f"--family sets {', '.join(names)} per instance type: drop --set {names[0]}=... (a "
                              f"family with other types is a new family version)")
 
 
@@ -120,10 +121,10 @@ def cmd_family_study(args: argparse.Namespace) -> int:
     settings = {"family": family.to_dict(), "selection_seeds": selection_seeds, "seeds": seeds, "runs": runs,
                 "tie_threshold": args.tie_threshold, "max_test_samples": args.max_test_samples, "plugins": args.plugin}
     cache = DataCache(data_options(args))
-    devices = resolve_devices(config.device, config.devices)
+    devices = resolve_devices(config.execution.device, config.execution.devices)
     for itype in family.types:  # a missing dataset fails before anything is written
-        cache.preload(get_task_spec(type_config(config, family, itype).task), devices, SPLITS)
-    study, fresh = open_study(_study_path(args, family, config.seed), args, settings, config)
+        cache.preload(get_task_spec(type_config(config, family, itype).episode.task), devices, SPLITS)
+    study, fresh = open_study(_study_path(args, family, config.seed), args, settings, config.episode)
     path = study.path
     watch = shlex.join(["tensorboard", "--logdir", str(path)])
     console.print(f"Study directory: {path} (family {family.key}: {len(family.training)} training types, "
@@ -166,7 +167,7 @@ def _measure_policies(args: argparse.Namespace, family: Family, config: Training
                       path: Path, train_dirs: list[Path], settings: dict[str, Any], cache: DataCache) -> None:
     """Each run's replay source on the training types, then its init, final policy and replay on every held-out
     type; the phases record the policies' training setting, so policies trained otherwise are evaluated anew."""
-    policy = {k: v for k, v in config.to_dict().items() if k not in WORKER_FIELDS}
+    policy = {k: v for k, v in config.dotted_dict().items() if k.removeprefix("execution.") not in WORKER_FIELDS}
 
     def runner(type_conf: TrainingConfig) -> PhaseRunner:
         return phase_runner(args, type_conf, {**settings, "policy": policy}, cache)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 
 from esper.cli.common import console, data_options
+from esper.env.setting import EpisodeSetting
 from esper.evaluation.param_cost import WIDTHS, ParamCostSetting, Progress, cached_costs
 from esper.runtime.devices import resolve_device
 from esper.runtime.families import family_task, get_family
@@ -25,15 +26,17 @@ def _progress(symbol: str) -> Progress:
     return progress
 
 
-def _measured(config: TrainingConfig, charge: Charge, task: str, max_train_samples: int | None,
+def _measured(episode: EpisodeSetting, device: str, charge: Charge, task: str, max_train_samples: int | None,
               args: argparse.Namespace, cache: DataCache) -> float:
-    setting = ParamCostSetting(task, config.max_epochs, max_train_samples, config.max_val_samples, config.batch_size,
-                               config.lr_schedule, augment=config.augment)
+    """λ of `charge` for `episode`'s setting on `task` at `max_train_samples` (a family's type: its own task and cap),
+    measured on `device` or reused from the cache."""
+    setting = ParamCostSetting(task, episode.max_epochs, max_train_samples, episode.max_val_samples,
+                               episode.batch_size, episode.lr_schedule, augment=episode.augment)
     symbol = CHARGES[charge].symbol
     costs, path, measured = cached_costs(get_task_spec(task), setting, cache, args.data_dir,
-                                         device=resolve_device(config.device), progress=_progress(symbol))
-    console.print(f"{symbol} {costs[charge]:.3f} for {task} at {config.max_epochs} epochs, caps "
-                  f"{max_train_samples or 'all'} / {config.max_val_samples or 'all'}: "
+                                         device=resolve_device(device), progress=_progress(symbol))
+    console.print(f"{symbol} {costs[charge]:.3f} for {task} at {episode.max_epochs} epochs, caps "
+                  f"{max_train_samples or 'all'} / {episode.max_val_samples or 'all'}: "
                   f"{'measured now and cached in' if measured else 'reused from'} {path}")
     return costs[charge]
 
@@ -41,16 +44,17 @@ def _measured(config: TrainingConfig, charge: Charge, task: str, max_train_sampl
 def resolve_auto_cost(config: TrainingConfig, args: argparse.Namespace) -> TrainingConfig:
     """`config` with a measured (or cached) λ in place of "auto" (λ_p across a family: one per training type); any
     other config unchanged."""
-    if AUTO_COST not in (config.param_cost, config.compute_cost):
+    episode, reward, device = config.episode, config.reward, config.execution.device
+    if AUTO_COST not in (reward.param_cost, reward.compute_cost):
         return config
     cache = DataCache(data_options(args))
-    if config.compute_cost == AUTO_COST:
-        return config.with_overrides(compute_cost=_measured(config, "compute", config.task, config.max_train_samples,
-                                                            args, cache))
+    if reward.compute_cost == AUTO_COST:
+        return config.with_overrides(**{"reward.compute_cost": _measured(
+            episode, device, "compute", episode.task, episode.max_train_samples, args, cache)})
     if config.family is None:
-        return config.with_overrides(param_cost=_measured(config, "param", config.task, config.max_train_samples,
-                                                          args, cache))
+        return config.with_overrides(**{"reward.param_cost": _measured(
+            episode, device, "param", episode.task, episode.max_train_samples, args, cache)})
     family = get_family(config.family)
-    costs = {t.name: _measured(config, "param", family_task(family, t), t.max_train_samples, args, cache)
+    costs = {t.name: _measured(episode, device, "param", family_task(family, t), t.max_train_samples, args, cache)
              for t in family.training}
-    return config.with_overrides(param_cost=None, type_param_costs=costs)
+    return config.with_overrides(**{"reward.param_cost": None, "reward.type_param_costs": costs})

@@ -58,6 +58,7 @@ from esper.cli.param_cost import resolve_auto_cost
 from esper.cli.rundirs import discard_on_error
 from esper.cli.study_phases import measured_setting, open_study, phase_runner, saved_run, train_run
 from esper.cli.train_ppo import flag_overrides
+from esper.env.reward_setting import RewardSetting
 from esper.env.rewards import RewardFamily
 from esper.evaluation.phases import Phase
 from esper.evaluation.runs import NO_COST, Cost, RunLabels, add_costs, episodes_cost, static_episode_cost
@@ -98,7 +99,7 @@ from esper.runtime.rundir import (
     write_text_atomic,
 )
 from esper.runtime.tasks import DataCache, get_task_spec
-from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config
+from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config, saved_config
 from esper.simic.ppo.config import TrainingConfig, charge_fields
 from esper.simic.ppo.teacher import NO_TEACHER
 
@@ -140,7 +141,8 @@ def add_study_parser(sub: Any) -> None:
     p.add_argument("--blueprints-from-selection", action="store_true",
                    help="train the policies to germinate only the blueprints of the chosen best-fixed")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override one TrainingConfig field of the preset; VALUE is parsed as JSON (repeatable)")
+                   help="override one TrainingConfig setting of the preset (by its name or dotted key); VALUE is "
+                        "parsed as JSON (repeatable)")
     p.add_argument("--device", help="policy and env device: 'auto', 'cpu' or 'cuda:N'")
     p.add_argument("--devices", nargs="+", help="env devices, round-robin (default: --device)")
     p.add_argument("--tie-threshold", type=float_in(0.0, 100.0),
@@ -150,8 +152,8 @@ def add_study_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_study, resume=None, config_json=None)  # effective_config reads them
 
 
-_PLACEMENT = ("device", "devices", *WORKER_FIELDS)
-"""Overrides that change where a study runs, not what it measures."""
+_PLACEMENT = tuple(f"execution.{name}" for name in ("device", "devices", *WORKER_FIELDS))
+"""Overrides (by dotted key) that change where a study runs, not what it measures."""
 
 
 DEFAULT_TEACHER = "heuristic"
@@ -162,26 +164,27 @@ def _requested_config(args: argparse.Namespace, blueprints: list[str] | None, te
                       ) -> TrainingConfig:
     """The preset's config with the overrides (and `blueprints` and `teacher`, once the study chose them), its charge
     measured (or, with --selection-record, the λ its teacher was chosen by)."""
-    return resolve_auto_cost(_cost_from_record(args, _preset_config(args, blueprints, teacher)), args)
+    config = _preset_config(args, blueprints, teacher)
+    return resolve_auto_cost(config.with_overrides(reward=_cost_from_record(args, config.reward)), args)
 
 
-def _cost_from_record(args: argparse.Namespace, config: TrainingConfig) -> TrainingConfig:
-    """With --selection-record, a λ the config asks to measure ('auto') is the λ the record's teacher was chosen by
+def _cost_from_record(args: argparse.Namespace, reward: RewardSetting) -> RewardSetting:
+    """With --selection-record, a λ the reward asks to measure ('auto') is the λ the record's teacher was chosen by
     and `heuristic:tuned` tuned for: the study then optimizes the objective its references were chosen on."""
     if args.selection_record is None:
-        return config
+        return reward
     record = read_selection_record(args.selection_record)
-    field = "compute_cost" if config.charge == "compute" else "param_cost"
-    if config.charge != record.charge or getattr(config, field) != AUTO_COST:
-        return config  # a charge or λ of its own: `recorded_selection` refuses it if it differs from the record's
-    return config.with_overrides(**{field: record.cost})
+    field = "compute_cost" if reward.charge == "compute" else "param_cost"
+    if reward.charge != record.charge or getattr(reward, field) != AUTO_COST:
+        return reward  # a charge or λ of its own: `recorded_selection` refuses it if it differs from the record's
+    return reward.with_overrides(**{field: record.cost})
 
 
 def _chooses_teacher(args: argparse.Namespace, selection_seeds: int) -> bool:
     """Whether the study chooses its policies' teacher on the selection seeds: by the `gap` reward's objective, so not
     for another reward, nor when --set teacher names one."""
-    return (args.ppo is None and selection_seeds > 0 and "teacher" not in flag_overrides(args)
-            and _preset_config(args, None).reward_family == RewardFamily.GAP)
+    return (args.ppo is None and selection_seeds > 0 and "ppo.teacher" not in flag_overrides(args)
+            and _preset_config(args, None).reward.reward_family == RewardFamily.GAP)
 
 
 def _preset_config(args: argparse.Namespace, blueprints: list[str] | None, teacher: str | None = None
@@ -190,19 +193,19 @@ def _preset_config(args: argparse.Namespace, blueprints: list[str] | None, teach
     arm of a study is a residual policy on a teacher, `--set teacher=none` a policy learned from scratch), its charge
     as given."""
     overrides = flag_overrides(args)
-    overrides.setdefault("teacher", teacher or DEFAULT_TEACHER)
-    across = sorted({"family", "type_param_costs"} & set(overrides))
+    overrides.setdefault("ppo.teacher", teacher or DEFAULT_TEACHER)
+    across = sorted({"family", "reward.type_param_costs"} & set(overrides))
     if across:
         raise UserInputError(f"--set {across[0]}=... trains a policy across a task family: run `esper study --family "
                              f"NAME` instead, which trains it on the family's training types and measures it on the "
                              f"held-out ones")
-    if args.blueprints_from_selection and "blueprints" in overrides:
+    if args.blueprints_from_selection and "ppo.blueprints" in overrides:
         raise UserInputError("--blueprints-from-selection takes the policy's blueprints from best-fixed: drop "
                              "--set blueprints=... or the flag")
     if blueprints is not None:
-        overrides["blueprints"] = blueprints
+        overrides["ppo.blueprints"] = blueprints
     base = TrainingConfig.preset(STUDY_PRESETS[args.preset].training)
-    return base.with_overrides(**charge_fields(base, overrides))
+    return base.with_overrides(**charge_fields(base.reward, overrides))
 
 
 def study_dir(args: argparse.Namespace) -> Path:
@@ -212,7 +215,7 @@ def study_dir(args: argparse.Namespace) -> Path:
         return Path(args.run_dir)
     base = _saved_run(args, args.ppo[0]) if args.ppo is not None else _preset_config(args, None)
     settings = {k: v for k, v in run_settings(args).items() if k != "selection_only"}  # how far, not what
-    return default_run_dir(args.runs_root, "study", base.task, base.seed, settings)
+    return default_run_dir(args.runs_root, "study", base.episode.task, base.seed, settings)
 
 
 def _saved_run(args: argparse.Namespace, train_dir: Path) -> TrainingConfig:
@@ -230,8 +233,7 @@ def _saved_run(args: argparse.Namespace, train_dir: Path) -> TrainingConfig:
                              f"{', '.join(setting)} cannot be changed; to test one elsewhere run esper compare "
                              f"--controllers static heuristic ppo:{train_dir}/checkpoints/init.pt ppo:{train_dir} with "
                              f"the settings you want")
-    saved = TrainingConfig.from_dict(read_policy_checkpoint(latest)["config"])
-    return saved.with_overrides(**overrides)
+    return saved_config(read_policy_checkpoint(latest), latest).with_overrides(**overrides)
 
 
 def _run_configs(args: argparse.Namespace, train_dirs: list[Path], blueprints: list[str] | None,
@@ -243,9 +245,9 @@ def _run_configs(args: argparse.Namespace, train_dirs: list[Path], blueprints: l
     for now."""
     if args.ppo is not None:
         configs = [_saved_run(args, d) for d in train_dirs]
-        first = {k: v for k, v in configs[0].to_dict().items() if k != "seed"}
+        first = {k: v for k, v in configs[0].dotted_dict().items() if k != "seed"}
         for d, c in zip(train_dirs[1:], configs[1:], strict=True):
-            other = {k: v for k, v in c.to_dict().items() if k != "seed"}
+            other = {k: v for k, v in c.dotted_dict().items() if k != "seed"}
             if other != first:
                 differing = sorted(k for k in first if first[k] != other.get(k))
                 raise UserInputError(f"--ppo {d} trained in another setting than {train_dirs[0]} "
@@ -260,18 +262,18 @@ def _run_configs(args: argparse.Namespace, train_dirs: list[Path], blueprints: l
             out.append((requested, None))
             continue
         if args.blueprints_from_selection and blueprints is None:  # before selection: check everything else
-            requested = requested.with_overrides(blueprints=saved[0].blueprints)
+            requested = requested.with_overrides(**{"ppo.blueprints": saved[0].ppo.blueprints})
         if teacher_pending and teacher is None:  # before the teacher's choice, likewise
-            requested = requested.with_overrides(teacher=saved[0].teacher)
+            requested = requested.with_overrides(**{"ppo.teacher": saved[0].ppo.teacher})
         out.append((resume_config(saved[0], requested), saved[1]))
     return out
 
 
-def _teacher_label(config: TrainingConfig, choice: TeacherChoice | None) -> str | None:
-    """How the evaluation names the policies' teacher: the chosen reference, or the spec --set named (None: none)."""
+def _teacher_label(teacher: str, choice: TeacherChoice | None) -> str | None:
+    """How the evaluation names the policies' `teacher`: the chosen reference, or the spec --set named (None: none)."""
     if choice is not None:
         return choice.label
-    return None if config.teacher == NO_TEACHER else config.teacher
+    return None if teacher == NO_TEACHER else teacher
 
 
 def _settings(args: argparse.Namespace, seeds: int, selection_seeds: int, runs: int) -> dict[str, Any]:
@@ -357,13 +359,15 @@ def cmd_study(args: argparse.Namespace) -> int:
     configs = _run_configs(args, train_dirs, None, teacher_pending=chooses)  # bad settings fail before any write
     config = configs[0][0]  # the base: selection and evaluation seeds come from its seed
     # Selection and the teacher's choice run before the policies' teacher is known: their phases record the default.
-    before = config.with_overrides(blueprints=None, **({"teacher": DEFAULT_TEACHER} if chooses else {}))
+    before = config.with_overrides(**{"ppo.blueprints": None, **({"ppo.teacher": DEFAULT_TEACHER} if chooses else {})})
     reused = None if args.selection_record is None else recorded_selection(
         args.selection_record, read_selection_record(args.selection_record), preset=args.preset,
         plan=selection_plan(config, args.max_test_samples), seeds=selection_seeds, objective=before.charge_and_cost(),
         wants_teacher=chooses)
-    cache = preload_data(args, get_task_spec(config.task), resolve_devices(config.device, config.devices), SPLITS)
-    study, fresh = open_study(path, args, settings, config)
+    execution = config.execution
+    cache = preload_data(args, get_task_spec(config.episode.task), resolve_devices(execution.device, execution.devices),
+                         SPLITS)
+    study, fresh = open_study(path, args, settings, config.episode)
     mark_rerun(path, seeds, runs)
     watch = shlex.join(["tensorboard", "--logdir", str(path)])
     console.print(f"Study directory: {path} ({runs} training run(s); {watch})", soft_wrap=True, markup=False,
@@ -391,7 +395,7 @@ def cmd_study(args: argparse.Namespace) -> int:
         sources = [run_phase(p) for p in replay_source_phases(
             path / "replay-source", evaluation_plan(config, SeedStream.SELECTION, args.max_test_samples), train_dirs,
             replay_seed_count(selection_seeds))]
-        teacher = _teacher_label(config, choice)
+        teacher = _teacher_label(config.ppo.teacher, choice)
         extra = [*([TUNED_HEURISTIC] if choice is not None and choice.tuned_path is not None else []),
                  *args.controller]
         if teacher is not None and teacher not in (*preset.baselines, *chosen, *extra):
@@ -406,12 +410,14 @@ def cmd_study(args: argparse.Namespace) -> int:
         comparison, runs, chosen=chosen, selection=selection_cost,
         training=[training_cost(c, d, twin) for (c, _), d in zip(configs, train_dirs, strict=True)],
         replay_sources=[episodes_cost(s.episodes) for s in sources], teacher=teacher,
-        objective=StudyObjective(*config.charge_and_cost()) if config.reward_family == RewardFamily.GAP else None,
+        objective=(StudyObjective(*config.charge_and_cost()) if config.reward.reward_family == RewardFamily.GAP
+                   else None),
         extra_costs=None if choice is None or choice.tuned_cost is None else {TUNED_HEURISTIC: choice.tuned_cost},
         teacher_cost=NO_COST if choice is None or selection_cost is None else add_costs(selection_cost, choice.cost))
     reward = plan.describe_reward()
-    augmentation = data_record(plan.task, plan.augment)["augmentation"]
-    title = f"esper study --preset {args.preset} ({config.task}; augmentation {augmentation}; reward {reward})"
+    augmentation = data_record(plan.task, plan.episode.augment)["augmentation"]
+    title = (f"esper study --preset {args.preset} ({config.episode.task}; augmentation {augmentation}; reward "
+             f"{reward})")
     comparison.write(study, {"study": {"preset": args.preset, "seeds": seeds, "selection_seeds": selection_seeds,
                                        "reward": reward, "augmentation": augmentation,
                                        "training": measured_setting(config), "chosen": chosen,
@@ -421,7 +427,7 @@ def cmd_study(args: argparse.Namespace) -> int:
     summary = path / SUMMARY_FILE
     write_text_atomic(summary, summary_markdown(comparison, results, title=title,
                                                 command="esper " + " ".join(args.argv), chosen=chosen,
-                                                policy_blueprints=config.blueprints,
+                                                policy_blueprints=config.ppo.blueprints,
                                                 selection_record=None if reused is None else reused.provenance()))
     console.print(comparison_table(comparison))
     console.print(("[bold]" if results.regime["convergence"]["converged"] else "[bold red]")
@@ -432,6 +438,6 @@ def cmd_study(args: argparse.Namespace) -> int:
     if not args.no_tensorboard:
         print_command("TensorBoard:     ", [["tensorboard"], ["--logdir", path]])
     if preset.workflow_demo:
-        console.print("\n" + demo_note(preset, config.max_epochs), highlight=False)
+        console.print("\n" + demo_note(preset, config.episode.max_epochs), highlight=False)
     return EXIT_OK
 

@@ -28,12 +28,11 @@ from esper.datagen.records import EpisodeRecorder, feature_schema, now_iso
 from esper.datagen.schema import SCHEMA_VERSION
 from esper.env import EnvSpec, EpochData, MorphoEnv, run_episodes
 from esper.env.rewards import RewardConfig, RewardFamily, RewardFn, compute_reward, reward_config
+from esper.env.setting import EpisodeScale
 from esper.leyline import CANONICAL_SLOTS
 from esper.leyline.constants import DEFAULT_GAMMA, MAX_SAMPLES
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import derive_seed
-from esper.leyline.strict_config import EpisodeLength, StrictConfig
-from esper.runtime.augment import AugmentChoice
 from esper.runtime.devices import resolve_device
 from esper.runtime.optim import OptimizerSpec
 from esper.runtime.param_costs import ParamCost, required_cost
@@ -56,24 +55,23 @@ def datagen_task_name(task: str) -> str:
     return spec.name
 
 
-class GenerateOptions(StrictConfig):
-    """Generation-wide settings (the same for every episode of a dataset) and where the data lives.
+class GenerateOptions(EpisodeScale):
+    """Generation-wide settings (the same for every episode of a dataset) and where the data lives: the episodes'
+    scale (task, episode length, sample caps, augmentation; each environment preset brings the rest of the setting),
+    the gap reward's λ_p and the data directory.
 
-    `param_cost` is the gap reward's λ_p (pp per 100 % added parameters); `for_task` fills it from the task's
-    value measured at the sample cap nearest `max_train_samples`. `augment` is the training batches' augmentation
-    (None: the task's own). Everything but the data location shapes the episodes, so `settings()` enters the matrix
-    hash.
+    `param_cost` is λ_p (pp per 100 % added parameters); `for_task` fills it from the task's value measured at the
+    sample cap nearest `max_train_samples`. Everything but the data location shapes the episodes, so `settings()`
+    enters the matrix hash.
     """
 
     model_config = ConfigDict(frozen=True)
     KIND: ClassVar[str] = "generation option"
 
     task: str
-    param_cost: ParamCost
-    max_epochs: EpisodeLength = DEFAULT_MAX_EPOCHS
     max_train_samples: StrictInt | None = Field(default=None, ge=2, le=MAX_SAMPLES)
     max_val_samples: StrictInt | None = Field(default=None, ge=2, le=MAX_SAMPLES)
-    augment: AugmentChoice | None = None
+    param_cost: ParamCost
     data_dir: str = "data"
 
     @field_validator("task")

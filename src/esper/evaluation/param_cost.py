@@ -25,10 +25,11 @@ from typing import Any
 import torch
 
 from esper.env.driver import EnvPool
+from esper.env.setting import EpisodeSetting
 from esper.evaluation.comparison import host_params, parse_controllers
 from esper.evaluation.episodes import EpisodePlan, run_controller_episodes
 from esper.evaluation.stats import bootstrap_counts, percentile_interval
-from esper.leyline import CANONICAL_SLOTS, UserInputError
+from esper.leyline import UserInputError
 from esper.leyline.seeding import SeedStream
 from esper.runtime.augment import Augment
 from esper.runtime.optim import LRSchedule
@@ -115,12 +116,12 @@ def _fit(ratios: list[float], per_width: list[list[float]], seed: int) -> tuple[
 def measure_param_cost(task: TaskSpec, setting: ParamCostSetting, cache: DataCache, *,
                        device: torch.device | None = None, progress: Progress | None = None) -> ParamCostMeasurement:
     """Run the static host at every width of `WIDTHS` for `setting.episodes` paired seeds and fit λ_p and λ_c."""
-    plan = EpisodePlan(task=task, slots=tuple(CANONICAL_SLOTS), max_epochs=setting.max_epochs, max_seeds=None,
-                       seed=setting.seed, devices=[device or torch.device("cpu")], batch_size=setting.batch_size,
-                       lr_schedule=setting.lr_schedule,
-                       max_train_samples=setting.max_train_samples, max_val_samples=setting.max_val_samples,
+    episode = EpisodeSetting(task=task.name, max_epochs=setting.max_epochs, max_train_samples=setting.max_train_samples,
+                             max_val_samples=setting.max_val_samples, augment=setting.augment,
+                             batch_size=setting.batch_size, lr_schedule=setting.lr_schedule)
+    plan = EpisodePlan(episode=episode, seed=setting.seed, devices=[device or torch.device("cpu")],
                        reward_family="contribution",  # static hosts: the reward is irrelevant, and needs no λ_p
-                       stream=SeedStream.CALIBRATION, augment=setting.augment)
+                       stream=SeedStream.CALIBRATION)
     specs = parse_controllers([f"static:{w}" for w in WIDTHS])
     started = time.perf_counter()
 
