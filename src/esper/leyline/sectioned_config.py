@@ -84,8 +84,14 @@ class SectionedConfig(StrictConfig):
 
     @classmethod
     def _unknown(cls, keys: list[str]) -> UserInputError:
-        names = [*cls.settings(), *(n for n, found in cls.plain_names().items() if len(found) == 1)]
-        hints = "".join(did_you_mean(key, names) for key in keys)
+        plain = cls.plain_names()
+        names = [*cls.settings(), *(n for n, found in plain.items() if len(found) == 1)]
+
+        def hint(key: str) -> str:
+            moved = plain.get(key.rpartition(".")[2], [])  # a setting named in the wrong section
+            return f" (did you mean '{moved[0]}'?)" if len(moved) == 1 else did_you_mean(key, names)
+
+        hints = "".join(hint(key) for key in keys)
         return UserInputError(f"Unknown {cls.KIND} keys: {keys}{hints}. Valid keys: {', '.join(cls.settings())}")
 
     @classmethod
