@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from esper.env.driver import EnvPool
+from esper.env.setting import EpisodeSetting
 from esper.evaluation.episodes import EpisodePlan, run_controller_episodes
 from esper.runtime.rundir import RunDirectory, read_jsonl
-from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
+from esper.runtime.tasks import DataCache, DataOptions
 from esper.runtime.workers import WorkerOptions
 from esper.simic.ppo.checkpoint import trim_logs
 from esper.simic.ppo.config import TrainingConfig
@@ -27,9 +28,8 @@ CONFIG = TrainingConfig.preset("quick").with_overrides(
 
 
 def _plan() -> EpisodePlan:
-    return EpisodePlan(task=get_task_spec("synthetic"), slots=("early", "mid", "late"), max_epochs=12, max_seeds=None,
-                       seed=42, devices=[torch.device("cpu")], batch_size=32, max_train_samples=256,
-                       max_val_samples=128, max_test_samples=128, param_cost=1.0)
+    return EpisodePlan(episode=EpisodeSetting.from_dict(SETTING), seed=42, devices=[torch.device("cpu")],
+                       max_test_samples=128, param_cost=1.0)
 
 
 def _episodes(specs: list[str]) -> dict[str, list[dict[str, Any]]]:

@@ -7,18 +7,30 @@ import dataclasses
 import pytest
 import torch
 
+from esper.env.setting import EpisodeSetting
 from esper.evaluation.comparison import parse_controllers
 from esper.evaluation.episodes import EpisodePlan, build_controller
 from esper.kasmina.state import LifecycleConfig
-from esper.runtime.tasks import get_task_spec
+from esper.runtime.tasks import TaskSpec, get_task_spec, register_task
 from esper.tamiyo import HeuristicTamiyo
+
+NO_TRAINING_EPOCHS = "synthetic_no_training_epochs"
+
+
+@register_task(NO_TRAINING_EPOCHS)
+def _no_training_epochs() -> TaskSpec:
+    """The synthetic task with a lifecycle that lets a seed blend straight away."""
+    return dataclasses.replace(get_task_spec("synthetic"), name=NO_TRAINING_EPOCHS,
+                               lifecycle=LifecycleConfig(min_training_epochs=0))
+
+
+def _plan(task: str) -> EpisodePlan:
+    return EpisodePlan(episode=EpisodeSetting(task=task, batch_size=32), seed=0, devices=[torch.device("cpu")])
 
 
 @pytest.mark.parametrize(("task", "training", "latest"), [("synthetic", 3, 15), ("synthetic_text", 5, 13)])
 def test_heuristic_plans_with_the_task_lifecycle(task: str, training: int, latest: int) -> None:
-    spec = get_task_spec(task)
-    plan = EpisodePlan(task=spec, slots=("early", "mid", "late"), max_epochs=25, max_seeds=None, seed=0,
-                       devices=[torch.device("cpu")], batch_size=32)
+    plan = _plan(task)
     heuristic = build_controller(parse_controllers(["heuristic"])[0], plan, episode=0, index=0)
     assert isinstance(heuristic, HeuristicTamiyo)
     assert heuristic.config.seed_training_epochs == training
@@ -28,8 +40,5 @@ def test_heuristic_plans_with_the_task_lifecycle(task: str, training: int, lates
 def test_a_task_whose_seeds_need_no_training_epochs_still_gets_a_heuristic() -> None:
     """A lifecycle may let a seed blend straight away (0 training epochs); the heuristic still counts the epoch it
     was germinated in, instead of refusing the task."""
-    spec = dataclasses.replace(get_task_spec("synthetic"), lifecycle=LifecycleConfig(min_training_epochs=0))
-    plan = EpisodePlan(task=spec, slots=("early", "mid", "late"), max_epochs=25, max_seeds=None, seed=0,
-                       devices=[torch.device("cpu")], batch_size=32)
-    heuristic = build_controller(parse_controllers(["heuristic"])[0], plan, episode=0, index=0)
+    heuristic = build_controller(parse_controllers(["heuristic"])[0], _plan(NO_TRAINING_EPOCHS), episode=0, index=0)
     assert isinstance(heuristic, HeuristicTamiyo) and heuristic.config.seed_training_epochs == 1
