@@ -303,7 +303,7 @@ def test_config_json_with_unknown_key_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
     path.write_text(json.dumps({"n_envs": 2, "learning_rate": 0.01}))
     result = run_cli([*QUICK, "--config-json", str(path), "--run-dir", str(tmp_path / "r")])
-    assert result.code == 2 and "learning_rate" in result.err and "Unknown config keys" in result.err
+    assert result.code == 2 and "learning_rate" in result.err and "Unknown training config keys" in result.err
     assert not (tmp_path / "r").exists()
 
 

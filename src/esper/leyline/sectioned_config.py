@@ -105,8 +105,8 @@ class SectionedConfig(StrictConfig):
             if key in sections:
                 given = value.to_dict() if isinstance(value, StrictConfig) else value
                 if not isinstance(given, Mapping):
-                    raise UserInputError(f"'{key}' is a section of the {cls.KIND}: give its settings as a JSON object "
-                                         f"(e.g. {{\"{key}\": {{...}}}}) or one of them as {key}.NAME")
+                    raise UserInputError(f"'{key}' is a section of the {cls.KIND}: pass its settings as a JSON object "
+                                         f"(e.g. {{\"{key}\": {{...}}}}), or set one of them as {key}.NAME")
                 items = [(f"{key}.{name}", v) for name, v in given.items()]
             else:
                 items = [(key, value)]

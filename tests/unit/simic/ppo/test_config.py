@@ -127,7 +127,7 @@ def test_a_section_is_given_as_an_object_of_its_settings() -> None:
     config = TrainingConfig.from_json('{"ppo": {"lr": 0.001}, "episode": {"task": "synthetic"}, "gamma": 1.0}')
     assert (config.ppo.lr, config.ppo.n_envs, config.episode.task, config.reward.gamma) == (0.001, 4, "synthetic", 1.0)
     assert config.with_overrides(ppo=PPOConfig(n_envs=8)).ppo.lr == 3e-4  # a whole section replaces it
-    with pytest.raises(UserInputError, match="'ppo' is a section of the training config: give its settings as a JSON"):
+    with pytest.raises(UserInputError, match="'ppo' is a section of the training config: pass its settings as a JSON"):
         config.with_overrides(ppo=0.001)
 
 
