@@ -214,7 +214,8 @@ def test_resume_is_exact(straight_run: Path, tmp_path: Path) -> None:
     config = json.loads((run / "config.json").read_text())
     assert config["config"]["ppo"]["n_episodes"] == 4 and config["argv"][:2] == ["train", "ppo"]
     [resume] = config["resumes"]
-    assert resume["from_batch"] == 1 and resume["changed"] == {"ppo.n_episodes": [2, 4]} and "--resume" in resume["argv"]
+    assert resume["from_batch"] == 1 and resume["changed"] == {"ppo.n_episodes": [2, 4]}
+    assert "--resume" in resume["argv"]
 
 
 def test_rerunning_an_interrupted_command_resumes_it(straight_run: Path, tmp_path: Path,

@@ -65,7 +65,7 @@ def test_with_any_epsilon_the_initial_policy_s_mode_is_its_teacher_and_a_planted
     """Smoothed (ε = 0.1), the initial policy's mode is still the teacher; a residual that does not start at zero
     (planted: +50 on WAIT, past any smoothing) leaves it."""
     data = torch.load(init_checkpoint, weights_only=True)
-    data["config"]["teacher_epsilon"] = 0.1
+    data["config"]["ppo"]["teacher_epsilon"] = 0.1
     smoothed, planted = tmp_path / "smoothed.pt", tmp_path / "planted.pt"
     torch.save(data, smoothed)
     data["agent"]["network"]["heads.op.2.bias"][0] += 50.0
