@@ -13,7 +13,6 @@ from esper.env.reward_setting import RewardSetting
 from esper.env.rewards import RewardFamily
 from esper.env.setting import EpisodeSetting
 from esper.leyline.errors import UserInputError
-from esper.leyline.sectioned_config import SectionedConfig
 from esper.leyline.strict_config import StrictConfig
 from esper.runtime.families import get_family
 from esper.runtime.workers import WorkerOptions
@@ -92,27 +91,10 @@ def test_the_sections_hold_the_listed_settings() -> None:
 
 
 def test_every_plain_name_names_one_setting() -> None:
-    """`--set lr=...` works because no two sections share a setting's name; a config where two do refuses the
-    plain name and names the dotted keys."""
+    """`--set lr=...` works because no two sections share a setting's name."""
     assert all(len(keys) == 1 for keys in TrainingConfig.plain_names().values())
     assert TrainingConfig.resolve("lr") == "ppo.lr" and TrainingConfig.resolve("ppo.lr") == "ppo.lr"
     assert TrainingConfig.resolve("seed") == "seed" and TrainingConfig.resolve("devices") == "execution.devices"
-
-    class A(StrictConfig):
-        rate: float = 0.1
-        only_a: int = 1
-
-    class B(StrictConfig):
-        rate: float = 0.2
-
-    class Both(SectionedConfig):
-        a: A = A()
-        b: B = B()
-
-    assert Both.from_dict({"only_a": 2, "b.rate": 0.3}).to_dict() == {"a": {"rate": 0.1, "only_a": 2},
-                                                                      "b": {"rate": 0.3}}
-    with pytest.raises(UserInputError, match=r"'rate' is ambiguous in the config: it names a.rate, b.rate"):
-        Both.from_dict({"rate": 0.5})
 
 
 @pytest.mark.parametrize(("key", "hint"), [("lrr", "lr"), ("ppo.lrr", "ppo.lr"), ("reward.lr", "ppo.lr"),
