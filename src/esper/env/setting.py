@@ -26,6 +26,7 @@ class EpisodeScale(StrictConfig):
     training batches' augmentation."""
 
     KIND: ClassVar[str] = "episode setting"
+    FIX: ClassVar[str] = "each setting has a flag of its name, e.g. --max-epochs"
     task: str = Field(default="cifar10", description="the task the envs train on")
     max_epochs: EpisodeLength = Field(default=DEFAULT_EPISODE_LENGTH,
                                       description="episode length; decisions follow epochs 1 .. T-1")
