@@ -148,13 +148,11 @@ class SectionedConfig(StrictConfig):
     @classmethod
     def from_record(cls, d: Mapping[str, Any], *, where: str, fix: str) -> Self:
         """The config `where` recorded (its nested `to_dict()`); a dict of another shape is refused naming `fix`."""
-        sections = cls.sections()
         flat = sorted(k for k in d if k not in cls.model_fields and k in cls.plain_names())
-        misplaced = sorted(k for k in sections if k in d and not isinstance(d[k], Mapping))
-        if flat or misplaced:
-            raise UserInputError(f"{where} records a {cls.__name__} of another shape ({', '.join(flat or misplaced)} "
-                                 f"outside the sections {', '.join(sections)}): it was written by an esper whose "
-                                 f"config had no sections. {fix}")
+        if flat:
+            raise UserInputError(f"{where} records a {cls.__name__} of another shape ({', '.join(flat)} outside the "
+                                 f"sections {', '.join(cls.sections())}): it was written by an esper whose config had "
+                                 f"no sections. {fix}")
         try:
             return cls(**d)
         except ValidationError as exc:

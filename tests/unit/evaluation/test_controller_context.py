@@ -11,17 +11,8 @@ from esper.env.setting import EpisodeSetting
 from esper.evaluation.comparison import parse_controllers
 from esper.evaluation.episodes import EpisodePlan, build_controller
 from esper.kasmina.state import LifecycleConfig
-from esper.runtime.tasks import TaskSpec, get_task_spec, register_task
+from esper.runtime.tasks import TASKS, get_task_spec
 from esper.tamiyo import HeuristicTamiyo
-
-NO_TRAINING_EPOCHS = "synthetic_no_training_epochs"
-
-
-@register_task(NO_TRAINING_EPOCHS)
-def _no_training_epochs() -> TaskSpec:
-    """The synthetic task with a lifecycle that lets a seed blend straight away."""
-    return dataclasses.replace(get_task_spec("synthetic"), name=NO_TRAINING_EPOCHS,
-                               lifecycle=LifecycleConfig(min_training_epochs=0))
 
 
 def _plan(task: str) -> EpisodePlan:
@@ -37,8 +28,12 @@ def test_heuristic_plans_with_the_task_lifecycle(task: str, training: int, lates
     assert heuristic.latest_germination_epoch(25) == latest
 
 
-def test_a_task_whose_seeds_need_no_training_epochs_still_gets_a_heuristic() -> None:
+def test_a_task_whose_seeds_need_no_training_epochs_still_gets_a_heuristic(monkeypatch: pytest.MonkeyPatch) -> None:
     """A lifecycle may let a seed blend straight away (0 training epochs); the heuristic still counts the epoch it
     was germinated in, instead of refusing the task."""
-    heuristic = build_controller(parse_controllers(["heuristic"])[0], _plan(NO_TRAINING_EPOCHS), episode=0, index=0)
+    name = "synthetic_no_training_epochs"
+    spec = dataclasses.replace(get_task_spec("synthetic"), name=name, lifecycle=LifecycleConfig(min_training_epochs=0))
+    monkeypatch.setitem(TASKS._factories, name, lambda: spec)  # a task of this test alone
+    monkeypatch.setitem(TASKS._built, name, spec)
+    heuristic = build_controller(parse_controllers(["heuristic"])[0], _plan(name), episode=0, index=0)
     assert isinstance(heuristic, HeuristicTamiyo) and heuristic.config.seed_training_epochs == 1
