@@ -36,7 +36,7 @@ from bench_workers import PARAM_COST, gpu_utilization, ppo_rate
 from rich.console import Console
 from rich.table import Table
 
-from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
+from esper.data.tasks import DataCache, DataOptions, get_task_spec
 from esper.simic.ppo.config import TrainingConfig
 
 

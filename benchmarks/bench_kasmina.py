@@ -51,11 +51,11 @@ from rich.console import Console
 from rich.table import Table
 from torch import nn
 
+from esper.data.optim import OptimizerSpec
 from esper.kasmina.hosts import CNNHost
 from esper.kasmina.model import MorphogeneticModel, batch_statistics
 from esper.kasmina.state import LifecycleConfig
 from esper.leyline import SeedStage
-from esper.runtime.optim import OptimizerSpec
 from esper.tolaria import TrainState, train_step
 
 SLOTS = ("early", "mid", "late")

@@ -49,16 +49,16 @@ try:
 except ImportError:
     sys.exit("bench_peer.py needs the optional [sb3] extra: pip install -e '.[sb3]'")
 
+from esper.data.tasks import DataCache, DataOptions
 from esper.env.features import observation_features
 from esper.env.gym import GymEnvConfig, MorphoGymEnv
 from esper.evaluation.episodes import one_test_sample
 from esper.evaluation.results import ComparisonResult
 from esper.evaluation.study import evaluation_plan, run_evaluation
 from esper.leyline import EnvObservation
-from esper.runtime.rundir import RunDirectory, write_json_atomic
-from esper.runtime.tasks import DataCache, DataOptions
 from esper.simic.ppo.config import TrainingConfig
 from esper.simic.ppo.train import PPORun, train_ppo
+from esper.storage.rundir import RunDirectory, write_json_atomic
 from esper.tamiyo import ControllerContext, TamiyoDecision, register_controller
 
 ESPER, PEER = "esper ppo", "maskable ppo"

@@ -45,12 +45,12 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from esper.data.tasks import DataCache, DataOptions, get_task_spec
 from esper.env import EpochData
-from esper.runtime.devices import resolve_device
-from esper.runtime.rundir import RunDirectory
-from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
+from esper.execution.devices import resolve_device
 from esper.simic.ppo.config import TrainingConfig
 from esper.simic.ppo.train import PPORun, train_ppo
+from esper.storage.rundir import RunDirectory
 
 
 @dataclass(frozen=True)

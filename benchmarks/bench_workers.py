@@ -43,12 +43,12 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from esper.data.tasks import DataCache, DataOptions, get_task_spec
 from esper.evaluation.comparison import parse_controllers, run_comparison
 from esper.evaluation.study import evaluation_plan
-from esper.runtime.rundir import RunDirectory, read_jsonl
-from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 from esper.simic.ppo.config import TrainingConfig
 from esper.simic.ppo.train import PPORun, train_ppo
+from esper.storage.rundir import RunDirectory, read_jsonl
 
 PARAM_COST = 1.0
 """λ_p of the rollouts' reward: a fixed number instead of the presets' measured `auto` (it changes rewards, not the

@@ -6,7 +6,7 @@ unit of training compute (λ_c).
 
 Runs the static host at widths 1.0, 1.5 and 2.0 on paired seeds and prints the slopes of final validation accuracy
 against the added-parameter ratio and against the added-training-FLOP ratio (pp per 100 %), each with a
-paired-bootstrap 95 % interval, ready to be recorded in `esper.runtime.param_costs` (`esper.evaluation.param_cost`
+paired-bootstrap 95 % interval, ready to be recorded in `esper.env.charges` (`esper.evaluation.param_cost`
 holds the method; `--set param_cost='"auto"'` or `--set compute_cost='"auto"'` on `train ppo` and `study` runs the
 same measurement and caches it). Use the episode length, sample caps and batch size of the runs whose rewards will
 use it: both depend on them.
@@ -21,10 +21,10 @@ from pathlib import Path
 
 import torch
 
+from esper.data.optim import LR_SCHEDULES
+from esper.data.tasks import DataCache, DataOptions, get_task_spec
 from esper.evaluation.comparison import host_params
 from esper.evaluation.param_cost import WIDTHS, ParamCostSetting, measure_param_cost
-from esper.runtime.optim import LR_SCHEDULES
-from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 
 
 def progress(done: int, total: int, elapsed: float) -> None:

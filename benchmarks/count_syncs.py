@@ -5,7 +5,7 @@
 
 One paired episode of `--controllers` (one env group, as `esper compare` runs it: every controller on the same host
 seed and data, the plain `static` env serving as the static twin) runs `--epochs` epochs in this process on the CPU
-under `esper.runtime.syncs.SyncCounter`, which counts the reads that would make the host wait for a GPU. `ppo-init`,
+under `esper.execution.syncs.SyncCounter`, which counts the reads that would make the host wait for a GPU. `ppo-init`,
 registered here, is a freshly initialized PPO policy that samples its actions (the learned controller's decision
 path without training one first). Each read is attributed to the phase that made it (`epoch_phases.py` lists
 them).
@@ -25,13 +25,13 @@ from epoch_phases import PHASES, attributed
 from rich.console import Console
 from rich.table import Table
 
+from esper.data.tasks import DataCache, DataOptions, get_task_spec
 from esper.env import driver
 from esper.env.features import obs_dim
 from esper.evaluation.comparison import parse_controllers
 from esper.evaluation.episodes import run_controller_episodes
 from esper.evaluation.study import evaluation_plan
-from esper.runtime.syncs import SyncCounter
-from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
+from esper.execution.syncs import SyncCounter
 from esper.simic.normalization import RunningMeanStd
 from esper.simic.ppo.agent import PPOAgent
 from esper.simic.ppo.config import TrainingConfig

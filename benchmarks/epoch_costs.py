@@ -36,12 +36,12 @@ from epoch_phases import PHASES, attributed
 from rich.console import Console
 from rich.table import Table
 
+from esper.data.tasks import DataCache, DataOptions, get_task_spec
 from esper.env import driver
 from esper.evaluation.comparison import parse_controllers
 from esper.evaluation.episodes import run_controller_episodes
 from esper.evaluation.study import evaluation_plan
 from esper.kasmina.hosts import CNNHost
-from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 from esper.simic.ppo.config import TrainingConfig
 
 CONTROLLERS = ["static", "fixed:conv_light@early,conv_light@mid,depthwise@late",

@@ -23,8 +23,8 @@ from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 
 import esper
-from esper.runtime.readers import fashion_mnist_directory, load_fashion_mnist
-from esper.runtime.synthetic import generate_synthetic_images
+from esper.data.readers import fashion_mnist_directory, load_fashion_mnist
+from esper.data.synthetic import generate_synthetic_images
 
 # ----------------------------------------------------------------------------------------------------- the model
 

@@ -16,10 +16,10 @@ from esper.cli.common import SCALE_FIELDS, scale_changes
 from esper.cli.main import build_parser, main
 from esper.cli.study import study_dir
 from esper.cli.train_ppo import effective_config, flag_overrides
+from esper.data.tasks import get_task_spec
 from esper.env.setting import EpisodeScale
 from esper.evaluation.study import STUDY_PRESETS
 from esper.evaluation.study_report import REFERENCE_STUDY, demo_note
-from esper.runtime.tasks import get_task_spec
 from esper.simic.ppo.config import TrainingConfig
 
 pytestmark = pytest.mark.smoke

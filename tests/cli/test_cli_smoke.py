@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from esper.cli.main import main
+from esper.data.tasks import get_task_spec
 from esper.kasmina.model import MorphogeneticModel
 from esper.leyline.seeding import SeedStream, episode_seeds
-from esper.runtime.checkpoint import load_model_checkpoint
-from esper.runtime.rundir import read_jsonl
-from esper.runtime.tasks import get_task_spec
+from esper.storage.checkpoint import load_model_checkpoint
+from esper.storage.rundir import read_jsonl
 
 TINY = ["--max-train-samples", "256", "--max-val-samples", "128", "--no-tui", "--no-tensorboard",
         "--telemetry-level", "minimal", "--param-cost", "1.0"]

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from esper.cli.main import main
+from esper.data.families import Family, InstanceType, register_family
 from esper.evaluation import heldout, precheck
-from esper.runtime.families import Family, InstanceType, register_family
-from esper.runtime.rundir import read_jsonl
+from esper.storage.rundir import read_jsonl
 
 pytestmark = pytest.mark.smoke
 

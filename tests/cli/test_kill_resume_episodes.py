@@ -20,7 +20,7 @@ import pytest
 from esper.cli.main import main
 from esper.leyline.seeding import SeedStream, episode_seeds
 from esper.report.render import render_report
-from esper.runtime.rundir import read_jsonl
+from esper.storage.rundir import read_jsonl
 
 pytestmark = pytest.mark.smoke
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from esper.cli.main import main
-from esper.runtime.rundir import read_jsonl
+from esper.storage.rundir import read_jsonl
 
 pytestmark = pytest.mark.smoke
 QUIET = ["--no-tui", "--no-tensorboard", "--telemetry-level", "minimal"]
@@ -176,9 +176,9 @@ def test_a_run_directory_given_to_a_datagen_tool_is_named_with_the_fix(tool: str
 def test_train_iql_checks_the_live_setting_before_any_epoch() -> None:
     """A dataset's task and blueprint head must exist here before IQL trains for its live evaluation, not after."""
     from esper.cli.train_iql import check_live_setting
+    from esper.data.tasks import get_task_spec
     from esper.leyline import ActionSpace
     from esper.leyline.errors import UserInputError
-    from esper.runtime.tasks import get_task_spec
 
     check_live_setting("synthetic", get_task_spec("synthetic").action_space)  # the built-in head: nothing to say
     widened = ActionSpace("cnn", (*get_task_spec("synthetic").action_space.head, "pointwise"))

@@ -12,12 +12,12 @@ import pytest
 
 from esper.cli import param_cost as cli_param_cost
 from esper.cli.main import main
+from esper.data.families import Family, InstanceType, register_family
+from esper.data.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
 from esper.evaluation import param_cost as param_cost_module
 from esper.evaluation.comparison import host_params
 from esper.evaluation.param_cost import ParamCostSetting, measure_param_cost
-from esper.runtime.families import Family, InstanceType, register_family
-from esper.runtime.rundir import read_jsonl
-from esper.runtime.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
+from esper.storage.rundir import read_jsonl
 
 CAPS = ["--set", "max_train_samples=64", "--set", "max_val_samples=32", "--set", "max_epochs=3"]
 RUN = ["--set", "n_envs=2", "--set", "group_size=2", "--set", "n_episodes=2", "--no-tui", "--no-tensorboard",

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from esper.cli.main import main
+from esper.data.tasks import get_task_spec
+from esper.env.charges import measured_cost
 from esper.env.rewards import NOT_CHARGED, GapRewardConfig, reward_config, reward_summary
-from esper.runtime.param_costs import measured_cost
-from esper.runtime.rundir import read_jsonl
-from esper.runtime.tasks import get_task_spec
+from esper.storage.rundir import read_jsonl
 
 TINY = ["--task", "synthetic_text", "--max-epochs", "3", "--max-train-samples", "64", "--max-val-samples", "32",
         "--max-test-samples", "32", "--no-tui", "--no-tensorboard", "--telemetry-level", "minimal"]

@@ -23,8 +23,8 @@ import torch
 from esper.cli import train_ppo as ppo_cmd
 from esper.cli.main import build_parser, main
 from esper.cli.train_ppo import effective_config
-from esper.runtime.rundir import read_jsonl
 from esper.simic.ppo.config import TrainingConfig
+from esper.storage.rundir import read_jsonl
 
 pytestmark = pytest.mark.smoke
 

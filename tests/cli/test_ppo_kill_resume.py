@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from esper.runtime.rundir import read_jsonl
+from esper.storage.rundir import read_jsonl
 
 ARGS = ["train", "ppo", "--preset", "quick", "--device", "cpu", "--set", "n_episodes=6", "--set", "max_epochs=3",
         "--set", "max_train_samples=256", "--set", "max_val_samples=128", "--set", "n_envs=2", "--set",

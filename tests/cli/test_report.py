@@ -20,9 +20,9 @@ from esper.report.compare import final_accuracy_estimates
 from esper.report.lifecycle import NO_SEEDS, build_lifecycle
 from esper.report.render import render_report
 from esper.report.study import build_compute_figure
-from esper.runtime.rows import LogFormatError
-from esper.runtime.rundir import json_safe
 from esper.simic.ppo.history import UPDATE_METRICS, PPOHistoryRow
+from esper.storage.rows import LogFormatError
+from esper.storage.rundir import json_safe
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 REAL_DPI = report_plots.DPI

@@ -10,7 +10,7 @@ import pytest
 from esper.cli.common import run_settings
 from esper.cli.main import build_parser
 from esper.cli.rundirs import check_same_arguments, discard_on_error, prepare_run_dir
-from esper.runtime.rundir import RunDirectory, RunDirectoryError, default_run_dir, holds_results
+from esper.storage.rundir import RunDirectory, RunDirectoryError, default_run_dir, holds_results
 
 
 def _never(path: Path) -> bool:

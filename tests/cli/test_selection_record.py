@@ -14,7 +14,7 @@ from esper.cli.main import main
 from esper.evaluation.runs import RunLabels
 from esper.evaluation.selection_record import SELECTION_RECORD_FILE, read_selection_record
 from esper.leyline.errors import UserInputError
-from esper.runtime.rundir import read_jsonl
+from esper.storage.rundir import read_jsonl
 
 pytestmark = pytest.mark.smoke
 

@@ -11,7 +11,7 @@ import pytest
 
 from esper.cli.main import main
 from esper.evaluation.study_report import REFERENCE_STUDY
-from esper.runtime.rundir import RunDirectory, read_jsonl
+from esper.storage.rundir import RunDirectory, read_jsonl
 
 pytestmark = pytest.mark.smoke
 

@@ -15,13 +15,13 @@ from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 
 from esper.cli.main import main
+from esper.data.synthetic import SYNTHETIC_SPLIT_SIZES
 from esper.evaluation.results import ComparisonResult
 from esper.evaluation.runs import RunLabels
 from esper.evaluation.selection import BEST_FIXED, BEST_RULE, chosen_blueprints
 from esper.report import study as report_study
-from esper.runtime.rundir import read_jsonl
-from esper.runtime.synthetic import SYNTHETIC_SPLIT_SIZES
 from esper.simic.ppo.checkpoint import read_policy_checkpoint
+from esper.storage.rundir import read_jsonl
 
 pytestmark = pytest.mark.smoke
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from esper.cli.main import main
-from esper.runtime.rundir import read_jsonl
+from esper.storage.rundir import read_jsonl
 
 pytestmark = pytest.mark.smoke
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from esper.cli.main import main
-from esper.runtime.rundir import RUN_DIR_NAME
+from esper.storage.rundir import RUN_DIR_NAME
 from esper.tamiyo import read_heuristic_record
 
 pytestmark = pytest.mark.smoke

@@ -8,13 +8,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from esper.data.optim import OptimizerSpec
 from esper.kasmina.blending import gated_blend_param_count
 from esper.kasmina.blueprints import DEFAULT_REGISTRY
 from esper.kasmina.hosts import CNNHost, TransformerHost
 from esper.kasmina.model import MorphogeneticModel
 from esper.kasmina.state import LifecycleConfig
 from esper.leyline import CANONICAL_SLOTS, SeedStage
-from esper.runtime.optim import OptimizerSpec
 from esper.tolaria import TrainState, train_step
 
 BLENDS = ("linear", "sigmoid", "gated")

@@ -14,10 +14,10 @@ import multiprocessing
 import pytest
 import torch
 
+from esper.data.tasks import TASKS, TaskSpec
 from esper.kasmina.blueprints import DEFAULT_REGISTRY
 from esper.kasmina.model import MorphogeneticModel, batch_statistics
 from esper.leyline import CANONICAL_SLOTS, SeedStage
-from esper.runtime.tasks import TASKS, TaskSpec
 from esper.tolaria import TrainState, compute_task_loss, train_step
 
 INITIALIZATIONS = 50

@@ -24,7 +24,9 @@ SRC_ROOT = PACKAGE_ROOT.parent
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("leyline",),  # contracts
     ("kasmina", "nissa"),  # the body; telemetry hub and backends
-    ("runtime",),  # tasks, data, devices, checkpoints, run directories
+    ("data",),  # tasks and their data: registry, specs, readers, generated data, families, device datasets
+    ("execution",),  # where work runs: devices, plugins, worker processes and Ray actors, host reads
+    ("storage",),  # what a run leaves on disk: run directories, typed line logs, checkpoints (naming the plugins)
     ("tolaria",),  # train/validate steps, counterfactuals, governor
     ("tamiyo",),  # controller protocol, registry, heuristic, static, random (pure Python)
     ("env",),  # the episode layer: MorphoEnv, the epoch loop, features, masks, rewards
@@ -206,7 +208,11 @@ FAKE_CASES = [
     ("esper.kasmina.fake", "from ..tolaria import trainer\n", "'tolaria'"),
     ("esper.kasmina.sub.fake", "from ...nissa.hub import NissaHub\n", "'nissa'"),
     ("esper.nissa.fake", "import esper.kasmina.model\n", "'kasmina'"),
-    ("esper.runtime.fake", "from esper.tolaria.trainer import train_epoch\n", "'tolaria'"),
+    ("esper.data.fake", "from esper.tolaria.trainer import train_epoch\n", "'tolaria'"),
+    ("esper.data.fake", "from esper.execution.actors import ActorPool\n", "'execution'"),
+    ("esper.data.fake", "from esper.storage.rundir import RunDirectory\n", "'storage'"),
+    ("esper.execution.fake", "from esper.storage.checkpoint import atomic_save\n", "'storage'"),
+    ("esper.storage.fake", "from esper.env.charges import CHARGES\n", "'env'"),
     ("esper.tolaria.fake", "def f():\n    from esper.tamiyo import HeuristicTamiyo\n", "'tamiyo'"),
     ("esper.tamiyo.fake", "import torch.nn as nn\n", "forbidden module torch"),
     ("esper.tamiyo.fake", "import numpy as np\n", "forbidden module numpy"),
@@ -244,12 +250,14 @@ ALLOWED_CASES = [
     ("esper.leyline.fake", "from __future__ import annotations\nimport math, uuid\nfrom .stages import SeedStage\n"),
     ("esper.leyline.fake", "import esper\nfrom esper import __version__\n"),
     ("esper.kasmina.fake", "import torch\nfrom esper.leyline import SeedStage\nfrom . import blending\n"),
-    ("esper.runtime.fake", "import numpy\nfrom esper.kasmina.model import MorphogeneticModel\n"),
-    ("esper.tolaria.fake", "from esper.runtime.optim import x\nfrom esper.kasmina import y\n"),
+    ("esper.data.fake", "import numpy\nfrom esper.kasmina.model import MorphogeneticModel\n"),
+    ("esper.execution.fake", "from esper.data.readers import DataWarning\n"),
+    ("esper.storage.fake", "from esper.execution.plugins import loaded_plugins\nfrom esper.data import TASKS\n"),
+    ("esper.tolaria.fake", "from esper.data.optim import x\nfrom esper.kasmina import y\n"),
     ("esper.tamiyo.fake", "import random\nfrom esper.leyline.actions import ordered_slots\n"),
     (
         "esper.simic.fake",
-        "import torch\nfrom esper.tolaria import a\nfrom esper.tamiyo import b\nimport esper.runtime\n",
+        "import torch\nfrom esper.tolaria import a\nfrom esper.tamiyo import b\nimport esper.storage\n",
     ),
     ("esper.cli.fake", "from esper.datagen import generate\nfrom esper.nissa import NissaHub\n"),
     ("esper.evaluation.fake", "from esper.simic.ppo import PPOPolicy\nfrom esper.env import MorphoEnv\n"),
@@ -275,7 +283,7 @@ def test_relative_import_resolution_in_package_init() -> None:
 
 def test_nothing_below_the_learners_imports_them() -> None:
     below = [p for layer in LAYERS[: [LEARNERS in layer for layer in LAYERS].index(True)] for p in layer]
-    assert {"leyline", "kasmina", "runtime", "tolaria", "tamiyo", "env", "datagen"} <= set(below)
+    assert {"leyline", "kasmina", "data", "execution", "storage", "tolaria", "tamiyo", "env", "datagen"} <= set(below)
     for package in below:
         assert LEARNERS not in ALLOWED_ESPER[package]
 

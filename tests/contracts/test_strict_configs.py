@@ -18,6 +18,8 @@ from pydantic.fields import FieldInfo
 
 import esper
 from esper.api import GrowthConfig
+from esper.data.optim import OptimizerSpec
+from esper.data.task_spec import DataOptions
 from esper.datagen.configs import ENVIRONMENT_PRESETS, POLICY_PRESETS, BehaviorPolicyConfig, EnvironmentConfig
 from esper.datagen.generate import GenerateOptions
 from esper.env.contribution import ContributionRewardConfig
@@ -27,12 +29,10 @@ from esper.env.rewards import GapRewardConfig, LossRewardConfig, SparseRewardCon
 from esper.env.setting import EpisodeScale, EpisodeSetting
 from esper.evaluation.ope import OPEConfig
 from esper.evaluation.selection_record import CandidateRow, CostRecord, SelectionRecord, TeacherRecord
+from esper.execution.workers import WorkerOptions
 from esper.kasmina.state import LifecycleConfig
 from esper.leyline.sectioned_config import SectionedConfig
 from esper.leyline.strict_config import StrictConfig
-from esper.runtime.optim import OptimizerSpec
-from esper.runtime.task_spec import DataOptions
-from esper.runtime.workers import WorkerOptions
 from esper.simic.iql.config import IQLConfig
 from esper.simic.ppo.config import TrainingConfig
 from esper.simic.ppo.distill import DistillConfig

@@ -14,9 +14,9 @@ import pytest
 
 from esper.env.groups import EnvHost
 from esper.leyline import TelemetryEvent, TelemetryEventType
-from esper.runtime.rundir import RunDirectory
 from esper.simic.ppo.config import TrainingConfig
 from esper.simic.ppo.train import PPORun, PPOTrainingResult, train_ppo
+from esper.storage.rundir import RunDirectory
 
 
 class RecordingSink:

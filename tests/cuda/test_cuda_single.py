@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 import torch
 
+from esper.data.tasks import DataCache, DataOptions, get_task_spec
 from esper.env import EnvStep, EpochData, run_episodes
 from esper.env.env import EnvSpec, MorphoEnv
 from esper.env.rewards import make_reward_fn
 from esper.leyline import EnvObservation, LifecycleCommand, LifecycleOp, SeedStage
-from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 from esper.tamiyo import TamiyoDecision
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]

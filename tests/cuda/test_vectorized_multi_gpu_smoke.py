@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from esper.leyline import TelemetryEventType
-from esper.runtime.rundir import read_jsonl
+from esper.storage.rundir import read_jsonl
 
 pytestmark = [
     pytest.mark.cuda,

@@ -42,7 +42,7 @@ def _count_syncs(out: str, tmp: Path) -> None:
     rows = _rows(out, 5)
     assert {"train", "validation", "counterfactuals", "probes", "telemetry", "decision"} <= set(rows)
     assert rows["all but decision, other"] == ["2", "0.50", "1.00"]  # one read per group-epoch
-    assert "esper.runtime.readout" in out  # the call sites
+    assert "esper.execution.readout" in out  # the call sites
 
 
 def _bench_gpu(out: str, tmp: Path) -> None:

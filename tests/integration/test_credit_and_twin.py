@@ -16,6 +16,8 @@ from collections.abc import Mapping
 import pytest
 import torch
 
+from esper.data.readers import VOCAB_SIZE
+from esper.data.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
 from esper.env import EnvStep, EpochData, run_episodes
 from esper.env.env import EnvSpec, MorphoEnv
 from esper.env.logs import EpisodeResult, StepRow
@@ -24,8 +26,6 @@ from esper.kasmina.hosts import TransformerHost
 from esper.kasmina.state import LifecycleConfig
 from esper.leyline import EnvObservation, LifecycleCommand, LifecycleOp, SeedStage
 from esper.leyline.constants import DEFAULT_GOVERNOR_DEATH_PENALTY
-from esper.runtime.readers import VOCAB_SIZE
-from esper.runtime.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
 from esper.tamiyo import RandomPolicy, TamiyoDecision, TamiyoPolicy
 
 MAX_EPOCHS = 5

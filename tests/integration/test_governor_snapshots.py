@@ -12,11 +12,11 @@ import math
 
 import torch
 
+from esper.data.tasks import get_task_spec
 from esper.kasmina.hosts import CNNHost
 from esper.kasmina.model import MorphogeneticModel
 from esper.kasmina.state import LifecycleConfig
 from esper.leyline import TelemetryEvent, TelemetryEventType
-from esper.runtime.tasks import get_task_spec
 from esper.tolaria import TolariaGovernor, TrainState, train_step, validate
 
 TASK = get_task_spec("synthetic")

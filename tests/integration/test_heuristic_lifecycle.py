@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from esper.cli.main import main
-from esper.runtime.rundir import read_jsonl
+from esper.storage.rundir import read_jsonl
 
 
 @pytest.mark.parametrize(

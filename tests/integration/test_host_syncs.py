@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import torch
 
+from esper.data.tasks import DataCache, DataOptions, get_task_spec
 from esper.env.groups import EnvHost, EpisodeRecipe, GroupPlan, MemberPlan
 from esper.env.loop import decide_all
 from esper.env.rewards import reward_config
 from esper.env.setting import EpisodeSetting
 from esper.evaluation.comparison import parse_controllers
 from esper.evaluation.episodes import EpisodePlan, build_controller
+from esper.execution.syncs import SyncCounter
 from esper.leyline import SeedStage, TelemetryEventType
 from esper.leyline.constants import GOVERNOR_SNAPSHOT_INTERVAL
-from esper.runtime.syncs import SyncCounter
-from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 from esper.tamiyo import host_variant
 
 CONTROLLERS = ["static", "heuristic", "fixed:norm@early", "grow:conv_light@mid", "random"]

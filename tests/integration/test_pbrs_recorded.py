@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
+from esper.data.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
 from esper.env import EnvStep, EpochData, Lockstep, run_epoch
 from esper.env.env import EnvSpec, MorphoEnv
 from esper.env.features import obs_dim
@@ -25,7 +26,6 @@ from esper.env.rewards import ContributionRewardConfig, LossRewardConfig, Reward
 from esper.env.step_record import SUMMED_FIELDS, ShapedRewardComponents, StepRecord
 from esper.kasmina.state import LifecycleConfig
 from esper.leyline import LifecycleOp, SeedStage
-from esper.runtime.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
 from esper.simic.normalization import RunningMeanStd
 from esper.simic.ppo.agent import PPOAgent
 from esper.simic.ppo.controller import PPOPolicy

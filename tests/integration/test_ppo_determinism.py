@@ -6,9 +6,9 @@ from pathlib import Path
 
 import torch
 
-from esper.runtime.rundir import RunDirectory
 from esper.simic.ppo.config import TrainingConfig
 from esper.simic.ppo.train import PPORun, train_ppo
+from esper.storage.rundir import RunDirectory
 
 CONFIG = TrainingConfig.preset("quick").with_overrides(
     n_episodes=4, max_epochs=2, max_train_samples=128, max_val_samples=64, device="cpu", param_cost=1.0)

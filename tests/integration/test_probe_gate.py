@@ -11,11 +11,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from esper.data.optim import OptimizerSpec
 from esper.kasmina.hosts import CNNHost
 from esper.kasmina.model import MorphogeneticModel
 from esper.kasmina.state import LifecycleConfig
 from esper.leyline import CANONICAL_SLOTS, SeedStage
-from esper.runtime.optim import OptimizerSpec
 from esper.tolaria import TrainState, train_epoch, validate
 
 CLASSES = 5

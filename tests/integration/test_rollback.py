@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from esper.data.batches import SharedBatchIterator
+from esper.data.tasks import DataCache, DataOptions, get_task_spec
 from esper.env.env import EnvSpec, MorphoEnv
 from esper.env.lockstep import EpochData, Lockstep
 from esper.env.loop import run_epoch
@@ -19,8 +21,6 @@ from esper.kasmina.hosts import CNNHost
 from esper.kasmina.model import MorphogeneticModel
 from esper.kasmina.state import LifecycleConfig
 from esper.leyline import SeedStage
-from esper.runtime.data import SharedBatchIterator
-from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 from esper.tamiyo.policy import StaticPolicy
 from esper.tolaria import TolariaGovernor, TrainState, train_step, validate
 

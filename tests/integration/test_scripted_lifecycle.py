@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import torch
 
+from esper.data.tasks import DataCache, DataOptions, get_task_spec
 from esper.env import EnvStep, EpochData, run_episodes
 from esper.env.env import EnvSpec, MorphoEnv
 from esper.env.rewards import make_reward_fn
 from esper.leyline import EnvObservation, LifecycleCommand, LifecycleOp, SeedStage, TelemetryEvent, TelemetryEventType
-from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 from esper.tamiyo import TamiyoDecision
 
 

@@ -7,11 +7,11 @@ import statistics
 import pytest
 import torch
 
+from esper.data.tasks import DataCache, DataOptions, get_task_spec
 from esper.env import EpochData
 from esper.kasmina.hosts import CNNHost
 from esper.kasmina.model import MorphogeneticModel
 from esper.leyline.seeding import derive_seed
-from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 from esper.tolaria import TrainState, train_epoch, validate
 
 

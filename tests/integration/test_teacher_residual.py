@@ -8,15 +8,15 @@ from typing import Any
 import pytest
 import torch
 
+from esper.data.tasks import DataCache, DataOptions
 from esper.env.driver import EnvPool
 from esper.env.setting import EpisodeSetting
 from esper.evaluation.episodes import EpisodePlan, run_controller_episodes
-from esper.runtime.rundir import RunDirectory, read_jsonl
-from esper.runtime.tasks import DataCache, DataOptions
-from esper.runtime.workers import WorkerOptions
+from esper.execution.workers import WorkerOptions
 from esper.simic.ppo.checkpoint import trim_logs
 from esper.simic.ppo.config import TrainingConfig
 from esper.simic.ppo.train import PPORun, train_ppo
+from esper.storage.rundir import RunDirectory, read_jsonl
 from esper.tamiyo import CONTROLLERS
 
 # 12 epochs at batch 32: the heuristic germinates at epoch 2, and its seed is fossilized within the episode.

@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
-from esper.runtime.readers import FASHION_MNIST_VAL_SIZE
-from esper.runtime.rundir import read_jsonl
+from esper.data.readers import FASHION_MNIST_VAL_SIZE
+from esper.storage.rundir import read_jsonl
+from unit.data.fake_datasets import write_fashion
 from unit.datagen.support import without_timestamps
-from unit.runtime.fake_datasets import write_fashion
 
 PPO = ["train", "ppo", "--preset", "quick", "--device", "cpu", "--set", "n_episodes=8", "--set", "n_envs=4",
        "--set", "group_size=2", "--set", "max_epochs=3", "--set", "max_train_samples=128", "--set",

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+from esper.data.tasks import TaskSpec, get_task_spec
 from esper.env.env import EnvSpec, EpochStats, MorphoEnv
 from esper.env.masks import build_slot_states, compute_batch_masks
 from esper.kasmina.hosts import CNNHost
@@ -37,7 +38,6 @@ from esper.leyline import (
     compute_action_validity,
 )
 from esper.leyline.constants import MIN_CULL_AGE
-from esper.runtime.tasks import TaskSpec, get_task_spec
 from esper.simic.ppo.network import FactoredActorCritic
 from esper.tamiyo import TamiyoDecision, check_decision
 from esper.tolaria import TrainEpochStats, ValStats

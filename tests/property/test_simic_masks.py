@@ -9,6 +9,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from esper.data.tasks import get_task_spec
 from esper.env.masks import compute_batch_masks, masks_from_validity
 from esper.leyline import (
     CANONICAL_SLOTS,
@@ -19,7 +20,6 @@ from esper.leyline import (
     SeedStage,
     compute_action_validity,
 )
-from esper.runtime.tasks import get_task_spec
 from esper.simic.ppo.distributions import InvalidStateMachineError, MaskedCategorical
 from esper.simic.ppo.network import FactoredActorCritic
 

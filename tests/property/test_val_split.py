@@ -19,10 +19,10 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from esper.runtime.array_tasks import VAL_FRACTION, arrays_task, stratified_val
-from esper.runtime.readers import CIFAR10_VAL_SIZE, fashion_mnist_directory, load_cifar10, load_fashion_mnist
-from esper.runtime.synthetic import generate_synthetic_images
-from esper.runtime.tasks import DataOptions, get_task_spec
+from esper.data.array_tasks import VAL_FRACTION, arrays_task, stratified_val
+from esper.data.readers import CIFAR10_VAL_SIZE, fashion_mnist_directory, load_cifar10, load_fashion_mnist
+from esper.data.synthetic import generate_synthetic_images
+from esper.data.tasks import DataOptions, get_task_spec
 
 CLASS_SIZES = st.lists(st.integers(2, 60), min_size=2, max_size=6)
 
@@ -72,7 +72,7 @@ def test_a_folder_read_class_after_class_gets_every_class_in_val_in_proportion(s
 
 def test_the_carve_is_a_function_of_the_data_alone() -> None:
     """Another process (a worker, a resumed run) with another random state carves the same samples."""
-    code = ("import torch; from esper.runtime.array_tasks import stratified_val; torch.manual_seed(9); "
+    code = ("import torch; from esper.data.array_tasks import stratified_val; torch.manual_seed(9); "
             "print(stratified_val(torch.arange(300).float(), torch.arange(300) % 3, 'here')[1][0].int().tolist())")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout

@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 import torch
 
+from esper.data.tasks import get_task_spec
 from esper.datagen import TransitionDataset
 from esper.env.features import obs_dim
-from esper.runtime.tasks import get_task_spec
 
 CNN = get_task_spec("synthetic").action_space
 NUM_JOINT_ACTIONS, OBS_DIM = CNN.num_joint_actions, obs_dim(CNN)  # 43 and 80 with the built-in blueprints

@@ -23,8 +23,16 @@ from rich.text import Text
 
 from esper.cli.config_flags import value_type
 from esper.cli.rundirs import save_traceback, saved_traceback
+from esper.data.augment import AUGMENTS, Augment, parse_augment
+from esper.data.batches import describe_augmentation
+from esper.data.optim import LR_SCHEDULES
+from esper.data.readers import DatasetFormatError, DataWarning, Split
+from esper.data.tasks import TASKS, DataCache, DataOptions, TaskSpec, data_source, get_task_spec
+from esper.env.charges import CHARGES, ComputeCost, ParamCost
 from esper.env.rewards import RewardFamily
 from esper.env.setting import EpisodeScale
+from esper.execution.devices import DeviceError
+from esper.execution.workers import MAX_THREADS, MAX_WORKERS, WorkerFailed, WorkerOptions
 from esper.leyline import (
     CANONICAL_SLOTS,
     TelemetryEventType,
@@ -37,16 +45,8 @@ from esper.leyline import (
 from esper.leyline.constants import MAX_BATCH, MAX_EPISODE_LENGTH, MAX_SAMPLES
 from esper.leyline.seeding import MAX_BASE_SEED
 from esper.nissa import NissaHub, ProgressBackend, build_hub
-from esper.runtime.augment import AUGMENTS, Augment, parse_augment
-from esper.runtime.data import describe_augmentation
-from esper.runtime.devices import DeviceError
-from esper.runtime.optim import LR_SCHEDULES
-from esper.runtime.param_costs import CHARGES, ComputeCost, ParamCost
-from esper.runtime.readers import DatasetFormatError, DataWarning, Split
-from esper.runtime.rundir import RUN_DIR_NAME, RunDirectory
-from esper.runtime.tasks import TASKS, DataCache, DataOptions, TaskSpec, data_source, get_task_spec
-from esper.runtime.workers import MAX_THREADS, MAX_WORKERS, WorkerFailed, WorkerOptions
 from esper.simic.ppo.ppo_config import MAX_EPISODES
+from esper.storage.rundir import RUN_DIR_NAME, RunDirectory
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 USER_ERRORS = (UserInputError, OSError)

@@ -35,7 +35,7 @@ from esper.evaluation.comparison import (
 from esper.evaluation.controllers import all_controllers
 from esper.leyline import TelemetryEventType
 from esper.leyline.errors import UserInputError, did_you_mean
-from esper.runtime.rundir import default_run_dir
+from esper.storage.rundir import default_run_dir
 
 
 def add_compare_parser(sub: Any) -> None:

@@ -39,6 +39,7 @@ from esper.cli.common import (
 )
 from esper.cli.config_flags import value_type
 from esper.cli.datagen_summary import print_summary
+from esper.data.tasks import DataOptions, get_task_spec
 from esper.datagen.configs import ENVIRONMENT_PRESETS, POLICY_PRESETS
 from esper.datagen.export import EXPORT_FORMATS, export_minari
 from esper.datagen.generate import (
@@ -53,12 +54,11 @@ from esper.datagen.jobs import GenerationJobs, JobHost, generation_pool
 from esper.datagen.orchestrator import GenerationOrchestrator
 from esper.datagen.plans import GenerationPlan, TwinPlan, create_generation_matrix
 from esper.datagen.reader import check_resumable, read_episodes
+from esper.env.charges import ParamCost
+from esper.execution.actors import ActorPool
+from esper.execution.devices import resolve_device
+from esper.execution.workers import WorkerOptions
 from esper.leyline.errors import UserInputError, did_you_mean
-from esper.runtime.actors import ActorPool
-from esper.runtime.devices import resolve_device
-from esper.runtime.param_costs import ParamCost
-from esper.runtime.tasks import DataOptions, get_task_spec
-from esper.runtime.workers import WorkerOptions
 
 HEALTH_FILE = "health_report.json"
 EXIT_UNHEALTHY = EXIT_ERROR

@@ -10,15 +10,15 @@ from typing import Any
 
 from esper.cli.common import console, data_options, data_record, preload_data, scale_changes, worker_options
 from esper.cli.rundirs import check_same_arguments, prepare_run_dir
+from esper.data.readers import SPLITS
+from esper.data.tasks import DataCache, data_source, get_task_spec
 from esper.env.rewards import resolved_cost
 from esper.env.setting import EpisodeSetting
 from esper.evaluation.episodes import EpisodePlan, paired_seeds
 from esper.evaluation.resume import ResumePoint, resume_point
+from esper.execution.devices import resolve_devices
 from esper.nissa import trim_event_log
-from esper.runtime.devices import resolve_devices
-from esper.runtime.readers import SPLITS
-from esper.runtime.rundir import RunDirectory, RunDirectoryError, read_jsonl, recorded_config
-from esper.runtime.tasks import DataCache, data_source, get_task_spec
+from esper.storage.rundir import RunDirectory, RunDirectoryError, read_jsonl, recorded_config
 
 EPISODE_COUNT_KEY = "episodes"
 """The one argument a rerun may change: more paired episodes extend the run (each episode is seeded by its index)."""

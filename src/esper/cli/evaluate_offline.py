@@ -26,7 +26,7 @@ from esper.evaluation.ope import OfflineEvaluation, OPEConfig, TargetPolicy, eva
 from esper.leyline.actions import ActionSpace
 from esper.leyline.errors import UserInputError
 from esper.nissa import ProgressBackend
-from esper.runtime.rundir import write_json_atomic
+from esper.storage.rundir import write_json_atomic
 from esper.tamiyo import ControllerContext
 
 

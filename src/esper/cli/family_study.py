@@ -45,19 +45,19 @@ from esper.cli.param_cost import resolve_auto_cost
 from esper.cli.rundirs import discard_on_error
 from esper.cli.study_phases import open_study, phase_runner, saved_run, train_run
 from esper.cli.train_ppo import flag_overrides
+from esper.data.families import Family, get_family
+from esper.data.readers import SPLITS
+from esper.data.tasks import DataCache, get_task_spec
 from esper.evaluation.family_policy import heldout_policies, policy_markdown, replay_sources
 from esper.evaluation.heldout import HeldOutType, run_heldout, select_rule, write_heldout
 from esper.evaluation.phases import PhaseRunner
 from esper.evaluation.precheck import run_precheck, type_config
 from esper.evaluation.study import STUDY_PRESETS, run_config
+from esper.execution.devices import resolve_devices
 from esper.leyline.errors import UserInputError
-from esper.runtime.devices import resolve_devices
-from esper.runtime.families import Family, get_family
-from esper.runtime.readers import SPLITS
-from esper.runtime.rundir import default_run_dir
-from esper.runtime.tasks import DataCache, get_task_spec
 from esper.simic.ppo.checkpoint import resume_config
 from esper.simic.ppo.config import TrainingConfig, family_fields
+from esper.storage.rundir import default_run_dir
 
 __all__ = ["cmd_family_study"]
 

@@ -31,7 +31,7 @@ from esper.cli.train_heuristic import add_heuristic_parser
 from esper.cli.train_iql import add_iql_parser
 from esper.cli.train_ppo import add_ppo_parser
 from esper.cli.tune import add_tune_parser
-from esper.runtime.plugins import load_plugins
+from esper.execution.plugins import load_plugins
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,12 +9,12 @@ from __future__ import annotations
 import argparse
 
 from esper.cli.common import console, data_options
+from esper.data.families import family_task, get_family
+from esper.data.tasks import DataCache, get_task_spec
+from esper.env.charges import AUTO_COST, CHARGES, Charge
 from esper.env.setting import EpisodeSetting
 from esper.evaluation.param_cost import WIDTHS, ParamCostSetting, Progress, cached_costs
-from esper.runtime.devices import resolve_device
-from esper.runtime.families import family_task, get_family
-from esper.runtime.param_costs import AUTO_COST, CHARGES, Charge
-from esper.runtime.tasks import DataCache, get_task_spec
+from esper.execution.devices import resolve_device
 from esper.simic.ppo.config import TrainingConfig
 
 

@@ -22,7 +22,7 @@ from esper.cli.common import EXIT_OK, add_plugin_option, console
 from esper.evaluation.ablation import ablation_markdown, ablation_rows, read_arm
 from esper.leyline.errors import UserInputError
 from esper.report.render import render_report
-from esper.runtime.rundir import write_text_atomic
+from esper.storage.rundir import write_text_atomic
 
 
 def add_report_parser(sub: Any) -> None:

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
-from esper.runtime.rundir import (
+from esper.storage.rundir import (
     RunDirectory,
     RunDirectoryError,
     clear_run_directory,

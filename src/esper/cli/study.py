@@ -58,6 +58,10 @@ from esper.cli.param_cost import resolve_auto_cost
 from esper.cli.rundirs import discard_on_error
 from esper.cli.study_phases import measured_setting, open_study, phase_runner, saved_run, train_run
 from esper.cli.train_ppo import flag_overrides
+from esper.data.families import FAMILIES
+from esper.data.readers import SPLITS
+from esper.data.tasks import DataCache, get_task_spec
+from esper.env.charges import AUTO_COST
 from esper.env.reward_setting import RewardSetting
 from esper.env.rewards import RewardFamily
 from esper.evaluation.phases import Phase
@@ -86,22 +90,18 @@ from esper.evaluation.study import (
 from esper.evaluation.study_report import SUMMARY_FILE, convergence_line, demo_note, mark_rerun, summary_markdown
 from esper.evaluation.teacher_choice import TeacherChoice, choose_teacher, with_tuned
 from esper.evaluation.tuning import RECORD_FILE as TUNED_RECORD_FILE
+from esper.execution.devices import resolve_devices
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import SeedStream
 from esper.report.render import render_report
-from esper.runtime.devices import resolve_devices
-from esper.runtime.families import FAMILIES
-from esper.runtime.param_costs import AUTO_COST
-from esper.runtime.readers import SPLITS
-from esper.runtime.rundir import (
+from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config, saved_config
+from esper.simic.ppo.config import TrainingConfig, charge_fields
+from esper.simic.ppo.teacher import NO_TEACHER
+from esper.storage.rundir import (
     checkpoints_dir,
     default_run_dir,
     write_text_atomic,
 )
-from esper.runtime.tasks import DataCache, get_task_spec
-from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config, saved_config
-from esper.simic.ppo.config import TrainingConfig, charge_fields
-from esper.simic.ppo.teacher import NO_TEACHER
 
 MAX_STUDY_SEEDS = 10_000
 MAX_RUNS = 100

@@ -14,6 +14,7 @@ from esper.cli.common import WORKER_FIELDS, closing_hub, console, data_record, e
 from esper.cli.episodes import open_episode_run
 from esper.cli.rundirs import check_same_arguments, prepare_run_dir
 from esper.cli.train_ppo import StopAfterStep, open_training_dir, print_training_result, print_training_start
+from esper.data.tasks import DataCache, get_task_spec
 from esper.env.rewards import resolved_cost
 from esper.env.setting import EpisodeSetting
 from esper.evaluation.comparison import comparison_phases, parse_controllers
@@ -23,7 +24,10 @@ from esper.evaluation.results import ComparisonResult
 from esper.evaluation.study import run_evaluation
 from esper.leyline import TelemetryEventType
 from esper.leyline.errors import UserInputError
-from esper.runtime.rundir import (
+from esper.simic.ppo.checkpoint import read_policy_checkpoint, saved_config
+from esper.simic.ppo.config import TrainingConfig
+from esper.simic.ppo.train import PPORun, train_ppo
+from esper.storage.rundir import (
     RunDirectory,
     RunDirectoryError,
     checkpoints_dir,
@@ -31,10 +35,6 @@ from esper.runtime.rundir import (
     recorded_config,
     write_json_atomic,
 )
-from esper.runtime.tasks import DataCache, get_task_spec
-from esper.simic.ppo.checkpoint import read_policy_checkpoint, saved_config
-from esper.simic.ppo.config import TrainingConfig
-from esper.simic.ppo.train import PPORun, train_ppo
 
 __all__ = ["measured_setting", "phase_runner", "saved_run", "train_run"]
 

@@ -28,8 +28,8 @@ from esper.env.driver import EnvPool
 from esper.evaluation.comparison import parse_controllers
 from esper.evaluation.episodes import run_controller_episodes
 from esper.leyline import TelemetryEventType
-from esper.runtime.checkpoint import atomic_save
-from esper.runtime.rundir import default_run_dir
+from esper.storage.checkpoint import atomic_save
+from esper.storage.rundir import default_run_dir
 
 
 def add_heuristic_parser(sub: Any) -> None:

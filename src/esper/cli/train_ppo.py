@@ -37,18 +37,18 @@ from esper.cli.common import (
 from esper.cli.config_flags import add_config_flags, config_changes
 from esper.cli.param_cost import resolve_auto_cost
 from esper.cli.rundirs import discard_on_error, prepare_run_dir
+from esper.data.families import family_task, get_family
+from esper.data.tasks import DataCache, data_source, get_task_spec
 from esper.env.rewards import resolved_cost
+from esper.execution.devices import env_device_map, resolve_device, resolve_devices
+from esper.execution.plugins import loaded_plugins
+from esper.execution.workers import WorkerOptions
 from esper.leyline.errors import UserInputError
 from esper.nissa import ProgressBackend, trim_event_log
-from esper.runtime.devices import env_device_map, resolve_device, resolve_devices
-from esper.runtime.families import family_task, get_family
-from esper.runtime.plugins import loaded_plugins
-from esper.runtime.rundir import RunDirectory, checkpoint_file, checkpoints_dir, default_run_dir, run_dir_of
-from esper.runtime.tasks import DataCache, data_source, get_task_spec
-from esper.runtime.workers import WorkerOptions
 from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config, saved_config, trim_logs
 from esper.simic.ppo.config import PRESETS, TrainingConfig, charge_fields, family_fields
 from esper.simic.ppo.train import PPORun, PPOTrainingResult, train_ppo
+from esper.storage.rundir import RunDirectory, checkpoint_file, checkpoints_dir, default_run_dir, run_dir_of
 
 PRESET_FIELDS = frozenset(k for preset in PRESETS.values() for k in preset)
 FLAGS_ELSEWHERE = frozenset({*SCALE_FIELDS, "seed", *WORKER_FIELDS, "threads"})

@@ -38,6 +38,7 @@ from esper.cli.common import (
 )
 from esper.cli.episodes import EPISODE_COUNT_KEY, episode_plan, load_data, open_episode_run, runtime_info
 from esper.cli.rundirs import check_same_arguments, discard_on_error, prepare_run_dir
+from esper.data.tasks import DataCache
 from esper.evaluation.comparison import parse_controllers, run_comparison
 from esper.evaluation.episodes import EpisodePlan
 from esper.evaluation.phases import Phase, PhaseRunner
@@ -45,8 +46,7 @@ from esper.evaluation.results import ComparisonResult
 from esper.evaluation.tuning import RECORD_FILE, TrialScore, TunedHeuristic, tune_heuristic
 from esper.leyline import TelemetryEventType
 from esper.leyline.seeding import SeedStream
-from esper.runtime.rundir import RunDirectory, default_run_dir, holds_results, recorded_config
-from esper.runtime.tasks import DataCache
+from esper.storage.rundir import RunDirectory, default_run_dir, holds_results, recorded_config
 from esper.tamiyo.heuristic_record import MAX_BUDGET
 
 MAX_SEEDS = 10_000

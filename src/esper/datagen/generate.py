@@ -21,22 +21,22 @@ from typing import Any, ClassVar
 from pydantic import ConfigDict, Field, StrictInt, field_validator
 from torch import nn
 
+from esper.data.optim import OptimizerSpec
+from esper.data.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
 from esper.datagen.architectures import create_model
 from esper.datagen.configs import EnvironmentConfig
 from esper.datagen.plans import EpisodeTask, TwinPlan
 from esper.datagen.records import EpisodeRecorder, feature_schema, now_iso
 from esper.datagen.schema import SCHEMA_VERSION
 from esper.env import EnvSpec, EpochData, MorphoEnv, run_episodes
+from esper.env.charges import ParamCost, charged_cost
 from esper.env.rewards import RewardConfig, RewardFamily, RewardFn, compute_reward, reward_config
 from esper.env.setting import EpisodeScale
+from esper.execution.devices import resolve_device
 from esper.leyline import CANONICAL_SLOTS
 from esper.leyline.constants import DEFAULT_GAMMA, MAX_SAMPLES
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import derive_seed
-from esper.runtime.devices import resolve_device
-from esper.runtime.optim import OptimizerSpec
-from esper.runtime.param_costs import ParamCost, required_cost
-from esper.runtime.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
 from esper.tamiyo import StaticPolicy
 
 __all__ = ["STORED_FAMILY", "EpisodeSetup", "GenerateOptions", "datagen_task", "datagen_task_name", "episode_setup",
@@ -84,7 +84,7 @@ class GenerateOptions(EpisodeScale):
         """Options whose λ_p is `param_cost`, or the task's one measured nearest their training-sample cap; a
         task without one needs it given."""
         task = datagen_task_name(task)
-        return cls(task=task, param_cost=required_cost("param", task, param_cost, kwargs.get("max_train_samples")),
+        return cls(task=task, param_cost=charged_cost("param", task, param_cost, kwargs.get("max_train_samples")),
                    **kwargs)
 
     def settings(self) -> dict[str, Any]:

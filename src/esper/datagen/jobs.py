@@ -1,4 +1,4 @@
-"""Datagen's workers: the actor that computes static twins and episodes, placed by `esper.runtime.actors` like every
+"""Datagen's workers: the actor that computes static twins and episodes, placed by `esper.execution.actors` like every
 other command's workers. Workers only compute; the orchestrator process writes every file.
 
 The job functions are `fn(job, options, device) -> record`, module-level (a worker imports them by name) and
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from esper.datagen.plans import EpisodeTask, TwinPlan
-from esper.runtime.actors import ActorPool
-from esper.runtime.workers import WorkerFailed, WorkerOptions
+from esper.execution.actors import ActorPool
+from esper.execution.workers import WorkerFailed, WorkerOptions
 
 __all__ = ["GenerationJobs", "JobHost", "computed", "generation_pool"]
 

@@ -39,9 +39,9 @@ from esper.datagen.schema import (
     write_strict_json,
 )
 from esper.env import StoredTwin
+from esper.execution.actors import ActorPool
+from esper.execution.workers import WorkerFailed
 from esper.leyline.errors import UserInputError
-from esper.runtime.actors import ActorPool
-from esper.runtime.workers import WorkerFailed
 
 try:
     import fcntl

@@ -15,7 +15,7 @@ from typing import Any
 from esper.datagen.schema import SCHEMA_VERSION, validate_episode
 from esper.leyline import OBS_SCHEMA
 from esper.leyline.errors import UserInputError
-from esper.runtime.rundir import recorded_command
+from esper.storage.rundir import recorded_command
 
 __all__ = ["MANIFEST_FILE", "NOT_EPISODES", "EpisodeFormatError", "check_resumable", "episode_files",
            "read_episode_file", "read_episodes", "require_not_run_directory"]

@@ -23,14 +23,14 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Concatenate, TypeVar
 
+from esper.data.tasks import DataCache
 from esper.env.groups import EnvHost, EpisodeRecipe, GroupPlan, StepOutcome, wanted_events
 from esper.env.lockstep import EpochOrderError
 from esper.env.logs import EpisodeResult
 from esper.env.loop import decide_all
+from esper.execution.actors import ActorPool
+from esper.execution.workers import WorkerFailed, WorkerOptions, intra_op_threads
 from esper.leyline import EnvObservation, TelemetryEventType, TelemetrySink
-from esper.runtime.actors import ActorPool
-from esper.runtime.tasks import DataCache
-from esper.runtime.workers import WorkerFailed, WorkerOptions, intra_op_threads
 from esper.tamiyo import TamiyoDecision, TamiyoPolicy
 
 __all__ = ["EnvPool", "OutcomeCallback", "PoolEpoch", "PoolRun"]

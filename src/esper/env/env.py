@@ -21,9 +21,12 @@ from typing import Any
 
 import torch
 
+from esper.data.optim import LRSchedule, lr_factor
+from esper.data.tasks import TaskSpec
 from esper.env.gradients import GradientStats, SeedGradientCollector
 from esper.env.logs import EpisodeResult
 from esper.env.masks import build_slot_states
+from esper.execution.readout import Deferred, Readout
 from esper.kasmina.fixed import build_fixed_host
 from esper.kasmina.model import MorphogeneticModel
 from esper.leyline import (
@@ -39,9 +42,6 @@ from esper.leyline import (
 from esper.leyline.constants import GOVERNOR_SNAPSHOT_INTERVAL
 from esper.leyline.seeding import derive_seed
 from esper.leyline.telemetry import Severity, emit_if_wanted
-from esper.runtime.optim import LRSchedule, lr_factor
-from esper.runtime.readout import Deferred, Readout
-from esper.runtime.tasks import TaskSpec
 from esper.tamiyo import SignalTracker
 from esper.tolaria import (
     BN_RECALIBRATION_BATCHES,

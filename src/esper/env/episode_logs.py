@@ -1,4 +1,4 @@
-"""episodes.jsonl and steps.jsonl read together, as whole episodes: the units of work `esper.runtime.logcut` cuts
+"""episodes.jsonl and steps.jsonl read together, as whole episodes: the units of work `esper.storage.logcut` cuts
 an episode run's logs back to.
 
 An episode is one controller's episode, keyed (controller, episode index). It is whole when its result row is
@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from esper.env.logs import EpisodeResult, StepRow
-from esper.runtime.logcut import UnitLog
-from esper.runtime.rows import as_row
+from esper.storage.logcut import UnitLog
+from esper.storage.rows import as_row
 
 __all__ = ["EpisodeKey", "EpisodeLogs", "episode_key"]
 

@@ -2,7 +2,7 @@
 
 A group is the unit that cannot be split: envs that share one host seed, one data subset and (for the `gap` reward)
 one static twin. A caller describes its groups with `GroupPlan`s (picklable: no models, no callables), hands them to
-`EnvHost`s (in this process, in worker processes or in Ray actors; see `esper.runtime.actors`), and then advances
+`EnvHost`s (in this process, in worker processes or in Ray actors; see `esper.execution.actors`), and then advances
 every host one epoch at a time through the `Lockstep`s of its envs: `measure` trains, validates and observes, and
 returns the observations and the transitions the epoch completed; the caller decides; `conclude` executes the
 decisions. Envs never leave their host,
@@ -18,17 +18,17 @@ from typing import Any
 
 import torch
 
+from esper.data.batches import SharedBatchIterator
+from esper.data.tasks import DataCache, DataOptions, get_task_spec
 from esper.env.env import EnvSpec, MorphoEnv
 from esper.env.lockstep import EpochData, Lockstep
 from esper.env.logs import EpisodeResult
 from esper.env.rewards import RewardConfig, RewardFn, compute_reward
 from esper.env.setting import EpisodeSetting
 from esper.env.step_record import ShapedRewardComponents
+from esper.execution.readout import Readout
 from esper.leyline import EnvObservation, TelemetryEvent, TelemetryEventType
-from esper.runtime.checkpoint import model_checkpoint
-from esper.runtime.data import SharedBatchIterator
-from esper.runtime.readout import Readout
-from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
+from esper.storage.checkpoint import model_checkpoint
 from esper.tamiyo import TamiyoDecision
 from esper.tolaria import queue_validation, validate_batch
 

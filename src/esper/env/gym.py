@@ -51,21 +51,21 @@ try:
 except ImportError as error:  # pragma: no cover - exercised by a subprocess test without the extra
     raise ImportError("MorphoGymEnv needs the optional [gym] extra: pip install 'esper[gym]'") from error
 
+from esper.data.tasks import DataCache, DataOptions, get_task_spec
+from esper.env.charges import ParamCost
 from esper.env.env import EnvSpec, MorphoEnv
 from esper.env.features import FEATURE_RANGE, obs_dim, observation_features
 from esper.env.lockstep import EpochData, Lockstep, MeasuredEpoch
 from esper.env.rewards import RewardFamily, RewardFn, make_reward_fn
 from esper.env.setting import EpisodeSetting
+from esper.execution.devices import resolve_device
+from esper.execution.plugins import load_plugins
+from esper.execution.workers import intra_op_threads
 from esper.leyline import ActionSpace, EnvObservation, SeedStage
 from esper.leyline.constants import DEFAULT_GAMMA
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import derive_seed
 from esper.leyline.strict_config import EpisodeLength, SampleCap
-from esper.runtime.devices import resolve_device
-from esper.runtime.param_costs import ParamCost
-from esper.runtime.plugins import load_plugins
-from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
-from esper.runtime.workers import intra_op_threads
 from esper.tamiyo import TamiyoDecision
 
 __all__ = ["ENV_ID", "ActionMasks", "GymEnvConfig", "InvalidActionError", "MorphoGymEnv", "ValidActionSpace",

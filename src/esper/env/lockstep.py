@@ -26,18 +26,18 @@ from dataclasses import dataclass
 
 import torch
 
+from esper.data.augment import Augment
+from esper.data.batches import SharedBatchIterator
+from esper.data.tasks import DataCache, TaskSpec
 from esper.env.env import EpochStats, MorphoEnv
 from esper.env.logs import SlotSummary, StepRow, slot_summaries
 from esper.env.masks import build_slot_states
 from esper.env.rewards import RewardFn
 from esper.env.step_record import Measurement, ShapedRewardComponents, SlotRewardInfo, StepRecord
 from esper.env.transitions import PendingDecision
+from esper.execution.readout import Readout
 from esper.leyline import EnvObservation, LifecycleOp, SeedStage, TelemetryEventType
 from esper.leyline.seeding import derive_seed
-from esper.runtime.augment import Augment
-from esper.runtime.data import SharedBatchIterator
-from esper.runtime.readout import Readout
-from esper.runtime.tasks import DataCache, TaskSpec
 from esper.tamiyo import TamiyoDecision, check_decision
 from esper.tolaria import TrainEpochStats, ValStats, counterfactual_slots, probe_slots
 

@@ -1,7 +1,7 @@
 """The typed rows of an episode's line logs: one per env step (`steps.jsonl`), one per episode (`episodes.jsonl`).
 
 Writers build these from the live env; `esper report` and the evaluation layer read them back with
-`esper.runtime.rows.read_rows`, so both sides share one schema.
+`esper.storage.rows.read_rows`, so both sides share one schema.
 """
 
 from __future__ import annotations

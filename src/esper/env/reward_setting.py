@@ -7,11 +7,11 @@ from typing import ClassVar, Self
 
 from pydantic import Field, StrictFloat, StrictInt, model_validator
 
+from esper.env.charges import Charge, ComputeCostOrAuto, ParamCost, ParamCostOrAuto
 from esper.env.rewards import RewardFamily, SparseRewardConfig
 from esper.leyline.constants import DEFAULT_GAMMA, MAX_PARAM_BUDGET, MAX_WEIGHT
 from esper.leyline.errors import UserInputError
 from esper.leyline.strict_config import StrictConfig
-from esper.runtime.param_costs import Charge, ComputeCostOrAuto, ParamCost, ParamCostOrAuto
 
 __all__ = ["RewardSetting"]
 

@@ -33,6 +33,8 @@ from typing import ClassVar, Self
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt, model_validator
 
+from esper.data.tasks import TaskSpec
+from esper.env.charges import CHARGES, Charge, ParamCost, charged_cost
 from esper.env.contribution import ContributionRewardConfig, compute_contribution_reward
 from esper.env.shared_terms import base_components, clamp, rent
 from esper.env.step_record import SUMMED_FIELDS, Measurement, ShapedRewardComponents, StepRecord
@@ -40,8 +42,6 @@ from esper.leyline.actions import LifecycleOp
 from esper.leyline.constants import MAX_PARAM_BUDGET, MAX_WEIGHT
 from esper.leyline.errors import UserInputError
 from esper.leyline.strict_config import EpochCount, StrictConfig, Weight
-from esper.runtime.param_costs import CHARGES, Charge, ParamCost, known_cost, required_cost
-from esper.runtime.tasks import TaskSpec
 
 __all__ = [
     "INTERVENTION_COSTS",
@@ -248,14 +248,9 @@ def reward_config(family: RewardFamily | str, task: TaskSpec, sparse: SparseRewa
             raise UserInputError("charge 'compute' prices training compute instead of parameters: drop param_cost "
                                  "(give λ_c as compute_cost), or charge 'param'")
         given = param_cost if charge == "param" else compute_cost
-        lm = task.task_type == "lm"
-        if logged_only:
-            cost = known_cost(charge, task.name, given, max_train_samples)
-            if cost is None:
-                return GapRewardConfig(cost=0.0, charge=charge, lm=lm, charged=False)
-        else:
-            cost = required_cost(charge, task.name, given, max_train_samples)
-        return GapRewardConfig(cost=cost, charge=charge, lm=lm)
+        cost = charged_cost(charge, task.name, given, max_train_samples, logged_only=logged_only)
+        return GapRewardConfig(cost=0.0 if cost is None else cost, charge=charge, lm=task.task_type == "lm",
+                               charged=cost is not None)
     if family == RewardFamily.LOSS:
         return LossRewardConfig.for_task(task.task_type, task.random_guess_loss, task.target_loss,
                                          task.typical_loss_delta_std)

@@ -10,13 +10,13 @@ from typing import Any, ClassVar, Self
 
 from pydantic import Field, StrictInt, field_validator, model_validator
 
+from esper.data.augment import AugmentChoice
+from esper.data.optim import LRSchedule
+from esper.data.tasks import get_task_spec
 from esper.leyline import CANONICAL_SLOTS, ordered_slots
 from esper.leyline.constants import DEFAULT_BATCH_SIZE_TRAINING, DEFAULT_EPISODE_LENGTH
 from esper.leyline.errors import UserInputError
 from esper.leyline.strict_config import BatchSize, EpisodeLength, SampleCap, StrictConfig
-from esper.runtime.augment import AugmentChoice
-from esper.runtime.optim import LRSchedule
-from esper.runtime.tasks import get_task_spec
 
 __all__ = ["EpisodeScale", "EpisodeSetting"]
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import PurePath
 from typing import Any
 
+from esper.data.tasks import DataCache, TaskSpec
 from esper.env import EpisodeResult
 from esper.env.driver import EnvPool
 from esper.evaluation.controllers import all_controllers
@@ -19,8 +20,7 @@ from esper.evaluation.results import ComparisonResult
 from esper.evaluation.resume import ResumePoint
 from esper.leyline import TelemetrySink
 from esper.leyline.errors import UserInputError, did_you_mean
-from esper.runtime.rundir import RunDirectory
-from esper.runtime.tasks import DataCache, TaskSpec
+from esper.storage.rundir import RunDirectory
 from esper.tamiyo import MATCHED, MAX_HOST_WIDTH, ControllerSpec
 
 __all__ = ["ComparisonResult", "check_controllers", "comparison_phases", "controller_labels", "host_params",

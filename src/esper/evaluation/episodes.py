@@ -20,21 +20,21 @@ from typing import Any
 
 import torch
 
+from esper.data.tasks import DataCache, TaskSpec, get_task_spec
 from esper.env import EpisodeResult
+from esper.env.charges import Charge
 from esper.env.driver import EnvPool
 from esper.env.groups import EpisodeRecipe, GroupPlan, MemberPlan, StepOutcome, TwinEnvPlan
 from esper.env.rewards import RewardConfig, RewardFamily, needs_twin, reward_config, reward_summary
 from esper.env.setting import EpisodeSetting
 from esper.evaluation.controllers import all_controllers
 from esper.evaluation.stats import one_sample_pp
+from esper.execution.devices import env_device_map
+from esper.execution.workers import WorkerOptions
 from esper.leyline import TelemetryEvent, TelemetryEventType, TelemetrySink
 from esper.leyline.constants import DEFAULT_GAMMA
 from esper.leyline.seeding import SeedStream, episode_seeds
-from esper.runtime.devices import env_device_map
-from esper.runtime.param_costs import Charge
-from esper.runtime.rundir import RunDirectory
-from esper.runtime.tasks import DataCache, TaskSpec, get_task_spec
-from esper.runtime.workers import WorkerOptions
+from esper.storage.rundir import RunDirectory
 from esper.tamiyo import ControllerContext, ControllerSpec, StaticPolicy, TamiyoDecision, TamiyoPolicy, host_variant
 
 __all__ = [

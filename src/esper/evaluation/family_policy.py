@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from esper.data.families import SCORES, Family
 from esper.env import EpisodeResult
 from esper.evaluation.heldout import SBS, VBS, HeldOutType, episode_gflops
 from esper.evaluation.phases import Phase
@@ -31,9 +32,8 @@ from esper.evaluation.selection import BEST_RULE
 from esper.evaluation.stats import RunAggregate, aggregate_runs
 from esper.evaluation.study import evaluation_plan, replay_source_phases, selection_plan, study_controllers
 from esper.leyline.seeding import SeedStream
-from esper.runtime.families import SCORES, Family
-from esper.runtime.rows import read_rows
 from esper.simic.ppo.config import TrainingConfig
+from esper.storage.rows import read_rows
 
 __all__ = ["CLOSED", "DELTAS", "OBSERVES", "PolicyResults", "heldout_policies", "replay_sources"]
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from esper.data.families import SCORES, Family
 from esper.evaluation.phases import Phase
 from esper.evaluation.portfolio import gap_closed, portfolio
 from esper.evaluation.precheck import (
@@ -31,9 +32,8 @@ from esper.evaluation.runs import Cost, episodes_cost
 from esper.evaluation.selection import BEST_FIXED, BEST_RULE, run_selection
 from esper.evaluation.study import evaluation_plan, selection_plan
 from esper.leyline.seeding import SeedStream
-from esper.runtime.families import SCORES, Family
-from esper.runtime.rundir import write_json_atomic, write_text_atomic
 from esper.simic.ppo.config import TrainingConfig
+from esper.storage.rundir import write_json_atomic, write_text_atomic
 
 __all__ = ["HELDOUT_FILE", "SBS", "VBS", "HeldOutType", "episode_gflops", "run_heldout", "select_rule",
            "write_heldout"]

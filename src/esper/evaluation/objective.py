@@ -17,9 +17,9 @@ from collections.abc import Callable
 from typing import TypedDict
 
 from esper.env import EpisodeResult
+from esper.env.charges import CHARGES
 from esper.evaluation.results import ComparisonResult
 from esper.evaluation.stats import t_interval
-from esper.runtime.param_costs import CHARGES
 
 __all__ = ["ChargedGap", "charged_gaps", "objective_scorer"]
 

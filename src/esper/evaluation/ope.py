@@ -31,9 +31,9 @@ from pydantic import ConfigDict, Field, StrictFloat, StrictInt
 
 from esper.datagen.transitions import TransitionDataset
 from esper.evaluation.stats import bootstrap_counts, percentile_interval
+from esper.execution.devices import resolve_device
 from esper.leyline.seeding import MAX_BASE_SEED, derive_seed
 from esper.leyline.strict_config import BatchSize, StrictConfig
-from esper.runtime.devices import resolve_device
 from esper.simic.iql.iql import FeatureScaler
 
 __all__ = ["OPEConfig", "OPEEstimate", "OfflineEvaluation", "ReturnSummary", "TargetPolicy", "behavior_returns",

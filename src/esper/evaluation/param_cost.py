@@ -24,6 +24,10 @@ from typing import Any
 
 import torch
 
+from esper.data.augment import Augment
+from esper.data.optim import LRSchedule
+from esper.data.tasks import DataCache, TaskSpec
+from esper.env.charges import Charge
 from esper.env.driver import EnvPool
 from esper.env.setting import EpisodeSetting
 from esper.evaluation.comparison import host_params, parse_controllers
@@ -31,11 +35,7 @@ from esper.evaluation.episodes import EpisodePlan, run_controller_episodes
 from esper.evaluation.stats import bootstrap_counts, percentile_interval
 from esper.leyline import UserInputError
 from esper.leyline.seeding import SeedStream
-from esper.runtime.augment import Augment
-from esper.runtime.optim import LRSchedule
-from esper.runtime.param_costs import Charge
-from esper.runtime.rundir import task_slug, write_json_atomic
-from esper.runtime.tasks import DataCache, TaskSpec
+from esper.storage.rundir import task_slug, write_json_atomic
 
 __all__ = ["WIDTHS", "ParamCostMeasurement", "ParamCostSetting", "cached_costs", "measure_param_cost"]
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from esper.data.families import SCORES, Family, InstanceType, family_task
 from esper.env import EpisodeResult
 from esper.evaluation.episodes import EpisodePlan
 from esper.evaluation.phases import Phase, PhaseRunner
@@ -26,9 +27,8 @@ from esper.evaluation.results import ComparisonResult
 from esper.evaluation.runs import Cost, episodes_cost
 from esper.evaluation.selection import BEST_FIXED, Selection, run_selection
 from esper.evaluation.study import selection_plan
-from esper.runtime.families import SCORES, Family, InstanceType, family_task
-from esper.runtime.rundir import write_json_atomic, write_text_atomic
 from esper.simic.ppo.config import TrainingConfig
+from esper.storage.rundir import write_json_atomic, write_text_atomic
 
 __all__ = ["PRECHECK_FILE", "STATIC", "Precheck", "Runners", "architectures", "merged_results", "run_precheck",
            "type_config", "type_scores", "with_portfolio"]

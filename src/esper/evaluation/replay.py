@@ -19,7 +19,7 @@ from pathlib import Path
 from esper.env.logs import StepRow
 from esper.leyline import EnvObservation, LifecycleCommand, LifecycleOp
 from esper.leyline.errors import UserInputError
-from esper.runtime.rows import read_rows
+from esper.storage.rows import read_rows
 from esper.tamiyo import ControllerContext, TamiyoDecision, register_controller
 
 __all__ = ["REPLAY", "ReplayPolicy", "replay_schedule"]

@@ -22,8 +22,8 @@ from typing import Any, ClassVar, Literal, TypedDict, get_args, get_origin, get_
 from esper.env import EpisodeResult
 from esper.evaluation.stats import MeanCI, MeanStd, PairStats, compare_pair, mean_ci, mean_std
 from esper.leyline import LifecycleOp
-from esper.runtime.rows import LogFormatError, row_fields
-from esper.runtime.rundir import RunDirectory, write_text_atomic
+from esper.storage.rows import LogFormatError, row_fields
+from esper.storage.rundir import RunDirectory, write_text_atomic
 
 __all__ = ["ComparisonResult", "ControllerStats", "Metric", "PairComparison"]
 

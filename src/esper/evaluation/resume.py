@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from esper.env import EpisodeResult
 from esper.env.episode_logs import EpisodeLogs
-from esper.runtime.rundir import RunDirectory, RunDirectoryError
+from esper.storage.rundir import RunDirectory, RunDirectoryError
 
 __all__ = ["ResumePoint", "resume_point"]
 

@@ -19,7 +19,7 @@ from esper.evaluation.phases import Phase, PhaseRunner
 from esper.evaluation.results import ComparisonResult
 from esper.evaluation.runs import Cost, episodes_cost
 from esper.leyline import ActionSpace
-from esper.runtime.rundir import write_text_atomic
+from esper.storage.rundir import write_text_atomic
 from esper.tamiyo import FIXED, GROW, fixed_variants, module_extensions
 from esper.tamiyo.fixed import parse_fixed_modules
 

@@ -28,8 +28,8 @@ from esper.evaluation.teacher_choice import TeacherChoice
 from esper.leyline.constants import MAX_WEIGHT
 from esper.leyline.errors import UserInputError
 from esper.leyline.strict_config import StrictConfig, Weight
-from esper.runtime.provenance import esper_commit
-from esper.runtime.rundir import write_json_atomic
+from esper.storage.provenance import esper_commit
+from esper.storage.rundir import write_json_atomic
 from esper.tamiyo import HeuristicRecord
 
 __all__ = ["SELECTION_RECORD_FILE", "RecordedSelection", "SelectionRecord", "read_selection_record",

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from esper.data.tasks import DataCache
 from esper.env import EpisodeResult
 from esper.env.rewards import needs_twin
 from esper.evaluation.comparison import ComparisonResult, check_controllers, parse_controllers, run_comparison
@@ -38,13 +39,12 @@ from esper.evaluation.runs import (
     run_rows,
 )
 from esper.evaluation.selection import BEST_FIXED, BEST_RULE
+from esper.execution.devices import resolve_devices
 from esper.leyline import TelemetrySink
 from esper.leyline.seeding import SeedStream, run_seed
-from esper.runtime.devices import resolve_devices
-from esper.runtime.rows import read_rows
-from esper.runtime.rundir import RunDirectory, checkpoints_dir
-from esper.runtime.tasks import DataCache
 from esper.simic.ppo.config import TrainingConfig
+from esper.storage.rows import read_rows
+from esper.storage.rundir import RunDirectory, checkpoints_dir
 from esper.tamiyo.heuristic_record import TUNED
 
 __all__ = [

@@ -13,9 +13,9 @@ from esper.evaluation.regime import HEADROOM_PP, SLOPE_THRESHOLD
 from esper.evaluation.results import ComparisonResult
 from esper.evaluation.runs import FINAL, INIT, REPLAY_ROLE
 from esper.evaluation.study import StudyPreset, StudyResults, references
-from esper.runtime.rows import LogFormatError
-from esper.runtime.rundir import write_json_atomic, write_text_atomic
 from esper.simic.ppo.config import TrainingConfig
+from esper.storage.rows import LogFormatError
+from esper.storage.rundir import write_json_atomic, write_text_atomic
 
 __all__ = ["REFERENCE_STUDY", "SUMMARY_FILE", "convergence_line", "demo_note", "mark_rerun", "summary_markdown"]
 

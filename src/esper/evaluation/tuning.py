@@ -35,8 +35,8 @@ from esper.evaluation.results import ComparisonResult
 from esper.evaluation.runs import Cost, add_costs, episodes_cost
 from esper.evaluation.tuning_space import SearchSpace
 from esper.leyline.errors import UserInputError
-from esper.runtime.provenance import esper_commit
-from esper.runtime.rundir import write_json_atomic, write_text_atomic
+from esper.storage.provenance import esper_commit
+from esper.storage.rundir import write_json_atomic, write_text_atomic
 from esper.tamiyo import HeuristicRecord, ObjectiveRecord, TunedSetting, TuningSummary
 
 __all__ = ["RECORD_FILE", "VAL_GAP", "Objective", "ObjectiveSpec", "TrialScore", "TunedHeuristic", "trial_count",

@@ -20,9 +20,9 @@ from esper.datagen.reader import MANIFEST_FILE
 from esper.env.logs import EpisodeResult, StepRow
 from esper.evaluation.comparison import ComparisonResult
 from esper.leyline.errors import UserInputError
-from esper.runtime.rows import LogFormatError, read_rows
 from esper.simic.iql.history import IQLHistoryRow
 from esper.simic.ppo.history import PPOHistoryRow
+from esper.storage.rows import LogFormatError, read_rows
 
 RUN_TYPES = ("heuristic", "compare", "ppo", "iql", "study")
 NEEDED = {"heuristic": (StepRow.FILE, EpisodeResult.FILE), "compare": (ComparisonResult.FILE, StepRow.FILE),

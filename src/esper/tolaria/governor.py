@@ -21,7 +21,7 @@ from esper.leyline.constants import (
     LOBOTOMY_TOLERANCE,
 )
 from esper.leyline.errors import UserInputError
-from esper.runtime.checkpoint import detached_copy
+from esper.storage.checkpoint import detached_copy
 from esper.tolaria.trainer import TrainState
 
 

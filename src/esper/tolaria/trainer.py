@@ -17,13 +17,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from esper.data.optim import OptimizerSpec
+from esper.data.task_spec import TaskType
+from esper.execution.readout import Deferred, Readout, read_alone
 from esper.kasmina.model import MorphogeneticModel
 from esper.leyline import SeedStage
 from esper.leyline.constants import GRADIENT_EPSILON
 from esper.leyline.seeding import derive_seed
-from esper.runtime.optim import OptimizerSpec
-from esper.runtime.readout import Deferred, Readout, read_alone
-from esper.runtime.task_spec import TaskType
 
 PostBackwardHook = Callable[["TrainState"], None]
 _RATIO_STAGES = (SeedStage.TRAINING, SeedStage.BLENDING)

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from esper.execution.readout import Deferred, Readout, read_alone
 from esper.kasmina.model import MorphogeneticModel
 from esper.leyline import SeedStage
-from esper.runtime.readout import Deferred, Readout, read_alone
 from esper.tolaria.trainer import TrainState, compute_task_loss, correct_count
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from esper.data.tasks import get_task_spec
 from esper.datagen.configs import ActionProbabilities, StepMetadata, state_hash
 from esper.datagen.jobs import GenerationJobs, JobHost, generation_pool
 from esper.datagen.orchestrator import GenerationOrchestrator
@@ -30,10 +31,9 @@ from esper.datagen.records import feature_schema
 from esper.datagen.schema import SCHEMA_VERSION
 from esper.env.features import obs_dim
 from esper.env.rewards import RewardFamily, ShapedRewardComponents
+from esper.execution.actors import ActorPool
+from esper.execution.workers import WorkerOptions
 from esper.leyline import EnvObservation
-from esper.runtime.actors import ActorPool
-from esper.runtime.tasks import get_task_spec
-from esper.runtime.workers import WorkerOptions
 
 CNN = get_task_spec("synthetic").action_space
 NUM_JOINT_ACTIONS, OBS_DIM = CNN.num_joint_actions, obs_dim(CNN)  # 43 and 80 with the built-in blueprints

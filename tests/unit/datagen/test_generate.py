@@ -10,17 +10,17 @@ from typing import Any
 import pytest
 import torch
 
+from esper.data.tasks import get_task_spec
 from esper.datagen.generate import GenerateOptions, datagen_task, episode_setup, generate_episode, generate_twin
 from esper.datagen.loader import load_transitions
 from esper.datagen.plans import EpisodeTask, GenerationPlan
 from esper.datagen.schema import SCHEMA_VERSION, validate_episode, write_strict_json
 from esper.env import MorphoEnv, StoredTwin, run_episodes
+from esper.env.charges import measured_cost
 from esper.env.features import obs_dim
 from esper.env.rewards import INTERVENTION_COSTS, RewardFamily
 from esper.leyline import LifecycleOp
 from esper.leyline.constants import DEFAULT_GAMMA, DEFAULT_GOVERNOR_DEATH_PENALTY
-from esper.runtime.param_costs import measured_cost
-from esper.runtime.tasks import get_task_spec
 
 CNN = get_task_spec("synthetic").action_space
 NUM_JOINT_ACTIONS, OBS_DIM = CNN.num_joint_actions, obs_dim(CNN)  # 43 and 80 with the built-in blueprints

@@ -20,7 +20,7 @@ from esper.datagen.jobs import GenerationJobs
 from esper.datagen.orchestrator import PROGRESS_FILE, GenerationOrchestrator
 from esper.datagen.plans import create_generation_matrix
 from esper.datagen.schema import validate_episode
-from esper.runtime.workers import WorkerFailed, WorkerOptions
+from esper.execution.workers import WorkerFailed, WorkerOptions
 from unit.datagen.support import (
     KILL_MATRIX,
     FakeOptions,

@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from esper.data.tasks import get_task_spec
 from esper.datagen.configs import POLICY_PRESETS
 from esper.datagen.plans import (
     EpisodeTask,
@@ -16,7 +17,6 @@ from esper.datagen.plans import (
     paired_seed,
 )
 from esper.leyline.seeding import SeedStream, derive_seed
-from esper.runtime.tasks import get_task_spec
 
 
 def test_matrix_sizes() -> None:

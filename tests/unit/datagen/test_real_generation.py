@@ -19,7 +19,7 @@ from esper.datagen.generate import GenerateOptions, generate_episode, generate_t
 from esper.datagen.jobs import GenerationJobs
 from esper.datagen.orchestrator import PROGRESS_FILE
 from esper.datagen.reader import read_episodes
-from esper.runtime.workers import WorkerOptions
+from esper.execution.workers import WorkerOptions
 from unit.datagen.support import episode_ids, generated_files
 
 SRC = Path(esper.__file__).resolve().parents[1]

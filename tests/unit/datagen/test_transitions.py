@@ -11,9 +11,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from esper.data.tasks import get_task_spec
 from esper.datagen import TransitionDataset
 from esper.env.features import obs_dim
-from esper.runtime.tasks import get_task_spec
 from unit.offline_toy import toy_dataset
 
 CNN = get_task_spec("synthetic").action_space

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import torch
 
+from esper.data.tasks import DataCache, DataOptions, get_task_spec
 from esper.env import EnvSpec, EpochData, MorphoEnv, run_episodes
 from esper.env.logs import EpisodeResult
 from esper.env.rewards import make_reward_fn
 from esper.leyline import EnvObservation, LifecycleCommand, LifecycleOp
-from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 from esper.tamiyo import TamiyoDecision
 
 TASK = get_task_spec("synthetic")

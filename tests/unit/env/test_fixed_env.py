@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
+from esper.data.tasks import DataCache, DataOptions, get_task_spec
 from esper.env import EnvSpec, EnvStep, EpochData, MorphoEnv, run_episodes
 from esper.env.rewards import make_reward_fn
 from esper.kasmina import DEFAULT_REGISTRY, FixedModulesHost
-from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 from esper.tamiyo import CONTROLLERS, ControllerContext, StaticPolicy, TamiyoPolicy, host_variant
 
 TASK = get_task_spec("synthetic")

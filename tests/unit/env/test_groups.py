@@ -8,14 +8,14 @@ import dataclasses
 
 import pytest
 
+from esper.data.families import Family, InstanceType, family_task, register_family
+from esper.data.tasks import DataCache, DataOptions
 from esper.env.driver import EnvPool
 from esper.env.groups import EpisodeRecipe, GroupPlan, MemberPlan
 from esper.env.lockstep import EpochOrderError
 from esper.env.rewards import ContributionRewardConfig
 from esper.env.setting import EpisodeSetting
-from esper.runtime.families import Family, InstanceType, family_task, register_family
-from esper.runtime.tasks import DataCache, DataOptions
-from esper.runtime.workers import WorkerOptions
+from esper.execution.workers import WorkerOptions
 from esper.tamiyo import RandomPolicy, StaticPolicy
 
 FAMILY = register_family(Family("groups-probe", 1, "synthetic", (

@@ -24,6 +24,7 @@ gymnasium = pytest.importorskip("gymnasium")
 from gymnasium.utils.env_checker import check_env  # noqa: E402
 
 import esper.env.gym  # noqa: E402
+from esper.data.tasks import TASKS, DataCache, DataOptions, get_task_spec  # noqa: E402
 from esper.env import (  # noqa: E402
     EnvSpec,
     EnvStep,
@@ -48,7 +49,6 @@ from esper.leyline import (  # noqa: E402
     compute_action_validity,
 )
 from esper.leyline.seeding import derive_seed  # noqa: E402
-from esper.runtime.tasks import TASKS, DataCache, DataOptions, get_task_spec  # noqa: E402
 from esper.tamiyo import TamiyoDecision  # noqa: E402
 
 CNN = get_task_spec("synthetic").action_space

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from esper.data.tasks import DataCache, DataOptions, get_task_spec
 from esper.env import EnvSpec, EpochData, EpochOrderError, Lockstep, MorphoEnv, run_episodes
 from esper.env.driver import EnvPool
 from esper.env.groups import EpisodeRecipe, GroupPlan, MemberPlan, StepOutcome
@@ -17,9 +18,8 @@ from esper.env.logs import EpisodeResult
 from esper.env.rewards import ContributionRewardConfig, compute_reward
 from esper.env.setting import EpisodeSetting
 from esper.env.step_record import StepRecord
+from esper.execution.workers import WorkerOptions
 from esper.leyline import EnvObservation
-from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
-from esper.runtime.workers import WorkerOptions
 from esper.tamiyo import InvalidDecisionError, RandomPolicy, StaticPolicy, TamiyoDecision
 
 TASK = get_task_spec("synthetic")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from esper.data.batches import AugmentDraw, DeviceDataset
+from esper.data.tasks import DataCache, DataOptions, get_task_spec
 from esper.env import EnvSpec, EpochData, Lockstep, MorphoEnv, make_reward_fn, run_epoch
-from esper.runtime.data import AugmentDraw, DeviceDataset
-from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 from esper.tamiyo.policy import StaticPolicy
 
 

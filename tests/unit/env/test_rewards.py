@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from esper.data.tasks import get_task_spec
+from esper.env.charges import CALIBRATIONS
 from esper.env.potential import lifecycle_potential, pbrs_shaping, slot_potential
 from esper.env.rewards import (
     INTERVENTION_COSTS,
@@ -49,8 +51,6 @@ from esper.leyline import (
     SeedStage,
     SlotAction,
 )
-from esper.runtime.param_costs import CALIBRATIONS
-from esper.runtime.tasks import get_task_spec
 
 P, B, T, F = SeedStage.PROBATIONARY, SeedStage.BLENDING, SeedStage.TRAINING, SeedStage.FOSSILIZED
 SLOTS = ("early", "mid", "late")
@@ -613,22 +613,6 @@ def test_reward_summary_names_the_charge() -> None:
         "gap, λ_c 0.8 per 100 % training compute")
     assert reward_summary("gap", get_task_spec("cifar10"), charge="compute", logged_only=True).startswith(
         "gap, λ_c not charged")
-
-
-def test_every_calibration_records_a_rerunnable_command_at_its_caps() -> None:
-    for task, costs in CALIBRATIONS.items():
-        for c in costs.calibrations:
-            assert c.max_train_samples <= costs.train_set_size
-            assert c.param_cost >= 0 and len(c.widths) == len(c.added_param_ratios) == len(c.mean_final_accuracy)
-            assert len(c.added_flop_ratios) == len(c.widths) and c.added_flop_ratios[0] == 0.0
-            # λ_c is the slope of the same accuracies against the widths' added training compute
-            xs, ys = c.added_flop_ratios, c.mean_final_accuracy
-            mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-            slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
-            assert c.compute_cost == pytest.approx(max(slope, 0.0), abs=5e-4)
-            assert f"--task {task} " in c.command
-            assert f"--max-train-samples {c.max_train_samples} " in c.command
-            assert c.command.endswith(f"--max-val-samples {c.max_val_samples}")
 
 
 def test_only_the_gap_family_needs_a_twin() -> None:

@@ -7,10 +7,10 @@ import dataclasses
 import pytest
 import torch
 
+from esper.data.tasks import DataCache, DataOptions, get_task_spec
 from esper.env import EnvSpec, EnvStep, EpochData, MorphoEnv, StoredTwin, run_episodes
 from esper.env.lockstep import twins_of
 from esper.env.rewards import StepRecord, make_reward_fn
-from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 from esper.tamiyo import RandomPolicy
 
 SLOTS = ("early", "mid", "late")

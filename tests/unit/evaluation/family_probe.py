@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from esper.data.families import Family, InstanceType, register_family
 from esper.env import EpisodeResult
-from esper.runtime.families import Family, InstanceType, register_family
 from esper.simic.ppo.config import TrainingConfig
 
 FAMILY = register_family(Family("precheck-probe", 1, "synthetic", (

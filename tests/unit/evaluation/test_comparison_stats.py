@@ -15,7 +15,7 @@ from scipy import stats as scipy_stats
 from esper.env.logs import EpisodeResult
 from esper.evaluation.comparison import ComparisonResult
 from esper.evaluation.stats import compare_pair, mean_ci, mean_std, one_sample_pp, t_interval
-from esper.runtime.rows import LogFormatError
+from esper.storage.rows import LogFormatError
 
 ACCURACIES = st.lists(st.floats(min_value=0.0, max_value=100.0, allow_nan=False), min_size=1, max_size=12)
 PAIRS = st.lists(st.tuples(st.floats(0, 100), st.floats(0, 100)), min_size=1, max_size=12)

@@ -7,11 +7,11 @@ import dataclasses
 import pytest
 import torch
 
+from esper.data.tasks import TASKS, get_task_spec
 from esper.env.setting import EpisodeSetting
 from esper.evaluation.comparison import parse_controllers
 from esper.evaluation.episodes import EpisodePlan, build_controller
 from esper.kasmina.state import LifecycleConfig
-from esper.runtime.tasks import TASKS, get_task_spec
 from esper.tamiyo import HeuristicTamiyo
 
 

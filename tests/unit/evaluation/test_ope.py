@@ -11,6 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from esper.data.tasks import get_task_spec
 from esper.datagen import TransitionDataset
 from esper.env.features import obs_dim
 from esper.evaluation.ope import (
@@ -22,7 +23,6 @@ from esper.evaluation.ope import (
     fqe,
     pdwis,
 )
-from esper.runtime.tasks import get_task_spec
 from esper.simic.iql import IQLConfig, IQLPolicy, train_iql
 from unit.offline_toy import VALUE, behavior_probs, episodes_subset, fixed_policy, toy_dataset
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
+from esper.data.tasks import DataCache, DataOptions, get_task_spec
 from esper.env import EpisodeResult
 from esper.evaluation import param_cost as module
 from esper.evaluation.comparison import host_params
 from esper.evaluation.param_cost import WIDTHS, ParamCostSetting, cached_costs, measure_param_cost
-from esper.runtime.tasks import DataCache, DataOptions, get_task_spec
 
 TASK = get_task_spec("synthetic")
 SETTING = ParamCostSetting("synthetic", 3, 64, 32, 64, episodes=4)

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from esper.cli.main import main
+from esper.data.tasks import get_task_spec
 from esper.env.logs import StepRow
 from esper.evaluation.replay import load_replay, replay_schedule
 from esper.leyline import CANONICAL_SLOTS, LifecycleCommand, LifecycleOp, UserInputError
-from esper.runtime.rows import read_rows
-from esper.runtime.tasks import get_task_spec
+from esper.storage.rows import read_rows
 from esper.tamiyo import ControllerContext
 
 OUTPUT = ["--no-tui", "--no-tensorboard", "--telemetry-level", "minimal", "--device", "cpu"]

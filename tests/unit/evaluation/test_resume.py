@@ -11,7 +11,7 @@ import pytest
 from esper.env import EpisodeResult
 from esper.evaluation.comparison import comparison_phases, controller_labels, parse_controllers
 from esper.evaluation.resume import resume_point
-from esper.runtime.rundir import RunDirectory, RunDirectoryError, read_jsonl
+from esper.storage.rundir import RunDirectory, RunDirectoryError, read_jsonl
 
 
 def _row(controller: str, episode: int) -> EpisodeResult:

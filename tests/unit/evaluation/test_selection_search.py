@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from esper.data.tasks import get_task_spec
 from esper.env import EpisodeResult
 from esper.evaluation.results import ComparisonResult
 from esper.evaluation.selection import (
@@ -15,7 +16,6 @@ from esper.evaluation.selection import (
     selection_candidates,
 )
 from esper.leyline import LifecycleOp
-from esper.runtime.tasks import get_task_spec
 
 CNN = get_task_spec("synthetic").action_space
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from esper.evaluation.study_report import mark_rerun
-from esper.runtime.rows import LogFormatError
+from esper.storage.rows import LogFormatError
 
 
 def _finished_study(path: Path) -> None:

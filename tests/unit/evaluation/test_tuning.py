@@ -18,6 +18,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from esper.data.tasks import DataCache, DataOptions
 from esper.env import EpisodeResult
 from esper.env.setting import EpisodeSetting
 from esper.evaluation.comparison import parse_controllers, run_comparison
@@ -29,7 +30,6 @@ from esper.evaluation.tuning_space import FIRST_BLUEPRINT, SearchSpace
 from esper.leyline import LifecycleOp
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import SeedStream
-from esper.runtime.tasks import DataCache, DataOptions
 from esper.tamiyo import HeuristicPolicyConfig, read_heuristic_record
 
 CPU = torch.device("cpu")

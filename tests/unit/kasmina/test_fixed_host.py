@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
+from esper.data.tasks import get_task_spec
 from esper.kasmina import (
     DEFAULT_REGISTRY,
     FixedModulesHost,
@@ -18,7 +19,6 @@ from esper.kasmina import (
 )
 from esper.kasmina.state import LifecycleConfig
 from esper.leyline import CANONICAL_SLOTS, SeedStage
-from esper.runtime.tasks import get_task_spec
 
 MODULES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("synthetic", (("mid", "norm"),)),

@@ -11,10 +11,10 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
 
+from esper.data.tasks import get_task_spec
 from esper.env.env import EnvSpec, MorphoEnv
 from esper.kasmina.state import LifecycleConfig
 from esper.leyline import SeedStage
-from esper.runtime.tasks import get_task_spec
 from esper.tolaria import counterfactual_slots, finish_train_epoch, finish_validation, probe_slots
 from esper.tolaria.flops import flop_counter
 

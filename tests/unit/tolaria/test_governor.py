@@ -7,11 +7,11 @@ import math
 import pytest
 import torch
 
+from esper.data.optim import OptimizerSpec
 from esper.kasmina.hosts import CNNHost
 from esper.kasmina.model import MorphogeneticModel
 from esper.kasmina.state import LifecycleConfig
 from esper.leyline import TelemetryEvent, TelemetryEventType
-from esper.runtime.optim import OptimizerSpec
 from esper.tolaria import GovernorReport, TolariaGovernor, TrainState
 
 LN10 = math.log(10)

@@ -8,13 +8,13 @@ import copy
 import torch
 from torch import nn
 
+from esper.data.optim import OptimizerSpec
+from esper.execution.readout import Readout
+from esper.execution.syncs import SyncCounter
 from esper.kasmina.hosts import CNNHost
 from esper.kasmina.model import MorphogeneticModel
 from esper.kasmina.state import LifecycleConfig
 from esper.leyline import SeedStage
-from esper.runtime.optim import OptimizerSpec
-from esper.runtime.readout import Readout
-from esper.runtime.syncs import SyncCounter
 from esper.tolaria import (
     TrainState,
     counterfactual_slots,

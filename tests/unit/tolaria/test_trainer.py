@@ -10,11 +10,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from esper.data.optim import OptimizerSpec
 from esper.kasmina.hosts import CNNHost, TransformerHost
 from esper.kasmina.model import MorphogeneticModel, batch_statistics
 from esper.kasmina.state import LifecycleConfig
 from esper.leyline import SeedStage
-from esper.runtime.optim import OptimizerSpec
 from esper.tolaria import (
     TrainState,
     compute_task_loss,

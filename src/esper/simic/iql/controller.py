@@ -18,10 +18,10 @@ from torch import nn
 from esper.env.features import observation_features
 from esper.leyline import OBS_SCHEMA, ActionSpace, EnvObservation, ordered_slots
 from esper.leyline.errors import UserInputError
-from esper.runtime.checkpoint import check_blueprint_head
-from esper.runtime.rundir import run_dir_of
 from esper.simic.iql.iql import FeatureScaler, IQLLearner, load_iql_checkpoint, masked_argmax
 from esper.simic.masking import masked_logits
+from esper.storage.checkpoint import check_blueprint_head
+from esper.storage.rundir import run_dir_of
 from esper.tamiyo import ControllerContext, TamiyoDecision, check_trained_setting, register_controller
 
 __all__ = ["IQLPolicy"]

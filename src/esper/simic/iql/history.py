@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from esper.runtime.logcut import UnitLog
+from esper.storage.logcut import UnitLog
 
 __all__ = ["IQLHistoryRow", "trim_history"]
 
@@ -42,7 +42,7 @@ class IQLHistoryRow:
 
 
 def trim_history(run_dir: Path, checkpoint: Path, epochs: int) -> None:
-    """Cut history.jsonl back to `checkpoint`, which completed epochs 1 .. `epochs` (`esper.runtime.logcut`): rows of
+    """Cut history.jsonl back to `checkpoint`, which completed epochs 1 .. `epochs` (`esper.storage.logcut`): rows of
     later epochs, a torn last line among them, are dropped and trained again; an epoch the checkpoint counts but the
     log lacks is refused, before anything is cut."""
     history = UnitLog.read(run_dir / IQLHistoryRow.FILE, lambda row: row.get("epoch"))

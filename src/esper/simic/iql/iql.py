@@ -27,11 +27,15 @@ from torch.nn import functional as F
 import esper
 from esper.datagen.transitions import TransitionBatch, TransitionDataset
 from esper.env.features import obs_dim
+from esper.execution.devices import resolve_device
 from esper.leyline import OBS_SCHEMA, UNRECORDED_HEADS, ActionSpace, ordered_slots
 from esper.leyline.constants import OBS_CLIP, OBS_EPSILON
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import derive_seed
-from esper.runtime.checkpoint import (
+from esper.simic.iql.config import RESUMABLE_FIELDS, IQLConfig
+from esper.simic.masking import masked_logits
+from esper.simic.normalization import standardize
+from esper.storage.checkpoint import (
     CheckpointFormatError,
     atomic_save,
     blueprint_record,
@@ -39,11 +43,7 @@ from esper.runtime.checkpoint import (
     load_checkpoint,
     non_finite_tensors,
 )
-from esper.runtime.devices import resolve_device
-from esper.runtime.rundir import checkpoint_file
-from esper.simic.iql.config import RESUMABLE_FIELDS, IQLConfig
-from esper.simic.masking import masked_logits
-from esper.simic.normalization import standardize
+from esper.storage.rundir import checkpoint_file
 
 __all__ = [
     "EPOCH_METRICS",

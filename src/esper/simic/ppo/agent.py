@@ -22,12 +22,12 @@ from torch import nn
 from esper.leyline.actions import ActionSpace
 from esper.leyline.constants import ANOMALY_RATIO_COLLAPSE, ANOMALY_RATIO_EXPLOSION
 from esper.leyline.seeding import derive_seed
-from esper.runtime.checkpoint import detached_copy
 from esper.simic.ppo.anomaly import RatioExplosionDiagnostic
 from esper.simic.ppo.buffer import RolloutBuffer, env_major
 from esper.simic.ppo.metrics import UpdateStats
 from esper.simic.ppo.network import FactoredActorCritic, head_relevance
 from esper.simic.ppo.ppo_config import PPOConfig
+from esper.storage.checkpoint import detached_copy
 
 __all__ = ["PPOAgent"]
 

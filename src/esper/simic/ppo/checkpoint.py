@@ -15,12 +15,17 @@ import numpy as np
 import torch
 
 import esper
+from esper.data.tasks import TASKS, get_task_spec
 from esper.env.episode_logs import EpisodeLogs
 from esper.env.features import obs_dim
 from esper.leyline import OBS_SCHEMA
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import SEED_RULE
-from esper.runtime.checkpoint import (
+from esper.simic.normalization import RewardNormalizer, RunningMeanStd
+from esper.simic.ppo.agent import PPOAgent
+from esper.simic.ppo.config import TrainingConfig
+from esper.simic.ppo.history import PPOHistoryRow
+from esper.storage.checkpoint import (
     CheckpointFormatError,
     atomic_save,
     blueprint_record,
@@ -33,12 +38,7 @@ from esper.runtime.checkpoint import (
     require_keys,
     restore_rng_state,
 )
-from esper.runtime.logcut import UnitLog
-from esper.runtime.tasks import TASKS, get_task_spec
-from esper.simic.normalization import RewardNormalizer, RunningMeanStd
-from esper.simic.ppo.agent import PPOAgent
-from esper.simic.ppo.config import TrainingConfig
-from esper.simic.ppo.history import PPOHistoryRow
+from esper.storage.logcut import UnitLog
 
 __all__ = ["PPO_FORMAT", "RESUMABLE_FIELDS", "TRAINING_LABEL", "PPOLearnerState", "load_policy_state",
            "read_policy_checkpoint", "resume_config", "saved_config", "seed_everything", "trim_logs"]
@@ -194,7 +194,7 @@ def resume_config(saved: TrainingConfig, requested: TrainingConfig) -> TrainingC
 
 def trim_logs(run_dir: Path, checkpoint: Path, batches: int, episodes: int) -> None:
     """Cut the run's logs back to `checkpoint`, which completed `batches` batches and `episodes` episodes
-    (`esper.runtime.logcut`): rows of later batches, a torn last line among them, are dropped and run again. A batch
+    (`esper.storage.logcut`): rows of later batches, a torn last line among them, are dropped and run again. A batch
     or episode the checkpoint counts but a log lacks is refused before anything is cut: the checkpoint has learned
     from it and cannot run it again."""
     history = UnitLog.read(run_dir / PPOHistoryRow.FILE, lambda row: row.get("batch"))

@@ -13,15 +13,15 @@ from typing import Any, ClassVar, Self
 
 from pydantic import Field, StrictInt, model_validator
 
+from esper.data.families import Family, family_task, get_family
+from esper.env.charges import AUTO_COST, Charge, charged_cost
 from esper.env.reward_setting import RewardSetting
 from esper.env.rewards import RewardFamily
 from esper.env.setting import EpisodeSetting
+from esper.execution.workers import WorkerOptions
 from esper.leyline.errors import UserInputError, did_you_mean
 from esper.leyline.sectioned_config import SectionedConfig
 from esper.leyline.seeding import MAX_BASE_SEED
-from esper.runtime.families import Family, family_task, get_family
-from esper.runtime.param_costs import AUTO_COST, Charge, required_cost
-from esper.runtime.workers import WorkerOptions
 from esper.simic.ppo.ppo_config import Episodes, PPOConfig
 
 __all__ = ["PRESETS", "TrainingConfig", "charge_fields", "family_fields"]
@@ -132,7 +132,7 @@ class TrainingConfig(SectionedConfig):
         """What the gap reward charges and its λ: given, else the task's measured one, else a clear refusal."""
         reward = self.reward
         given = reward.charged_compute_cost() if reward.charge == "compute" else reward.charged_param_cost()
-        return reward.charge, required_cost(reward.charge, self.episode.task, given, self.episode.max_train_samples)
+        return reward.charge, charged_cost(reward.charge, self.episode.task, given, self.episode.max_train_samples)
 
     # ------------------------------------------------------------------ construction
 

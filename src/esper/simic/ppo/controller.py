@@ -15,19 +15,19 @@ from typing import Any
 
 import torch
 
+from esper.data.families import FAMILY_PREFIX
+from esper.data.tasks import get_task_spec
 from esper.env.features import obs_dim, observation_features
 from esper.env.masks import compute_batch_masks, masks_from_joint
 from esper.env.setting import EpisodeSetting
 from esper.leyline import ActionSpace, EnvObservation, FactoredAction, LifecycleOp, ordered_slots
 from esper.leyline.errors import UserInputError
-from esper.runtime.families import FAMILY_PREFIX
-from esper.runtime.rundir import checkpoint_file
-from esper.runtime.tasks import get_task_spec
 from esper.simic.normalization import RunningMeanStd
 from esper.simic.ppo.agent import PPOAgent
 from esper.simic.ppo.buffer import PolicyStep
 from esper.simic.ppo.checkpoint import load_policy_state, read_policy_checkpoint, saved_config
 from esper.simic.ppo.teacher import Teachers, teacher_rows
+from esper.storage.rundir import checkpoint_file
 from esper.tamiyo import (
     ControllerContext,
     SettingChangeError,

@@ -19,17 +19,17 @@ import torch
 from pydantic import Field, StrictFloat, StrictInt
 from torch.nn import functional as F
 
+from esper.data.tasks import TaskSpec
 from esper.datagen.loader import load_transitions
 from esper.datagen.transitions import TransitionDataset
 from esper.env.masks import HEAD_KEYS, condition_on_action, masks_from_joint
 from esper.leyline.errors import UserInputError
 from esper.leyline.strict_config import BatchSize, StrictConfig
-from esper.runtime.rundir import checkpoint_file, run_dir_of
-from esper.runtime.tasks import TaskSpec
 from esper.simic.iql.controller import IQLPolicy
 from esper.simic.ppo.checkpoint import PPOLearnerState
 from esper.simic.ppo.distributions import MaskedCategorical
 from esper.simic.ppo.network import head_relevance
+from esper.storage.rundir import checkpoint_file, run_dir_of
 
 __all__ = ["DistillConfig", "DistillResult", "distill", "distill_from_iql", "iql_datasets"]
 

@@ -13,6 +13,7 @@ from typing import Annotated, ClassVar, Literal, Self
 
 from pydantic import Field, StrictFloat, StrictInt, field_validator, model_validator
 
+from esper.data.tasks import get_task_spec
 from esper.leyline import LifecycleOp
 from esper.leyline.constants import (
     DEFAULT_CLIP_RATIO,
@@ -31,7 +32,6 @@ from esper.leyline.constants import (
 )
 from esper.leyline.errors import UserInputError, did_you_mean
 from esper.leyline.strict_config import BatchSize, StrictConfig
-from esper.runtime.tasks import get_task_spec
 from esper.simic.ppo.teacher import NO_TEACHER, check_teacher_spec
 
 __all__ = ["MAX_ENVS", "MAX_EPISODES", "PPOConfig"]

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from esper.data.families import Family, family_task, get_family, training_type
+from esper.data.tasks import get_task_spec
 from esper.env.groups import EpisodeRecipe
 from esper.env.reward_setting import RewardSetting
 from esper.env.rewards import reward_config, reward_summary
 from esper.env.setting import EpisodeSetting
 from esper.leyline.seeding import SeedStream, derive_seed
-from esper.runtime.families import Family, family_task, get_family, training_type
-from esper.runtime.tasks import get_task_spec
 from esper.simic.ppo.config import TrainingConfig
 
 __all__ = ["TrainingSettings", "group_data_seeds"]

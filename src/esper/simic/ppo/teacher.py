@@ -26,11 +26,11 @@ from pathlib import Path
 import torch
 
 import esper.datagen  # noqa: F401  (registers the behaviour presets a teacher may name)
+from esper.data.tasks import TaskSpec
 from esper.env.masks import HEAD_KEYS
 from esper.leyline import CANONICAL_SLOTS, EnvObservation, LifecycleOp
 from esper.leyline.constants import MASK_VALUE
 from esper.leyline.errors import UserInputError
-from esper.runtime.tasks import TaskSpec
 from esper.tamiyo import CONTROLLERS, ControllerContext, TamiyoDecision, TamiyoPolicy
 from esper.tamiyo.heuristic_record import TUNED
 

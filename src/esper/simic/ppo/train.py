@@ -31,20 +31,19 @@ from typing import Any
 
 import torch
 
+from esper.data.batches import describe_augmentation
+from esper.data.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
 from esper.env import EpisodeResult
 from esper.env.driver import EnvPool
 from esper.env.features import obs_dim
 from esper.env.groups import GroupPlan, MemberPlan, TwinEnvPlan
 from esper.env.rewards import SUMMED_FIELDS, needs_twin
+from esper.execution.devices import env_device_map, resolve_device, resolve_devices
+from esper.execution.workers import intra_op_threads
 from esper.leyline import LifecycleOp, TelemetryEventType, TelemetrySink, emit_if_wanted
 from esper.leyline.constants import ANOMALY_ESCALATION_EPOCHS
 from esper.leyline.seeding import SeedStream, derive_seed
 from esper.leyline.telemetry import Severity
-from esper.runtime.data import describe_augmentation
-from esper.runtime.devices import env_device_map, resolve_device, resolve_devices
-from esper.runtime.rundir import RunDirectory
-from esper.runtime.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
-from esper.runtime.workers import intra_op_threads
 from esper.simic.ppo.anomaly import AnomalyDetector, AnomalyReport, collect_per_layer_gradients
 from esper.simic.ppo.buffer import RolloutBuffer
 from esper.simic.ppo.checkpoint import (
@@ -62,6 +61,7 @@ from esper.simic.ppo.history import PPOHistoryRow
 from esper.simic.ppo.metrics import merge_updates
 from esper.simic.ppo.settings import TrainingSettings
 from esper.simic.ppo.teacher import Teachers
+from esper.storage.rundir import RunDirectory
 
 __all__ = ["PPORun", "PPOTrainingResult", "batch_seeds", "train_ppo"]
 

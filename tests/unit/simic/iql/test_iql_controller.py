@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
+from esper.data.tasks import get_task_spec
 from esper.leyline import LifecycleOp, SeedStage
-from esper.runtime.tasks import get_task_spec
 from esper.simic.iql import IQLConfig, IQLLearner, IQLPolicy
 from esper.tamiyo import CONTROLLERS, ControllerContext, TamiyoPolicy, check_decision
 from unit.offline_toy import toy_dataset

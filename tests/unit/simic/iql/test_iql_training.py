@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from esper.datagen import TransitionDataset
-from esper.runtime.checkpoint import CheckpointFormatError
 from esper.simic.iql import EPOCH_METRICS, IQL_FORMAT, IQLConfig, IQLLearner, IQLPolicy, load_iql_checkpoint, train_iql
+from esper.storage.checkpoint import CheckpointFormatError
 from unit.offline_toy import START, encode, mask, toy_dataset
 
 TOY = IQLConfig(epochs=2, steps_per_epoch=75, batch_size=64, hidden_sizes=[32, 32], lr=3e-3, polyak=0.05,

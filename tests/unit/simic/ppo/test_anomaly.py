@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from esper.runtime.tasks import get_task_spec
+from esper.data.tasks import get_task_spec
 from esper.simic.ppo.anomaly import AnomalyDetector, RatioExplosionDiagnostic, collect_per_layer_gradients
 
 CNN = get_task_spec("synthetic").action_space

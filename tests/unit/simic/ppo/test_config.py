@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
+from esper.data.families import get_family
 from esper.env.reward_setting import RewardSetting
 from esper.env.rewards import RewardFamily
 from esper.env.setting import EpisodeSetting
+from esper.execution.workers import WorkerOptions
 from esper.leyline.errors import UserInputError
 from esper.leyline.strict_config import StrictConfig
-from esper.runtime.families import get_family
-from esper.runtime.workers import WorkerOptions
 from esper.simic.ppo.config import PRESETS, TrainingConfig, charge_fields, family_fields
 from esper.simic.ppo.ppo_config import PPOConfig
 

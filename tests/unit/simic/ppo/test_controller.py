@@ -8,15 +8,15 @@ from typing import Any
 import pytest
 import torch
 
+from esper.data.tasks import get_task_spec
 from esper.env.features import obs_dim
 from esper.leyline import LifecycleOp
-from esper.runtime.checkpoint import CheckpointFormatError
-from esper.runtime.tasks import get_task_spec
 from esper.simic.normalization import RunningMeanStd
 from esper.simic.ppo.agent import PPOAgent
 from esper.simic.ppo.checkpoint import PPOLearnerState
 from esper.simic.ppo.config import TrainingConfig
 from esper.simic.ppo.controller import NonFinitePolicyError, PPOPolicy
+from esper.storage.checkpoint import CheckpointFormatError
 from esper.tamiyo import ControllerContext, SettingChangeError
 from unit.tamiyo.helpers import make_obs
 

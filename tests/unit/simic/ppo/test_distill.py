@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from esper.data.tasks import get_task_spec
 from esper.env.masks import masks_from_joint
-from esper.runtime.tasks import get_task_spec
 from esper.simic.iql import IQLConfig, IQLPolicy, train_iql
 from esper.simic.ppo.checkpoint import PPOLearnerState
 from esper.simic.ppo.config import TrainingConfig

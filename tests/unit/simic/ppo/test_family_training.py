@@ -11,18 +11,18 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from esper.data import families
+from esper.data.families import Family, HeldOutLeak, InstanceType, family_task, register_family, training_type
+from esper.data.tasks import get_task_spec
 from esper.env.rewards import GapRewardConfig
 from esper.leyline import CANONICAL_SLOTS, UserInputError
 from esper.leyline.seeding import MAX_BASE_SEED
-from esper.runtime import families
-from esper.runtime.families import Family, HeldOutLeak, InstanceType, family_task, register_family, training_type
-from esper.runtime.rundir import RunDirectory
-from esper.runtime.tasks import get_task_spec
 from esper.simic.ppo.checkpoint import PPOLearnerState
 from esper.simic.ppo.config import TrainingConfig, family_fields
 from esper.simic.ppo.controller import PPOPolicy
 from esper.simic.ppo.settings import TrainingSettings, group_data_seeds
 from esper.simic.ppo.train import PPORun, train_ppo
+from esper.storage.rundir import RunDirectory
 from esper.tamiyo import ControllerContext, SettingChangeError
 
 FAMILY = register_family(Family("ppo-probe", 1, "synthetic", (

@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
+from esper.data.tasks import get_task_spec
 from esper.env.masks import compute_batch_masks
 from esper.leyline import ActionValidity, LifecycleOp, MaskSeedInfo, SeedStage
 from esper.leyline import compute_action_validity as leyline_validity
-from esper.runtime.tasks import get_task_spec
 from esper.simic.ppo.distributions import InvalidStateMachineError, MaskedCategorical
 from esper.simic.ppo.network import FactoredActorCritic, head_relevance
 

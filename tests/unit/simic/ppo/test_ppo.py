@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 import torch
 
+from esper.data.tasks import get_task_spec
 from esper.env import masks
 from esper.env.masks import compute_batch_masks
 from esper.leyline import ActionSpace, ActionValidity, MaskSeedInfo, SeedStage
 from esper.leyline import compute_action_validity as leyline_validity
 from esper.leyline.constants import DEFAULT_GAMMA
-from esper.runtime.tasks import get_task_spec
 from esper.simic.ppo.agent import PPOAgent
 from esper.simic.ppo.buffer import PolicyStep, RolloutBuffer
 from esper.simic.ppo.network import FactoredActorCritic

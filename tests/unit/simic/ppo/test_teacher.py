@@ -9,10 +9,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from esper.data.tasks import get_task_spec
 from esper.env.masks import HEAD_KEYS
 from esper.leyline import LifecycleCommand, LifecycleOp
 from esper.leyline.errors import UserInputError
-from esper.runtime.tasks import get_task_spec
 from esper.simic.ppo.agent import PPOAgent
 from esper.simic.ppo.buffer import PolicyStep, RolloutBuffer
 from esper.simic.ppo.config import TrainingConfig

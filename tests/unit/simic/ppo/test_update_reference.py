@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from esper.runtime.tasks import get_task_spec
+from esper.data.tasks import get_task_spec
 from esper.simic.ppo.agent import PPOAgent
 from esper.simic.ppo.buffer import PolicyStep, RolloutBuffer
 from esper.simic.ppo.ppo_config import PPOConfig
