@@ -64,14 +64,6 @@ class SectionedConfig(StrictConfig):
         return names
 
     @classmethod
-    def resolve(cls, key: str) -> str:
-        """The dotted key of the setting `key` names (dotted, or a plain name only one setting has)."""
-        found = cls._lookup(key)
-        if found is None:
-            raise cls._unknown([key])
-        return found
-
-    @classmethod
     def _lookup(cls, key: str) -> str | None:
         """`key`'s dotted key; None where it names no setting; an ambiguous plain name is refused."""
         if key in cls.settings():

@@ -93,8 +93,8 @@ def test_the_sections_hold_the_listed_settings() -> None:
 def test_every_plain_name_names_one_setting() -> None:
     """`--set lr=...` works because no two sections share a setting's name."""
     assert all(len(keys) == 1 for keys in TrainingConfig.plain_names().values())
-    assert TrainingConfig.resolve("lr") == "ppo.lr" and TrainingConfig.resolve("ppo.lr") == "ppo.lr"
-    assert TrainingConfig.resolve("seed") == "seed" and TrainingConfig.resolve("devices") == "execution.devices"
+    assert list(TrainingConfig.dotted({"lr": 1, "ppo.gae_lambda": 2, "seed": 3, "devices": 4})) == [
+        "ppo.lr", "ppo.gae_lambda", "seed", "execution.devices"]
 
 
 @pytest.mark.parametrize(("key", "hint"), [("lrr", "lr"), ("ppo.lrr", "ppo.lr"), ("reward.lr", "ppo.lr"),
