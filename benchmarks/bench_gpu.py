@@ -49,7 +49,7 @@ def device_name(device: str) -> str:
 
 def scaling_table(base: TrainingConfig, envs: list[int], workers: bool, cache: DataCache, root: Path) -> Table:
     """Env-epochs/s of each k in `envs`, in process and (when asked) on one worker per group, with ratios."""
-    table = Table(title=f"PPO rollouts on {device_name(base.device)}: env-epochs/s of the second batch")
+    table = Table(title=f"PPO rollouts on {device_name(base.execution.device)}: env-epochs/s of the second batch")
     for column in ("envs", "where", "env-ep/s", "× 1 env", "× first", "wall s", "GPU %"):
         table.add_column(column, justify="right")
     placements = [0, *([None] if workers else [])]  # None: one worker per group
@@ -57,7 +57,7 @@ def scaling_table(base: TrainingConfig, envs: list[int], workers: bool, cache: D
     first: float | None = None
     for k in envs:
         for placement in placements:
-            count = k // base.group_size if placement is None else placement
+            count = k // base.ppo.group_size if placement is None else placement
             config = base.with_overrides(n_envs=k, n_episodes=2 * k, workers=count)
             rate, wall, gpu = ppo_rate(config, cache, root)
             first = first or rate
@@ -134,10 +134,11 @@ def main() -> None:
         overrides["max_val_samples"] = args.val_samples
     base = TrainingConfig.preset(args.preset).with_overrides(**overrides)
     cache = DataCache(DataOptions(data_dir=args.data_dir))
-    cache.preload(get_task_spec(base.task), [torch.device(args.device)], ("train", "val", "test"))
+    cache.preload(get_task_spec(base.episode.task), [torch.device(args.device)], ("train", "val", "test"))
     console = Console(width=120)
-    console.print(f"{base.task} ({args.preset} preset), {base.max_epochs}-epoch episodes, caps "
-                  f"{base.max_train_samples} / {base.max_val_samples}, group size {base.group_size}; device "
+    episode = base.episode
+    console.print(f"{episode.task} ({args.preset} preset), {episode.max_epochs}-epoch episodes, caps "
+                  f"{episode.max_train_samples} / {episode.max_val_samples}, group size {base.ppo.group_size}; device "
                   f"{device_name(args.device)}, {os.cpu_count()} cores, torch {torch.__version__}, {args.threads} "
                   f"intra-op thread(s) per process")
     with tempfile.TemporaryDirectory() as tmp:

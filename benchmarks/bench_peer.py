@@ -116,34 +116,33 @@ def train_esper(config: TrainingConfig, out: Path, cache: DataCache) -> Training
         seconds = time.perf_counter() - started
     finally:
         run_dir.close()
-    env_epochs = result.episodes_completed * config.max_epochs
-    twins = result.episodes_completed // config.group_size * config.max_epochs
+    env_epochs = result.episodes_completed * config.episode.max_epochs
+    twins = result.episodes_completed // config.ppo.group_size * config.episode.max_epochs
     checkpoints = run_dir.path / "checkpoints"
     return Training(checkpoints / "init.pt", checkpoints / "final.pt", seconds, env_epochs, env_epochs + twins)
 
 
 def train_maskable(config: TrainingConfig, out: Path) -> Training:
     """MaskablePPO with esper's PPO settings where they mean the same thing (see the module docstring)."""
-    gym_config = GymEnvConfig(task=config.task, slots=tuple(config.slots), max_epochs=config.max_epochs,
-                              max_seeds=config.max_seeds, batch_size=config.batch_size,
-                              max_train_samples=config.max_train_samples, max_val_samples=config.max_val_samples,
-                              device=config.device, param_cost=config.param_cost)
+    gym_config = GymEnvConfig.from_dict({**config.episode.to_dict(), "device": config.execution.device,
+                                         "param_cost": config.reward.param_cost})
+    ppo = config.ppo
     folder = out / "maskable_ppo"
     folder.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    envs = DummyVecEnv([lambda: MorphoGymEnv(gym_config) for _ in range(config.n_envs)])
+    envs = DummyVecEnv([lambda: MorphoGymEnv(gym_config) for _ in range(config.ppo.n_envs)])
     model = MaskablePPO(
-        "MlpPolicy", envs, learning_rate=config.lr, n_steps=config.max_epochs - 1, batch_size=config.minibatch_size,
-        n_epochs=config.n_epochs, gamma=config.gamma, gae_lambda=config.gae_lambda, clip_range=config.clip_ratio,
-        clip_range_vf=config.value_clip, ent_coef=config.entropy_coef, vf_coef=config.value_coef,
-        max_grad_norm=config.max_grad_norm, target_kl=config.target_kl, seed=config.seed, device="cpu",
-        policy_kwargs={"net_arch": [config.hidden_dim, config.hidden_dim], "activation_fn": torch.nn.ReLU})
+        "MlpPolicy", envs, learning_rate=ppo.lr, n_steps=config.episode.max_epochs - 1, batch_size=ppo.minibatch_size,
+        n_epochs=ppo.n_epochs, gamma=config.reward.gamma, gae_lambda=ppo.gae_lambda, clip_range=ppo.clip_ratio,
+        clip_range_vf=ppo.value_clip, ent_coef=ppo.entropy_coef, vf_coef=ppo.value_coef,
+        max_grad_norm=ppo.max_grad_norm, target_kl=ppo.target_kl, seed=config.seed, device="cpu",
+        policy_kwargs={"net_arch": [ppo.hidden_dim, ppo.hidden_dim], "activation_fn": torch.nn.ReLU})
     model.save(folder / "init.zip")
-    model.learn(total_timesteps=config.n_episodes * (config.max_epochs - 1))
+    model.learn(total_timesteps=config.ppo.n_episodes * (config.episode.max_epochs - 1))
     model.save(folder / "final.zip")
     seconds = time.perf_counter() - started
     envs.close()
-    env_epochs = model.num_timesteps // (config.max_epochs - 1) * config.max_epochs
+    env_epochs = model.num_timesteps // (config.episode.max_epochs - 1) * config.episode.max_epochs
     return Training(folder / "init.zip", folder / "final.zip", seconds, env_epochs, 2 * env_epochs)
 
 
@@ -186,10 +185,11 @@ def delta(pair: dict[str, Any]) -> str:
 def report(result: ComparisonResult, runs: dict[str, Training], config: TrainingConfig, args: argparse.Namespace,
            load: float) -> None:
     console = Console(width=max(Console().width, 230))
+    episode = config.episode
     table = Table(title=(
-        f"bench_peer — {config.task}, {config.max_epochs}-epoch episodes, {config.max_train_samples} train / "
-        f"{config.max_val_samples} val samples, {args.env_epochs} training env-epochs per learner, "
-        f"{args.eval_seeds} paired held-out seeds\n{machine()}, device {config.device}, load avg {load:.2f}"))
+        f"bench_peer — {episode.task}, {episode.max_epochs}-epoch episodes, {episode.max_train_samples} train / "
+        f"{episode.max_val_samples} val samples, {args.env_epochs} training env-epochs per learner, "
+        f"{args.eval_seeds} paired held-out seeds\n{machine()}, device {config.execution.device}, load avg {load:.2f}"))
     for col in ("learner", "final acc % [95 % CI]", "Δ final vs static", "Δ final vs own init", "Δ init vs static",
                 "train s", "env-epochs", "s / 1k env-epochs", "model-epochs", "s / 1k model-epochs"):
         table.add_column(col, justify="left" if col == "learner" else "right")

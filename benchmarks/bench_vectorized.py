@@ -67,7 +67,7 @@ def run_once(config: TrainingConfig, n_envs: int, cache: DataCache, root: Path, 
     try:
         started = time.perf_counter()
         result = train_ppo(cfg, PPORun(run_dir, data=cache))
-        if cfg.device.startswith("cuda"):
+        if cfg.execution.device.startswith("cuda"):
             torch.cuda.synchronize()
         wall = time.perf_counter() - started
     finally:
@@ -96,22 +96,23 @@ def main() -> None:
     config = TrainingConfig.preset("quick").with_overrides(
         max_epochs=args.max_epochs, max_train_samples=args.train_samples, max_val_samples=args.val_samples,
         group_size=args.group_size, device=args.device, devices=None)
-    spec = get_task_spec(config.task)
-    device = resolve_device(config.device)
+    spec = get_task_spec(config.episode.task)
+    device = resolve_device(config.execution.device)
     cache = DataCache(DataOptions())
     # Public layout of one epoch on one device: the same iterators train_ppo builds.
-    layout = EpochData.build(spec, cache, [device], batch_size=config.batch_size, seed=config.seed,
-                             max_train_samples=config.max_train_samples, max_val_samples=config.max_val_samples)
+    episode = config.episode
+    layout = EpochData.build(spec, cache, [device], batch_size=episode.batch_size, seed=config.seed,
+                             max_train_samples=episode.max_train_samples, max_val_samples=episode.max_val_samples)
     train_batches, val_batches = len(layout.train), len(layout.val)
-    expected_loads = (train_batches + val_batches) * config.max_epochs
+    expected_loads = (train_batches + val_batches) * config.episode.max_epochs
 
     with tempfile.TemporaryDirectory(prefix="bench_vectorized_") as tmp:
         root = Path(tmp)
-        run_once(config.with_overrides(max_epochs=2), config.group_size, cache, root, "warmup")
+        run_once(config.with_overrides(max_epochs=2), config.ppo.group_size, cache, root, "warmup")
         results = [run_once(config, k, cache, root, f"envs{k}") for k in env_counts]
 
     base = results[0]
-    base_e2e = base.n_envs * config.max_epochs / base.wall_seconds
+    base_e2e = base.n_envs * config.episode.max_epochs / base.wall_seconds
     base_rate = float(base.row["env_epochs_per_second"])
     console = Console()
     if console.width < 150:  # keep the table readable when piped or in a narrow terminal
@@ -119,9 +120,8 @@ def main() -> None:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     table = Table(title=(
         f"bench_vectorized — torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, "
-        f"quick preset: {config.task}, group size {config.group_size}, max_epochs {config.max_epochs}, "
-        f"{config.max_train_samples} train / "
-        f"{config.max_val_samples} val samples, batch {config.batch_size} "
+        f"quick preset: {episode.task}, group size {config.ppo.group_size}, max_epochs {episode.max_epochs}, "
+        f"{episode.max_train_samples} train / {episode.max_val_samples} val samples, batch {episode.batch_size} "
         f"({train_batches} train + {val_batches} val batches/epoch), load avg {load:.2f}"))
     columns = ("envs", "wall s", "e2e env-ep/s", "e2e ×1", "rollout s", "update s", "env-ep/s", "×1",
                "PPO share", "batch loads", "expected", "loads/env")
@@ -130,7 +130,7 @@ def main() -> None:
     for m in results:
         rollout, update = float(m.row["rollout_seconds"]), float(m.row["update_seconds"])
         rate = float(m.row["env_epochs_per_second"])
-        e2e = m.n_envs * config.max_epochs / m.wall_seconds
+        e2e = m.n_envs * config.episode.max_epochs / m.wall_seconds
         loads = int(m.row["batch_loads"])
         ok = "green" if loads == expected_loads else "red"
         table.add_row(

@@ -85,7 +85,7 @@ def ppo_rate(config: TrainingConfig, cache: DataCache, root: Path) -> tuple[floa
     """(second batch's env-epochs/s, wall seconds, mean GPU utilization) of a two-batch run."""
     run_dir = RunDirectory(Path(tempfile.mkdtemp(dir=root)))
     started = time.perf_counter()
-    with gpu_utilization(config.device) as samples:
+    with gpu_utilization(config.execution.device) as samples:
         train_ppo(config, PPORun(run_dir, data=cache))
     wall = time.perf_counter() - started
     rows = read_jsonl(run_dir.path / "history.jsonl")
@@ -99,7 +99,7 @@ def compare_rate(config: TrainingConfig, episodes: int, cache: DataCache, root: 
     run_dir = RunDirectory(Path(tempfile.mkdtemp(dir=root)))
     started = time.perf_counter()
     run_comparison(specs, plan, episodes, cache, run_dir=run_dir, tie_threshold=0.0)
-    return episodes * len(specs) * config.max_epochs / (time.perf_counter() - started)
+    return episodes * len(specs) * config.episode.max_epochs / (time.perf_counter() - started)
 
 
 def main() -> None:
@@ -127,11 +127,11 @@ def main() -> None:
         overrides["max_val_samples"] = args.val_samples
     base = base.with_overrides(**overrides)
     cache = DataCache(DataOptions(data_dir=args.data_dir))
-    cache.preload(get_task_spec(base.task), [torch.device(args.device)], ("train", "val", "test"))
+    cache.preload(get_task_spec(base.episode.task), [torch.device(args.device)], ("train", "val", "test"))
     device = torch.cuda.get_device_name(torch.device(args.device)) if args.device.startswith("cuda") else "CPU"
     console = Console(width=120)
-    console.print(f"{base.task} ({args.preset} preset), {base.max_epochs}-epoch episodes, caps "
-                  f"{base.max_train_samples} / {base.max_val_samples}, group size {args.group_size}; "
+    console.print(f"{base.episode.task} ({args.preset} preset), {base.episode.max_epochs}-epoch episodes, caps "
+                  f"{base.episode.max_train_samples} / {base.episode.max_val_samples}, group size {args.group_size}; "
                   f"{os.cpu_count()} cores, device {args.device} ({device}), torch {torch.__version__}, "
                   f"{args.threads} intra-op thread(s) per process")
 

@@ -41,10 +41,10 @@ from esper.tamiyo import ControllerContext, register_controller
 
 @register_controller("ppo-init", summary="a freshly initialized PPO policy, sampling (benchmarks only)")
 def _ppo_init(argument: str | None, context: ControllerContext) -> PPOPolicy:
-    config = TrainingConfig.preset("quick").with_overrides(slots=list(context.slots), seed=context.seed % 2**31)
-    dim = obs_dim(context.space, config.use_telemetry)
-    agent = PPOAgent(config, state_dim=dim, space=context.space, device=context.device)
-    return PPOPolicy(agent, RunningMeanStd(dim, device=context.device), use_telemetry=config.use_telemetry)
+    ppo = TrainingConfig.preset("quick").ppo
+    dim = obs_dim(context.space, ppo.use_telemetry)
+    agent = PPOAgent(ppo, seed=context.seed % 2**31, state_dim=dim, space=context.space, device=context.device)
+    return PPOPolicy(agent, RunningMeanStd(dim, device=context.device), use_telemetry=ppo.use_telemetry)
 
 
 def count(controllers: list[str], epochs: int, train_samples: int, val_samples: int, cache: DataCache

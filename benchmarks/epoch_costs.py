@@ -84,7 +84,7 @@ class PhaseClock:
 def timed_episode(config: TrainingConfig, controllers: list[str], cache: DataCache, *, channels_last: bool
                   ) -> PhaseClock:
     """The phase clock of one paired episode of `controllers` in the setting of `config`."""
-    plan = evaluation_plan(config, max_test_samples=config.max_val_samples)
+    plan = evaluation_plan(config, max_test_samples=config.episode.max_val_samples)
     specs = parse_controllers(controllers)
     clock = PhaseClock()
     layout = contextlib.nullcontext() if channels_last else mock.patch.object(
@@ -111,14 +111,15 @@ def main() -> None:
                "max_val_samples": args.max_val_samples}
     config = config.with_overrides(**{key: value for key, value in changes.items() if value is not None})
     cache = DataCache(DataOptions(data_dir=args.data_dir))
-    cache.preload(get_task_spec(config.task), [torch.device("cpu")], ("train", "val", "test"))  # in neither timing
-    env_epochs = len(args.controllers) * config.max_epochs
+    episode = config.episode
+    cache.preload(get_task_spec(episode.task), [torch.device("cpu")], ("train", "val", "test"))  # in neither timing
+    env_epochs = len(args.controllers) * episode.max_epochs
     clocks = {layout: timed_episode(config, args.controllers, cache, channels_last=layout == "channels_last")
               for layout in ("channels_last", "contiguous")}
 
     console = Console(width=140)
-    console.print(f"{config.task}: one paired episode of {', '.join(args.controllers)}; {config.max_epochs} epochs "
-                  f"on {config.max_train_samples} / {config.max_val_samples} samples at batch {config.batch_size}; "
+    console.print(f"{episode.task}: one paired episode of {', '.join(args.controllers)}; {episode.max_epochs} epochs "
+                  f"on {episode.max_train_samples} / {episode.max_val_samples} samples at batch {episode.batch_size}; "
                   f"{env_epochs} env-epochs in process on 1 thread")
     fast = clocks["channels_last"]
     total = sum(fast.cpu.values())

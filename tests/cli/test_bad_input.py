@@ -65,6 +65,13 @@ def _wrong_shape(data: dict[str, Any]) -> None:
     data["agent"]["network"][name] = torch.zeros(3, 3)
 
 
+def _flat_config(data: dict[str, Any]) -> None:
+    """The checkpoint as an esper before the config's sections wrote it: every setting at the top level."""
+    config = data["config"]
+    data["config"] = {**{k: v for section in ("episode", "ppo", "reward", "execution") for k, v in
+                         config.pop(section).items()}, **config}
+
+
 def _fake_run(path: Path, command: str, config: dict[str, Any], episodes: int = 1) -> None:
     path.mkdir(parents=True)
     (path / "config.json").write_text(json.dumps({"command": command, "argv": [], "config": config}))
@@ -91,10 +98,14 @@ def fx(tmp_path_factory: pytest.TempPathFactory) -> Fixtures:
     _save_policy(root / "longer.pt", _policy_config(max_epochs=5))
     _save_policy(root / "twoslots.pt", _policy_config(slots=["early", "mid"]))
     _save_policy(root / "moredata.pt", _policy_config(max_train_samples=128))
-    _save_policy(root / "badconfig.pt", config, lambda d: d["config"].update(lr=-1.0))
+    _save_policy(root / "badconfig.pt", config, lambda d: d["config"]["ppo"].update(lr=-1.0))
+    _save_policy(root / "flatconfig.pt", config, _flat_config)
     ppo_run = root / "ppo_run"
     _save_policy(ppo_run / "checkpoints" / "latest.pt", config)
     (ppo_run / "config.json").write_text(json.dumps({"command": "ppo", "argv": [], "config": config.to_dict()}))
+    flat_run = root / "ppo_flat_run"
+    _save_policy(flat_run / "checkpoints" / "latest.pt", config, _flat_config)
+    (flat_run / "config.json").write_text(json.dumps({"command": "ppo", "argv": [], "config": config.to_dict()}))
     (root / "ppo_fresh" / "checkpoints").mkdir(parents=True)
     (root / "ppo_fresh" / "config.json").write_text(json.dumps({"command": "ppo", "argv": [], "config": {}}))
     _fake_run(root / "compare_run", "compare", {"seed": 7})
@@ -203,7 +214,16 @@ CASES = [
     Case("checkpoint-wrong-shape", lambda f: [*COMPARE, "--controllers", "static", f"ppo:{f.root}/shape.pt"],
          "size mismatch"),
     Case("checkpoint-invalid-config", lambda f: [*COMPARE, "--controllers", "static", f"ppo:{f.root}/badconfig.pt"],
-         "invalid config"),
+         "Invalid config: ppo.lr"),
+    Case("checkpoint-flat-config", lambda f: [*COMPARE, "--controllers", "static", f"ppo:{f.root}/flatconfig.pt"],
+         "written by an esper whose config had no sections"),
+    Case("resume-flat-checkpoint", lambda f: [*PPO, "--resume", f.ppo_flat_run],
+         "written by an esper whose config had no sections"),
+    Case("set-unknown-key", lambda f: [*PPO, "--set", "ppo.gama=0.9"], "Unknown training config keys: ['ppo.gama']"),
+    Case("set-setting-in-another-section", lambda f: [*PPO, "--set", "ppo.gamma=0.9"],
+         "(did you mean 'reward.gamma'?)"),
+    Case("config-json-section-not-an-object", lambda f: [*PPO, "--config-json", '{"ppo": 3}'],
+         "'ppo' is a section"),
     Case("checkpoint-other-length", lambda f: [*COMPARE, "--controllers", "static", f"ppo:{f.root}/longer.pt"],
          "--max-epochs 5"),
     Case("checkpoint-other-caps", lambda f: [*COMPARE, "--controllers", "static", f"ppo:{f.root}/moredata.pt"],

@@ -12,11 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from esper.cli.common import SCALE_FIELDS
+from esper.cli.common import SCALE_FIELDS, scale_changes
 from esper.cli.main import build_parser, main
 from esper.cli.study import study_plan
 from esper.cli.train_ppo import effective_config, flag_overrides
 from esper.data.tasks import get_task_spec
+from esper.env.setting import EpisodeScale
 from esper.evaluation.studies import StudyHooks
 from esper.evaluation.studies.task import study_dir
 from esper.evaluation.study import STUDY_PRESETS
@@ -85,7 +86,7 @@ def test_no_command_accepts_an_abbreviated_flag(prog: str, capsys: pytest.Captur
 
 @pytest.mark.parametrize("prog", EPISODE_COMMANDS)
 def test_every_episode_command_takes_the_scale_down_flags(prog: str, tmp_path: Path) -> None:
-    """The same four flags (and --augment) everywhere, each stored under the TrainingConfig field it sets; --task takes
+    """The same four flags (and --augment) everywhere, each stored under the EpisodeScale field it sets; --task takes
     any task the lookup resolves (here the user's own images) as its canonical name, and names a missing file at
     once."""
     images = tmp_path / "Faces.npz"
@@ -95,9 +96,10 @@ def test_every_episode_command_takes_the_scale_down_flags(prog: str, tmp_path: P
     task = f"npz:{images}"
     args = build_parser().parse_args(_argv(prog, "--task", task, "--max-epochs", "3",
                                            "--max-train-samples", "64", "--max-val-samples", "32"))
-    assert {f: getattr(args, f) for f in SCALE_FIELDS} == {"task": get_task_spec(task).name, "max_epochs": 3,
-                                                           "max_train_samples": 64, "max_val_samples": 32}
-    assert set(SCALE_FIELDS) <= set(TrainingConfig.model_fields) and "augment" in TrainingConfig.model_fields
+    assert scale_changes(args) == {"task": get_task_spec(task).name, "max_epochs": 3, "max_train_samples": 64,
+                                   "max_val_samples": 32}
+    assert tuple(EpisodeScale.model_fields) == SCALE_FIELDS and "augment" in SCALE_FIELDS
+    assert list(TrainingConfig.dotted(dict.fromkeys(SCALE_FIELDS))) == [f"episode.{f}" for f in SCALE_FIELDS]
     assert "augment" not in vars(args)  # not given: the task's own, and the default run directory it always had
     args = build_parser().parse_args(_argv(prog, "--task", task, "--augment", "flip,crop"))
     assert args.augment == "crop,flip"
@@ -111,11 +113,11 @@ def test_the_scale_down_flags_set_the_training_config(prog: str) -> None:
     args = build_parser().parse_args(_argv(prog, "--preset", "quick", "--task", "fashion_mnist", "--max-epochs", "3",
                                            "--max-train-samples", "64", "--max-val-samples", "32", "--set",
                                            "max_epochs=7"))
-    config = TrainingConfig.preset("quick").with_overrides(**flag_overrides(args))
-    assert (config.task, config.max_epochs, config.max_train_samples, config.max_val_samples) == ("fashion_mnist", 3,
-                                                                                                  64, 32)
+    episode = TrainingConfig.preset("quick").with_overrides(**flag_overrides(args)).episode
+    assert (episode.task, episode.max_epochs, episode.max_train_samples, episode.max_val_samples) == (
+        "fashion_mnist", 3, 64, 32)
     unset = build_parser().parse_args(_argv(prog, "--preset", "quick"))
-    assert not set(SCALE_FIELDS) & set(flag_overrides(unset))  # no flag: the preset's values stay
+    assert not {f"episode.{f}" for f in SCALE_FIELDS} & set(flag_overrides(unset))  # no flag: the preset's values
 
 
 def test_config_json_takes_an_inline_object_or_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -123,10 +125,11 @@ def test_config_json_takes_an_inline_object_or_a_file(tmp_path: Path, capsys: py
         return effective_config(build_parser().parse_args(["train", "ppo", "--preset", "quick", "--config-json",
                                                            value]))
 
-    assert config('{"n_episodes": 8, "lr": 0.001}').n_episodes == 8
+    assert config('{"n_episodes": 8, "lr": 0.001}').ppo.n_episodes == 8
+    assert config('{"ppo": {"n_episodes": 8}, "reward.gamma": 1.0}').reward.gamma == 1.0
     path = tmp_path / "c.json"
     path.write_text('{"n_episodes": 12}')
-    assert config(str(path)).n_episodes == 12
+    assert config(str(path)).ppo.n_episodes == 12
     code = main(["train", "ppo", "--preset", "quick", "--config-json", "n_episodes=8", "--run-dir",
                  str(tmp_path / "run")])
     err = capsys.readouterr().err

@@ -12,7 +12,7 @@ import pytest
 from pydantic import Field, StrictFloat, StrictInt
 
 from esper.cli.common import Parser
-from esper.cli.config_flags import add_config_flags, config_changes, config_from_args
+from esper.cli.config_flags import add_config_flags, config_changes, config_from_args, flag_fields
 from esper.cli.main import build_parser, main
 from esper.cli.train_iql import iql_config
 from esper.cli.train_ppo import flag_overrides
@@ -126,13 +126,17 @@ def _parser_of(prog: str) -> argparse.ArgumentParser:
 ])
 def test_every_config_field_has_one_flag_of_its_name(prog: str, cls: type[StrictConfig],
                                                      renamed: dict[str, str]) -> None:
-    """One name per setting from flag to config to logs (n_episodes keeps the flag users know it by)."""
+    """One name per setting from flag to config to logs (n_episodes keeps the flag users know it by); a setting of a
+    config made of sections is named by its plain name."""
+    dests = flag_fields(cls)
     flags: dict[str, list[str]] = {}
     for action in _parser_of(prog)._actions:
         field = action.dest
-        if field in cls.model_fields:
+        if field in dests:
             flags.setdefault(field, []).extend(s for s in action.option_strings if not s.startswith("--no-"))
-    assert flags == {name: [renamed.get(name, "--" + name.replace("_", "-"))] for name in cls.model_fields}
+    assert flags == {name: [renamed.get(name, "--" + name.replace("_", "-"))] for name in dests}
+    if cls is TrainingConfig:
+        assert len(dests) == len(TrainingConfig.settings()) and "lr" in dests and "devices" in dests
 
 
 def test_train_ppo_flags_set_the_training_config() -> None:
@@ -142,10 +146,20 @@ def test_train_ppo_flags_set_the_training_config() -> None:
         "group", "--blueprints", "norm", "--no-use-telemetry", "--episodes", "32", "--init-from", "iql:x",
         "--init-datasets", "d1", "d2"])
     config = TrainingConfig.preset("quick").with_overrides(**flag_overrides(args))
-    assert (config.lr, config.n_envs, config.amp, config.devices, config.param_cost, config.initial_op_bias,
-            config.advantage, config.blueprints, config.use_telemetry, config.n_episodes, config.init_from,
-            config.init_datasets) == (0.001, 8, True, ["cpu", "cpu"], "auto", {"CULL": -2.0}, "group", ["norm"],
-                                      False, 32, "iql:x", ["d1", "d2"])
+    ppo = config.ppo
+    assert (ppo.lr, ppo.n_envs, config.episode.amp, config.execution.devices, config.reward.param_cost,
+            ppo.initial_op_bias, ppo.advantage, ppo.blueprints, ppo.use_telemetry, ppo.n_episodes, ppo.init_from,
+            ppo.init_datasets) == (0.001, 8, True, ["cpu", "cpu"], "auto", {"CULL": -2.0}, "group", ["norm"],
+                                   False, 32, "iql:x", ["d1", "d2"])
+
+
+@pytest.mark.parametrize(("sets", "lr"), [(["lr=0.002"], 0.002), (["ppo.lr=0.002"], 0.002),
+                                          (["lr=0.002", "ppo.lr=0.003"], 0.003), (["ppo.lr=0.003", "lr=0.002"], 0.002)])
+def test_set_takes_a_settings_plain_name_or_dotted_key_the_later_winning(sets: list[str], lr: float) -> None:
+    args = build_parser().parse_args(["train", "ppo", "--preset", "quick", *(a for s in sets for a in ("--set", s))])
+    assert flag_overrides(args) == {"ppo.lr": lr}
+    flagged = build_parser().parse_args(["train", "ppo", "--lr", "0.004", *(a for s in sets for a in ("--set", s))])
+    assert flag_overrides(flagged) == {"ppo.lr": 0.004}  # a flag wins over --set, whichever key --set used
 
 
 def test_train_iql_flags_set_the_iql_config() -> None:

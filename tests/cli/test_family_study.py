@@ -52,8 +52,8 @@ def test_a_family_study_runs_end_to_end_refuses_below_the_threshold_goes_on_when
         rounds = sorted((run / "precheck" / itype / "selection").glob("round-*"))
         assert rounds and (run / "precheck" / itype / "portfolio" / "results.json").is_file()
         config = json.loads((rounds[0] / "config.json").read_text())["config"]
-        assert config["training"]["task"] == f"family:tiny-cli-v1/{itype}"
-        assert config["training"]["max_train_samples"] == 128
+        assert config["training"]["episode"]["task"] == f"family:tiny-cli-v1/{itype}"
+        assert config["training"]["episode"]["max_train_samples"] == 128
 
     assert not (run / "train").exists()  # no policy trains on a refused family
 
@@ -98,11 +98,13 @@ def _check_the_policy(run: Path, policy: dict[str, Any], out: str) -> None:
     references."""
     for r in range(2):
         config = json.loads((run / "train" / f"run-{r}" / "config.json").read_text())["config"]
-        assert config["family"] == TINY.key and config["type_param_costs"] == {"plain": 0.5, "narrow-noisy": 2.0}
+        assert config["family"] == TINY.key
+        assert config["reward"]["type_param_costs"] == {"plain": 0.5, "narrow-noisy": 2.0}
         assert len(read_jsonl(run / "train" / f"run-{r}" / "episodes.jsonl")) == 8
         for itype in ("plain", "narrow-noisy"):  # the replay source: every training type, none held out
             source = json.loads((run / "replay-source" / f"run-{r}" / itype / "config.json").read_text())["config"]
-            assert source["seed_stream"] == "selection" and source["training"]["task"] == f"family:tiny-cli-v1/{itype}"
+            assert source["seed_stream"] == "selection"
+            assert source["training"]["episode"]["task"] == f"family:tiny-cli-v1/{itype}"
         assert sorted(p.name for p in (run / "replay-source" / f"run-{r}").iterdir()) == ["narrow-noisy", "plain"]
     references = read_jsonl(run / "heldout" / "held" / "eval" / "episodes.jsonl")
     policies = read_jsonl(run / "heldout" / "held" / "policies" / "episodes.jsonl")

@@ -119,7 +119,7 @@ def test_ppo_starts_from_the_distilled_iql_policy(iql_run: Path, tmp_path: Path)
                  "max_train_samples=96", "--set", "max_val_samples=48", "--init-from", f"iql:{iql_run}",
                  "--device", "cpu", "--run-dir", str(run), *QUIET]) == 0
     init = torch.load(run / "checkpoints" / "init.pt", weights_only=True)
-    assert init["config"]["init_from"] == f"iql:{iql_run}"
+    assert init["config"]["ppo"]["init_from"] == f"iql:{iql_run}"
     assert init["obs_normalizer"]["update_count"] == 1  # fitted to the dataset before the first rollout
 
 

@@ -47,14 +47,14 @@ def test_the_first_run_measures_and_caches_and_the_second_reuses(tmp_path: Path,
     value = json.loads(cached.read_text())["param_cost"]
     assert len(measurements) == 1 and value == measurements[0].param_cost >= 0.0
     config = json.loads((tmp_path / "first" / "config.json").read_text())
-    assert config["config"]["param_cost"] == value and config["runtime"]["param_cost"] == value
+    assert config["config"]["reward"]["param_cost"] == value and config["runtime"]["param_cost"] == value
 
     assert _train(tmp_path, "second") == 0
     # the second run measured nothing (counted at the measurement itself) and said where it read λ_p from; the
     # console may wrap the long path at any column, so the text is compared without whitespace
     squeezed = "".join(capsys.readouterr().out.split())
     assert len(measurements) == 1 and f"reusedfrom{cached}" in squeezed
-    assert json.loads((tmp_path / "second" / "config.json").read_text())["config"]["param_cost"] == value
+    assert json.loads((tmp_path / "second" / "config.json").read_text())["config"]["reward"]["param_cost"] == value
 
 
 def test_the_measurement_is_the_static_hosts_slope_and_is_repeatable(tmp_path: Path) -> None:
@@ -113,8 +113,9 @@ def test_a_run_across_a_family_measures_one_lambda_per_training_type_in_its_own_
     assert {name: (s.max_train_samples, s.max_epochs) for name, s in measured.items()} == {
         "family:auto-probe-v1/plain": (64, 2), "family:auto-probe-v1/narrow": (96, 2)}  # never the held-out type
     recorded = json.loads((run / "config.json").read_text())
-    assert recorded["config"]["param_cost"] is None and recorded["runtime"]["preset"] == "synthetic"
-    assert recorded["config"]["type_param_costs"] == recorded["runtime"]["param_cost"] == {"plain": 0.5, "narrow": 3.0}
+    reward = recorded["config"]["reward"]
+    assert reward["param_cost"] is None and recorded["runtime"]["preset"] == "synthetic"
+    assert reward["type_param_costs"] == recorded["runtime"]["param_cost"] == {"plain": 0.5, "narrow": 3.0}
 
 
 def test_charge_compute_alone_measures_lambda_c_for_the_presets_setting(
@@ -136,9 +137,10 @@ def test_charge_compute_alone_measures_lambda_c_for_the_presets_setting(
         ("synthetic", 3, 64, 32)]
     assert "λ_c 0.800 for synthetic" in " ".join(capsys.readouterr().out.split())
     recorded = json.loads((run / "config.json").read_text())
-    assert recorded["config"]["charge"] == "compute" and recorded["config"]["param_cost"] is None
-    assert recorded["config"]["compute_cost"] == recorded["runtime"]["compute_cost"] == 0.8
-    assert recorded["config"]["gamma"] == 1.0
+    reward = recorded["config"]["reward"]
+    assert reward["charge"] == "compute" and reward["param_cost"] is None
+    assert reward["compute_cost"] == recorded["runtime"]["compute_cost"] == 0.8
+    assert reward["gamma"] == 1.0
     [started] = [e for e in read_jsonl(run / "events.jsonl") if e["event_type"] == "TRAINING_STARTED"]
     assert started["data"]["reward"] == "gap, λ_c 0.8 per 100 % training compute"
     steps = read_jsonl(run / "steps.jsonl")

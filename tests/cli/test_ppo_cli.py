@@ -121,10 +121,11 @@ def test_mini_run_writes_a_complete_run_dir(mini_run: Path) -> None:
     config = json.loads((mini_run / "config.json").read_text())
     assert config["command"] == "ppo"
     assert set(config) >= {"argv", "config", "runtime", "versions", "started_at"}
-    assert {k: config["config"][k] for k in ("task", "n_episodes", "n_envs", "max_epochs", "max_train_samples",
-                                             "max_val_samples", "device")} == {
-        "task": "synthetic", "n_episodes": 2, "n_envs": 2, "max_epochs": 3, "max_train_samples": 256,
-        "max_val_samples": 128, "device": "cpu"}
+    recorded = TrainingConfig.from_record(config["config"], where="config.json", fix="").dotted_dict()
+    assert {k: recorded[k] for k in ("episode.task", "ppo.n_episodes", "ppo.n_envs", "episode.max_epochs",
+                                     "episode.max_train_samples", "episode.max_val_samples", "execution.device")} == {
+        "episode.task": "synthetic", "ppo.n_episodes": 2, "ppo.n_envs": 2, "episode.max_epochs": 3,
+        "episode.max_train_samples": 256, "episode.max_val_samples": 128, "execution.device": "cpu"}
     assert (mini_run / "events.jsonl").stat().st_size > 0
     assert len(read_jsonl(mini_run / "history.jsonl")) == 1
     episodes = read_jsonl(mini_run / "episodes.jsonl")
@@ -148,7 +149,7 @@ def test_mini_run_checkpoints_are_plain_ppo_checkpoints(mini_run: Path) -> None:
         assert data["batches_completed"] == 1 and data["episodes_completed"] == 2, name
         assert data["obs_normalizer"]["update_count"] == 1 == data["batches_completed"], name
         assert data["reward_normalizer"]["count"] == 4, name
-        assert data["config"]["n_episodes"] == 2 and data["config"]["max_epochs"] == 3, name
+        assert data["config"]["ppo"]["n_episodes"] == 2 and data["config"]["episode"]["max_epochs"] == 3, name
         assert len(data["rolling_window"]) == 1
         assert {"python", "numpy", "torch", "action_generator", "minibatch_generator"} <= set(data["rng"])
 
@@ -209,11 +210,12 @@ def test_resume_is_exact(straight_run: Path, tmp_path: Path) -> None:
     assert "Config: preset quick;" in resumed.out  # the preset it started from, not the default for no --preset
     assert len(read_jsonl(straight_run / "history.jsonl")) == 2
     assert_same_as_straight(run, straight_run)
-    assert load(run / "checkpoints" / "final.pt")["config"]["n_episodes"] == 4
+    assert load(run / "checkpoints" / "final.pt")["config"]["ppo"]["n_episodes"] == 4
     config = json.loads((run / "config.json").read_text())
-    assert config["config"]["n_episodes"] == 4 and config["argv"][:2] == ["train", "ppo"]
+    assert config["config"]["ppo"]["n_episodes"] == 4 and config["argv"][:2] == ["train", "ppo"]
     [resume] = config["resumes"]
-    assert resume["from_batch"] == 1 and resume["changed"] == {"n_episodes": [2, 4]} and "--resume" in resume["argv"]
+    assert resume["from_batch"] == 1 and resume["changed"] == {"ppo.n_episodes": [2, 4]}
+    assert "--resume" in resume["argv"]
 
 
 def test_rerunning_an_interrupted_command_resumes_it(straight_run: Path, tmp_path: Path,
@@ -302,7 +304,7 @@ def test_config_json_with_unknown_key_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
     path.write_text(json.dumps({"n_envs": 2, "learning_rate": 0.01}))
     result = run_cli([*QUICK, "--config-json", str(path), "--run-dir", str(tmp_path / "r")])
-    assert result.code == 2 and "learning_rate" in result.err and "Unknown config keys" in result.err
+    assert result.code == 2 and "learning_rate" in result.err and "Unknown training config keys" in result.err
     assert not (tmp_path / "r").exists()
 
 
@@ -341,14 +343,14 @@ def test_loss_reward_family(tmp_path: Path) -> None:
     assert all(is_finite_number(s["reward_components"]["loss_primary"]) for s in steps)
     assert any(s["reward_components"]["loss_primary"] != 0 for s in steps)
     assert all(s["reward"] == s["reward_components"]["total"] for s in steps)
-    assert json.loads((run / "config.json").read_text())["config"]["reward_family"] == "loss"
+    assert json.loads((run / "config.json").read_text())["config"]["reward"]["reward_family"] == "loss"
 
 
 def test_amp_on_cpu_completes_with_finite_losses(tmp_path: Path) -> None:
     run = tmp_path / "amp"
     result = ppo(run, "--set", "n_episodes=2", "--amp")
     assert result.code == 0, result.err
-    assert load(run / "checkpoints" / "final.pt")["config"]["amp"] is True
+    assert load(run / "checkpoints" / "final.pt")["config"]["episode"]["amp"] is True
     [row] = read_jsonl(run / "history.jsonl")
     for key in ("policy_loss", "value_loss", "entropy", "approx_kl"):
         assert is_finite_number(row[key]), key
@@ -387,7 +389,7 @@ def test_compare_rejects_a_ppo_checkpoint_trained_on_other_slots(tmp_path: Path,
     trained = tmp_path / "two_slots"
     result = ppo(trained, "--set", "n_episodes=2", "--set", 'slots=["early","mid"]')
     assert result.code == 0, result.err
-    assert load(trained / "checkpoints" / "final.pt")["config"]["slots"] == ["early", "mid"]
+    assert load(trained / "checkpoints" / "final.pt")["config"]["episode"]["slots"] == ["early", "mid"]
     compared = run_cli([*compare_args, "--controllers", "static", f"ppo:{trained / 'checkpoints' / 'final.pt'}",
                         "--run-dir", str(tmp_path / "cmp")])
     assert compared.code == 2
@@ -408,7 +410,7 @@ def test_a_run_killed_before_its_first_batch_is_reused(tmp_path: Path) -> None:
     result = ppo(run, "--set", "n_episodes=2")
     assert result.code == 0, result.err
     config = json.loads((run / "config.json").read_text())
-    assert "resumes" not in config and config["config"]["lr"] != 0.5
+    assert "resumes" not in config and config["config"]["ppo"]["lr"] != 0.5
     assert len(read_jsonl(run / "history.jsonl")) == 1
     assert load(run / "checkpoints" / "init.pt")["batches_completed"] == 0
 
@@ -420,7 +422,7 @@ def test_overwrite_replaces_a_finished_run(tmp_path: Path) -> None:
     result = ppo(run, "--set", "n_episodes=2", "--set", "lr=0.001", "--overwrite")  # ... unless replaced
     assert result.code == 0, result.err
     assert "Resuming" not in result.out
-    assert load(run / "checkpoints" / "final.pt")["config"]["lr"] == 0.001
+    assert load(run / "checkpoints" / "final.pt")["config"]["ppo"]["lr"] == 0.001
     assert len(read_jsonl(run / "history.jsonl")) == 1
     assert "resumes" not in json.loads((run / "config.json").read_text())
 
@@ -432,7 +434,7 @@ def test_a_task_without_a_preset_takes_the_task_s_preset() -> None:
 
     charged = ("--set", "param_cost=1.0")  # the reference presets measure λ_p ("auto"): name one instead
     assert config("--task", "synthetic", *charged) == TrainingConfig.preset("synthetic").with_overrides(param_cost=1.0)
-    assert config("--task", "fashion_mnist", *charged).n_episodes == TrainingConfig.preset("fashion_mnist").n_episodes
+    assert config("--task", "fashion_mnist", *charged).ppo == TrainingConfig.preset("fashion_mnist").ppo
     assert config() == TrainingConfig.preset("cifar10")
     assert config("--preset", "quick", "--task", "synthetic") == TrainingConfig.preset("quick")
     assert config("--task", "synthetic_text") == TrainingConfig.preset("cifar10").with_overrides(task="synthetic_text")

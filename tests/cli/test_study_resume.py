@@ -79,10 +79,22 @@ def test_study_reruns_resume_consistently(tmp_path: Path, capsys: pytest.Capture
     assert json.loads(phase_config.read_text())["config"]["training"]["family"] is None  # and recorded whole
     # ... unless the study now sets it otherwise: then the phase describes another setting and starts over
     record = json.loads(phase_config.read_text())
-    record["config"]["training"].pop("max_epochs")  # 3 here, not the default
+    record["config"]["training"]["episode"].pop("max_epochs")  # 3 here, not the default
     phase_config.write_text(json.dumps(record))
     assert main(argv) == 0
     assert read_jsonl(run / "eval" / "episodes.jsonl") != finished_rows and _episodes(run) == episodes
+    # a phase recorded by an esper whose training config had no sections is refused, naming the fix
+    recorded = phase_config.read_text()
+    record = json.loads(recorded)
+    training = record["config"]["training"]
+    record["config"]["training"] = {**{k: v for section in ("episode", "ppo", "reward", "execution")
+                                       for k, v in training.pop(section).items()}, **training}
+    phase_config.write_text(json.dumps(record))
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "config had no sections" in err and "start it over with --overwrite" in err
+    phase_config.write_text(recorded)
 
     assert main([*STUDY, "--seeds", "3", "--run-dir", str(run)]) == 0  # more seeds extend the evaluation
     assert len(read_jsonl(run / "eval" / "episodes.jsonl")) == 3 * per_seed

@@ -92,7 +92,7 @@ def test_study_chooses_best_fixed_and_best_rule_on_selection_seeds_and_evaluates
     # the preset's λ_p is measured in the study's own setting before training (and cached), and recorded as that
     # number, never as "auto" or the null that means "the task's"
     cached = json.loads(next((tmp_path / "data" / "param_costs").glob("synthetic_*_b64_cosine_*.json")).read_text())
-    assert results["study"]["training"]["param_cost"] == cached["param_cost"]
+    assert results["study"]["training"]["reward"]["param_cost"] == cached["param_cost"]
     assert json.loads((run / "eval" / "config.json").read_text())["runtime"]["param_cost"] == cached["param_cost"]
     # results.csv: one row per controller and evaluation episode, the numbers of results.json
     with (run / "results.csv").open() as f:
@@ -167,11 +167,12 @@ def test_blueprints_from_selection_trains_the_policy_on_best_fixed_blueprints(
     assert allowed and all(f"{b}@" in best_fixed for b in allowed)
     # the trained policy carries the restriction, and every germination it made in training obeys it
     for name in ("init.pt", "final.pt"):
-        assert read_policy_checkpoint(run / "train" / "run-0" / "checkpoints" / name)["config"]["blueprints"] == allowed
+        saved = read_policy_checkpoint(run / "train" / "run-0" / "checkpoints" / name)["config"]
+        assert saved["ppo"]["blueprints"] == allowed
     germinated = [step["blueprint"] for step in read_jsonl(run / "train" / "run-0" / "steps.jsonl")
                   if step["op"] == "GERMINATE" and step["success"]]
     assert germinated and set(germinated) <= set(allowed)
-    assert _results(run)["study"]["training"]["blueprints"] == allowed
+    assert _results(run)["study"]["training"]["ppo"]["blueprints"] == allowed
     assert f"may germinate only {', '.join(allowed)}" in (run / "summary.md").read_text()
 
     # a rerun continues the same study: selection is not redone, nothing is trained again

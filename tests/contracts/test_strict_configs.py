@@ -24,15 +24,19 @@ from esper.datagen.configs import ENVIRONMENT_PRESETS, POLICY_PRESETS, BehaviorP
 from esper.datagen.generate import GenerateOptions
 from esper.env.contribution import ContributionRewardConfig
 from esper.env.gym import GymEnvConfig
+from esper.env.reward_setting import RewardSetting
 from esper.env.rewards import GapRewardConfig, LossRewardConfig, SparseRewardConfig
+from esper.env.setting import EpisodeScale, EpisodeSetting
 from esper.evaluation.ope import OPEConfig
 from esper.evaluation.selection_record import CandidateRow, CostRecord, SelectionRecord, TeacherRecord
 from esper.execution.workers import WorkerOptions
 from esper.kasmina.state import LifecycleConfig
+from esper.leyline.sectioned_config import SectionedConfig
 from esper.leyline.strict_config import StrictConfig
 from esper.simic.iql.config import IQLConfig
 from esper.simic.ppo.config import TrainingConfig
 from esper.simic.ppo.distill import DistillConfig
+from esper.simic.ppo.ppo_config import PPOConfig
 from esper.tamiyo.heuristic import HeuristicPolicyConfig
 from esper.tamiyo.heuristic_record import HeuristicRecord, ObjectiveRecord, TunedSetting, TuningSummary
 
@@ -46,6 +50,11 @@ _COST = CostRecord(env_epochs=150, gflops=3.5)
 _TEACHER = TeacherRecord(label="heuristic", scores={"heuristic": 0.4, "best-rule": -0.2}, cost=_COST)
 VALID: dict[type[StrictConfig], StrictConfig] = {
     TrainingConfig: TrainingConfig(),
+    SectionedConfig: SectionedConfig(),
+    PPOConfig: PPOConfig(),
+    EpisodeScale: EpisodeScale(),
+    EpisodeSetting: EpisodeSetting(),
+    RewardSetting: RewardSetting(),
     IQLConfig: IQLConfig(),
     OPEConfig: OPEConfig(),
     EnvironmentConfig: ENVIRONMENT_PRESETS["baseline"],
@@ -130,7 +139,7 @@ NUMERIC = [(cls, name) for cls in VALID for name, field in cls.model_fields.item
 
 def test_the_numeric_fields_are_found() -> None:
     names = {f"{cls.__name__}.{name}" for cls, name in NUMERIC}
-    assert {"TrainingConfig.lr", "TrainingConfig.initial_op_bias", "TrainingConfig.param_cost",
+    assert {"PPOConfig.lr", "PPOConfig.initial_op_bias", "RewardSetting.param_cost", "EpisodeSetting.max_epochs",
             "IQLConfig.hidden_sizes", "OPEConfig.fqe_hidden_sizes", "EnvironmentConfig.learning_rate"} <= names
 
 

@@ -7,13 +7,14 @@ from __future__ import annotations
 import torch
 
 from esper.data.tasks import DataCache, DataOptions, get_task_spec
-from esper.env.groups import EnvHost, EpisodeSetting, GroupPlan, MemberPlan
+from esper.env.groups import EnvHost, EpisodeRecipe, GroupPlan, MemberPlan
 from esper.env.loop import decide_all
 from esper.env.rewards import reward_config
+from esper.env.setting import EpisodeSetting
 from esper.evaluation.comparison import parse_controllers
 from esper.evaluation.episodes import EpisodePlan, build_controller
 from esper.execution.syncs import SyncCounter
-from esper.leyline import CANONICAL_SLOTS, SeedStage, TelemetryEventType
+from esper.leyline import SeedStage, TelemetryEventType
 from esper.leyline.constants import GOVERNOR_SNAPSHOT_INTERVAL
 from esper.tamiyo import host_variant
 
@@ -24,14 +25,14 @@ READS_PER_GROUP_EPOCH = 2  # one observation read, and room for one more
 
 def test_a_group_epoch_reads_the_host_at_most_twice_outside_the_decision() -> None:
     task = get_task_spec("synthetic")
-    plan = EpisodePlan(task=task, slots=CANONICAL_SLOTS, max_epochs=EPOCHS, max_seeds=None, seed=5,
-                       devices=[torch.device("cpu")], batch_size=64, max_train_samples=192, max_val_samples=96)
+    episode = EpisodeSetting(task=task.name, max_epochs=EPOCHS, batch_size=64, max_train_samples=192,
+                             max_val_samples=96)
+    plan = EpisodePlan(episode=episode, seed=5, devices=[torch.device("cpu")])
     controllers = [build_controller(spec, plan, episode=0, index=i)
                    for i, spec in enumerate(parse_controllers(CONTROLLERS))]
     members = tuple(MemberPlan(i, name, "cpu", host_width=host_variant(c)[0], fixed_modules=host_variant(c)[1])
                     for i, (name, c) in enumerate(zip(CONTROLLERS, controllers, strict=True)))
-    setting = EpisodeSetting(task.name, CANONICAL_SLOTS, EPOCHS, 64, reward_config("gap", task, param_cost=1.0), 0.99,
-                             max_train_samples=192, max_val_samples=96)
+    setting = EpisodeRecipe(episode, reward_config("gap", task, param_cost=1.0), 0.99)
     host = EnvHost(DataCache(DataOptions()))
     host.start(setting, [GroupPlan(seed=11, data_seed=12, members=members, twin=0)])  # static is its own twin
     every_event = frozenset(TelemetryEventType)

@@ -28,8 +28,8 @@ from esper.kasmina.state import LifecycleConfig
 from esper.leyline import LifecycleOp, SeedStage
 from esper.simic.normalization import RunningMeanStd
 from esper.simic.ppo.agent import PPOAgent
-from esper.simic.ppo.config import TrainingConfig
 from esper.simic.ppo.controller import PPOPolicy
+from esper.simic.ppo.ppo_config import PPOConfig
 from esper.tamiyo import RandomPolicy, TamiyoPolicy
 
 GAMMA = 0.9  # far from the default 0.995, so a shaping term that ignores the configured gamma is caught
@@ -58,7 +58,7 @@ def _task() -> TaskSpec:
 def _ppo_policy(seed: int) -> PPOPolicy:
     torch.manual_seed(seed)
     space = get_task_spec("synthetic").action_space
-    agent = PPOAgent(TrainingConfig(hidden_dim=32, seed=seed), state_dim=obs_dim(space), space=space)
+    agent = PPOAgent(PPOConfig(hidden_dim=32), seed=seed, state_dim=obs_dim(space), space=space)
     return PPOPolicy(agent, RunningMeanStd(obs_dim(space)), use_telemetry=True)
 
 

@@ -28,7 +28,7 @@ BEST_RULE = "grow:conv_light@early,conv_light@mid,conv_light@late"
 
 @pytest.mark.slow
 def test_synthetic_preset_converges_with_headroom_that_growth_reaches(tmp_path: Path) -> None:
-    preset = TrainingConfig.preset("synthetic")
+    preset = TrainingConfig.preset("synthetic").episode
     run = tmp_path / "regime"
     assert main(["compare", "--controllers", "static", "static:2", BEST_FIXED, BEST_RULE, "--task", preset.task,
                  "--max-epochs", str(preset.max_epochs), "--max-train-samples", str(preset.max_train_samples),

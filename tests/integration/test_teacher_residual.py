@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 import torch
 
-from esper.data.tasks import DataCache, DataOptions, get_task_spec
+from esper.data.tasks import DataCache, DataOptions
 from esper.env.driver import EnvPool
+from esper.env.setting import EpisodeSetting
 from esper.evaluation.episodes import EpisodePlan, run_controller_episodes
 from esper.execution.workers import WorkerOptions
 from esper.simic.ppo.checkpoint import trim_logs
@@ -27,9 +28,8 @@ CONFIG = TrainingConfig.preset("quick").with_overrides(
 
 
 def _plan() -> EpisodePlan:
-    return EpisodePlan(task=get_task_spec("synthetic"), slots=("early", "mid", "late"), max_epochs=12, max_seeds=None,
-                       seed=42, devices=[torch.device("cpu")], batch_size=32, max_train_samples=256,
-                       max_val_samples=128, max_test_samples=128, param_cost=1.0)
+    return EpisodePlan(episode=EpisodeSetting.from_dict(SETTING), seed=42, devices=[torch.device("cpu")],
+                       max_test_samples=128, param_cost=1.0)
 
 
 def _episodes(specs: list[str]) -> dict[str, list[dict[str, Any]]]:
@@ -65,7 +65,7 @@ def test_with_any_epsilon_the_initial_policy_s_mode_is_its_teacher_and_a_planted
     """Smoothed (ε = 0.1), the initial policy's mode is still the teacher; a residual that does not start at zero
     (planted: +50 on WAIT, past any smoothing) leaves it."""
     data = torch.load(init_checkpoint, weights_only=True)
-    data["config"]["teacher_epsilon"] = 0.1
+    data["config"]["ppo"]["teacher_epsilon"] = 0.1
     smoothed, planted = tmp_path / "smoothed.pt", tmp_path / "planted.pt"
     torch.save(data, smoothed)
     data["agent"]["network"]["heads.op.2.bias"][0] += 50.0

@@ -13,7 +13,8 @@ from esper.cli.study import MAX_STUDY_SEEDS
 from esper.evaluation.episodes import paired_seeds
 from esper.evaluation.study import evaluation_plan
 from esper.leyline.seeding import MAX_BASE_SEED, SeedStream, derive_seed, run_seed
-from esper.simic.ppo.config import MAX_ENVS, TrainingConfig
+from esper.simic.ppo.config import TrainingConfig
+from esper.simic.ppo.ppo_config import MAX_ENVS
 from esper.simic.ppo.settings import group_data_seeds
 from esper.simic.ppo.train import batch_seeds
 

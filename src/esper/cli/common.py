@@ -28,10 +28,11 @@ from esper.data.readers import DataWarning, Split
 from esper.data.tasks import TASKS, DataCache, DataOptions, TaskSpec, get_task_spec
 from esper.env.charges import CHARGES, ComputeCost, ParamCost
 from esper.env.rewards import RewardFamily
+from esper.env.setting import EpisodeScale
 from esper.evaluation.run_data import load_splits
 from esper.evaluation.studies.paired import WORKER_FIELDS
 from esper.execution.devices import DeviceError
-from esper.execution.workers import MAX_THREADS, MAX_WORKERS, WorkerFailed, WorkerOptions, cuda_device_count
+from esper.execution.workers import MAX_THREADS, MAX_WORKERS, WorkerFailed, WorkerOptions
 from esper.leyline import (
     CANONICAL_SLOTS,
     TelemetryEventType,
@@ -44,7 +45,7 @@ from esper.leyline import (
 from esper.leyline.constants import MAX_BATCH, MAX_EPISODE_LENGTH, MAX_SAMPLES
 from esper.leyline.seeding import MAX_BASE_SEED
 from esper.nissa import NissaHub, ProgressBackend, build_hub
-from esper.simic.ppo.config import MAX_EPISODES
+from esper.simic.ppo.ppo_config import MAX_EPISODES
 from esper.storage.rundir import RUN_DIR_NAME, RunDirectory
 from esper.storage.rundirs import USER_ERRORS, save_traceback, saved_traceback
 
@@ -181,10 +182,11 @@ def add_shared_options(p: argparse.ArgumentParser, *, seed_default: int | None =
     g.add_argument("--debug", action="store_true", help="show tracebacks on errors")
 
 
-SCALE_FIELDS = ("task", "max_epochs", "max_train_samples", "max_val_samples")
+SCALE_FIELDS = tuple(EpisodeScale.model_fields)
 """The scale-down flags every command that trains or evaluates episodes takes (`--task`, `--max-epochs`,
-`--max-train-samples`, `--max-val-samples`): each flag's dest is the TrainingConfig field it sets, so one name
-carries a setting from the flag through the config to the logs. `--augment` (field `augment`) comes with them."""
+`--max-train-samples`, `--max-val-samples`, `--augment`): each flag's dest is the `EpisodeScale` field it sets (of
+every command's `EpisodeSetting`, datagen's `GenerateOptions` and PPO's `episode`), so one name carries a setting from
+the flag through the config to the logs."""
 
 
 def _augment(text: str) -> Augment:
@@ -198,6 +200,12 @@ def _augment(text: str) -> Augment:
 def augment_choice(args: argparse.Namespace) -> Augment | None:
     """--augment, or None where it was not given (the task's own augmentation)."""
     return getattr(args, "augment", None)
+
+
+def scale_changes(args: argparse.Namespace) -> dict[str, Any]:
+    """The `EpisodeScale` fields the scale flags give (one not given: absent, so its field keeps the command's base
+    value)."""
+    return {name: getattr(args, name) for name in SCALE_FIELDS if getattr(args, name, None) is not None}
 
 
 def add_scale_options(p: argparse.ArgumentParser, *, defaults: tuple[str, int] | None, task_note: str = "",
@@ -275,10 +283,10 @@ def add_worker_options(p: argparse.ArgumentParser) -> None:
 
 
 def worker_options(args: argparse.Namespace, devices: Iterable[str | torch.device]) -> WorkerOptions:
-    """The worker flags as options (an unset flag keeps the default), Ray actors sharing the CUDA devices among
-    `devices`."""
+    """The worker flags as options (an unset flag keeps the default) for work on the env `devices` (Ray actors share
+    the CUDA devices among them)."""
     given = {name: getattr(args, name) for name in (*WORKER_FIELDS, "threads") if getattr(args, name) is not None}
-    return WorkerOptions.from_dict({**given, "cuda_devices": cuda_device_count(devices)})
+    return WorkerOptions.from_dict({**given, "devices": [str(d) for d in devices]})
 
 
 PRESENTATION = frozenset({"run_dir", "runs_root", "overwrite", "no_tui", "no_tensorboard", "telemetry_level", "debug",

@@ -1,5 +1,7 @@
 """Command-line flags made from a `StrictConfig`'s fields: one `--field-name` per setting, stored under the field's
-name, so one name carries a setting from the flag through the config to the logs.
+name, so one name carries a setting from the flag through the config to the logs. A config made of sections
+(`SectionedConfig`) gets one flag per setting of every section, named by the setting's plain name (its dotted key where
+sections share the name).
 
 A flag reads its text as `--set` does (JSON, else a bare string; text fields take the text as is) and checks it
 against the field's type and range at once, so a bad value names its flag; the config's validators (relations
@@ -22,9 +24,10 @@ from pydantic import ConfigDict, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
 from esper.leyline.errors import UserInputError
+from esper.leyline.sectioned_config import SectionedConfig
 from esper.leyline.strict_config import StrictConfig, validation_messages
 
-__all__ = ["add_config_flags", "config_changes", "config_from_args", "value_type"]
+__all__ = ["add_config_flags", "config_changes", "config_from_args", "flag_fields", "value_type"]
 
 C = TypeVar("C", bound=StrictConfig)
 
@@ -120,45 +123,61 @@ def _flag_kwargs(name: str, field: FieldInfo) -> dict[str, Any]:
     return kwargs
 
 
+def flag_fields(cls: type[StrictConfig]) -> dict[str, tuple[str, FieldInfo]]:
+    """dest → (the setting's key, its field) of every setting a flag sets: a config's fields, or every setting of a
+    config made of sections, stored under its plain name (its dotted key where sections share the name)."""
+    if not issubclass(cls, SectionedConfig):
+        return {name: (name, field) for name, field in cls.model_fields.items()}
+    plain = cls.plain_names()
+    out: dict[str, tuple[str, FieldInfo]] = {}
+    for key, field in cls.settings().items():
+        name = key.rpartition(".")[2]
+        out[name if len(plain[name]) == 1 else key] = (key, field)
+    return out
+
+
 def add_config_flags(p: argparse.ArgumentParser, defaults: StrictConfig, *, skip: Collection[str] = (),
                      flag_names: Mapping[str, str] | None = None, preset_fields: Collection[str] = ()) -> None:
-    """--config-json, --set and one flag per field of `defaults`' config (but `skip`, whose flags are added
-    elsewhere) with the field's description and its value in `defaults` as help. `flag_names`: a field whose flag
-    keeps an established name (`n_episodes`: `--episodes`). `preset_fields`: fields a preset may change, whose help
-    says so."""
+    """--config-json, --set and one flag per setting of `defaults`' config (but `skip`, whose flags are added
+    elsewhere) with the field's description and its value in `defaults` as help. `flag_names`: a setting whose flag
+    keeps an established name (`n_episodes`: `--episodes`). `preset_fields`: settings a preset may change, whose help
+    says so. `skip`, `flag_names` and `preset_fields` name settings by their dest (`flag_fields`)."""
     cls = type(defaults)
     names = flag_names or {}
-    g = p.add_argument_group(f"{cls.__name__} fields (any of them also by --set FIELD=VALUE or in --config-json)")
+    values = defaults.dotted_dict() if isinstance(defaults, SectionedConfig) else defaults.to_dict()
+    g = p.add_argument_group(f"{cls.__name__} fields (any of them also by --set KEY=VALUE or in --config-json)")
     g.add_argument("--config-json", metavar="JSON|FILE",
                    help=f"{cls.__name__} fields as a JSON object, inline ('{{\"seed\": 7}}') or in a file "
                         f"(unknown keys rejected)")
     g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help=f"set one {cls.__name__} field; VALUE is parsed as JSON, else taken as text (repeatable)")
-    for name, field in cls.model_fields.items():
-        if name in skip:
+                   help=f"set one {cls.__name__} field (by its name or dotted key); VALUE is parsed as JSON, else "
+                        f"taken as text (repeatable)")
+    for dest, (key, field) in flag_fields(cls).items():
+        if dest in skip:
             continue
-        default = getattr(defaults, name)
+        default = values[key]
         shown = [] if default is None else [f"default: {_format(default)}"]
-        if name in preset_fields:
+        if dest in preset_fields:
             shown.append("unless the preset sets it")
-        help_text = (field.description or name.replace("_", " ")) + (f" ({', '.join(shown)})" if shown else "")
-        flag = names.get(name, name)
-        kwargs = {"metavar": flag.upper(), **{k: v for k, v in _flag_kwargs(name, field).items() if v is not None}}
+        help_text = (field.description or dest.replace("_", " ")) + (f" ({', '.join(shown)})" if shown else "")
+        flag = names.get(dest, dest)
+        kwargs = {"metavar": flag.upper(), **{k: v for k, v in _flag_kwargs(dest, field).items() if v is not None}}
         if "choices" in kwargs or "action" in kwargs:
             del kwargs["metavar"]  # argparse shows the choices; a switch takes no value
-        g.add_argument("--" + flag.replace("_", "-"), dest=name, default=argparse.SUPPRESS,
+        g.add_argument("--" + flag.replace("_", "-"), dest=dest, default=argparse.SUPPRESS,
                        help=help_text.replace("%", "%%"), **kwargs)
 
 
 def config_changes(cls: type[StrictConfig], args: argparse.Namespace) -> dict[str, Any]:
-    """The fields the command line sets: --set's, then every argument stored under a field's name that was given
+    """The settings the command line sets: --set's, then every argument stored under a setting's dest that was given
     (a flag wins over --set). A generated flag is in `args` only when given (so a command's default run directory
     does not change when a config gains a field); a shared option's None means it was not given."""
     changes = parse_sets(getattr(args, "set", None) or [])
-    for name in cls.model_fields:
-        value = getattr(args, name, None)
+    for dest, (key, _) in flag_fields(cls).items():
+        value = getattr(args, dest, None)
         if value is not None:
-            changes[name] = value
+            changes.pop(key, None)
+            changes[key] = value
     return changes
 
 

@@ -94,7 +94,8 @@ def add_study_parser(sub: Any) -> None:
     p.add_argument("--blueprints-from-selection", action="store_true",
                    help="train the policies to germinate only the blueprints of the chosen best-fixed")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override one TrainingConfig field of the preset; VALUE is parsed as JSON (repeatable)")
+                   help="override one TrainingConfig setting of the preset (by its name or dotted key); VALUE is "
+                        "parsed as JSON (repeatable)")
     p.add_argument("--device", help="policy and env device: 'auto', 'cpu' or 'cuda:N'")
     p.add_argument("--devices", nargs="+", help="env devices, round-robin (default: --device)")
     p.add_argument("--tie-threshold", type=float_in(0.0, 100.0),
@@ -149,5 +150,5 @@ def _print_result(args: argparse.Namespace, result: StudyResult) -> int:
         print_command("TensorBoard:     ", [["tensorboard"], ["--logdir", path]])
     preset = STUDY_PRESETS[args.preset or "quick"]
     if preset.workflow_demo:
-        console.print("\n" + demo_note(preset, result.config.max_epochs), highlight=False)
+        console.print("\n" + demo_note(preset, result.config.episode.max_epochs), highlight=False)
     return EXIT_OK

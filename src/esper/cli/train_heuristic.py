@@ -58,8 +58,8 @@ def cmd_train_heuristic(args: argparse.Namespace) -> int:
     config = {"task": plan.task.name, "episodes": args.episodes, "max_epochs": args.max_epochs,
               "slots": list(args.slots), "max_seeds": args.max_seeds, "seed": args.seed,
               "max_train_samples": args.max_train_samples, "max_val_samples": args.max_val_samples,
-              "max_test_samples": args.max_test_samples, "batch_size": plan.batch_size,
-              "lr_schedule": plan.lr_schedule, "augment": plan.augment,
+              "max_test_samples": args.max_test_samples, "batch_size": plan.episode.batch_size,
+              "lr_schedule": plan.episode.lr_schedule, "augment": plan.episode.augment,
               "reward_family": args.reward_family, "param_cost": args.param_cost, "charge": args.charge,
               "compute_cost": args.compute_cost}
     runtime = runtime_info(args, plan)

@@ -42,6 +42,7 @@ from esper.data.tasks import DataCache, get_task_spec
 from esper.datagen.loader import load_transitions
 from esper.datagen.reader import MANIFEST_FILE, require_not_run_directory
 from esper.env.rewards import RewardFamily
+from esper.env.setting import EpisodeSetting
 from esper.evaluation.comparison import parse_controllers, run_comparison
 from esper.evaluation.episodes import EpisodePlan
 from esper.evaluation.run_data import data_record
@@ -187,18 +188,19 @@ def evaluate_live(args: argparse.Namespace, config: IQLConfig, settings: dict[st
     """static, heuristic and the IQL policy on paired episodes of the dataset's setting."""
     task = get_task_spec(str(settings["task"]))
     devices = resolve_devices(config.device, None)
-    plan = EpisodePlan(task=task, slots=("early", "mid", "late"), max_epochs=int(settings["max_epochs"]),
-                       max_seeds=None, seed=config.seed, devices=devices,
-                       batch_size=task.default_batch_size, max_train_samples=settings.get("max_train_samples"),
-                       max_val_samples=settings.get("max_val_samples"), param_cost=settings.get("param_cost"),
-                       augment=None if settings.get("augment") is None else parse_augment(settings["augment"]))
+    episode = EpisodeSetting(task=task.name, max_epochs=int(settings["max_epochs"]),
+                             max_train_samples=settings.get("max_train_samples"),
+                             max_val_samples=settings.get("max_val_samples"),
+                             augment=None if settings.get("augment") is None else parse_augment(settings["augment"]),
+                             batch_size=task.default_batch_size)
+    plan = EpisodePlan(episode=episode, seed=config.seed, devices=devices, param_cost=settings.get("param_cost"))
     cache = DataCache(data_options(args))
     specs = parse_controllers(["static", "heuristic", f"iql:{checkpoint}"])
     shutil.rmtree(path, ignore_errors=True)  # a rerun evaluates again from scratch
     run_dir = RunDirectory(path)
     run_dir.write_config("compare", args.argv, {"controllers": [s.label for s in specs], "episodes":
                                                 args.eval_episodes, "dataset_settings": settings},
-                         data_record(task, plan.augment))
+                         data_record(task, plan.episode.augment))
     try:
         result = run_comparison(specs, plan, args.eval_episodes, cache, run_dir=run_dir)
     finally:

@@ -18,6 +18,7 @@ from esper.cli.common import (
     EXIT_OK,
     SCALE_FIELDS,
     USER_ERRORS,
+    WORKER_FIELDS,
     add_scale_options,
     add_shared_options,
     add_worker_options,
@@ -40,17 +41,18 @@ from esper.evaluation.param_cost import resolve_auto_cost
 from esper.evaluation.ppo_runs import TrainingDir, open_training_dir, training_result_lines
 from esper.execution.devices import env_device_map, resolve_devices
 from esper.execution.plugins import loaded_plugins
+from esper.execution.workers import WorkerOptions
 from esper.leyline.errors import UserInputError
 from esper.nissa import ProgressBackend, trim_event_log
-from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config
+from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config, saved_config
 from esper.simic.ppo.config import PRESETS, TrainingConfig, charge_fields, family_fields
 from esper.simic.ppo.train import PPORun, train_ppo
 from esper.storage.rundir import checkpoint_file, checkpoints_dir, default_run_dir, run_dir_of
 from esper.storage.rundirs import discard_on_error
 
 PRESET_FIELDS = frozenset(k for preset in PRESETS.values() for k in preset)
-FLAGS_ELSEWHERE = frozenset({*SCALE_FIELDS, "augment", "seed", "workers", "threads", "executor", "ray_address"})
-"""TrainingConfig fields whose flags the shared option groups add (scale and augmentation, seed, workers)."""
+FLAGS_ELSEWHERE = frozenset({*SCALE_FIELDS, "seed", *WORKER_FIELDS, "threads"})
+"""TrainingConfig settings whose flags the shared option groups add (scale and augmentation, seed, workers)."""
 
 
 def add_ppo_parser(sub: Any) -> None:
@@ -67,8 +69,9 @@ def add_ppo_parser(sub: Any) -> None:
 
 
 def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The TrainingConfig fields the command line sets (a flag wins over --set of the same field)."""
-    return config_changes(TrainingConfig, args)  # the worker flags are stored under their fields' names too
+    """The TrainingConfig settings the command line sets, by dotted key (a flag wins over --set of the same setting);
+    an unknown or ambiguous key is refused here."""
+    return TrainingConfig.dotted(config_changes(TrainingConfig, args))  # the worker flags too, stored by their names
 
 
 def preset_of(args: argparse.Namespace) -> str:
@@ -89,7 +92,7 @@ def effective_config(args: argparse.Namespace) -> TrainingConfig:
     config = TrainingConfig.preset(preset_of(args))
     if args.config_json is not None:
         config = TrainingConfig.from_json(args.config_json, base=config)
-    overrides = charge_fields(config, flag_overrides(args))
+    overrides = charge_fields(config.reward, flag_overrides(args))
     if isinstance(overrides.get("family"), str):
         overrides = family_fields(get_family(overrides["family"]), overrides)
     return resolve_auto_cost(config.with_overrides(**overrides), data_options(args), console.print)
@@ -120,7 +123,7 @@ def _resume_target(args: argparse.Namespace) -> Path | None:
 def _config_for_resume(args: argparse.Namespace, checkpoint: Path, requested: TrainingConfig | None) -> TrainingConfig:
     """The checkpoint's config is authoritative; flags may only change the resumable fields (`requested`: the
     command's own config, None under --resume, where the flags apply to the saved one)."""
-    saved = TrainingConfig.from_dict(read_policy_checkpoint(checkpoint)["config"])
+    saved = saved_config(read_policy_checkpoint(checkpoint), checkpoint)
     if requested is None:
         requested = resolve_auto_cost(saved.with_overrides(**flag_overrides(args)), data_options(args), console.print)
     return resume_config(saved, requested)
@@ -138,25 +141,25 @@ def recorded_preset(run_dir: Path) -> str | None:
 
 def config_table(config: TrainingConfig) -> Table:
     table = Table(title="Effective TrainingConfig", show_header=False)
-    for key, value in config.to_dict().items():
+    for key, value in config.dotted_dict().items():
         table.add_row(key, json.dumps(value))
     return table
 
 
 def config_summary(config: TrainingConfig, preset: str | None) -> str:
-    """One line: the preset and every field that differs from it (the full table is printed at --telemetry-level
+    """One line: the preset and every setting that differs from it (the full table is printed at --telemetry-level
     debug and stored in config.json)."""
-    base = TrainingConfig.preset(preset).to_dict() if preset in PRESETS else TrainingConfig().to_dict()
-    changed = [f"{k}={json.dumps(v)}" for k, v in config.to_dict().items() if base.get(k) != v]
+    base = (TrainingConfig.preset(preset) if preset in PRESETS else TrainingConfig()).dotted_dict()
+    changed = [f"{k}={json.dumps(v)}" for k, v in config.dotted_dict().items() if base.get(k) != v]
     return (f"Config: preset {preset or '—'}" + (f"; changed: {', '.join(changed)}" if changed else "")
             + " (full config in config.json)")
 
 
-def device_summary(config: TrainingConfig) -> str:
+def device_summary(n_envs: int, execution: WorkerOptions) -> str:
     """Env → device as counts per device ("Envs: 4 (cpu×4)"), one line however many envs."""
-    mapping = [str(d) for d in env_device_map(config.n_envs, resolve_devices(config.device, config.devices))]
+    mapping = [str(d) for d in env_device_map(n_envs, resolve_devices(execution.device, execution.devices))]
     counts = {d: mapping.count(d) for d in dict.fromkeys(mapping)}
-    return f"Envs: {config.n_envs} ({', '.join(f'{d}×{n}' for d, n in counts.items())})"
+    return f"Envs: {n_envs} ({', '.join(f'{d}×{n}' for d, n in counts.items())})"
 
 
 class StopAfterStep:
@@ -184,36 +187,38 @@ class StopAfterStep:
 def print_training_setting(config: TrainingConfig, *, preset: str | None, debug: bool) -> None:
     """The config (in full at debug level) and the envs' devices."""
     console.print(config_table(config) if debug else config_summary(config, preset))
-    console.print(device_summary(config))
+    console.print(device_summary(config.ppo.n_envs, config.execution))
 
 
 def print_training_start(config: TrainingConfig, progress: ProgressBackend, *, preset: str | None, debug: bool,
                          episodes_done: int) -> None:
     """`print_training_setting`, and the progress display's training phase started."""
     print_training_setting(config, preset=preset, debug=debug)
-    progress.start("training", config.total_episodes() * config.max_epochs, done=episodes_done * config.max_epochs,
-                   round_size=config.n_envs)
+    ppo, max_epochs = config.ppo, config.episode.max_epochs
+    progress.start("training", ppo.total_episodes() * max_epochs, done=episodes_done * max_epochs,
+                   round_size=ppo.n_envs)
 
 
 def compare_hint(config: TrainingConfig, run: Path) -> list[list[str]]:
     """An `esper compare` of the trained policy in exactly the setting it learned in (every setting that changes the
     result, the plugins it was trained with included), on the held-out evaluation seeds of its base seed (a seed stream
     its training never draws from); a policy trained across a family on its first held-out type."""
-    task, cap = config.task, config.max_train_samples
-    cost = None if config.family is not None else config.charged_param_cost()  # a held-out type's is only logged
-    charge = [] if config.charge == "param" else [["--charge", config.charge]]
+    episode, reward = config.episode, config.reward
+    task, cap = episode.task, episode.max_train_samples
+    cost = None if config.family is not None else reward.charged_param_cost()  # a held-out type's is only logged
+    charge = [] if reward.charge == "param" else [["--charge", reward.charge]]
     if config.family is not None:
         family = get_family(config.family)
         held = family.held_out_types[0]
         task, cap = family_task(family, held), held.max_train_samples
     groups = [["esper", "compare"], ["--controllers", "static", "heuristic", f"ppo:{run}"], ["--task", task],
               *(["--plugin", p] for p in loaded_plugins() if not p.startswith("ep:")),
-              ["--max-epochs", str(config.max_epochs)], ["--slots", *config.slots],
-              ["--reward-family", config.reward_family.value], ["--seed", str(config.seed)],
-              ["--batch-size", str(config.batch_size)], ["--lr-schedule", config.lr_schedule], *charge]
-    for flag, value in (("--max-train-samples", cap), ("--max-val-samples", config.max_val_samples),
-                        ("--max-seeds", config.max_seeds), ("--param-cost", cost),
-                        ("--compute-cost", config.charged_compute_cost()), ("--augment", config.augment)):
+              ["--max-epochs", str(episode.max_epochs)], ["--slots", *episode.slots],
+              ["--reward-family", reward.reward_family.value], ["--seed", str(config.seed)],
+              ["--batch-size", str(episode.batch_size)], ["--lr-schedule", episode.lr_schedule], *charge]
+    for flag, value in (("--max-train-samples", cap), ("--max-val-samples", episode.max_val_samples),
+                        ("--max-seeds", episode.max_seeds), ("--param-cost", cost),
+                        ("--compute-cost", reward.charged_compute_cost()), ("--augment", episode.augment)):
         if value is not None:
             groups.append([flag, str(value)])
     return groups
@@ -222,12 +227,14 @@ def compare_hint(config: TrainingConfig, run: Path) -> list[list[str]]:
 def cmd_train_ppo(args: argparse.Namespace) -> int:
     requested = effective_config(args) if args.resume is None else None
     if args.run_dir is None and requested is not None:  # the same command finds (and continues) its own directory
-        args.run_dir = default_run_dir(args.runs_root, "ppo", requested.task, requested.seed, run_settings(args))
+        args.run_dir = default_run_dir(args.runs_root, "ppo", requested.episode.task, requested.seed,
+                                       run_settings(args))
     checkpoint = _resume_target(args)
     config = _config_for_resume(args, checkpoint, requested) if checkpoint is not None else \
         requested or effective_config(args)
     episodes_done = int(read_policy_checkpoint(checkpoint)["episodes_completed"]) if checkpoint is not None else 0
-    cache = preload_data(args, get_task_spec(config.task), resolve_devices(config.device, config.devices),
+    execution = config.execution
+    cache = preload_data(args, get_task_spec(config.episode.task), resolve_devices(execution.device, execution.devices),
                          ("train", "val"))
     path = run_dir_of(checkpoint) if checkpoint is not None else args.run_dir
     preset = recorded_preset(path) if checkpoint is not None else preset_of(args)
@@ -246,7 +253,7 @@ def cmd_train_ppo(args: argparse.Namespace) -> int:
                                  episodes_done=episodes_done)
             with stop.installed():  # Ctrl+C: stop after the current step (the last batch checkpoint stays)
                 result = train_ppo(config, run)
-            for line in training_result_lines(config, run, result, stopped=stop.requested):
+            for line in training_result_lines(config.ppo.n_episodes, run, result, stopped=stop.requested):
                 console.print(line)
     if stop.requested:
         if (run_dir.checkpoints / "latest.pt").exists():

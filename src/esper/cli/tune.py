@@ -94,8 +94,8 @@ def _phase_runner(args: argparse.Namespace, settings: dict[str, Any], cache: Dat
                 "command": "tune heuristic", "task": phase.plan.task.name, "topology": phase.plan.task.topology,
                 "n_envs": len(phase.specs), "controllers": phase.labels, "n_episodes": phase.seeds,
                 "config": config, "reward": phase.plan.describe_reward(), "augmentation": runtime["augmentation"]})
-            progress.start(phase.name, phase.seeds * len(phase.specs) * phase.plan.max_epochs,
-                           done=(resume.episodes_done if resume is not None else 0) * phase.plan.max_epochs)
+            progress.start(phase.name, phase.seeds * len(phase.specs) * phase.plan.episode.max_epochs,
+                           done=(resume.episodes_done if resume is not None else 0) * phase.plan.episode.max_epochs)
             return run_comparison(parse_controllers(phase.specs), phase.plan, phase.seeds, cache, sink=hub,
                                   run_dir=run_dir, labels=phase.labels, resume=resume)
     return run
@@ -108,7 +108,7 @@ def _open(path: Path, args: argparse.Namespace, settings: dict[str, Any], plan: 
     if prepare_run_dir(path, command="tune heuristic", overwrite=args.overwrite, resumable=holds_results) == "new":
         run_dir = RunDirectory(path)
         run_dir.write_config("tune heuristic", args.argv, settings, {"data_dir": str(args.data_dir),
-                                                                     **data_record(plan.task, plan.augment)})
+                                                                     **data_record(plan.task, plan.episode.augment)})
         return run_dir, True
     check_same_arguments(path, recorded_config(path), settings)
     console.print(f"Resuming {path}: finished trials are reused")

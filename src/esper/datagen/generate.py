@@ -21,7 +21,6 @@ from typing import Any, ClassVar
 from pydantic import ConfigDict, Field, StrictInt, field_validator
 from torch import nn
 
-from esper.data.augment import AugmentChoice
 from esper.data.optim import OptimizerSpec
 from esper.data.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
 from esper.datagen.architectures import create_model
@@ -32,12 +31,12 @@ from esper.datagen.schema import SCHEMA_VERSION
 from esper.env import EnvSpec, EpochData, MorphoEnv, run_episodes
 from esper.env.charges import ParamCost, charged_cost
 from esper.env.rewards import RewardConfig, RewardFamily, RewardFn, compute_reward, reward_config
+from esper.env.setting import EpisodeScale
 from esper.execution.devices import resolve_device
 from esper.leyline import CANONICAL_SLOTS
 from esper.leyline.constants import DEFAULT_GAMMA, MAX_SAMPLES
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import derive_seed
-from esper.leyline.strict_config import EpisodeLength, StrictConfig
 from esper.tamiyo import StaticPolicy
 
 __all__ = ["STORED_FAMILY", "EpisodeSetup", "GenerateOptions", "datagen_task", "datagen_task_name", "episode_setup",
@@ -56,24 +55,23 @@ def datagen_task_name(task: str) -> str:
     return spec.name
 
 
-class GenerateOptions(StrictConfig):
-    """Generation-wide settings (the same for every episode of a dataset) and where the data lives.
+class GenerateOptions(EpisodeScale):
+    """Generation-wide settings (the same for every episode of a dataset) and where the data lives: the episodes'
+    scale (task, episode length, sample caps, augmentation; each environment preset brings the rest of the setting),
+    the gap reward's λ_p and the data directory.
 
-    `param_cost` is the gap reward's λ_p (pp per 100 % added parameters); `for_task` fills it from the task's
-    value measured at the sample cap nearest `max_train_samples`. `augment` is the training batches' augmentation
-    (None: the task's own). Everything but the data location shapes the episodes, so `settings()` enters the matrix
-    hash.
+    `param_cost` is λ_p (pp per 100 % added parameters); `for_task` fills it from the task's value measured at the
+    sample cap nearest `max_train_samples`. Everything but the data location shapes the episodes, so `settings()`
+    enters the matrix hash.
     """
 
     model_config = ConfigDict(frozen=True)
     KIND: ClassVar[str] = "generation option"
 
     task: str
-    param_cost: ParamCost
-    max_epochs: EpisodeLength = DEFAULT_MAX_EPOCHS
     max_train_samples: StrictInt | None = Field(default=None, ge=2, le=MAX_SAMPLES)
     max_val_samples: StrictInt | None = Field(default=None, ge=2, le=MAX_SAMPLES)
-    augment: AugmentChoice | None = None
+    param_cost: ParamCost
     data_dir: str = "data"
 
     @field_validator("task")

@@ -6,7 +6,7 @@ the epoch's observations in env order; the caller decides for all of them (so a 
 with every env in one process) and hands the decisions to `apply`, which the hosts execute; `finish` collects the
 results:
 
-    for m in pool.epochs(setting, groups):
+    for m in pool.epochs(recipe, groups):
         ...  # m.steps: the transitions the epoch completed
         if not m.last:
             pool.apply(decide(m.observations))
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Concatenate, TypeVar
 
 from esper.data.tasks import DataCache
-from esper.env.groups import EnvHost, EpisodeSetting, GroupPlan, StepOutcome, wanted_events
+from esper.env.groups import EnvHost, EpisodeRecipe, GroupPlan, StepOutcome, wanted_events
 from esper.env.lockstep import EpochOrderError
 from esper.env.logs import EpisodeResult
 from esper.env.loop import decide_all
@@ -42,7 +42,7 @@ OutcomeCallback = Callable[[list[tuple[StepOutcome, TamiyoDecision]]], None]
 
 @dataclass
 class PoolRun:
-    """The envs' episode results in group order, their final models when the setting kept them, and how many batches
+    """The envs' episode results in group order, their final models when the recipe kept them, and how many batches
     the hosts materialized (once per host and device: it grows with the number of workers)."""
 
     results: list[EpisodeResult]
@@ -111,27 +111,28 @@ class EnvPool:
     def close(self) -> None:
         self.actors.close()
 
-    def epochs(self, setting: EpisodeSetting, groups: Sequence[GroupPlan], *,
+    def epochs(self, recipe: EpisodeRecipe, groups: Sequence[GroupPlan], *,
                sink: TelemetrySink | None = None) -> Iterator[PoolEpoch]:
         """Start fresh episodes for `groups` and measure them one epoch at a time; after every epoch but the last,
         `apply` its decisions before the loop goes on. Leaving the loop early abandons the episodes."""
         parts = _split(groups, len(self.actors))
-        self._call(parts, EnvHost.start, [(setting, part) for part in parts])
+        self._call(parts, EnvHost.start, [(recipe, part) for part in parts])
+        max_epochs = recipe.setting.max_epochs
         offsets = [0]
         for part in parts:
             offsets.append(offsets[-1] + sum(len(g.members) for g in part))
         self._open = call = _Call(parts, offsets, sink)
-        for epoch in range(1, setting.max_epochs + 1):
+        for epoch in range(1, max_epochs + 1):
             call.wanted = wanted_events(sink)
             measured = self._call(parts, EnvHost.measure, [(call.wanted,)] * len(parts))
             steps = [dataclasses.replace(s, position=offsets[i] + s.position)
                      for i, m in enumerate(measured) for s in m.steps]
             _emit_all(sink, [e for m in measured for e in m.events])
-            last = epoch == setting.max_epochs
+            last = epoch == max_epochs
             call.awaiting = not last
             yield PoolEpoch(epoch, last, [o for m in measured for o in m.observations], steps)
             if call.awaiting:
-                raise EpochOrderError(f"Epoch {epoch} of {setting.max_epochs} takes decisions: apply() them before "
+                raise EpochOrderError(f"Epoch {epoch} of {max_epochs} takes decisions: apply() them before "
                                       f"measuring the next one")
         self._conclude(call, [None] * len(parts))
         call.done = True
@@ -156,14 +157,14 @@ class EnvPool:
         return PoolRun([r for f in finished for r in f.results], [m for f in finished for m in f.models],
                        sum(f.batch_loads for f in finished))
 
-    def run(self, setting: EpisodeSetting, groups: Sequence[GroupPlan], controllers: Sequence[TamiyoPolicy], *,
+    def run(self, recipe: EpisodeRecipe, groups: Sequence[GroupPlan], controllers: Sequence[TamiyoPolicy], *,
             sink: TelemetrySink | None = None, on_steps: OutcomeCallback | None = None) -> PoolRun:
         """Run the groups' episodes to the end; `controllers[i]` drives the i-th env in group order."""
         n_envs = sum(len(g.members) for g in groups)
         if len(controllers) != n_envs:
             raise ValueError(f"{n_envs} envs but {len(controllers)} controllers")
         decided: list[TamiyoDecision] = []
-        for m in self.epochs(setting, groups, sink=sink):
+        for m in self.epochs(recipe, groups, sink=sink):
             if on_steps is not None and m.steps:
                 on_steps([(s, decided[s.position]) for s in m.steps])
             if not m.last:

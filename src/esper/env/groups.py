@@ -18,14 +18,13 @@ from typing import Any
 
 import torch
 
-from esper.data.augment import Augment
 from esper.data.batches import SharedBatchIterator
-from esper.data.optim import LRSchedule
 from esper.data.tasks import DataCache, DataOptions, get_task_spec
 from esper.env.env import EnvSpec, MorphoEnv
 from esper.env.lockstep import EpochData, Lockstep
 from esper.env.logs import EpisodeResult
 from esper.env.rewards import RewardConfig, RewardFn, compute_reward
+from esper.env.setting import EpisodeSetting
 from esper.env.step_record import ShapedRewardComponents
 from esper.execution.readout import Readout
 from esper.leyline import EnvObservation, TelemetryEvent, TelemetryEventType
@@ -33,31 +32,23 @@ from esper.storage.checkpoint import model_checkpoint
 from esper.tamiyo import TamiyoDecision
 from esper.tolaria import queue_validation, validate_batch
 
-__all__ = ["EnvHost", "EpisodeSetting", "Finished", "GroupPlan", "Measured", "MemberPlan", "StepOutcome", "TwinEnvPlan",
+__all__ = ["EnvHost", "EpisodeRecipe", "Finished", "GroupPlan", "Measured", "MemberPlan", "StepOutcome", "TwinEnvPlan",
            "wanted_events"]
 
 
 @dataclass(frozen=True)
-class EpisodeSetting:
-    """What a group's episodes share: task, slots, episode length, data caps and the reward computed per step (the
-    call's setting, or the group's own: a run across a task family gives each group its type's).
-    `score_test` scores each final model once on the test split; `keep_models` returns the final models; `augment`
-    is the training batches' augmentation (None: the task's own)."""
+class EpisodeRecipe:
+    """What a group's episodes share: their `setting` (task, slots, seed budget, length, batch, caps, schedule,
+    augmentation, precision), the reward computed per step and its discount (the call's recipe, or the group's own: a
+    run across a task family gives each group its type's). `score_test` scores each final model once on the test split
+    (on `max_test_samples` of it; None: all); `keep_models` returns the final models."""
 
-    task: str
-    slots: tuple[str, ...]
-    max_epochs: int
-    batch_size: int
+    setting: EpisodeSetting
     reward: RewardConfig
     gamma: float
-    max_train_samples: int | None = None
-    max_val_samples: int | None = None
     max_test_samples: int | None = None
-    amp: bool = False
     score_test: bool = False
     keep_models: bool = False
-    lr_schedule: LRSchedule = "constant"
-    augment: Augment | None = None
 
 
 @dataclass(frozen=True)
@@ -68,7 +59,6 @@ class MemberPlan:
     controller: str
     device: str
     episode: int = 0
-    max_seeds: int | None = None
     host_width: float = 1.0
     fixed_modules: tuple[tuple[str, str], ...] = ()
     telemetry: bool = True
@@ -90,9 +80,9 @@ class GroupPlan:
     """Envs sharing one host seed, one data seed (their subsets and batch order) and their static twin.
 
     `twin` is None when the reward needs no twin, the index of the member (a plain static host) that is its own and
-    its peers' twin, or a `TwinEnvPlan` for a twin env of its own. `setting` is the group's own episode setting
-    where it is not the call's (a family's instance type: its task, sample cap and λ_p); its episode length must be
-    the call's, since every env of a call advances one epoch at a time.
+    its peers' twin, or a `TwinEnvPlan` for a twin env of its own. `recipe` is the group's own episode recipe where
+    it is not the call's (a family's instance type: its task, sample cap and λ_p); its episode length must be the
+    call's, since every env of a call advances one epoch at a time.
     """
 
     seed: int
@@ -100,7 +90,7 @@ class GroupPlan:
     members: tuple[MemberPlan, ...]
     twin: TwinEnvPlan | int | None = None
     batch: int = 0
-    setting: EpisodeSetting | None = None
+    recipe: EpisodeRecipe | None = None
 
     @property
     def env_ids(self) -> list[int]:
@@ -131,7 +121,7 @@ class Measured:
 
 @dataclass(frozen=True)
 class Finished:
-    """What `EnvHost.finish` answers: every env's episode result and final model (None unless the setting keeps
+    """What `EnvHost.finish` answers: every env's episode result and final model (None unless the recipe keeps
     models), and how many train and validation batches the host materialized."""
 
     results: list[EpisodeResult]
@@ -177,32 +167,34 @@ class EnvHost:
         self.cache = data if isinstance(data, DataCache) else DataCache(data)  # a host in this process shares the run's
         self.device_override = device_override  # a Ray GPU actor sees its GPU as cuda:0, whatever the caller named
         self.relay = _Relay()
-        self.setting: EpisodeSetting | None = None
-        # one (lockstep, setting) per run of consecutive groups sharing a data seed and a setting
-        self.runs: list[tuple[Lockstep, EpisodeSetting]] = []
+        self.recipe: EpisodeRecipe | None = None
+        # one (lockstep, recipe) per run of consecutive groups sharing a data seed and a recipe
+        self.runs: list[tuple[Lockstep, EpisodeRecipe]] = []
 
     def _device(self, name: str) -> torch.device:
         return torch.device(self.device_override or name)
 
-    def start(self, setting: EpisodeSetting, groups: Sequence[GroupPlan]) -> None:
-        """Build fresh envs for `groups`, kept in group order (consecutive groups of one data seed and setting train
+    def start(self, recipe: EpisodeRecipe, groups: Sequence[GroupPlan]) -> None:
+        """Build fresh envs for `groups`, kept in group order (consecutive groups of one data seed and recipe train
         on one shared batch stream)."""
-        self.setting, self.runs = setting, []
-        runs: list[tuple[int, EpisodeSetting, list[MorphoEnv]]] = []
+        self.recipe, self.runs = recipe, []
+        runs: list[tuple[int, EpisodeRecipe, list[MorphoEnv]]] = []
         for group in groups:
-            own = group.setting or setting
-            if own.max_epochs != setting.max_epochs:
-                raise ValueError(f"a group's episodes last {own.max_epochs} epochs, the call's {setting.max_epochs}")
-            envs = self._build_group(own, group)
+            own = group.recipe or recipe
+            if own.setting.max_epochs != recipe.setting.max_epochs:
+                raise ValueError(f"a group's episodes last {own.setting.max_epochs} epochs, the call's "
+                                 f"{recipe.setting.max_epochs}")
+            envs = self._build_group(own.setting, group)
             if runs and runs[-1][0] == group.data_seed and runs[-1][1] == own:
                 runs[-1][2].extend(envs)
             else:
                 runs.append((group.data_seed, own, envs))
         for data_seed, own, envs in runs:
             devices = sorted({env.spec.device for env in envs}, key=str)
-            data = EpochData.build(get_task_spec(own.task), self.cache, devices, batch_size=own.batch_size,
-                                   seed=data_seed, max_train_samples=own.max_train_samples,
-                                   max_val_samples=own.max_val_samples, augment=own.augment)
+            setting = own.setting
+            data = EpochData.build(get_task_spec(setting.task), self.cache, devices, batch_size=setting.batch_size,
+                                   seed=data_seed, max_train_samples=setting.max_train_samples,
+                                   max_val_samples=setting.max_val_samples, augment=setting.augment)
             self.runs.append((Lockstep(envs, data, _reward_fn(own)), own))
 
     def _build_group(self, setting: EpisodeSetting, group: GroupPlan) -> list[MorphoEnv]:
@@ -216,7 +208,7 @@ class EnvHost:
                            lr_schedule=setting.lr_schedule)
 
         def member_spec(m: MemberPlan) -> EnvSpec:
-            return spec(m.env_id, m.device, telemetry=m.telemetry, episode=m.episode, max_seeds=m.max_seeds,
+            return spec(m.env_id, m.device, telemetry=m.telemetry, episode=m.episode, max_seeds=setting.max_seeds,
                         width=m.host_width, fixed=m.fixed_modules)
 
         twin: MorphoEnv | None = None
@@ -232,7 +224,7 @@ class EnvHost:
 
     def measure(self, wanted: frozenset[TelemetryEventType]) -> Measured:
         """Train, validate and observe every env for the next epoch."""
-        assert self.setting is not None, "start() before measure()"
+        assert self.recipe is not None, "start() before measure()"
         self.relay.wanted = wanted
         measured = [run.measure() for run, _ in self.runs]
         observations = [o for m in measured for o in m.observations]
@@ -256,35 +248,35 @@ class EnvHost:
         return self.relay.drain()
 
     def finish(self) -> Finished:
-        """End the episodes: results test-scored when the setting asks, final models when it keeps them."""
-        assert self.setting is not None
+        """End the episodes: results test-scored when the recipe asks, final models when it keeps them."""
+        assert self.recipe is not None
         results: list[EpisodeResult] = []
         models: list[dict[str, Any] | None] = []
         loads = 0
-        for run, setting in self.runs:
+        for run, recipe in self.runs:
             data = run.data
             loads += sum(data.train.materializations.values()) + sum(data.val.materializations.values())
             finished = [env.result() for env in run.envs]
-            results += _score_test(run.envs, finished, setting, self.cache, data.seed) \
-                if setting.score_test else finished
-            models += [model_checkpoint(env.model, task=setting.task) if setting.keep_models else None
+            results += _score_test(run.envs, finished, recipe, self.cache, data.seed) \
+                if recipe.score_test else finished
+            models += [model_checkpoint(env.model, task=recipe.setting.task) if recipe.keep_models else None
                        for env in run.envs]
         self.runs = []
         return Finished(results, models, loads)
 
 
-def _reward_fn(setting: EpisodeSetting) -> RewardFn:
-    config, gamma = setting.reward, setting.gamma
+def _reward_fn(recipe: EpisodeRecipe) -> RewardFn:
+    config, gamma = recipe.reward, recipe.gamma
     return lambda record: compute_reward(record, config, gamma)
 
 
-def _score_test(envs: Sequence[MorphoEnv], results: Sequence[EpisodeResult], setting: EpisodeSetting,
+def _score_test(envs: Sequence[MorphoEnv], results: Sequence[EpisodeResult], recipe: EpisodeRecipe,
                 cache: DataCache, seed: int) -> list[EpisodeResult]:
     """The envs' results with their final models' test accuracy and loss (one forward pass per test batch, each
     batch materialized once per device for every env on it). Nothing reads the test split before this."""
-    task = get_task_spec(setting.task)
+    task = get_task_spec(recipe.setting.task)
     keys = sorted({env.device_key for env in envs})
-    test = SharedBatchIterator({k: cache.get(task, "test", k, setting.max_test_samples, seed=seed) for k in keys},
+    test = SharedBatchIterator({k: cache.get(task, "test", k, recipe.max_test_samples, seed=seed) for k in keys},
                                task.val_batch_size, shuffle=False)
     for batch in test:
         for env in envs:

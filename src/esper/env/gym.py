@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, ClassVar, SupportsFloat
 
 import numpy as np
-from pydantic import ConfigDict, Field, StrictInt, field_validator, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 try:
     import gymnasium
@@ -51,21 +51,21 @@ try:
 except ImportError as error:  # pragma: no cover - exercised by a subprocess test without the extra
     raise ImportError("MorphoGymEnv needs the optional [gym] extra: pip install 'esper[gym]'") from error
 
-from esper.data.augment import AugmentChoice
 from esper.data.tasks import DataCache, DataOptions, get_task_spec
 from esper.env.charges import ParamCost
 from esper.env.env import EnvSpec, MorphoEnv
 from esper.env.features import FEATURE_RANGE, obs_dim, observation_features
 from esper.env.lockstep import EpochData, Lockstep, MeasuredEpoch
 from esper.env.rewards import RewardFamily, RewardFn, make_reward_fn
+from esper.env.setting import EpisodeSetting
 from esper.execution.devices import resolve_device
 from esper.execution.plugins import load_plugins
 from esper.execution.workers import intra_op_threads
-from esper.leyline import CANONICAL_SLOTS, ActionSpace, EnvObservation, SeedStage, ordered_slots
-from esper.leyline.constants import DEFAULT_BATCH_SIZE_TRAINING, DEFAULT_GAMMA
+from esper.leyline import ActionSpace, EnvObservation, SeedStage
+from esper.leyline.constants import DEFAULT_GAMMA
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import derive_seed
-from esper.leyline.strict_config import BatchSize, EpisodeLength, SampleCap, StrictConfig
+from esper.leyline.strict_config import EpisodeLength, SampleCap
 from esper.tamiyo import TamiyoDecision
 
 __all__ = ["ENV_ID", "ActionMasks", "GymEnvConfig", "InvalidActionError", "MorphoGymEnv", "ValidActionSpace",
@@ -76,8 +76,9 @@ ENV_ID = "esper/Morpho-v0"
 SEED_BOUND = 2**31  # seeds drawn for unseeded resets: plain non-negative ints every layer accepts
 
 
-class GymEnvConfig(StrictConfig):
-    """Everything that defines the episodes of a `MorphoGymEnv`. The defaults are the `quick` CPU setting.
+class GymEnvConfig(EpisodeSetting):
+    """Everything that defines the episodes of a `MorphoGymEnv`: their setting (an `EpisodeSetting`, whose defaults
+    here are the `quick` CPU setting), the device, the gap reward's λ_p, plugins and where the data lies.
 
     `param_cost` is the `gap` reward's λ_p (pp of accuracy per 100 % of added parameters); None takes the task's
     value measured at the sample cap nearest `max_train_samples`. `max_seeds` None allows one seed per enabled slot.
@@ -91,15 +92,11 @@ class GymEnvConfig(StrictConfig):
     FIX: ClassVar[str] = "pass it as a GymEnvConfig field or a gymnasium.make keyword"
 
     task: str = "synthetic"
-    slots: tuple[str, ...] = CANONICAL_SLOTS
     max_epochs: EpisodeLength = 10
-    max_seeds: StrictInt | None = Field(default=None, ge=1, le=len(CANONICAL_SLOTS))
-    batch_size: BatchSize = DEFAULT_BATCH_SIZE_TRAINING
     max_train_samples: SampleCap | None = 2048
     max_val_samples: SampleCap | None = 512
     device: str = "cpu"
     param_cost: ParamCost | None = None
-    augment: AugmentChoice | None = None
     plugins: tuple[str, ...] = ()
     data: DataOptions = Field(default_factory=DataOptions)
 
@@ -110,18 +107,6 @@ class GymEnvConfig(StrictConfig):
         if isinstance(data, dict):
             load_plugins(tuple(data.get("plugins", ())))
         return data
-
-    @field_validator("task")
-    @classmethod
-    def _task(cls, v: str) -> str:
-        return get_task_spec(v).name  # an unknown task names the known ones
-
-    @field_validator("slots")
-    @classmethod
-    def _slots(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        if not v:
-            raise UserInputError(f"Enable at least one slot (of {list(CANONICAL_SLOTS)})")
-        return ordered_slots(v)
 
 
 class InvalidActionError(UserInputError):
@@ -221,7 +206,8 @@ class MorphoGymEnv(gymnasium.Env[np.ndarray, np.int64]):
     def _start(self) -> tuple[np.ndarray, dict[str, Any]]:
         assert self.env_seed is not None
         cfg = self.config
-        spec = EnvSpec(self.task, cfg.slots, cfg.max_epochs, self.env_seed, self.device, max_seeds=cfg.max_seeds)
+        spec = EnvSpec(self.task, cfg.slots, cfg.max_epochs, self.env_seed, self.device, max_seeds=cfg.max_seeds,
+                       amp=cfg.amp, lr_schedule=cfg.lr_schedule)
         twin = MorphoEnv(dataclasses.replace(spec, env_id=1, max_seeds=None), "twin")
         data = EpochData.build(self.task, self._cache, [self.device], batch_size=cfg.batch_size,
                                seed=derive_seed(self.env_seed, "data"),

@@ -21,16 +21,19 @@ from esper.evaluation.results import ComparisonResult
 from esper.evaluation.runs import FINAL, INIT, AggregateRow, aggregate_table, run_labels
 from esper.evaluation.study import StudyObjective
 from esper.leyline.errors import UserInputError
+from esper.leyline.sectioned_config import dotted_items
+from esper.simic.ppo.config import TrainingConfig
 
 __all__ = ["Arm", "ablation_markdown", "ablation_rows", "read_arm"]
 
-_PLACE = ("seed", "device", "devices")
-"""Settings that differ between arms without being what an arm changes."""
+_PLACE = ("seed", "execution.device", "execution.devices")
+"""Settings (by dotted key) that differ between arms without being what an arm changes."""
 
 
 @dataclass(frozen=True)
 class Arm:
-    """A finished study: its name, evaluation comparison, training runs, teacher, objective and training setting."""
+    """A finished study: its name, evaluation comparison, training runs, teacher, objective and training setting (by
+    dotted key)."""
 
     name: str
     result: ComparisonResult
@@ -56,7 +59,18 @@ def read_arm(name: str, study_dir: Path) -> Arm:
     comparison = {k: v for k, v in data.items() if k != "study"}
     return Arm(name, ComparisonResult.from_dict(comparison, source=str(path)), int(study["runs"]), study.get("teacher"),
                None if objective is None else StudyObjective(objective["charge"], float(objective["cost"])),
-               dict(study.get("training") or {}))
+               _training(path, study.get("training") or {}))
+
+
+def _training(path: Path, recorded: Mapping[str, Any]) -> dict[str, Any]:
+    """A study's recorded training setting by dotted key; one recorded before the config had sections is refused."""
+    sections = TrainingConfig.sections()
+    flat = sorted(k for k in recorded if k not in TrainingConfig.model_fields)
+    if flat:
+        raise UserInputError(f"{path} records the training setting of an esper whose config had no sections "
+                             f"({', '.join(flat[:3])}, ... outside {', '.join(sections)}): rerun that study with this "
+                             f"esper to compare it")
+    return dict(dotted_items(recorded, sections))
 
 
 def _differs(arm: Arm, reference: Arm) -> str:

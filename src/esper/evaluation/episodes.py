@@ -14,19 +14,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from esper.data.augment import Augment
-from esper.data.optim import LRSchedule
-from esper.data.tasks import DataCache, TaskSpec
+from esper.data.tasks import DataCache, TaskSpec, get_task_spec
 from esper.env import EpisodeResult
 from esper.env.charges import Charge
 from esper.env.driver import EnvPool
-from esper.env.groups import EpisodeSetting, GroupPlan, MemberPlan, StepOutcome, TwinEnvPlan
+from esper.env.groups import EpisodeRecipe, GroupPlan, MemberPlan, StepOutcome, TwinEnvPlan
 from esper.env.rewards import RewardConfig, RewardFamily, needs_twin, reward_config, reward_summary
+from esper.env.setting import EpisodeSetting
 from esper.evaluation.controllers import all_controllers
 from esper.evaluation.stats import one_sample_pp
 from esper.execution.devices import env_device_map
@@ -40,7 +40,6 @@ from esper.tamiyo import ControllerContext, ControllerSpec, StaticPolicy, Tamiyo
 __all__ = [
     "EpisodePlan",
     "build_controller",
-    "controller_setting",
     "one_test_sample",
     "paired_seeds",
     "run_controller_episodes",
@@ -50,20 +49,13 @@ __all__ = [
 
 @dataclass
 class EpisodePlan:
-    """Everything that makes the episodes of a comparison paired: task, slots, length, seeds, devices, data caps and
-    augmentation."""
+    """Everything that makes the episodes of a comparison paired: the episodes' setting (task, slots, length, caps,
+    batch, schedule, augmentation), seeds, devices, the test sample and the reward logged per decision."""
 
-    task: TaskSpec
-    slots: tuple[str, ...]
-    max_epochs: int
-    max_seeds: int | None
+    episode: EpisodeSetting
     seed: int
     devices: Sequence[torch.device]
-    batch_size: int
-    max_train_samples: int | None = None
-    max_val_samples: int | None = None
     max_test_samples: int | None = None  # None: the whole test split (forward passes only)
-    amp: bool = False
     reward_family: str = RewardFamily.GAP.value
     param_cost: float | None = None  # gap reward's λ_p; None: the task's value measured at the nearest sample cap
     charge: Charge = "param"  # what the gap reward charges: added parameters (λ_p) or training compute (λ_c)
@@ -72,23 +64,23 @@ class EpisodePlan:
     stream: SeedStream = SeedStream.EVALUATION  # selection episodes draw other seeds than evaluation (and training)
     workers: WorkerOptions = field(default_factory=WorkerOptions)  # where the episodes run (never what they compute)
     allow_setting_change: bool = False  # learned policies may run outside the setting they were trained in
-    lr_schedule: LRSchedule = "constant"
     tuned_heuristic: Path | None = None  # the record `heuristic:tuned` runs (a study's own tuned heuristic)
-    augment: Augment | None = None  # the training batches' augmentation; None: the task's own
 
-    def __post_init__(self) -> None:
-        self.task.augment_in_force(self.augment)  # a task without images takes no augmentation
+    @cached_property
+    def task(self) -> TaskSpec:
+        """The task the episodes train on."""
+        return get_task_spec(self.episode.task)
 
     def describe_reward(self) -> str:
         """The reward logged per decision, with the charge's cost it resolves to for this task and sample cap."""
         return reward_summary(self.reward_family, self.task, self.param_cost, charge=self.charge,
-                              compute_cost=self.compute_cost, max_train_samples=self.max_train_samples,
+                              compute_cost=self.compute_cost, max_train_samples=self.episode.max_train_samples,
                               logged_only=True)
 
     def reward_config(self) -> RewardConfig:
         """The reward logged per decision (nothing learns from it: a missing λ leaves the charge out)."""
         return reward_config(self.reward_family, self.task, param_cost=self.param_cost, charge=self.charge,
-                             compute_cost=self.compute_cost, max_train_samples=self.max_train_samples,
+                             compute_cost=self.compute_cost, max_train_samples=self.episode.max_train_samples,
                              logged_only=True)
 
 
@@ -97,21 +89,16 @@ def paired_seeds(plan: EpisodePlan, episode: int) -> tuple[int, int]:
     return episode_seeds(plan.seed, plan.stream, episode)
 
 
-def controller_setting(plan: EpisodePlan) -> dict[str, Any]:
-    """The setting a controller runs in (what a learned policy or a tuned heuristic checks it was made for)."""
-    return {"task": plan.task.name, "max_epochs": plan.max_epochs, "max_train_samples": plan.max_train_samples,
-            "max_val_samples": plan.max_val_samples, "batch_size": plan.batch_size, "lr_schedule": plan.lr_schedule,
-            "augment": plan.task.augment_in_force(plan.augment)}
-
-
 def build_controller(spec: ControllerSpec, plan: EpisodePlan, *, episode: int, index: int) -> TamiyoPolicy:
     """A controller ready for episode `episode`, seeded from (plan seed, episode, its position among the specs)."""
     lifecycle = plan.task.lifecycle
-    context = ControllerContext(space=plan.task.action_space, slots=plan.slots, max_epochs=plan.max_epochs,
+    context = ControllerContext(space=plan.task.action_space, slots=plan.episode.slots,
+                                max_epochs=plan.episode.max_epochs,
                                 seed=paired_seeds(plan, episode)[0], index=index,
                                 seed_training_epochs=max(1, lifecycle.min_training_epochs),
                                 seed_blending_epochs=max(lifecycle.blending_steps, lifecycle.min_blending_epochs),
-                                setting=controller_setting(plan), allow_setting_change=plan.allow_setting_change,
+                                setting=plan.episode.controller_setting(),
+                                allow_setting_change=plan.allow_setting_change,
                                 tuned_heuristic=plan.tuned_heuristic)
     return all_controllers().build(spec, context)
 
@@ -140,8 +127,8 @@ def _paired_group(specs: Sequence[ControllerSpec], names: Sequence[str], plan: E
     members = []
     for i, (controller, name) in enumerate(zip(controllers, names, strict=True)):
         width, fixed = host_variant(controller)
-        members.append(MemberPlan(i, name, str(device_of[i]), episode=episode, max_seeds=plan.max_seeds,
-                                  host_width=width, fixed_modules=fixed))
+        members.append(MemberPlan(i, name, str(device_of[i]), episode=episode, host_width=width,
+                                  fixed_modules=fixed))
     twin: TwinEnvPlan | int | None = None
     if needs_twin(plan.reward_family):
         static = [i for i, c in enumerate(controllers) if isinstance(c, StaticPolicy) and c.host_width == 1.0]
@@ -164,13 +151,9 @@ def run_controller_episodes(
     """Run paired episodes `start` .. `episodes` − 1 of every controller (a resumed run starts past the episodes it
     finished) on the env hosts of `pool`; `labels` (default: the specs' labels) name them. As many episodes as the
     pool has workers run side by side; each episode's steps, results and callback still come in episode order."""
-    task = plan.task
     names = list(labels) if labels is not None else [s.label for s in specs]
-    setting = EpisodeSetting(task.name, plan.slots, plan.max_epochs, plan.batch_size,
-                             plan.reward_config(), plan.gamma,
-                             max_train_samples=plan.max_train_samples, max_val_samples=plan.max_val_samples,
-                             max_test_samples=plan.max_test_samples, amp=plan.amp, score_test=True,
-                             keep_models=keep_models, lr_schedule=plan.lr_schedule, augment=plan.augment)
+    recipe = EpisodeRecipe(plan.episode, plan.reward_config(), plan.gamma, max_test_samples=plan.max_test_samples,
+                           score_test=True, keep_models=keep_models)
     device_of = env_device_map(max(len(specs) + 1, len(plan.devices)), plan.devices)
     results: list[EpisodeResult] = []
     for first in range(start, episodes, len(pool.actors)):
@@ -182,7 +165,7 @@ def run_controller_episodes(
             for step, _ in steps:
                 rows[step.row["episode"]].append(step.row)
 
-        finished = pool.run(setting, [group for group, _ in paired], [c for _, cs in paired for c in cs], sink=sink,
+        finished = pool.run(recipe, [group for group, _ in paired], [c for _, cs in paired for c in cs], sink=sink,
                             on_steps=record)
         assert finished is not None  # nothing asks it to stop early
         for j, episode in enumerate(batch):

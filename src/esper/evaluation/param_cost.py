@@ -31,11 +31,12 @@ from esper.data.optim import LRSchedule
 from esper.data.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
 from esper.env.charges import AUTO_COST, CHARGES, Charge
 from esper.env.driver import EnvPool
+from esper.env.setting import EpisodeSetting
 from esper.evaluation.comparison import host_params, parse_controllers
 from esper.evaluation.episodes import EpisodePlan, run_controller_episodes
 from esper.evaluation.stats import bootstrap_counts, percentile_interval
 from esper.execution.devices import resolve_device
-from esper.leyline import CANONICAL_SLOTS, UserInputError
+from esper.leyline import UserInputError
 from esper.leyline.seeding import SeedStream
 from esper.simic.ppo.config import TrainingConfig
 from esper.storage.rundir import task_slug, write_json_atomic
@@ -120,12 +121,12 @@ def _fit(ratios: list[float], per_width: list[list[float]], seed: int) -> tuple[
 def measure_param_cost(task: TaskSpec, setting: ParamCostSetting, cache: DataCache, *,
                        device: torch.device | None = None, progress: Progress | None = None) -> ParamCostMeasurement:
     """Run the static host at every width of `WIDTHS` for `setting.episodes` paired seeds and fit λ_p and λ_c."""
-    plan = EpisodePlan(task=task, slots=tuple(CANONICAL_SLOTS), max_epochs=setting.max_epochs, max_seeds=None,
-                       seed=setting.seed, devices=[device or torch.device("cpu")], batch_size=setting.batch_size,
-                       lr_schedule=setting.lr_schedule,
-                       max_train_samples=setting.max_train_samples, max_val_samples=setting.max_val_samples,
+    episode = EpisodeSetting(task=task.name, max_epochs=setting.max_epochs, max_train_samples=setting.max_train_samples,
+                             max_val_samples=setting.max_val_samples, augment=setting.augment,
+                             batch_size=setting.batch_size, lr_schedule=setting.lr_schedule)
+    plan = EpisodePlan(episode=episode, seed=setting.seed, devices=[device or torch.device("cpu")],
                        reward_family="contribution",  # static hosts: the reward is irrelevant, and needs no λ_p
-                       stream=SeedStream.CALIBRATION, augment=setting.augment)
+                       stream=SeedStream.CALIBRATION)
     specs = parse_controllers([f"static:{w}" for w in WIDTHS])
     started = time.perf_counter()
 
@@ -168,10 +169,12 @@ def cached_costs(task: TaskSpec, setting: ParamCostSetting, cache: DataCache, da
     return {"param": measured.param_cost, "compute": measured.compute_cost}, path, True
 
 
-def _measured(config: TrainingConfig, charge: Charge, task: str, max_train_samples: int | None, data_dir: Path,
-              cache: DataCache, note: Callable[[str], None]) -> float:
-    setting = ParamCostSetting(task, config.max_epochs, max_train_samples, config.max_val_samples, config.batch_size,
-                               config.lr_schedule, augment=config.augment)
+def _measured(episode: EpisodeSetting, device: str, charge: Charge, task: str, max_train_samples: int | None,
+              data_dir: Path, cache: DataCache, note: Callable[[str], None]) -> float:
+    """λ of `charge` for `episode`'s setting on `task` at `max_train_samples` (a family's type: its own task and cap),
+    measured on `device` or reused from the cache."""
+    setting = ParamCostSetting(task, episode.max_epochs, max_train_samples, episode.max_val_samples,
+                               episode.batch_size, episode.lr_schedule, augment=episode.augment)
     symbol = CHARGES[charge].symbol
 
     def progress(done: int, total: int, elapsed: float) -> None:
@@ -180,9 +183,9 @@ def _measured(config: TrainingConfig, charge: Charge, task: str, max_train_sampl
              f"{elapsed:.0f} s · ETA {elapsed / done * (total - done):.0f} s")
 
     costs, path, measured = cached_costs(get_task_spec(task), setting, cache, data_dir,
-                                         device=resolve_device(config.device), progress=progress)
-    note(f"{symbol} {costs[charge]:.3f} for {task} at {config.max_epochs} epochs, caps {max_train_samples or 'all'} / "
-         f"{config.max_val_samples or 'all'}: {'measured now and cached in' if measured else 'reused from'} {path}")
+                                         device=resolve_device(device), progress=progress)
+    note(f"{symbol} {costs[charge]:.3f} for {task} at {episode.max_epochs} epochs, caps {max_train_samples or 'all'} / "
+         f"{episode.max_val_samples or 'all'}: {'measured now and cached in' if measured else 'reused from'} {path}")
     return costs[charge]
 
 
@@ -190,16 +193,17 @@ def resolve_auto_cost(config: TrainingConfig, data: DataOptions, note: Callable[
     """`config` with a measured (or cached, under `data`'s directory) λ in place of "auto" (λ_p across a family: one
     per training type, in that type's own setting), each measurement's progress and result told to `note`; any other
     config unchanged."""
-    if AUTO_COST not in (config.param_cost, config.compute_cost):
+    episode, reward, device = config.episode, config.reward, config.execution.device
+    if AUTO_COST not in (reward.param_cost, reward.compute_cost):
         return config
     cache = DataCache(data)
-    if config.compute_cost == AUTO_COST:
-        return config.with_overrides(compute_cost=_measured(config, "compute", config.task, config.max_train_samples,
-                                                            data.data_dir, cache, note))
+    if reward.compute_cost == AUTO_COST:
+        return config.with_overrides(**{"reward.compute_cost": _measured(
+            episode, device, "compute", episode.task, episode.max_train_samples, data.data_dir, cache, note)})
     if config.family is None:
-        return config.with_overrides(param_cost=_measured(config, "param", config.task, config.max_train_samples,
-                                                          data.data_dir, cache, note))
+        return config.with_overrides(**{"reward.param_cost": _measured(
+            episode, device, "param", episode.task, episode.max_train_samples, data.data_dir, cache, note)})
     family = get_family(config.family)
-    costs = {t.name: _measured(config, "param", family_task(family, t), t.max_train_samples, data.data_dir, cache,
-                               note) for t in family.training}
-    return config.with_overrides(param_cost=None, type_param_costs=costs)
+    costs = {t.name: _measured(episode, device, "param", family_task(family, t), t.max_train_samples, data.data_dir,
+                               cache, note) for t in family.training}
+    return config.with_overrides(**{"reward.param_cost": None, "reward.type_param_costs": costs})

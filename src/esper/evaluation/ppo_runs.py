@@ -14,7 +14,7 @@ from esper.env.rewards import resolved_cost
 from esper.evaluation.resume import EventFilter
 from esper.evaluation.run_data import data_record
 from esper.execution.devices import resolve_device, resolve_devices
-from esper.simic.ppo.checkpoint import read_policy_checkpoint, trim_logs
+from esper.simic.ppo.checkpoint import read_policy_checkpoint, saved_config, trim_logs
 from esper.simic.ppo.config import TrainingConfig
 from esper.simic.ppo.train import PPORun, PPOTrainingResult
 from esper.storage.rundir import RunDirectory, checkpoints_dir
@@ -67,15 +67,16 @@ def open_training_dir(path: Path, config: TrainingConfig, checkpoint: Path | Non
         return run_dir, batch_event_kept(batches)
     prepare_run_dir(path, command="ppo", overwrite=how.overwrite, resumable=lambda p: False)
     run_dir = RunDirectory(path)
-    devices = resolve_devices(config.device, config.devices)
+    episode, reward, execution = config.episode, config.reward, config.execution
+    task = get_task_spec(episode.task)
     run_dir.write_config("ppo", how.argv, config.to_dict(), {
-        "data_dir": str(cache.options.data_dir), "data_source": data_source(config.task, cache.options),
-        "devices": [str(d) for d in devices],
-        "policy_device": str(resolve_device(config.device)), "preset": preset,
-        "telemetry_level": how.telemetry_level, **data_record(get_task_spec(config.task), config.augment),
-        **({"param_cost": config.type_param_costs} if config.family is not None else resolved_cost(
-            config.reward_family, get_task_spec(config.task), config.charged_param_cost(), charge=config.charge,
-            compute_cost=config.charged_compute_cost(), max_train_samples=config.max_train_samples))})
+        "data_dir": str(cache.options.data_dir), "data_source": data_source(episode.task, cache.options),
+        "devices": [str(d) for d in resolve_devices(execution.device, execution.devices)],
+        "policy_device": str(resolve_device(execution.device)), "preset": preset,
+        "telemetry_level": how.telemetry_level, **data_record(task, episode.augment),
+        **({"param_cost": reward.type_param_costs} if config.family is not None else resolved_cost(
+            reward.reward_family, task, reward.charged_param_cost(), charge=reward.charge,
+            compute_cost=reward.charged_compute_cost(), max_train_samples=episode.max_train_samples))})
     return run_dir, None
 
 
@@ -84,16 +85,16 @@ def saved_run(train_dir: Path) -> tuple[TrainingConfig, Path] | None:
     latest = checkpoints_dir(train_dir) / "latest.pt"
     if not latest.exists():
         return None
-    return TrainingConfig.from_dict(read_policy_checkpoint(latest)["config"]), latest
+    return saved_config(read_policy_checkpoint(latest), latest), latest
 
 
-def training_result_lines(config: TrainingConfig, run: PPORun, result: PPOTrainingResult, *, stopped: bool
-                          ) -> list[str]:
-    """What a call of `train_ppo` did: nothing (a finished run), and the batches, episodes and best accuracy so far."""
+def training_result_lines(n_episodes: int, run: PPORun, result: PPOTrainingResult, *, stopped: bool) -> list[str]:
+    """What a call of `train_ppo` did (`n_episodes`: the episodes it was asked for): nothing (a finished run), and the
+    batches, episodes and best accuracy so far."""
     lines = []
     if run.resume_from is not None and not result.history and not stopped:
         lines.append(f"Nothing to train: this run already completed {result.episodes_completed} episodes "
-                     f"(--episodes {config.n_episodes}).")
+                     f"(--episodes {n_episodes}).")
     best = f"{result.best_rolling_accuracy:.2f}%" if result.batches_completed else "—"
     lines.append(f"Batches: {result.batches_completed}, episodes: {result.episodes_completed}, best rolling "
                  f"accuracy: {best}")

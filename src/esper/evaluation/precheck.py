@@ -41,8 +41,10 @@ def type_config(config: TrainingConfig, family: Family, itype: InstanceType) -> 
     """The study's setting on one instance type: its task and sample cap (a single-task setting, not a run across the
     family). The reward is only logged here (no policy learns from it), so it charges no λ_p; nothing selection runs
     is the policy's, so no blueprints either."""
-    return config.with_overrides(task=family_task(family, itype), max_train_samples=itype.max_train_samples,
-                                 family=None, param_cost=None, type_param_costs=None, blueprints=None)
+    return config.with_overrides(**{"episode.task": family_task(family, itype),
+                                    "episode.max_train_samples": itype.max_train_samples, "family": None,
+                                    "reward.param_cost": None, "reward.type_param_costs": None,
+                                    "ppo.blueprints": None})
 
 
 def _mean(values: Sequence[float]) -> float:

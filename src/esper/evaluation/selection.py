@@ -128,7 +128,8 @@ def run_selection(plan: EpisodePlan, path: Path, seeds: int, run_phase: PhaseRun
     def run_round(n: int, candidates: list[str]) -> ComparisonResult:
         return run_phase(Phase(f"selection round {n}", path / f"round-{n}", plan, candidates, candidates, seeds))
 
-    selection = greedy_selection(plan.task.action_space, plan.slots, plan.max_seeds or len(plan.slots), run_round,
+    slots = plan.episode.slots
+    selection = greedy_selection(plan.task.action_space, slots, plan.episode.max_seeds or len(slots), run_round,
                                  kinds=kinds)
     write_text_atomic(path / SUMMARY, selection_markdown(selection.rounds, selection.chosen))
     return selection

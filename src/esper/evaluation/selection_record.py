@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, JsonValue, StrictFloat, StrictInt
 
 import esper
-from esper.evaluation.episodes import EpisodePlan, controller_setting
+from esper.evaluation.episodes import EpisodePlan
 from esper.evaluation.runs import Cost
 from esper.evaluation.selection import Selection
 from esper.evaluation.study import TUNED_HEURISTIC
@@ -102,8 +102,10 @@ class SelectionRecord(StrictConfig):
 def selection_setting(plan: EpisodePlan) -> dict[str, Any]:
     """What the selection's episodes are a function of (where they run is not): a record made in another setting
     chose among other episodes."""
-    return {**controller_setting(plan), "slots": list(plan.slots), "max_seeds": plan.max_seeds, "seed": plan.seed,
-            "stream": plan.stream.value, "reward_family": plan.reward_family, "gamma": plan.gamma, "amp": plan.amp}
+    episode = plan.episode
+    return {**episode.controller_setting(), "slots": list(episode.slots), "max_seeds": episode.max_seeds,
+            "seed": plan.seed, "stream": plan.stream.value, "reward_family": plan.reward_family, "gamma": plan.gamma,
+            "amp": episode.amp}
 
 
 def _rows(selection: Selection) -> list[CandidateRow]:

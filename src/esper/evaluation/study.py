@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from esper.data.tasks import DataCache, get_task_spec
+from esper.data.tasks import DataCache
 from esper.env import EpisodeResult
 from esper.env.rewards import needs_twin
 from esper.evaluation.comparison import ComparisonResult, check_controllers, parse_controllers, run_comparison
@@ -103,28 +103,23 @@ def replay_seed_count(selection_seeds: int) -> int:
 
 def evaluation_plan(config: TrainingConfig, stream: SeedStream = SeedStream.EVALUATION,
                     max_test_samples: int | None = None, *, allow_setting_change: bool = False) -> EpisodePlan:
-    """Paired episodes in the training setting (task, slots, episode length, caps, augmentation and reward) on the
-    seeds of `stream`: the held-out evaluation stream, or the selection stream where best-fixed and best-rule are
-    chosen and replays are read (so nothing reported was chosen on the episodes it is reported on). Neither shares a
-    seed with any training run. `config` is the study's base config (run 0's)."""
-    task = get_task_spec(config.task)
+    """Paired episodes in the training setting (the episodes' setting, the reward logged, the seed and where they run)
+    on the seeds of `stream`: the held-out evaluation stream, or the selection stream where best-fixed and best-rule
+    are chosen and replays are read (so nothing reported was chosen on the episodes it is reported on). Neither shares
+    a seed with any training run. `config` is the study's base config (run 0's); the policy's own settings (its
+    blueprints among them) are not the plan's: every controller runs in the plan."""
+    reward, execution = config.reward, config.execution
     return EpisodePlan(
-        task=task, slots=tuple(config.slots), max_epochs=config.max_epochs, max_seeds=config.max_seeds,
-        seed=config.seed, devices=resolve_devices(config.device, config.devices), batch_size=config.batch_size,
-        max_train_samples=config.max_train_samples, max_val_samples=config.max_val_samples,
-        max_test_samples=max_test_samples, amp=config.amp, reward_family=config.reward_family.value,
-        param_cost=config.charged_param_cost(), charge=config.charge, compute_cost=config.charged_compute_cost(),
-        gamma=config.gamma, stream=stream,
-        workers=config.worker_options(), allow_setting_change=allow_setting_change, lr_schedule=config.lr_schedule,
-        augment=config.augment,
+        episode=config.episode, seed=config.seed, devices=resolve_devices(execution.device, execution.devices),
+        max_test_samples=max_test_samples, reward_family=reward.reward_family.value,
+        param_cost=reward.charged_param_cost(), charge=reward.charge, compute_cost=reward.charged_compute_cost(),
+        gamma=reward.gamma, stream=stream, workers=execution, allow_setting_change=allow_setting_change,
     )
 
 
 def selection_plan(config: TrainingConfig, max_test_samples: int | None = None) -> EpisodePlan:
-    """The selection seeds' episodes in the study's setting. Nothing selection runs is the policy's, so the plan (and
-    the setting its phases record) leaves out the policy's blueprints: the same selection serves a study before and
-    after --blueprints-from-selection has made its choice."""
-    return evaluation_plan(config.with_overrides(blueprints=None), SeedStream.SELECTION, max_test_samples)
+    """The selection seeds' episodes in the study's setting."""
+    return evaluation_plan(config, SeedStream.SELECTION, max_test_samples)
 
 
 def replay_source_phases(path: Path, plan: EpisodePlan, train_dirs: Sequence[Path], seeds: int) -> list[Phase]:
@@ -137,7 +132,7 @@ def replay_source_phases(path: Path, plan: EpisodePlan, train_dirs: Sequence[Pat
 def training_cost(config: TrainingConfig, train_dir: Path, twin_episode: Cost) -> Cost:
     """What training run `train_dir` cost: its episodes plus the static twin each group trained beside them."""
     episodes = read_rows(train_dir / EpisodeResult.FILE, EpisodeResult)
-    twins = len(episodes) // config.group_size if needs_twin(config.reward_family) else 0
+    twins = len(episodes) // config.ppo.group_size if needs_twin(config.reward.reward_family) else 0
     return episodes_cost(episodes, twins, twin_episode)
 
 

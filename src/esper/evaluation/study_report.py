@@ -56,7 +56,7 @@ def demo_note(preset: StudyPreset, epochs: int) -> str:
     """What a workflow-demo study of `epochs`-epoch episodes (its own, `--set max_epochs` included) shows and what it
     cannot, and the command that gives a result instead. The preset's episodes are too short for any seed to finish
     its lifecycle, so shorter ones are too; of longer ones only the demo's size is known to say nothing."""
-    own = TrainingConfig.preset(preset.training).max_epochs
+    own = TrainingConfig.preset(preset.training).episode.max_epochs
     why = ("are too short for any seed to finish its lifecycle, so the heuristic ends where static does and the policy "
            "is not expected to beat static" if epochs <= own else
            f"are longer than the preset's {own}, but a demo's few training episodes and seeds cannot tell what growth "

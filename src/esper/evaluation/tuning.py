@@ -29,7 +29,7 @@ from typing import Any
 import optuna
 
 import esper
-from esper.evaluation.episodes import EpisodePlan, controller_setting
+from esper.evaluation.episodes import EpisodePlan
 from esper.evaluation.phases import Phase, PhaseRunner
 from esper.evaluation.results import ComparisonResult
 from esper.evaluation.runs import Cost, add_costs, episodes_cost
@@ -127,7 +127,7 @@ class _Search:
         """Trial `number`: its candidate record, its phase (reused when earlier thresholds were the same), its score."""
         digest = hashlib.sha256(json.dumps(thresholds, sort_keys=True).encode()).hexdigest()[:8]
         candidate = self.path / "candidates" / f"{digest}.json"
-        setting = TunedSetting.model_validate(controller_setting(self.plan))
+        setting = TunedSetting.model_validate(self.plan.episode.controller_setting())
         write_json_atomic(candidate, HeuristicRecord(thresholds=thresholds, setting=setting).to_dict())
         label = f"heuristic:{digest}"
         phase = Phase(f"tuning trial {number}", self.path / "trials" / digest, self.plan, [f"heuristic:{candidate}"],
@@ -154,7 +154,7 @@ def tune_heuristic(plan: EpisodePlan, path: Path, seeds: int, budget_env_epochs:
     `budget_env_epochs`, each phase run by `run_phase` in `path`; the record is saved (atomically) at `record_path`
     (default `path`/tuned-heuristic.json) naming `command`, and the trials' table in `path`/trials.md."""
     space = SearchSpace.of(plan)
-    trials = trial_count(budget_env_epochs, seeds, plan.max_epochs)
+    trials = trial_count(budget_env_epochs, seeds, plan.episode.max_epochs)
     static = run_phase(Phase("tuning: static baseline", path / STATIC, plan, [STATIC], [STATIC], seeds))
     search = _Search(plan, path, seeds, run_phase, objective, static)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -178,8 +178,8 @@ def tune_heuristic(plan: EpisodePlan, path: Path, seeds: int, budget_env_epochs:
         seed_stream=plan.stream.value, sampler=f"optuna {optuna.__version__} TPESampler(seed={plan.seed})",
         cost_env_epochs=cost["env_epochs"], cost_gflops=cost["gflops"], command=command,
         esper_commit=esper_commit(), esper_version=esper.__version__)
-    record = HeuristicRecord(thresholds=best.thresholds, setting=TunedSetting.model_validate(controller_setting(plan)),
-                             tuning=summary)
+    setting = TunedSetting.model_validate(plan.episode.controller_setting())
+    record = HeuristicRecord(thresholds=best.thresholds, setting=setting, tuning=summary)
     target = record_path if record_path is not None else path / RECORD_FILE
     write_json_atomic(target, record.to_dict())
     write_text_atomic(path / TRIALS_FILE, trials_markdown(scores, best, objective))

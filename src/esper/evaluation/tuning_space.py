@@ -44,18 +44,18 @@ class SearchSpace:
         """Whether `plan`'s episodes are long enough for a seed to reach probation (else no threshold matters)."""
         heuristic = build_controller(ControllerSpec("heuristic"), plan, episode=0, index=0)
         assert isinstance(heuristic, HeuristicTamiyo)
-        return heuristic.latest_germination_epoch(plan.max_epochs) >= 1
+        return heuristic.latest_germination_epoch(plan.episode.max_epochs) >= 1
 
     @classmethod
     def of(cls, plan: EpisodePlan) -> SearchSpace:
         """The space of `plan`'s setting; refused when its episodes are too short for any seed to be fossilized."""
         heuristic = build_controller(ControllerSpec("heuristic"), plan, episode=0, index=0)
         assert isinstance(heuristic, HeuristicTamiyo)
-        config, last = heuristic.config, plan.max_epochs - 1
-        latest = heuristic.latest_germination_epoch(plan.max_epochs)
+        config, last = heuristic.config, plan.episode.max_epochs - 1
+        latest = heuristic.latest_germination_epoch(plan.episode.max_epochs)
         if not cls.tunable(plan):
-            shortest = plan.max_epochs + 1 - latest
-            raise UserInputError(f"Episodes of {plan.max_epochs} epochs are too short for a seed to reach "
+            shortest = plan.episode.max_epochs + 1 - latest
+            raise UserInputError(f"Episodes of {plan.episode.max_epochs} epochs are too short for a seed to reach "
                                  f"probation on {plan.task.name} (it trains {config.seed_training_epochs} and blends "
                                  f"{config.seed_blending_epochs} epochs), so no threshold changes what the heuristic "
                                  f"does: pass --max-epochs {shortest} or more")
@@ -63,8 +63,8 @@ class SearchSpace:
                     "min_epochs_between_germinations": (1, latest),
                     "cull_after_epochs_without_improvement": (1, last), "stall_training_epochs": (1, last),
                     "embargo_epochs_after_cull": (0, last)}
-        if len(plan.slots) > 1:
-            integers["max_concurrent_seeds"] = (1, len(plan.slots))
+        if len(plan.episode.slots) > 1:
+            integers["max_concurrent_seeds"] = (1, len(plan.episode.slots))
         rotation = tuple(b for b in config.blueprint_rotation[plan.task.topology]
                          if b in plan.task.action_space.buildable)
         choices: dict[str, tuple[Any, ...]] = {"blend_id": tuple(BLEND_IDS)}

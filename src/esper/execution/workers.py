@@ -60,19 +60,24 @@ class WorkerOptions(StrictConfig):
     """Where parallel work runs: `workers` = 0 keeps it in this process; otherwise that many worker processes
     (`executor="process"`) or Ray actors (`executor="ray"`, on the cluster at `ray_address` or a local one).
     `threads`: the intra-op threads of every process of the run, this one included (it decides the float path, so
-    it is the same wherever the work runs). `cuda_devices`: how many CUDA devices the work runs on; Ray actors share
-    them (`gpus_per_worker`), worker processes address them by name.
+    it is the same wherever the work runs). `device`: a learner's device (and the envs' where `devices` names none);
+    `devices`: the env devices, round-robin. Ray actors share the CUDA devices among them (`gpus_per_worker`), worker
+    processes address them by name.
 
     The one place these settings are checked: every command's flags and `TrainingConfig` build one.
     """
 
     KIND: ClassVar[str] = "worker options"
     FIX: ClassVar[str] = "set them with --workers N, --executor {process,ray}, --ray-address and --threads N"
-    workers: Workers = 0
-    executor: Executor = "process"
-    ray_address: str | None = None
-    threads: Threads = 1
-    cuda_devices: StrictInt = Field(default=0, ge=0, le=MAX_WORKERS)
+    workers: Workers = Field(default=0, description="worker processes (or Ray actors) the env groups spread over; 0: "
+                                                    "all in this process")
+    executor: Executor = Field(default="process", description="where workers run: local processes or Ray actors")
+    ray_address: str | None = Field(default=None, description="an existing Ray cluster (default: a local one "
+                                                               "started for the run)")
+    threads: Threads = Field(default=1, description="intra-op threads of every process of the run (its floats depend "
+                                                    "on it; placement does not)")
+    device: str = Field(default="auto", description="policy device: 'auto', 'cpu' or 'cuda:N'")
+    devices: list[str] | None = Field(default=None, description="env devices, round-robin (default: --device)")
 
     @model_validator(mode="after")
     def _placement(self) -> Self:
@@ -80,6 +85,11 @@ class WorkerOptions(StrictConfig):
         if problem:
             raise ValueError(problem)
         return self
+
+    @property
+    def cuda_devices(self) -> int:
+        """How many CUDA devices the work runs on."""
+        return cuda_device_count(self.devices or [self.device])
 
     @property
     def in_process(self) -> bool:

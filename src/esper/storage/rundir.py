@@ -99,6 +99,18 @@ def recorded_command(path: Path) -> str | None:
     return record.get("command") if isinstance(record, dict) and isinstance(record.get("command"), str) else None
 
 
+def _changes(before: dict[str, Any], after: dict[str, Any], prefix: str = "") -> dict[str, list[Any]]:
+    """[before, after] of every value `after` changed, by dotted key through the dicts both hold."""
+    out: dict[str, list[Any]] = {}
+    for key, value in after.items():
+        old = before.get(key)
+        if isinstance(old, dict) and isinstance(value, dict):
+            out.update(_changes(old, value, f"{prefix}{key}."))
+        elif old != value:
+            out[f"{prefix}{key}"] = [old, value]
+    return out
+
+
 def json_safe(value: Any) -> Any:
     """Plain JSON values: non-finite floats become "NaN"/"Infinity"/"-Infinity", unknown objects their str()."""
     if isinstance(value, float):
@@ -220,11 +232,11 @@ class RunDirectory:
 
     def record_resume(self, argv: list[str], config: dict[str, Any], resumed_at: dict[str, Any]) -> None:
         """Keep config.json the effective config after a resume that changed resumable fields; log each resume
-        (`resumed_at` says where it continued, e.g. {"from_batch": 3})."""
+        (`resumed_at` says where it continued, e.g. {"from_batch": 3}) with what it changed, by dotted key where the
+        config nests (`ppo.n_episodes`)."""
         path = self.path / "config.json"
         record = json.loads(path.read_text(encoding="utf-8"))
-        changed = {k: [record["config"].get(k), v] for k, v in json_safe(config).items()
-                   if record["config"].get(k) != v}
+        changed = _changes(record["config"], json_safe(config))
         record["config"] = config
         record.setdefault("resumes", []).append(
             {"argv": argv, "at": datetime.now(UTC).isoformat(), **resumed_at, "changed": changed})

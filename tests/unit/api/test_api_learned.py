@@ -21,7 +21,8 @@ def policy_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An (untrained) PPO policy of the synthetic task, saved as a run's final checkpoint."""
     run = tmp_path_factory.mktemp("ppo")
     (run / "checkpoints").mkdir()
-    state = PPOLearnerState.new(TrainingConfig(task="synthetic", teacher="none"), torch.device("cpu"))
+    state = PPOLearnerState.new(TrainingConfig.from_dict({"task": "synthetic", "teacher": "none"}),
+                                torch.device("cpu"))
     state.save(run / "checkpoints" / "final.pt")
     return run
 

@@ -28,9 +28,9 @@ def test_anything_else_is_refused_naming_the_choices(bad: object) -> None:
 
 
 def test_a_config_takes_the_same_spellings() -> None:
-    assert TrainingConfig.from_dict({"task": "synthetic", "augment": "flip,crop"}).augment == "crop,flip"
-    assert TrainingConfig.from_dict({"task": "synthetic", "augment": []}).augment == "none"
-    assert TrainingConfig.from_dict({"task": "synthetic"}).augment is None  # the task's own
+    assert TrainingConfig.from_dict({"task": "synthetic", "augment": "flip,crop"}).episode.augment == "crop,flip"
+    assert TrainingConfig.from_dict({"task": "synthetic", "augment": []}).episode.augment == "none"
+    assert TrainingConfig.from_dict({"task": "synthetic"}).episode.augment is None  # the task's own
     with pytest.raises(ValueError, match="augment: augmentation 'mirror' is not one of"):
         TrainingConfig.from_dict({"task": "synthetic", "augment": "mirror"})
     with pytest.raises(ValueError, match="Task 'synthetic_text' has no images to augment"):

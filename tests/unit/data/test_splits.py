@@ -25,9 +25,9 @@ from esper.data.synthetic import synthetic_text_stories
 from esper.data.tasks import SYNTHETIC_DATA_SEED, TASKS, DataCache, DataOptions, TaskSpec, get_task_spec
 from esper.env import EpochData, MorphoEnv
 from esper.env import groups as groups_module
+from esper.env.setting import EpisodeSetting
 from esper.evaluation.comparison import parse_controllers, run_comparison
 from esper.evaluation.episodes import EpisodePlan
-from esper.leyline import ordered_slots
 from esper.storage.rundir import RunDirectory, read_jsonl
 from esper.tolaria import TrainState
 from unit.data.fake_datasets import CIFAR_TRAIN_BATCHES, write_cifar, write_fashion
@@ -309,9 +309,8 @@ def one_thread() -> Iterator[None]:
 
 def _compare(run: Path) -> None:
     task = get_task_spec("synthetic")
-    plan = EpisodePlan(task=task, slots=ordered_slots(["early", "mid", "late"]), max_epochs=3, max_seeds=None,
-                       seed=42, devices=[CPU], batch_size=32, max_train_samples=64, max_val_samples=32,
-                       max_test_samples=64, param_cost=1.0)
+    episode = EpisodeSetting(task=task.name, max_epochs=3, batch_size=32, max_train_samples=64, max_val_samples=32)
+    plan = EpisodePlan(episode=episode, seed=42, devices=[CPU], max_test_samples=64, param_cost=1.0)
     run_comparison(parse_controllers(["static", "heuristic", "random"]), plan, 2, DataCache(DataOptions()),
                    run_dir=RunDirectory(run))
 

@@ -11,9 +11,10 @@ import pytest
 from esper.data.families import Family, InstanceType, family_task, register_family
 from esper.data.tasks import DataCache, DataOptions
 from esper.env.driver import EnvPool
-from esper.env.groups import EpisodeSetting, GroupPlan, MemberPlan
+from esper.env.groups import EpisodeRecipe, GroupPlan, MemberPlan
 from esper.env.lockstep import EpochOrderError
 from esper.env.rewards import ContributionRewardConfig
+from esper.env.setting import EpisodeSetting
 from esper.execution.workers import WorkerOptions
 from esper.tamiyo import RandomPolicy, StaticPolicy
 
@@ -21,8 +22,8 @@ FAMILY = register_family(Family("groups-probe", 1, "synthetic", (
     InstanceType("plain", "synthetic", 32), InstanceType("narrow", "synthetic", 48, width=0.5),
     InstanceType("held", "synthetic", 32, corruption=("fog", 1)),
 ), held_out=("held",)))
-SETTING = EpisodeSetting("synthetic", ("early", "mid", "late"), 3, 32, ContributionRewardConfig(), 0.99,
-                         max_train_samples=32, max_val_samples=16)
+SETTING = EpisodeRecipe(EpisodeSetting(task="synthetic", max_epochs=3, batch_size=32, max_train_samples=32,
+                                       max_val_samples=16), ContributionRewardConfig(), 0.99)
 
 
 def _group(env_id: int, data_seed: int) -> GroupPlan:
@@ -79,12 +80,14 @@ def test_the_caller_decides_between_the_epochs_the_pool_yields() -> None:
 def test_a_group_with_its_own_setting_trains_in_it_beside_the_calls() -> None:
     """A family's groups each bring their type's setting (task, sample cap, reward): here a width-0.5 host on 48
     samples beside the call's synthetic host on 32; an episode length other than the call's is refused."""
-    narrow = dataclasses.replace(SETTING, task=family_task(FAMILY, FAMILY.type("narrow")), max_train_samples=48)
-    groups = [_group(0, 1), dataclasses.replace(_group(1, 2), setting=narrow)]
+    narrow = dataclasses.replace(SETTING, setting=SETTING.setting.with_overrides(
+        task=family_task(FAMILY, FAMILY.type("narrow")), max_train_samples=48))
+    groups = [_group(0, 1), dataclasses.replace(_group(1, 2), recipe=narrow)]
     with EnvPool(WorkerOptions(), DataCache(DataOptions())) as pool:
         run = pool.run(SETTING, groups, [StaticPolicy(), StaticPolicy()])
         assert run.results[1].host_params < run.results[0].host_params  # the narrow type's host
         assert run.batch_loads > 0
-        longer = dataclasses.replace(groups[1], setting=dataclasses.replace(narrow, max_epochs=4))
+        longer = dataclasses.replace(groups[1], recipe=dataclasses.replace(
+            narrow, setting=narrow.setting.with_overrides(max_epochs=4)))
         with pytest.raises(ValueError, match="last 4 epochs, the call's 3"):
             pool.run(SETTING, [groups[0], longer], [StaticPolicy(), StaticPolicy()])

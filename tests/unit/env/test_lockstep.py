@@ -13,9 +13,10 @@ import torch
 from esper.data.tasks import DataCache, DataOptions, get_task_spec
 from esper.env import EnvSpec, EpochData, EpochOrderError, Lockstep, MorphoEnv, run_episodes
 from esper.env.driver import EnvPool
-from esper.env.groups import EpisodeSetting, GroupPlan, MemberPlan, StepOutcome
+from esper.env.groups import EpisodeRecipe, GroupPlan, MemberPlan, StepOutcome
 from esper.env.logs import EpisodeResult
 from esper.env.rewards import ContributionRewardConfig, compute_reward
+from esper.env.setting import EpisodeSetting
 from esper.env.step_record import StepRecord
 from esper.execution.workers import WorkerOptions
 from esper.leyline import EnvObservation
@@ -26,7 +27,8 @@ SLOTS = ("early", "mid", "late")
 MAX_EPOCHS = 3
 SEED, DATA_SEED, POLICY_SEED = 5, 7, 0
 REWARD, GAMMA = ContributionRewardConfig(), 0.99
-SETTING = EpisodeSetting("synthetic", SLOTS, MAX_EPOCHS, 32, REWARD, GAMMA, max_train_samples=32, max_val_samples=16)
+SETTING = EpisodeRecipe(EpisodeSetting(task="synthetic", slots=SLOTS, max_epochs=MAX_EPOCHS, batch_size=32,
+                                       max_train_samples=32, max_val_samples=16), REWARD, GAMMA)
 
 
 def _reward(record: StepRecord) -> Any:
@@ -39,9 +41,9 @@ def _envs(n: int) -> list[MorphoEnv]:
 
 
 def _data() -> EpochData:
-    return EpochData.build(TASK, DataCache(DataOptions()), [torch.device("cpu")], batch_size=SETTING.batch_size,
-                           seed=DATA_SEED, max_train_samples=SETTING.max_train_samples,
-                           max_val_samples=SETTING.max_val_samples)
+    return EpochData.build(TASK, DataCache(DataOptions()), [torch.device("cpu")], batch_size=SETTING.setting.batch_size,
+                           seed=DATA_SEED, max_train_samples=SETTING.setting.max_train_samples,
+                           max_val_samples=SETTING.setting.max_val_samples)
 
 
 def _wait(obs: EnvObservation) -> TamiyoDecision:

@@ -14,6 +14,7 @@ from esper.evaluation.ablation import ablation_markdown, ablation_rows, read_arm
 from esper.evaluation.results import ComparisonResult
 from esper.evaluation.runs import RunLabels
 from esper.leyline.errors import UserInputError
+from esper.simic.ppo.config import TrainingConfig
 
 SEEDS = (0, 1, 2)
 NOISE = (-0.1, 0.0, 0.1)
@@ -32,7 +33,7 @@ def _episode(controller: str, seed: int, test: float, gflops: float) -> EpisodeR
 def _study(path: Path, *, final: float, gflops: float, runs: int = 2, teacher: str | None = "heuristic",
            training: dict[str, Any] | None = None, seed_offset: int = 0) -> Path:
     """A finished study: static at 70 %, the heuristic at 72 %, each run's init at the heuristic and its final
-    policy at `final` (test %, spending `gflops` against static's 1)."""
+    policy at `final` (test %, spending `gflops` against static's 1); `training` by dotted key, recorded nested."""
     rows: dict[str, tuple[float, float]] = {"static": (70.0, 1.0), "heuristic": (72.0, 1.0)}
     for r in range(runs):
         rows[RunLabels(r).init] = (72.0, 1.0)
@@ -41,7 +42,7 @@ def _study(path: Path, *, final: float, gflops: float, runs: int = 2, teacher: s
                 for label, (test, g) in rows.items() for s, n in zip(SEEDS, NOISE, strict=True)]
     result = ComparisonResult.from_episodes(list(rows), episodes, tie_threshold=0.01, seed=0)
     study = {"runs": runs, "teacher": teacher, "objective": {"charge": "compute", "cost": 2.0},
-             "training": {"teacher": teacher or "none", "seed": 7, **(training or {})}}
+             "training": TrainingConfig.nested({"ppo.teacher": teacher or "none", "seed": 7, **(training or {})})}
     path.mkdir(parents=True)
     (path / "results.json").write_text(json.dumps({**result.to_dict(), "study": study}))
     return path
@@ -51,15 +52,15 @@ def test_each_arm_is_judged_against_the_reference_teacher_on_the_reference_objec
     reference = read_arm("residual", _study(tmp_path / "ref", final=73.0, gflops=1.0))
     scratch = read_arm("scratch", _study(tmp_path / "scratch", final=71.0, gflops=1.0, teacher=None))
     # +1 pp of accuracy for 50 % more compute: +1 raw, 0 on the compute-charged objective at λ 2
-    param = read_arm("param", _study(tmp_path / "param", final=73.0, gflops=1.5, training={"charge": "param"}))
+    param = read_arm("param", _study(tmp_path / "param", final=73.0, gflops=1.5, training={"reward.charge": "param"}))
     rows = {row["arm"]: row for row in ablation_rows(reference, [scratch, param])}
     assert rows["residual"]["objective"]["better"] == 2 and rows["residual"]["objective"]["iqm"] == pytest.approx(1.0)
     assert rows["scratch"]["objective"]["worse"] == 2 and rows["scratch"]["raw"]["iqm"] == pytest.approx(-1.0)
     assert rows["param"]["raw"]["iqm"] == pytest.approx(1.0)
     assert rows["param"]["objective"]["iqm"] == pytest.approx(0.0, abs=1e-9)
-    assert rows["scratch"]["differs"] == 'teacher="none"' and rows["param"]["differs"] == 'charge="param"'
+    assert rows["scratch"]["differs"] == 'ppo.teacher="none"' and rows["param"]["differs"] == 'reward.charge="param"'
     table = ablation_markdown(list(rows.values()), reference)
-    assert "| scratch | teacher=\"none\" | 0 / 2 of 2 | -1.00 |" in table
+    assert "| scratch | ppo.teacher=\"none\" | 0 / 2 of 2 | -1.00 |" in table
     assert table.count("\n| ") == 1 + 3  # the header and one row per arm
 
 
@@ -73,3 +74,13 @@ def test_unpaired_arms_and_a_missing_teacher_are_refused(tmp_path: Path) -> None
         ablation_rows(no_teacher, [reference])
     with pytest.raises(UserInputError, match="not found"):
         read_arm("gone", tmp_path / "gone")
+
+
+def test_a_study_recorded_before_the_config_had_sections_is_refused(tmp_path: Path) -> None:
+    path = _study(tmp_path / "old", final=73.0, gflops=1.0)
+    data = json.loads((path / "results.json").read_text())
+    data["study"]["training"] = {"teacher": "heuristic", "seed": 7, "lr": 3e-4}
+    (path / "results.json").write_text(json.dumps(data))
+    with pytest.raises(UserInputError, match=r"esper whose config had no sections \(lr, teacher, \.\.\. outside "
+                                             r"episode, ppo, reward, execution\): rerun that study with this esper"):
+        read_arm("old", path)

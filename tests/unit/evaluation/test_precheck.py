@@ -20,11 +20,12 @@ from unit.evaluation.family_probe import CONFIG, FAMILY, Accuracy, episode
 
 def _runner(accuracy: Accuracy, ran: list[tuple[str, list[str]]]) -> Callable[[TrainingConfig], PhaseRunner]:
     def runner(config: TrainingConfig) -> PhaseRunner:
-        itype = config.task.rsplit("/", 1)[1]
-        assert config.max_train_samples == FAMILY.type(itype).max_train_samples and config.param_cost is None
+        itype = config.episode.task.rsplit("/", 1)[1]
+        assert config.episode.max_train_samples == FAMILY.type(itype).max_train_samples
+        assert config.reward.param_cost is None
 
         def run(phase: Phase) -> ComparisonResult:
-            assert phase.plan.task.name == config.task and phase.plan.stream.value == "selection"
+            assert phase.plan.task.name == config.episode.task and phase.plan.stream.value == "selection"
             ran.append((itype, phase.specs))
             episodes = [episode(c, s, accuracy(itype, c)) for c in phase.specs for s in range(phase.seeds)]
             return ComparisonResult.from_episodes(phase.labels, episodes, tie_threshold=0.01, seed=0)

@@ -18,15 +18,16 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from esper.data.tasks import DataCache, DataOptions, get_task_spec
+from esper.data.tasks import DataCache, DataOptions
 from esper.env import EpisodeResult
+from esper.env.setting import EpisodeSetting
 from esper.evaluation.comparison import parse_controllers, run_comparison
 from esper.evaluation.episodes import EpisodePlan
 from esper.evaluation.phases import Phase, PhaseRunner
 from esper.evaluation.results import ComparisonResult
 from esper.evaluation.tuning import ObjectiveSpec, trial_count, tune_heuristic, val_gap_to_static
 from esper.evaluation.tuning_space import FIRST_BLUEPRINT, SearchSpace
-from esper.leyline import LifecycleOp, ordered_slots
+from esper.leyline import LifecycleOp
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import SeedStream
 from esper.tamiyo import HeuristicPolicyConfig, read_heuristic_record
@@ -36,10 +37,10 @@ CPU = torch.device("cpu")
 
 def _plan(max_epochs: int = 25, seed: int = 42, slots: tuple[str, ...] = ("early", "mid", "late"),
           max_train_samples: int = 64, batch_size: int = 64) -> EpisodePlan:
-    return EpisodePlan(task=get_task_spec("synthetic"), slots=ordered_slots(slots), max_epochs=max_epochs,
-                       max_seeds=None, seed=seed, devices=[CPU], batch_size=batch_size,
-                       max_train_samples=max_train_samples,
-                       max_val_samples=32, max_test_samples=64, param_cost=1.0, stream=SeedStream.SELECTION)
+    episode = EpisodeSetting(task="synthetic", slots=tuple(slots), max_epochs=max_epochs, batch_size=batch_size,
+                             max_train_samples=max_train_samples, max_val_samples=32)
+    return EpisodePlan(episode=episode, seed=seed, devices=[CPU], max_test_samples=64, param_cost=1.0,
+                       stream=SeedStream.SELECTION)
 
 
 def _episode(label: str, episode: int, accuracy: float, epochs: int) -> EpisodeResult:
@@ -66,7 +67,7 @@ def _stand_in(phases: list[Phase]) -> PhaseRunner:
         for spec, label in zip(phase.specs, phase.labels, strict=True):
             name, _, path = spec.partition(":")
             accuracy = 50.0 if name == "static" else _planted(read_heuristic_record(Path(path)).thresholds)
-            episodes += [_episode(label, i, accuracy, phase.plan.max_epochs) for i in range(phase.seeds)]
+            episodes += [_episode(label, i, accuracy, phase.plan.episode.max_epochs) for i in range(phase.seeds)]
         return ComparisonResult.from_episodes(phase.labels, episodes, tie_threshold=0.1, seed=phase.plan.seed)
     return run
 

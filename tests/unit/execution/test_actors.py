@@ -180,5 +180,6 @@ def test_a_worker_dying_in_an_unordered_run_names_its_job() -> None:
 @pytest.mark.parametrize(("executor", "workers", "cuda", "share"), [
     ("ray", 4, 2, 0.5), ("ray", 1, 2, 1.0), ("ray", 2, 0, 0.0), ("process", 2, 2, 0.0)])
 def test_ray_actors_share_the_cuda_devices(executor: str, workers: int, cuda: int, share: float) -> None:
-    options = WorkerOptions(workers=workers, executor=executor, cuda_devices=cuda)  # type: ignore[arg-type]
-    assert options.gpus_per_worker == share
+    devices = [f"cuda:{i}" for i in range(cuda)] or ["cpu"]
+    options = WorkerOptions(workers=workers, executor=executor, devices=devices)  # type: ignore[arg-type]
+    assert options.cuda_devices == cuda and options.gpus_per_worker == share

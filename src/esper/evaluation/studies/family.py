@@ -33,7 +33,7 @@ _NOT_WITH_FAMILY = (("preset", "--preset"), ("ppo", "--ppo"), ("controllers", "-
                     ("blueprints_from_selection", "--blueprints-from-selection"),
                     ("allow_setting_change", "--allow-setting-change"))
 """What a single-task study takes and a family study does not (its types carry task and sample cap)."""
-_SET_BY_TYPE = ("task", "max_train_samples")
+_SET_BY_TYPE = ("episode.task", "episode.max_train_samples")
 
 
 def _check_plan(plan: StudyPlan) -> None:
@@ -41,7 +41,7 @@ def _check_plan(plan: StudyPlan) -> None:
         if getattr(plan, name):
             raise UserInputError(f"{flag} does not apply to --family: a family's types bring their own task, sample "
                                  f"cap and host; drop {flag}")
-    fixed = [k for k in _SET_BY_TYPE if k in plan.overrides]
+    fixed = [k.rpartition(".")[2] for k in _SET_BY_TYPE if k in plan.overrides]
     if fixed:
         raise UserInputError(f"--family sets {', '.join(fixed)} per instance type: drop --set {fixed[0]}=... (a "
                              f"family with other types is a new family version)")
@@ -77,11 +77,11 @@ class FamilyStudy(Study):
                          "runs": self.runs, "tie_threshold": plan.tie_threshold,
                          "max_test_samples": plan.max_test_samples, "plugins": list(plan.plugins)}
         self.cache = DataCache(plan.data)
-        devices = resolve_devices(self.config.device, self.config.devices)
+        devices = resolve_devices(self.config.execution.device, self.config.execution.devices)
         for itype in family.types:  # a missing dataset fails before anything is written
-            self.cache.preload(get_task_spec(type_config(self.config, family, itype).task), devices, SPLITS)
+            self.cache.preload(get_task_spec(type_config(self.config, family, itype).episode.task), devices, SPLITS)
         path = plan.run_dir or plan.default_dir(family.key.replace("-", "_"), self.config.seed)
-        self.directory, self.fresh = open_study(path, plan, self.settings, self.config)
+        self.directory, self.fresh = open_study(path, plan, self.settings, self.config.episode)
         self.path = path = self.directory.path
         watch = shlex.join(["tensorboard", "--logdir", str(path)])
         plan.hooks.note(f"Study directory: {path} (family {family.key}: {len(family.training)} training types, "
@@ -96,7 +96,7 @@ class FamilyStudy(Study):
         """Each type's phase runner; the policies' phases record the policies' training setting too, so policies
         trained otherwise are evaluated anew."""
         settings = self.settings if not policy else {**self.settings, "policy": {
-            k: v for k, v in self.config.to_dict().items() if k not in WORKER_FIELDS}}
+            k: v for k, v in self.config.dotted_dict().items() if k.removeprefix("execution.") not in WORKER_FIELDS}}
         return lambda type_conf: phase_runner(self.plan, type_conf, settings, self.cache)
 
     def precheck(self) -> StudyPhase:
@@ -134,7 +134,7 @@ class FamilyStudy(Study):
         self.config = resolve_auto_cost(self.config, self.plan.data, self.plan.hooks.note)
 
     def training(self, run: int) -> StudyPhase:
-        cost = self.config.total_episodes() * self.config.max_epochs
+        cost = self.config.ppo.total_episodes() * self.config.episode.max_epochs
         return StudyPhase(f"training run {run}", ("policy configs",), (f"policy {run}",), cost,
                           lambda: self._train(run))
 
@@ -148,7 +148,7 @@ class FamilyStudy(Study):
         return None if trained else StudyStatus.STOPPED
 
     def replay_source(self, run: int) -> StudyPhase:
-        cost = self.selection_seeds * self.config.max_epochs * len(self.family.training)
+        cost = self.selection_seeds * self.config.episode.max_epochs * len(self.family.training)
         return StudyPhase(f"replay source of run {run}", (f"policy {run}", "policy configs"),
                           (f"replay source {run}",), cost, lambda: self._replay_source(run))
 
@@ -158,7 +158,7 @@ class FamilyStudy(Study):
 
     def evaluation(self) -> StudyPhase:
         runs = range(self.runs)
-        cost = self.seeds * self.config.max_epochs * 3 * self.runs * len(self.family.held_out)
+        cost = self.seeds * self.config.episode.max_epochs * 3 * self.runs * len(self.family.held_out)
         return StudyPhase("evaluation", ("held-out references", *(f"policy {r}" for r in runs),
                                          *(f"replay source {r}" for r in runs)), ("policy results",), cost,
                           self._evaluate)

@@ -15,6 +15,7 @@ from esper.data.tasks import DataOptions
 from esper.evaluation.studies.hooks import StudyHooks
 from esper.evaluation.study import STUDY_PRESETS
 from esper.leyline.errors import UserInputError, did_you_mean
+from esper.simic.ppo.config import TrainingConfig
 from esper.storage.rundir import default_run_dir
 
 __all__ = ["MAX_RUNS", "MAX_STUDY_SEEDS", "StudyPlan"]
@@ -27,12 +28,13 @@ _NOT_SETTINGS = frozenset({"run_dir", "runs_root", "named_by", "overwrite", "sel
 
 @dataclass(frozen=True)
 class StudyPlan:
-    """A study (`run_study`). `preset` (default quick) or `family`; `overrides`: TrainingConfig fields over the
-    preset's; `runs`, `seeds`, `selection_seeds`: None takes the preset's (the family's); `controllers`: extra specs to
-    compare; `ppo`: evaluate these PPO run directories instead of training; `selection_record`: reuse a recorded
-    selection; `selection_only`: stop once the selection is recorded; `tie_threshold`: |Δ| in pp below which a paired
-    difference is a tie (None: one test sample); `run_dir`: the study directory (None: `runs_root`/study_<task>_s<seed>_
-    <digest>, the digest of `named_by` or else of the plan's settings); `argv`: the command that runs it, recorded."""
+    """A study (`run_study`). `preset` (default quick) or `family`; `overrides`: TrainingConfig settings over the
+    preset's (plain or dotted keys: `n_episodes` or `ppo.n_episodes`; kept by dotted key); `runs`, `seeds`,
+    `selection_seeds`: None takes the preset's (the family's); `controllers`: extra specs to compare; `ppo`: evaluate
+    these PPO run directories instead of training; `selection_record`: reuse a recorded selection; `selection_only`:
+    stop once the selection is recorded; `tie_threshold`: |Δ| in pp below which a paired difference is a tie (None: one
+    test sample); `run_dir`: the study directory (None: `runs_root`/study_<task>_s<seed>_<digest>, the digest of
+    `named_by` or else of the plan's settings); `argv`: the command that runs it, recorded."""
 
     preset: str | None = None
     family: str | None = None
@@ -71,6 +73,7 @@ class StudyPlan:
             raise UserInputError(f"A study's tie_threshold must be in [0, 100] pp, not {self.tie_threshold}")
         if self.ppo is not None and not self.ppo:
             raise UserInputError("ppo names no run directory: pass at least one, or None to train the policies")
+        object.__setattr__(self, "overrides", TrainingConfig.dotted(self.overrides))  # an unknown key fails here
 
     @property
     def command(self) -> str:

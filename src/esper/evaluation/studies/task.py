@@ -65,7 +65,7 @@ def study_dir(plan: StudyPlan) -> Path:
     if plan.run_dir is not None:
         return plan.run_dir
     base = base_config(plan)
-    return plan.default_dir(base.task, base.seed)
+    return plan.default_dir(base.episode.task, base.seed)
 
 
 def _check_flags(plan: StudyPlan, selection_seeds: int) -> None:
@@ -112,17 +112,18 @@ class TaskStudy(Study):
         self.configs = run_configs(plan, self.train_dirs, None, teacher_pending=self.chooses)
         self.config = self.configs[0][0]  # the base: selection and evaluation seeds come from its seed
         # Selection and the teacher's choice run before the policies' teacher is known: their phases record the default
-        self.before = self.config.with_overrides(blueprints=None,
-                                                 **({"teacher": DEFAULT_TEACHER} if self.chooses else {}))
+        self.before = self.config.with_overrides(**{"ppo.blueprints": None,
+                                                    **({"ppo.teacher": DEFAULT_TEACHER} if self.chooses else {})})
         self.reused: RecordedSelection | None = None
         if plan.selection_record is not None:
             self.reused = recorded_selection(
                 plan.selection_record, read_selection_record(plan.selection_record), preset=self.preset_name,
                 plan=selection_plan(self.config, plan.max_test_samples), seeds=self.selection_seeds,
                 objective=self.before.charge_and_cost(), wants_teacher=self.chooses)
-        self.cache = load_splits(plan.data, get_task_spec(self.config.task),
-                                 resolve_devices(self.config.device, self.config.devices), SPLITS, plan.hooks.note)
-        self.directory, self.fresh = open_study(path, plan, self.settings, self.config)
+        execution = self.config.execution
+        self.cache = load_splits(plan.data, get_task_spec(self.config.episode.task),
+                                 resolve_devices(execution.device, execution.devices), SPLITS, plan.hooks.note)
+        self.directory, self.fresh = open_study(path, plan, self.settings, self.config.episode)
         mark_rerun(path, self.seeds, self.runs)
         watch = shlex.join(["tensorboard", "--logdir", str(path)])
         plan.hooks.note(f"Study directory: {path} ({self.runs} training run(s); {watch})")
@@ -200,7 +201,7 @@ class TaskStudy(Study):
     def training(self, run: int) -> StudyPhase | None:
         if self.plan.ppo is not None:
             return None
-        cost = self.config.total_episodes() * self.config.max_epochs
+        cost = self.config.ppo.total_episodes() * self.config.episode.max_epochs
         return StudyPhase(f"training run {run}", ("policy configs",), (f"policy {run}",), cost,
                           lambda: self._train(run))
 
@@ -211,7 +212,7 @@ class TaskStudy(Study):
         return None if trained else StudyStatus.STOPPED
 
     def replay_source(self, run: int) -> StudyPhase:
-        cost = replay_seed_count(self.selection_seeds) * self.config.max_epochs
+        cost = replay_seed_count(self.selection_seeds) * self.config.episode.max_epochs
         return StudyPhase(f"replay source of run {run}", (f"policy {run}", "policy configs"),
                           (f"replay source {run}",), cost, lambda: self._replay_source(run))
 
@@ -232,7 +233,7 @@ class TaskStudy(Study):
         """Every controller on the paired evaluation seeds: the baselines, the chosen references, each run's init,
         final policy and replay, the teacher and any extra controllers."""
         choice, plan = self.choice, self.plan
-        teacher = teacher_label(self.config, choice)
+        teacher = teacher_label(self.config.ppo.teacher, choice)
         extra = [*([TUNED_HEURISTIC] if choice is not None and choice.tuned_path is not None else []),
                  *plan.controllers]
         if teacher is not None and teacher not in (*self.preset.baselines, *self.chosen, *extra):
@@ -258,22 +259,25 @@ class TaskStudy(Study):
             comparison, self.runs, chosen=self.chosen, selection=cost,
             training=[training_cost(c, d, twin) for (c, _), d in zip(self.configs, self.train_dirs, strict=True)],
             replay_sources=[episodes_cost(s.episodes) for s in self.sources],
-            teacher=teacher_label(config, choice),
-            objective=StudyObjective(*config.charge_and_cost()) if config.reward_family == RewardFamily.GAP else None,
+            teacher=teacher_label(config.ppo.teacher, choice),
+            objective=(StudyObjective(*config.charge_and_cost()) if config.reward.reward_family == RewardFamily.GAP
+                       else None),
             extra_costs=None if choice is None or choice.tuned_cost is None else {TUNED_HEURISTIC: choice.tuned_cost},
             teacher_cost=NO_COST if choice is None or cost is None else add_costs(cost, choice.cost))
         episodes = self.episodes
-        reward, augmentation = episodes.describe_reward(), data_record(episodes.task, episodes.augment)["augmentation"]
+        augmentation = data_record(episodes.task, episodes.episode.augment)["augmentation"]
+        reward = episodes.describe_reward()
         provenance = None if self.reused is None else self.reused.provenance()
         comparison.write(self.directory, {"study": {
             "preset": self.preset_name, "seeds": self.seeds, "selection_seeds": self.selection_seeds,
             "reward": reward, "augmentation": augmentation, "training": measured_setting(config),
             "chosen": self.chosen, "teacher_choice": None if choice is None else choice.to_dict(),
             "selection_record": provenance, **results.to_dict()}})
-        title = f"esper study --preset {self.preset_name} ({config.task}; augmentation {augmentation}; reward {reward})"
+        title = (f"esper study --preset {self.preset_name} ({config.episode.task}; augmentation {augmentation}; reward "
+                 f"{reward})")
         write_text_atomic(self.path / SUMMARY_FILE, summary_markdown(
             comparison, results, title=title, command=self.plan.command, chosen=self.chosen,
-            policy_blueprints=config.blueprints, selection_record=provenance))
+            policy_blueprints=config.ppo.blueprints, selection_record=provenance))
 
     def result(self, status: StudyStatus, phase: str | None) -> StudyResult:
         summary = self.path / SUMMARY_FILE if self.results is not None else None

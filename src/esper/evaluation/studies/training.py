@@ -21,9 +21,9 @@ def train_run(plan: StudyPlan, config: TrainingConfig, checkpoint: Path | None, 
               run: int, preset: str) -> bool:
     """Train (or continue training) the study's policy `run` in `train_path` from `checkpoint` (None: from the start);
     False when stopped before the last batch."""
-    hooks = plan.hooks
+    hooks, total, max_epochs = plan.hooks, config.ppo.total_episodes(), config.episode.max_epochs
     episodes_done = int(read_policy_checkpoint(checkpoint)["episodes_completed"]) if checkpoint is not None else 0
-    if episodes_done >= config.total_episodes() and (checkpoints_dir(train_path) / "final.pt").is_file():
+    if episodes_done >= total and (checkpoints_dir(train_path) / "final.pt").is_file():
         hooks.note(f"Training run {run}: finished ({episodes_done} episodes in {train_path}).")
         return True
     hooks.note(f"Training run {run} ({train_path}):")
@@ -35,10 +35,10 @@ def train_run(plan: StudyPlan, config: TrainingConfig, checkpoint: Path | None, 
                      should_stop=hooks.should_stop, progress=telemetry.steps)
         with hooks.training(config, preset):
             if telemetry.progress is not None:
-                telemetry.progress.start("training", config.total_episodes() * config.max_epochs,
-                                         done=episodes_done * config.max_epochs, round_size=config.n_envs)
+                telemetry.progress.start("training", total * max_epochs, done=episodes_done * max_epochs,
+                                         round_size=config.ppo.n_envs)
             result = train_ppo(config, ppo)
         stopped = hooks.should_stop()
-        for line in training_result_lines(config, ppo, result, stopped=stopped):
+        for line in training_result_lines(config.ppo.n_episodes, ppo, result, stopped=stopped):
             hooks.note(line)
-    return not stopped and result.episodes_completed >= config.total_episodes()
+    return not stopped and result.episodes_completed >= total

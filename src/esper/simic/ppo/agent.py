@@ -24,20 +24,22 @@ from esper.leyline.constants import ANOMALY_RATIO_COLLAPSE, ANOMALY_RATIO_EXPLOS
 from esper.leyline.seeding import derive_seed
 from esper.simic.ppo.anomaly import RatioExplosionDiagnostic
 from esper.simic.ppo.buffer import RolloutBuffer, env_major
-from esper.simic.ppo.config import TrainingConfig
 from esper.simic.ppo.metrics import UpdateStats
 from esper.simic.ppo.network import FactoredActorCritic, head_relevance
+from esper.simic.ppo.ppo_config import PPOConfig
 from esper.storage.checkpoint import detached_copy
 
 __all__ = ["PPOAgent"]
 
 
 class PPOAgent:
-    """Everything PPO owns for one policy, built from the run's `TrainingConfig` (so a checkpoint rebuilds it)."""
+    """Everything PPO owns for one policy, built from its `PPOConfig` alone and the run's `seed` (so a checkpoint
+    rebuilds it)."""
 
-    def __init__(self, config: TrainingConfig, *, state_dim: int, space: ActionSpace,
+    def __init__(self, config: PPOConfig, *, seed: int, state_dim: int, space: ActionSpace,
                  device: str | torch.device = "cpu") -> None:
         self.config = config
+        self.seed = seed
         self.state_dim = state_dim
         self.space = space
         self.device = torch.device(device)
@@ -55,9 +57,9 @@ class PPOAgent:
         self.train_steps = 0
         # Dedicated streams: action sampling never perturbs minibatch order (and vice versa), and both resume exactly.
         self.action_generator = torch.Generator(device=self.device)
-        self.action_generator.manual_seed(derive_seed(config.seed, "actions"))
+        self.action_generator.manual_seed(derive_seed(seed, "actions"))
         self.minibatch_generator = torch.Generator()
-        self.minibatch_generator.manual_seed(derive_seed(config.seed, "minibatches"))
+        self.minibatch_generator.manual_seed(derive_seed(seed, "minibatches"))
 
     def act(self, states: torch.Tensor, masks: Mapping[str, torch.Tensor], deterministic: bool = False,
             teacher: torch.Tensor | None = None
@@ -194,7 +196,7 @@ class PPOAgent:
         self.optimizer.load_state_dict(state["optimizer"])
         self.train_steps = int(state["train_steps"])
         _restore_generator(self.action_generator, state["action_generator"],
-                           derive_seed(self.config.seed, "actions", int(state["train_steps"])))
+                           derive_seed(self.seed, "actions", int(state["train_steps"])))
         self.minibatch_generator.set_state(state["minibatch_generator"].cpu())
 
 

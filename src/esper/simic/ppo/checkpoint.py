@@ -1,6 +1,7 @@
 """PPO learner state and its checkpoint (`esper-ppo-v2`): everything an exact resume needs, in plain values.
 
-The checkpoint holds the run's `TrainingConfig`, which rebuilds the agent, so a policy file is self-describing.
+The checkpoint holds the run's `TrainingConfig` (its nested `to_dict()`), which rebuilds the agent, so a policy file
+is self-describing; one holding a config of another shape (say, from before the config had sections) is refused.
 """
 
 from __future__ import annotations
@@ -40,11 +41,15 @@ from esper.storage.checkpoint import (
 from esper.storage.logcut import UnitLog
 
 __all__ = ["PPO_FORMAT", "RESUMABLE_FIELDS", "TRAINING_LABEL", "PPOLearnerState", "load_policy_state",
-           "read_policy_checkpoint", "resume_config", "seed_everything", "trim_logs"]
+           "read_policy_checkpoint", "resume_config", "saved_config", "seed_everything", "trim_logs"]
 
 PPO_FORMAT = "esper-ppo-v2"
-RESUMABLE_FIELDS = frozenset({"n_episodes", "device", "devices", "amp", "workers", "executor", "ray_address"})
-"""The only config fields a resume may change: extend the run, or move it to other hardware or other workers."""
+RESUMABLE_FIELDS = frozenset({"ppo.n_episodes", "episode.amp", "execution.device", "execution.devices",
+                              "execution.workers", "execution.executor", "execution.ray_address"})
+"""The only settings (by dotted key) a resume may change: extend the run, or move it to other hardware or other
+workers."""
+RETRAIN = ("A checkpoint written by another esper version loads in that version: retrain the policy with this one (a "
+           "run continues only in the esper version that started it)")
 TRAINING_LABEL = "ppo"
 """The controller label of training episodes in steps.jsonl and episodes.jsonl."""
 
@@ -57,8 +62,9 @@ def seed_everything(seed: int) -> None:
 
 @dataclass
 class PPOLearnerState:
-    """The agent plus the normalizers and counters that make a run resumable."""
+    """The run's config, its agent, and the normalizers and counters that make the run resumable."""
 
+    config: TrainingConfig
     agent: PPOAgent
     obs_normalizer: RunningMeanStd
     reward_normalizer: RewardNormalizer
@@ -71,10 +77,10 @@ class PPOLearnerState:
     def new(cls, config: TrainingConfig, device: torch.device) -> PPOLearnerState:
         """A fresh learner; the policy's initial weights depend only on `config.seed`."""
         seed_everything(config.seed)
-        space = get_task_spec(config.task).action_space
-        dim = obs_dim(space, config.use_telemetry)
-        agent = PPOAgent(config, state_dim=dim, space=space, device=device)
-        return cls(agent, RunningMeanStd(dim, device=device), RewardNormalizer())
+        space = get_task_spec(config.episode.task).action_space
+        dim = obs_dim(space, config.ppo.use_telemetry)
+        agent = PPOAgent(config.ppo, seed=config.seed, state_dim=dim, space=space, device=device)
+        return cls(config, agent, RunningMeanStd(dim, device=device), RewardNormalizer())
 
     @property
     def rolling_accuracy(self) -> float:
@@ -92,7 +98,7 @@ class PPOLearnerState:
             "obs_schema": OBS_SCHEMA,
             **blueprint_record(self.agent.space),
             "seed_rule": SEED_RULE,
-            "config": self.agent.config.to_dict(),
+            "config": self.config.to_dict(),
             "agent": agent_state,
             "batches_completed": self.batches_completed,
             "episodes_completed": self.episodes_completed,
@@ -142,20 +148,25 @@ def read_policy_checkpoint(path: Path) -> dict[str, Any]:
     require_keys(data["agent"], f"{path} agent", ("network", "optimizer", "train_steps", "action_generator",
                                                   "minibatch_generator"))
     require_finite(data, path, ("agent", "obs_normalizer"))
+    config = saved_config(data, path)
+    check_blueprint_head(path, data, get_task_spec(config.episode.task).action_space)
+    return data
+
+
+def saved_config(data: dict[str, Any], path: Path | str) -> TrainingConfig:
+    """The `TrainingConfig` a checkpoint read with `read_policy_checkpoint` holds; one of another shape (written by
+    another esper version) or naming a task no loaded plugin registers is refused, naming the fix."""
     if not isinstance(data["config"], dict):
-        raise CheckpointFormatError(f"Checkpoint {path}: 'config' must be a dict of TrainingConfig fields")
-    task = data["config"].get("task")
+        raise CheckpointFormatError(f"Checkpoint {path}: 'config' must be a dict of TrainingConfig settings")
+    episode = data["config"].get("episode")
+    task = episode.get("task") if isinstance(episode, dict) else None
     if isinstance(task, str) and task.lower() not in TASKS and ":" not in task:
         raise CheckpointFormatError(f"{path} was trained on task '{task}', which no loaded plugin registers: "
                                     f"{plugin_fix(data)}")
     try:
-        config = TrainingConfig.from_dict(data["config"])
-    except ValueError as exc:
-        raise CheckpointFormatError(f"Checkpoint {path} holds an invalid config ({exc}); a checkpoint written by "
-                                    f"another esper version loads in that version: retrain the policy with this "
-                                    f"one") from exc
-    check_blueprint_head(path, data, get_task_spec(config.task).action_space)
-    return data
+        return TrainingConfig.from_record(data["config"], where=f"Checkpoint {path}", fix=RETRAIN)
+    except UserInputError as exc:
+        raise CheckpointFormatError(str(exc)) from exc
 
 
 def load_policy_state(agent: PPOAgent, obs_normalizer: RunningMeanStd, data: dict[str, Any], path: Path | str
@@ -172,13 +183,13 @@ def load_policy_state(agent: PPOAgent, obs_normalizer: RunningMeanStd, data: dic
 
 def resume_config(saved: TrainingConfig, requested: TrainingConfig) -> TrainingConfig:
     """The saved config with the requested values of the resumable fields; any other difference is an error."""
-    saved_dict, requested_dict = saved.to_dict(), requested.to_dict()
+    saved_dict, requested_dict = saved.dotted_dict(), requested.dotted_dict()
     differing = sorted(k for k, v in requested_dict.items() if k not in RESUMABLE_FIELDS and saved_dict[k] != v)
     if differing:
         raise UserInputError(f"A resumed run may only change {sorted(RESUMABLE_FIELDS)}, but these differ from the "
                              f"checkpoint: {differing}. Use another --run-dir for a new run, or --overwrite to replace "
                              f"this one.")
-    return saved.with_overrides(**{k: requested_dict[k] for k in RESUMABLE_FIELDS})
+    return saved.with_overrides(**{k: requested_dict[k] for k in sorted(RESUMABLE_FIELDS)})
 
 
 def trim_logs(run_dir: Path, checkpoint: Path, batches: int, episodes: int) -> None:

@@ -19,13 +19,13 @@ from esper.data.families import FAMILY_PREFIX
 from esper.data.tasks import get_task_spec
 from esper.env.features import obs_dim, observation_features
 from esper.env.masks import compute_batch_masks, masks_from_joint
+from esper.env.setting import EpisodeSetting
 from esper.leyline import ActionSpace, EnvObservation, FactoredAction, LifecycleOp, ordered_slots
 from esper.leyline.errors import UserInputError
 from esper.simic.normalization import RunningMeanStd
 from esper.simic.ppo.agent import PPOAgent
 from esper.simic.ppo.buffer import PolicyStep
-from esper.simic.ppo.checkpoint import load_policy_state, read_policy_checkpoint
-from esper.simic.ppo.config import TrainingConfig
+from esper.simic.ppo.checkpoint import load_policy_state, read_policy_checkpoint, saved_config
 from esper.simic.ppo.teacher import Teachers, teacher_rows
 from esper.storage.rundir import checkpoint_file
 from esper.tamiyo import (
@@ -157,26 +157,27 @@ class PPOPolicy:
         an episode come at another epoch; the caps decide how far a host gets in an episode.
         """
         data = read_policy_checkpoint(path)  # refuses a blueprint head other than this registry's
-        config = TrainingConfig.from_dict(data["config"])
-        trained = get_task_spec(config.task).action_space
+        config = saved_config(data, path)
+        episode = config.episode
+        trained = get_task_spec(episode.task).action_space
         if space is not None and trained.topology != space.topology:
-            raise UserInputError(f"{path} was trained for topology '{trained.topology}' (task {config.task}), not "
-                                 f"'{space.topology}': evaluate it with --task {config.task}")
+            raise UserInputError(f"{path} was trained for topology '{trained.topology}' (task {episode.task}), not "
+                                 f"'{space.topology}': evaluate it with --task {episode.task}")
         if space is not None and trained.head != space.head:
             raise UserInputError(f"{path} chooses among the {trained.topology} blueprints {list(trained.head[1:])}, "
                                  f"where it runs they are {list(space.head[1:])}: a policy runs only where its "
                                  f"blueprint head is offered (esper.wrap: leave blueprints= out, or name those)")
-        if slots is not None and list(ordered_slots(slots)) != config.slots:
-            raise UserInputError(f"{path} was trained with slots {config.slots}, not {list(slots)}: evaluate it with "
-                                 f"--slots {' '.join(config.slots)}")
+        if slots is not None and ordered_slots(slots) != episode.slots:
+            raise UserInputError(f"{path} was trained with slots {list(episode.slots)}, not {list(slots)}: evaluate it "
+                                 f"with --slots {' '.join(episode.slots)}")
         if context is not None:
-            _check_family(path, config, context)
-            check_trained_setting(str(path), trained_setting(config), context)
-        dim = obs_dim(trained, config.use_telemetry)
-        agent = PPOAgent(config, state_dim=dim, space=trained, device=device)
+            _check_family(path, config.family, context)
+            check_trained_setting(str(path), trained_setting(episode, config.family), context)
+        dim = obs_dim(trained, config.ppo.use_telemetry)
+        agent = PPOAgent(config.ppo, seed=config.seed, state_dim=dim, space=trained, device=device)
         normalizer = RunningMeanStd(dim, device=device)
         load_policy_state(agent, normalizer, data, path)
-        return cls(agent, normalizer, use_telemetry=config.use_telemetry, deterministic=deterministic,
+        return cls(agent, normalizer, use_telemetry=config.ppo.use_telemetry, deterministic=deterministic,
                    blueprints=config.blueprint_indices())
 
 
@@ -200,27 +201,23 @@ def _ppo(argument: str | None, context: ControllerContext) -> PPOPolicy:
     return policy
 
 
-def trained_setting(config: TrainingConfig) -> dict[str, Any]:
+def trained_setting(episode: EpisodeSetting, family: str | None) -> dict[str, Any]:
     """The setting a PPO policy learned in: its task, episode length, sample caps, batch size, schedule and
     augmentation (across a family, the types set task, training cap and the augmentation of their own, so
     `_check_family` checks the task)."""
-    setting = {"task": config.task, "max_epochs": config.max_epochs, "max_train_samples": config.max_train_samples,
-               "max_val_samples": config.max_val_samples, "batch_size": config.batch_size,
-               "lr_schedule": config.lr_schedule}
-    if config.family is None:
-        setting["augment"] = get_task_spec(config.task).augment_in_force(config.augment)
-    else:
-        del setting["task"], setting["max_train_samples"]
+    setting = episode.controller_setting()
+    if family is not None:
+        del setting["task"], setting["max_train_samples"], setting["augment"]
     return setting
 
 
-def _check_family(path: Path, config: TrainingConfig, context: ControllerContext) -> None:
+def _check_family(path: Path, family: str | None, context: ControllerContext) -> None:
     """A policy trained across a family runs on any type of that family (its held-out types are what it is measured
     on), and on no other task unless the context allows the change."""
-    if config.family is None or context.setting is None or context.allow_setting_change:
+    if family is None or context.setting is None or context.allow_setting_change:
         return
     task = str(context.setting["task"])
-    if not task.startswith(f"{FAMILY_PREFIX}:{config.family}/"):
-        raise SettingChangeError(f"{path} was trained across family {config.family}, not on {task}: run it on a "
-                                 f"type of that family (--task {FAMILY_PREFIX}:{config.family}/TYPE), or pass "
+    if not task.startswith(f"{FAMILY_PREFIX}:{family}/"):
+        raise SettingChangeError(f"{path} was trained across family {family}, not on {task}: run it on a "
+                                 f"type of that family (--task {FAMILY_PREFIX}:{family}/TYPE), or pass "
                                  f"--allow-setting-change to evaluate it there anyway")

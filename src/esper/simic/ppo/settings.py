@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 
 from esper.data.families import Family, family_task, get_family, training_type
 from esper.data.tasks import get_task_spec
-from esper.env.groups import EpisodeSetting
-from esper.env.rewards import SparseRewardConfig, reward_config, reward_summary
+from esper.env.groups import EpisodeRecipe
+from esper.env.reward_setting import RewardSetting
+from esper.env.rewards import reward_config, reward_summary
+from esper.env.setting import EpisodeSetting
 from esper.leyline.seeding import SeedStream, derive_seed
 from esper.simic.ppo.config import TrainingConfig
 
@@ -33,40 +35,38 @@ def group_data_seeds(seed: int, batch: int, groups: int) -> list[int]:
     return [derive_seed(seed, SeedStream.TRAINING, batch, g, "data") for g in range(groups)]
 
 
-def _setting(config: TrainingConfig, task: str, max_train_samples: int | None, param_cost: float | None
-             ) -> EpisodeSetting:
-    reward = reward_config(config.reward_family, get_task_spec(task), SparseRewardConfig(
-        param_budget=config.param_budget, param_penalty_weight=config.param_penalty_weight,
-        sparse_reward_scale=config.sparse_reward_scale), param_cost, charge=config.charge,
-        compute_cost=config.charged_compute_cost(), max_train_samples=max_train_samples)
-    return EpisodeSetting(task, tuple(config.slots), config.max_epochs, config.batch_size, reward, config.gamma,
-                          max_train_samples=max_train_samples, max_val_samples=config.max_val_samples,
-                          amp=config.amp, lr_schedule=config.lr_schedule, augment=config.augment)
+def _recipe(setting: EpisodeSetting, reward: RewardSetting, param_cost: float | None) -> EpisodeRecipe:
+    config = reward_config(reward.reward_family, get_task_spec(setting.task), reward.sparse(), param_cost,
+                           charge=reward.charge, compute_cost=reward.charged_compute_cost(),
+                           max_train_samples=setting.max_train_samples)
+    return EpisodeRecipe(setting, config, reward.gamma)
 
 
 @dataclass(frozen=True)
 class TrainingSettings:
-    """`base`: the setting of a task run's every group (of a family run, its first training type's, which only
-    carries what every type shares: a group always brings its own). `types`: a family run's setting per training
-    type."""
+    """`base`: the recipe of a task run's every group (of a family run, its first training type's, which only carries
+    what every type shares: a group always brings its own). `types`: a family run's recipe per training type."""
 
-    base: EpisodeSetting
+    base: EpisodeRecipe
     family: Family | None = None
-    types: dict[str, EpisodeSetting] = field(default_factory=dict)
+    types: dict[str, EpisodeRecipe] = field(default_factory=dict)
 
     @classmethod
     def of(cls, config: TrainingConfig) -> TrainingSettings:
+        episode, reward = config.episode, config.reward
         if config.family is None:
-            return cls(_setting(config, config.task, config.max_train_samples, config.charged_param_cost()))
+            return cls(_recipe(episode, reward, reward.charged_param_cost()))
         family = get_family(config.family)
-        types = {t.name: _setting(config, family_task(family, t), t.max_train_samples,
-                                  config.charged_param_cost(t.name)) for t in family.training}
+        types = {t.name: _recipe(episode.with_overrides(task=family_task(family, t),
+                                                        max_train_samples=t.max_train_samples),
+                                 reward, reward.charged_param_cost(t.name)) for t in family.training}
         return cls(types[family.training[0].name], family, types)
 
     @property
     def tasks(self) -> list[str]:
         """Every task the run's episodes train on."""
-        return [s.task for s in self.types.values()] if self.family is not None else [self.base.task]
+        recipes = self.types.values() if self.family is not None else [self.base]
+        return [r.setting.task for r in recipes]
 
     def data_seeds(self, seed: int, batch: int, groups: int, batch_data_seed: int) -> list[int]:
         """Each group's data seed: the batch's for a task run, a group's own for a family run."""
@@ -74,19 +74,20 @@ class TrainingSettings:
             return [batch_data_seed] * groups
         return group_data_seeds(seed, batch, groups)
 
-    def of_group(self, data_seed: int) -> EpisodeSetting | None:
-        """The setting of the group with `data_seed` (None: the call's, `base`)."""
+    def of_group(self, data_seed: int) -> EpisodeRecipe | None:
+        """The recipe of the group with `data_seed` (None: the call's, `base`)."""
         if self.family is None:
             return None
         return self.types[training_type(self.family, data_seed).name]
 
-    def describe_reward(self, config: TrainingConfig) -> str:
+    def describe_reward(self, reward: RewardSetting) -> str:
         """The reward the run learns from, with the λ it charges (λ_p per training type across a family)."""
         if self.family is None:
-            return reward_summary(config.reward_family, get_task_spec(config.task), config.charged_param_cost(),
-                                  charge=config.charge, compute_cost=config.charged_compute_cost(),
-                                  max_train_samples=config.max_train_samples)
-        if config.type_param_costs is None:
-            return config.reward_family.value
-        costs = ", ".join(f"{name} {cost:g}" for name, cost in config.type_param_costs.items())
-        return f"{config.reward_family.value}, λ_p per training type: {costs}"
+            setting = self.base.setting
+            return reward_summary(reward.reward_family, get_task_spec(setting.task), reward.charged_param_cost(),
+                                  charge=reward.charge, compute_cost=reward.charged_compute_cost(),
+                                  max_train_samples=setting.max_train_samples)
+        if reward.type_param_costs is None:
+            return reward.reward_family.value
+        costs = ", ".join(f"{name} {cost:g}" for name, cost in reward.type_param_costs.items())
+        return f"{reward.reward_family.value}, λ_p per training type: {costs}"

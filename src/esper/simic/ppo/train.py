@@ -51,6 +51,7 @@ from esper.simic.ppo.checkpoint import (
     PPOLearnerState,
     read_policy_checkpoint,
     resume_config,
+    saved_config,
     seed_everything,
 )
 from esper.simic.ppo.config import TrainingConfig
@@ -101,11 +102,11 @@ class PPOTrainingResult:
 def train_ppo(config: TrainingConfig, run: PPORun) -> PPOTrainingResult:
     """Train the Tamiyo policy with PPO; returns what was completed (a stop request ends after the current step)."""
     settings = TrainingSettings.of(config)
-    env_devices = resolve_devices(config.device, config.devices)
+    env_devices = resolve_devices(config.execution.device, config.execution.devices)
     cache = run.data if run.data is not None else DataCache(DataOptions())
     for task in settings.tasks:
         cache.preload(get_task_spec(task), env_devices)
-    with EnvPool(config.worker_options(), cache) as pool:  # from here on, every process uses config.threads
+    with EnvPool(config.execution, cache) as pool:  # from here on, every process uses execution.threads
         result = _train(config, run, settings, env_devices, pool)
     run.emit(TelemetryEventType.RUN_COMPLETED, "PPO training stopped" if run.stopped() else "PPO training finished",
              {"batches_completed": result.batches_completed, "episodes_completed": result.episodes_completed,
@@ -115,28 +116,29 @@ def train_ppo(config: TrainingConfig, run: PPORun) -> PPOTrainingResult:
 
 def _train(config: TrainingConfig, run: PPORun, settings: TrainingSettings, env_devices: list[torch.device],
            pool: EnvPool) -> PPOTrainingResult:
-    task = get_task_spec(config.task)
-    warmup_batches = config.warmup_batches()
-    n_batches = warmup_batches + math.ceil(config.n_episodes / config.n_envs)
-    learner = PPOLearnerState.new(config, resolve_device(config.device))
+    ppo, episode = config.ppo, config.episode
+    task = get_task_spec(episode.task)
+    warmup_batches = ppo.warmup_batches()
+    n_batches = warmup_batches + math.ceil(ppo.n_episodes / ppo.n_envs)
+    learner = PPOLearnerState.new(config, resolve_device(config.execution.device))
     if run.resume_from is not None:
         _resume(learner, config, run)
     else:
-        if config.init_from is not None:
-            source, result = distill_from_iql(learner, config.init_from, config.init_datasets, task, config.slots,
+        if ppo.init_from is not None:
+            source, result = distill_from_iql(learner, ppo.init_from, ppo.init_datasets, task, episode.slots,
                                               DistillConfig(seed=config.seed), progress=run.progress)
-            run.emit(TelemetryEventType.CHECKPOINT_LOADED, f"actor distilled from {config.init_from}: greedy "
+            run.emit(TelemetryEventType.CHECKPOINT_LOADED, f"actor distilled from {ppo.init_from}: greedy "
                      f"agreement {100 * result.agreement:.1f} % on {result.states} dataset states",
                      {"path": str(source), "kind": "distilled", "agreement": result.agreement,
                       "states": result.states, "final_loss": result.final_loss, "batch": 0})
         _checkpoint(learner, run, "init")  # the policy before any update: evaluations compare final with init
-    policy = PPOPolicy(learner.agent, learner.obs_normalizer, use_telemetry=config.use_telemetry,
+    policy = PPOPolicy(learner.agent, learner.obs_normalizer, use_telemetry=ppo.use_telemetry,
                        blueprints=config.blueprint_indices())
     detector = AnomalyDetector()
     _announce(config, task, settings, env_devices, n_batches, run)
     if run.progress is not None:  # (re)start the training phase's clock: a distillation before it is no training
-        run.progress("training", learner.episodes_completed * config.max_epochs,
-                     config.total_episodes() * config.max_epochs)
+        run.progress("training", learner.episodes_completed * episode.max_epochs,
+                     ppo.total_episodes() * episode.max_epochs)
 
     history: list[PPOHistoryRow] = []
     saved_batches = learner.batches_completed
@@ -151,9 +153,9 @@ def _train(config: TrainingConfig, run: PPORun, settings: TrainingSettings, env_
             batch.seconds = time.perf_counter() - started
 
             update_started = time.perf_counter()
-            returns, advantages = batch.rollout.advantages(config.advantage, config.gamma, config.gae_lambda,
-                                                           config.group_size)
-            metrics = _update_policy(learner, batch.rollout, returns, advantages, config.ppo_updates_per_batch, run,
+            returns, advantages = batch.rollout.advantages(ppo.advantage, config.reward.gamma, ppo.gae_lambda,
+                                                           ppo.group_size)
+            metrics = _update_policy(learner, batch.rollout, returns, advantages, ppo.ppo_updates_per_batch, run,
                                      gradient_stats=report.has_anomaly, critic_only=b < warmup_batches)
             learner.obs_normalizer.update(batch.rollout.raw.flatten(0, 1))
             update_seconds = time.perf_counter() - update_started
@@ -163,8 +165,8 @@ def _train(config: TrainingConfig, run: PPORun, settings: TrainingSettings, env_
             previous_rolling, improved = _record_accuracy(learner, batch.results)
             report = detector.check_all(metrics.get("ratio_max", 1.0), metrics.get("ratio_min", 1.0),
                                         metrics.get("explained_variance", 1.0), bool(metrics.get("skipped_update")),
-                                        learner.episodes_completed, config.total_episodes())
-            row = _history_row(b, learner, batch, metrics, report, update_seconds, config.max_epochs)
+                                        learner.episodes_completed, ppo.total_episodes())
+            row = _history_row(b, learner, batch, metrics, report, update_seconds, episode.max_epochs)
             history.append(row)
             _log_batch(row, metrics, report, previous_rolling, learner, n_batches, run)
 
@@ -200,15 +202,16 @@ def _collect(config: TrainingConfig, env_devices: list[torch.device], learner: P
     """Run one batch of episodes into a fresh rollout; None if a stop request cut it short (then nothing of the batch
     is written)."""
     b = learner.batches_completed
+    ppo, episode = config.ppo, config.episode
     seed_everything(derive_seed(config.seed, SeedStream.TRAINING, b, "learner"))
-    n_b = min(config.n_envs, config.total_episodes() - learner.episodes_completed)
-    groups = _groups(config, settings, env_device_map(config.n_envs, env_devices), n_b, learner)
+    n_b = min(ppo.n_envs, ppo.total_episodes() - learner.episodes_completed)
+    groups = _groups(config, settings, env_device_map(ppo.n_envs, env_devices), n_b, learner)
     agent = learner.agent
     if agent.network.residual:  # each env's teacher, fresh for its episode, on its group's host seed
         seeds = [g.seed for g in groups for _ in g.members]
-        policy.teach(Teachers.for_training(config.teacher, get_task_spec(config.task), config.slots,
-                                           config.max_epochs, seeds, policy.blueprints))
-    batch = _Batch([], RolloutBuffer(config.max_epochs - 1, n_b, agent.state_dim, agent.space.num_blueprints,
+        policy.teach(Teachers.for_training(ppo.teacher, get_task_spec(episode.task), episode.slots,
+                                           episode.max_epochs, seeds, policy.blueprints))
+    batch = _Batch([], RolloutBuffer(episode.max_epochs - 1, n_b, agent.state_dim, agent.space.num_blueprints,
                                      agent.device, residual=agent.network.residual))
     for m in pool.epochs(settings.base, groups, sink=run.sink):
         if m.steps:  # the rewards of the decisions taken after the previous epoch
@@ -274,7 +277,7 @@ def _update_policy(learner: PPOLearnerState, rollout: RolloutBuffer, returns: to
 def _resume(learner: PPOLearnerState, config: TrainingConfig, run: PPORun) -> None:
     assert run.resume_from is not None
     data = read_policy_checkpoint(run.resume_from)
-    resume_config(TrainingConfig.from_dict(data["config"]), config)  # raises on a non-resumable difference
+    resume_config(saved_config(data, run.resume_from), config)  # raises on a non-resumable difference
     learner.restore(data, run.resume_from)
     run.emit(TelemetryEventType.CHECKPOINT_LOADED, f"resumed from {run.resume_from}",
              {"path": str(run.resume_from), "kind": "resume", "batch": learner.batches_completed})
@@ -282,14 +285,15 @@ def _resume(learner: PPOLearnerState, config: TrainingConfig, run: PPORun) -> No
 
 def _announce(config: TrainingConfig, task: TaskSpec, settings: TrainingSettings, env_devices: list[torch.device],
               n_batches: int, run: PPORun) -> None:
-    device_of = env_device_map(config.n_envs, env_devices)
-    run.emit(TelemetryEventType.TRAINING_STARTED, f"PPO on {config.task}: {config.n_envs} envs, {n_batches} batches", {
-        "command": "train ppo", "task": config.task, "topology": task.topology, "n_envs": config.n_envs,
-        "env_devices": {i: str(device_of[i]) for i in range(config.n_envs)}, "total_batches": n_batches,
-        "n_episodes": config.total_episodes(), "obs_dim": obs_dim(task.action_space, config.use_telemetry),
+    n_envs = config.ppo.n_envs
+    device_of = env_device_map(n_envs, env_devices)
+    run.emit(TelemetryEventType.TRAINING_STARTED, f"PPO on {task.name}: {n_envs} envs, {n_batches} batches", {
+        "command": "train ppo", "task": task.name, "topology": task.topology, "n_envs": n_envs,
+        "env_devices": {i: str(device_of[i]) for i in range(n_envs)}, "total_batches": n_batches,
+        "n_episodes": config.ppo.total_episodes(), "obs_dim": obs_dim(task.action_space, config.ppo.use_telemetry),
         "config": config.to_dict(),
-        "reward": settings.describe_reward(config),
-        "augmentation": describe_augmentation(task.augmentation(config.augment)),
+        "reward": settings.describe_reward(config.reward),
+        "augmentation": describe_augmentation(task.augmentation(config.episode.augment)),
         "envs_per_device": {str(d): sum(1 for x in device_of if x == d) for d in env_devices}})
 
 
@@ -305,14 +309,14 @@ def _groups(config: TrainingConfig, settings: TrainingSettings, device_of: list[
     """`n_b` envs in groups of `group_size`: a group shares one host seed (and one static twin when the reward
     compares with it), so its members differ only in the actions their policy sampled. Every group of a batch trains
     on the batch's data subset and order; across a family, each group on its own and on the type it draws."""
-    b, k = learner.batches_completed, config.group_size
+    b, k = learner.batches_completed, config.ppo.group_size
     host_seeds, data_seed = batch_seeds(config.seed, b, n_b // k)
     data_seeds = settings.data_seeds(config.seed, b, n_b // k, data_seed)
-    twin = needs_twin(config.reward_family)
+    twin = needs_twin(config.reward.reward_family)
     return [GroupPlan(
-        seed=host_seeds[g], data_seed=data_seeds[g], batch=b, setting=settings.of_group(data_seeds[g]),
-        members=tuple(MemberPlan(i, TRAINING_LABEL, str(device_of[i]), episode=learner.episodes_completed + i,
-                                 max_seeds=config.max_seeds) for i in range(g * k, (g + 1) * k)),
+        seed=host_seeds[g], data_seed=data_seeds[g], batch=b, recipe=settings.of_group(data_seeds[g]),
+        members=tuple(MemberPlan(i, TRAINING_LABEL, str(device_of[i]), episode=learner.episodes_completed + i)
+                      for i in range(g * k, (g + 1) * k)),
         twin=TwinEnvPlan(n_b + g, str(device_of[g * k])) if twin else None)
         for g in range(n_b // k)]
 

@@ -1,4 +1,4 @@
-"""TrainingConfig: defaults, presets, validation, strict JSON, precedence and serialization."""
+"""TrainingConfig: sections, keys, defaults, presets, validation, strict JSON, precedence and serialization."""
 
 from __future__ import annotations
 
@@ -10,8 +10,14 @@ from typing import Any
 import pytest
 
 from esper.data.families import get_family
+from esper.env.reward_setting import RewardSetting
 from esper.env.rewards import RewardFamily
+from esper.env.setting import EpisodeSetting
+from esper.execution.workers import WorkerOptions
+from esper.leyline.errors import UserInputError
+from esper.leyline.strict_config import StrictConfig
 from esper.simic.ppo.config import PRESETS, TrainingConfig, charge_fields, family_fields
+from esper.simic.ppo.ppo_config import PPOConfig
 
 # The defaults, spelled out literally (not imported from constants) so a changed default fails here.
 SPEC_DEFAULTS: dict[str, Any] = {
@@ -39,6 +45,21 @@ _TRAINING_RUN = {"max_train_samples": 1024, "max_val_samples": 512, "batch_size"
                  "lr_schedule": "cosine", "param_cost": "auto", "gamma": 1.0, "n_episodes": 96, "n_envs": 8,
                  "n_epochs": 4, "minibatch_size": 64}
 
+# Which section holds each setting (the rest are the run's own: seed, family, checkpoint_every).
+SPEC_SECTIONS: dict[str, tuple[type[StrictConfig], set[str]]] = {
+    "episode": (EpisodeSetting, {"task", "slots", "max_seeds", "max_epochs", "batch_size", "lr_schedule", "augment",
+                                 "max_train_samples", "max_val_samples", "amp"}),
+    "ppo": (PPOConfig, {"n_episodes", "n_envs", "lr", "gae_lambda", "clip_ratio", "value_coef", "value_clip",
+                        "max_grad_norm", "n_epochs", "minibatch_size", "target_kl", "ppo_updates_per_batch",
+                        "entropy_coef", "entropy_coef_min", "entropy_anneal_episodes", "hidden_dim", "initial_op_bias",
+                        "blueprints", "use_telemetry", "group_size", "advantage", "init_from", "init_datasets",
+                        "teacher", "teacher_epsilon", "critic_warmup_batches", "actor_warmup_updates",
+                        "teacher_kl_start", "teacher_kl_end"}),
+    "reward": (RewardSetting, {"reward_family", "param_cost", "charge", "compute_cost", "type_param_costs",
+                               "param_budget", "param_penalty_weight", "sparse_reward_scale", "gamma"}),
+    "execution": (WorkerOptions, {"workers", "threads", "executor", "ray_address", "device", "devices"}),
+}
+
 SPEC_PRESETS: dict[str, dict[str, Any]] = {
     "quick": {**_CPU_SYNTHETIC, "n_episodes": 16, "n_envs": 4, "max_epochs": 10, "minibatch_size": 32},
     "synthetic": {**_TRAINING_RUN, "task": "synthetic"},
@@ -49,13 +70,47 @@ SPEC_PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+def _plain(config: TrainingConfig) -> dict[str, Any]:
+    """Every setting by its plain name (each is unique: see `test_every_plain_name_names_one_setting`)."""
+    return {k.rpartition(".")[2]: v for k, v in config.dotted_dict().items()}
+
+
 def _diff_from_defaults(config: TrainingConfig) -> dict[str, Any]:
-    return {k: v for k, v in config.to_dict().items() if v != SPEC_DEFAULTS[k]}
+    return {k: v for k, v in _plain(config).items() if v != SPEC_DEFAULTS[k]}
 
 
 def test_defaults_equal_the_spec_table() -> None:
-    assert TrainingConfig().to_dict() == SPEC_DEFAULTS
-    assert TrainingConfig().reward_family is RewardFamily.GAP
+    assert _plain(TrainingConfig()) == SPEC_DEFAULTS
+    assert TrainingConfig().reward.reward_family is RewardFamily.GAP
+
+
+def test_the_sections_hold_the_listed_settings() -> None:
+    assert {name: (cls, set(cls.model_fields)) for name, cls in TrainingConfig.sections().items()} == SPEC_SECTIONS
+    assert set(TrainingConfig.model_fields) - set(SPEC_SECTIONS) == {"seed", "family", "checkpoint_every"}
+    assert TrainingConfig().to_dict()["ppo"]["lr"] == 3e-4  # it records itself nested
+
+
+def test_every_plain_name_names_one_setting() -> None:
+    """`--set lr=...` works because no two sections share a setting's name."""
+    assert all(len(keys) == 1 for keys in TrainingConfig.plain_names().values())
+    assert list(TrainingConfig.dotted({"lr": 1, "ppo.gae_lambda": 2, "seed": 3, "devices": 4})) == [
+        "ppo.lr", "ppo.gae_lambda", "seed", "execution.devices"]
+
+
+@pytest.mark.parametrize(("key", "hint"), [("lrr", "lr"), ("ppo.lrr", "ppo.lr"), ("reward.lr", "ppo.lr"),
+                                           ("episod.task", "episode.task")])
+def test_an_unknown_key_gets_a_did_you_mean(key: str, hint: str) -> None:
+    with pytest.raises(UserInputError, match=rf"Unknown training config keys: \['{key}'\] \(did you mean '{hint}'"):
+        TrainingConfig().with_overrides(**{key: 1})
+
+
+def test_a_section_is_given_as_an_object_of_its_settings() -> None:
+    """A section's object changes only the settings it names; a section given anything else is refused."""
+    config = TrainingConfig.from_json('{"ppo": {"lr": 0.001}, "episode": {"task": "synthetic"}, "gamma": 1.0}')
+    assert (config.ppo.lr, config.ppo.n_envs, config.episode.task, config.reward.gamma) == (0.001, 4, "synthetic", 1.0)
+    assert config.with_overrides(ppo=PPOConfig(n_envs=8)).ppo.lr == 3e-4  # a whole section replaces it
+    with pytest.raises(UserInputError, match="'ppo' is a section of the training config: pass its settings as a JSON"):
+        config.with_overrides(ppo=0.001)
 
 
 @pytest.mark.parametrize("name", sorted(SPEC_PRESETS))
@@ -64,7 +119,7 @@ def test_preset_has_exactly_the_listed_differences(name: str) -> None:
     # The cifar10 preset repeats the default task; only real differences show up in the diff.
     assert _diff_from_defaults(TrainingConfig.preset(name)) == {k: v for k, v in expected.items()
                                                                 if v != SPEC_DEFAULTS[k]}
-    assert TrainingConfig.preset(name).to_dict() == {**SPEC_DEFAULTS, **expected}
+    assert _plain(TrainingConfig.preset(name)) == {**SPEC_DEFAULTS, **expected}
 
 
 def test_preset_names() -> None:
@@ -120,7 +175,7 @@ def test_validation_rejects(changes: dict[str, Any], field: str) -> None:
         TrainingConfig.from_dict(changes)
     assert "Value error" not in str(info.value) and "--set KEY=VALUE" in str(info.value)
     with pytest.raises(ValueError):  # the pydantic error is a ValueError too
-        TrainingConfig(**changes)
+        TrainingConfig(**TrainingConfig.nested(TrainingConfig.dotted(changes)))
 
 
 @pytest.mark.parametrize("changes", [
@@ -134,41 +189,42 @@ def test_validation_rejects(changes: dict[str, Any], field: str) -> None:
 ])
 def test_boundary_values_are_accepted(changes: dict[str, Any]) -> None:
     config = TrainingConfig.from_dict(changes)
-    assert all(config.to_dict()[k] == v for k, v in changes.items())
+    assert all(_plain(config)[k] == v for k, v in changes.items())
 
 
 def test_a_config_is_immutable_a_change_is_a_new_checked_config() -> None:
     config = TrainingConfig()
     with pytest.raises(ValueError, match="frozen"):
-        config.lr = 0.01
+        config.ppo.lr = 0.01
     with pytest.raises(ValueError, match="lr"):
         config.with_overrides(lr=0.0)
-    assert config.with_overrides(lr=0.01).lr == 0.01 and config.lr != 0.01
+    assert config.with_overrides(lr=0.01).ppo.lr == 0.01 and config.ppo.lr != 0.01
 
 
 def test_slots_are_stored_in_canonical_order() -> None:
-    assert TrainingConfig(slots=["late", "early"]).slots == ["early", "late"]
-    assert TrainingConfig.from_dict({"slots": ["late", "mid", "early"]}).slots == ["early", "mid", "late"]
+    assert EpisodeSetting(slots=("late", "early")).slots == ("early", "late")
+    assert TrainingConfig.from_dict({"slots": ["late", "mid", "early"]}).episode.slots == ("early", "mid", "late")
 
 
 def test_task_is_case_insensitive() -> None:
-    assert TrainingConfig(task="SYNTHETIC").task == "synthetic"
+    assert TrainingConfig.from_dict({"task": "SYNTHETIC"}).episode.task == "synthetic"
 
 
 def test_unknown_keys_are_listed() -> None:
     with pytest.raises(ValueError) as info:
         TrainingConfig.from_dict({"lr": 1e-3, "learning_rate": 1e-3, "batchsize": 4})
     message = str(info.value)
-    assert message.startswith("Unknown config keys: ['batchsize', 'learning_rate']. Valid keys: task, slots,")
-    assert all(name in message for name in TrainingConfig.model_fields)
-    with pytest.raises(ValueError, match=r"Unknown config keys: \['nope'\]"):
+    assert message.startswith("Unknown training config keys: ['learning_rate', 'batchsize'] (did you mean")
+    assert "Valid keys: seed, family, checkpoint_every, episode.task," in message
+    assert all(key in message for key in TrainingConfig.settings())
+    with pytest.raises(ValueError, match=r"Unknown training config keys: \['nope'\]"):
         TrainingConfig().with_overrides(nope=1)
 
 
 def test_json_unknown_keys_are_rejected(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
     path.write_text(json.dumps({"n_envs": 2, "entropy": 0.1}))
-    with pytest.raises(ValueError, match=r"Unknown config keys: \['entropy'\]"):
+    with pytest.raises(ValueError, match=r"Unknown training config keys: \['entropy'\]"):
         TrainingConfig.from_json(path)
 
 
@@ -209,10 +265,10 @@ def test_precedence_preset_then_json_then_overrides(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
     path.write_text(json.dumps({"n_envs": 8, "lr": 1e-3, "max_epochs": 5}))
     config = TrainingConfig.from_json(path, base=TrainingConfig.preset("quick")).with_overrides(lr=5e-4)
-    assert config.task == "synthetic" and config.minibatch_size == 32  # preset
-    assert config.n_envs == 8 and config.max_epochs == 5  # JSON over preset
-    assert config.lr == 5e-4  # override over JSON
-    assert config.n_episodes == 16 and config.entropy_coef == 0.05  # untouched preset value and default
+    assert config.episode.task == "synthetic" and config.ppo.minibatch_size == 32  # preset
+    assert config.ppo.n_envs == 8 and config.episode.max_epochs == 5  # JSON over preset
+    assert config.ppo.lr == 5e-4  # override over JSON
+    assert config.ppo.n_episodes == 16 and config.ppo.entropy_coef == 0.05  # untouched preset value and default
 
 
 def test_cli_precedence_preset_then_json_then_flags(tmp_path: Path) -> None:
@@ -223,15 +279,25 @@ def test_cli_precedence_preset_then_json_then_flags(tmp_path: Path) -> None:
     path.write_text(json.dumps({"n_envs": 8, "lr": 1e-3, "n_episodes": 32, "seed": 5}))
     args = build_parser().parse_args([
         "train", "ppo", "--preset", "quick", "--config-json", str(path), "--set", "lr=0.002", "--episodes", "12",
-        "--set", 'slots=["late","early"]', "--set", "task=synthetic_text", "--seed", "9", "--no-amp"])
+        "--set", 'episode.slots=["late","early"]', "--set", "task=synthetic_text", "--seed", "9", "--no-amp",
+        "--set", "ppo.n_episodes=40"])
     config = effective_config(args)
-    assert config.minibatch_size == 32 and config.n_envs == 8
-    assert config.lr == 0.002 and config.n_episodes == 12 and config.seed == 9 and config.amp is False
-    assert config.slots == ["early", "late"] and config.task == "synthetic_text"
+    assert config.ppo.minibatch_size == 32 and config.ppo.n_envs == 8
+    assert config.ppo.lr == 0.002 and config.ppo.n_episodes == 12 and config.seed == 9 and config.episode.amp is False
+    assert config.episode.slots == ("early", "late") and config.episode.task == "synthetic_text"
     # No flags: the preset and JSON values stand (the seed default comes from the config, not the parser).
     plain = effective_config(build_parser().parse_args(["train", "ppo", "--preset", "quick", "--config-json",
                                                         str(path)]))
-    assert plain.seed == 5 and plain.lr == 1e-3 and plain.n_episodes == 32
+    assert plain.seed == 5 and plain.ppo.lr == 1e-3 and plain.ppo.n_episodes == 32
+
+
+def test_cli_refuses_an_unknown_key_before_any_work() -> None:
+    from esper.cli.main import build_parser
+    from esper.cli.train_ppo import effective_config
+
+    args = build_parser().parse_args(["train", "ppo", "--preset", "quick", "--set", "ppo.gama=0.9"])
+    with pytest.raises(UserInputError, match=r"Unknown training config keys: \['ppo.gama'\] \(did you mean"):
+        effective_config(args)
 
 
 def test_to_dict_is_json_safe_and_round_trips() -> None:
@@ -239,9 +305,21 @@ def test_to_dict_is_json_safe_and_round_trips() -> None:
         slots=["mid", "late"], devices=["cpu", "cpu"], value_clip=None, reward_family="sparse", param_budget=1234)
     text = json.dumps(config.to_dict())
     data = json.loads(text)
-    assert data["reward_family"] == "sparse" and data["slots"] == ["mid", "late"]
+    assert data["reward"]["reward_family"] == "sparse" and data["episode"]["slots"] == ["mid", "late"]
     assert TrainingConfig.from_dict(data) == config
+    assert TrainingConfig.from_record(data, where="x", fix="y") == config
     assert TrainingConfig.from_dict(data).to_dict() == config.to_dict()
+
+
+def test_a_record_of_another_shape_is_refused_naming_the_fix() -> None:
+    """A config recorded before TrainingConfig had sections (every setting at the top level) is not read as today's:
+    its reader names the fix."""
+    flat = {**SPEC_DEFAULTS, "task": "synthetic"}
+    with pytest.raises(UserInputError, match=r"^Checkpoint c.pt records a TrainingConfig of another shape \(.*outside "
+                                             r"the sections episode, ppo, reward, execution\): .* Retrain it\.$"):
+        TrainingConfig.from_record(flat, where="Checkpoint c.pt", fix="Retrain it.")
+    with pytest.raises(UserInputError, match=r"Checkpoint c.pt: Invalid config: ppo.lr"):
+        TrainingConfig.from_record({"ppo": {"lr": 0.0}}, where="Checkpoint c.pt", fix="Retrain it.")
 
 
 
@@ -288,36 +366,38 @@ def test_worker_fields_are_checked_by_the_worker_options(changes: dict[str, Any]
     with pytest.raises(ValueError, match=message):
         TrainingConfig.from_dict(changes)
     assert TrainingConfig.from_dict({"workers": 2, "executor": "ray", "devices": ["cuda:0"], "n_envs": 4}
-                                    ).worker_options().gpus_per_worker == 0.5
+                                    ).execution.gpus_per_worker == 0.5
 
 
 def test_initial_op_bias_is_keyed_by_op_name_and_becomes_one_value_per_op() -> None:
-    assert TrainingConfig().op_bias() == ()  # none set: the network keeps its zero bias
-    assert TrainingConfig(initial_op_bias={"CULL": -2.0, "WAIT": 0.5}).op_bias() == (0.5, 0.0, -2.0, 0.0)
+    assert PPOConfig().op_bias() == ()  # none set: the network keeps its zero bias
+    assert PPOConfig(initial_op_bias={"CULL": -2.0, "WAIT": 0.5}).op_bias() == (0.5, 0.0, -2.0, 0.0)
     with pytest.raises(ValueError, match=r"unknown op\(s\) \['KILL'\]; initial_op_bias is keyed by \['WAIT'"):
-        TrainingConfig(initial_op_bias={"KILL": -2.0})
+        PPOConfig(initial_op_bias={"KILL": -2.0})
     for bad in (math.inf, math.nan):
         with pytest.raises(ValueError, match="finite number"):
-            TrainingConfig(initial_op_bias={"CULL": bad})
-    with pytest.raises(ValueError, match=r"initial_op_bias.CULL: Input should be greater than or equal to -20, got"):
+            PPOConfig(initial_op_bias={"CULL": bad})
+    with pytest.raises(ValueError, match=r"ppo.initial_op_bias.CULL: Input should be greater than or equal to -20, "):
         TrainingConfig.from_dict({"initial_op_bias": {"CULL": -21.0}})
 
 
 def test_blueprints_name_the_topologys_germinable_blueprints() -> None:
     assert TrainingConfig().blueprint_indices() is None  # none set: every blueprint
-    assert TrainingConfig(task="synthetic", blueprints=["norm", "conv_light"]).blueprint_indices() == frozenset({3, 1})
-    assert TrainingConfig(task="synthetic_text", blueprints=["lora"]).blueprint_indices() == frozenset({1})
+    assert TrainingConfig.from_dict({"task": "synthetic", "blueprints": ["norm", "conv_light"]}
+                                    ).blueprint_indices() == frozenset({3, 1})
+    assert PPOConfig(blueprints=["lora"]).blueprint_indices("synthetic_text") == frozenset({1})
     for bad in (["lora"], ["noop"], [], ["norm", "nrom"]):  # lora is a transformer blueprint; noop never germinates
         with pytest.raises(ValueError, match=r"blueprints must name at least one of \['conv_light', 'attention'"):
-            TrainingConfig(task="synthetic", blueprints=bad)
+            TrainingConfig.from_dict({"task": "synthetic", "blueprints": bad})
 
 
 def test_whole_numbers_stored_without_a_fraction_still_load_as_floats() -> None:
     """A JSON writer may store 1.0 as 1: a checkpoint's config that does still loads, its floats as floats."""
     config = TrainingConfig.from_dict({"value_coef": 1, "initial_op_bias": {"CULL": -2}, "param_cost": 3})
-    assert (config.value_coef, config.initial_op_bias, config.param_cost) == (1.0, {"CULL": -2.0}, 3.0)
-    assert all(isinstance(v, float) for v in (config.value_coef, config.initial_op_bias["CULL"], config.param_cost))
-    with pytest.raises(ValueError, match=r"n_envs: Input should be a valid integer, got 8.0"):
+    ppo, reward = config.ppo, config.reward
+    assert (ppo.value_coef, ppo.initial_op_bias, reward.param_cost) == (1.0, {"CULL": -2.0}, 3.0)
+    assert all(isinstance(v, float) for v in (ppo.value_coef, ppo.initial_op_bias["CULL"], reward.param_cost))
+    with pytest.raises(ValueError, match=r"ppo.n_envs: Input should be a valid integer, got 8.0"):
         TrainingConfig.from_dict({"n_envs": 8.0})  # an integer field stays one
 
 
@@ -334,24 +414,26 @@ def test_a_charge_inconsistency_names_its_fix(changes: dict[str, Any], fix: str)
 
 def test_the_compute_charge_is_refused_across_a_family() -> None:
     with pytest.raises(ValueError, match="drop charge=compute"):
-        TrainingConfig.from_dict(family_fields(get_family("synthetic-shift-v1"), {"charge": "compute"}))
+        TrainingConfig.from_dict(family_fields(get_family("synthetic-shift-v1"), {"reward.charge": "compute"}))
 
 
 def test_charge_compute_alone_turns_a_presets_auto_param_cost_into_auto_compute_cost() -> None:
     synthetic, quick = TrainingConfig.preset("synthetic"), TrainingConfig.preset("quick")
-    switched = synthetic.with_overrides(**charge_fields(synthetic, {"charge": "compute"}))
+    switched = synthetic.with_overrides(**charge_fields(synthetic.reward, {"reward.charge": "compute"})).reward
     assert (switched.charge, switched.param_cost, switched.compute_cost) == ("compute", None, "auto")
-    assert quick.with_overrides(**charge_fields(quick, {"charge": "compute"})).compute_cost is None  # the task's
-    given = charge_fields(synthetic, {"charge": "compute", "compute_cost": 0.8})
-    assert given == {"charge": "compute", "compute_cost": 0.8}  # a cost of either charge: the user's choice stands
-    assert charge_fields(synthetic, {"seed": 1}) == {"seed": 1}
+    compute = charge_fields(quick.reward, {"reward.charge": "compute"})
+    assert quick.with_overrides(**compute).reward.compute_cost is None  # the task's
+    given = charge_fields(synthetic.reward, {"reward.charge": "compute", "reward.compute_cost": 0.8})
+    assert given == {"reward.charge": "compute", "reward.compute_cost": 0.8}  # either cost given: the user's stands
+    assert charge_fields(synthetic.reward, {"seed": 1}) == {"seed": 1}
     with pytest.raises(ValueError, match="param_cost"):  # a λ_p is never read as a λ_c
-        synthetic.with_overrides(**charge_fields(synthetic, {"charge": "compute", "param_cost": 0.5}))
+        synthetic.with_overrides(**charge_fields(synthetic.reward, {"reward.charge": "compute",
+                                                                    "reward.param_cost": 0.5}))
 
 
 def test_an_auto_cost_is_refused_where_a_number_is_needed() -> None:
-    config = TrainingConfig.from_dict({"charge": "compute", "compute_cost": "auto"})
+    reward = RewardSetting(charge="compute", compute_cost="auto")
     with pytest.raises(ValueError, match="cached_costs"):
-        config.charged_compute_cost()
-    assert TrainingConfig.from_dict({"charge": "compute", "compute_cost": 0.8}).charged_compute_cost() == 0.8
-    assert TrainingConfig().charged_compute_cost() is None
+        reward.charged_compute_cost()
+    assert RewardSetting(charge="compute", compute_cost=0.8).charged_compute_cost() == 0.8
+    assert RewardSetting().charged_compute_cost() is None

@@ -21,13 +21,14 @@ from esper.tamiyo import ControllerContext, SettingChangeError
 from unit.tamiyo.helpers import make_obs
 
 CNN = get_task_spec("synthetic").action_space
-CONFIG = TrainingConfig(task="synthetic", max_epochs=3, n_envs=2, group_size=1, device="cpu")
+CONFIG = TrainingConfig.from_dict({"task": "synthetic", "max_epochs": 3, "n_envs": 2, "group_size": 1,
+                                   "device": "cpu"})
 
 
 def _controller(*, deterministic: bool) -> PPOPolicy:
-    dim = obs_dim(CNN, CONFIG.use_telemetry)
-    agent = PPOAgent(CONFIG, state_dim=dim, space=CNN)
-    return PPOPolicy(agent, RunningMeanStd(dim), use_telemetry=CONFIG.use_telemetry, deterministic=deterministic)
+    dim = obs_dim(CNN, CONFIG.ppo.use_telemetry)
+    agent = PPOAgent(CONFIG.ppo, seed=CONFIG.seed, state_dim=dim, space=CNN)
+    return PPOPolicy(agent, RunningMeanStd(dim), use_telemetry=CONFIG.ppo.use_telemetry, deterministic=deterministic)
 
 
 @pytest.mark.parametrize("deterministic", [True, False])
@@ -67,9 +68,13 @@ def _checkpoint(tmp_path: Path, edit: Any = None) -> Path:
     (lambda d: d.pop("agent"), "'agent'"),
     (lambda d: d["agent"].pop("network"), "'network'"),
     (lambda d: d.__setitem__("agent", [1, 2]), "must be dicts"),
-    (lambda d: d["config"].update(hidden_dim=10**6), "invalid config"),
-    (lambda d: d["config"].__setitem__("n_workers", d["config"].pop("workers")),  # a field's older name
-     r"Unknown config keys: \['n_workers'\].*another esper version.*retrain the policy"),
+    (lambda d: d["config"]["ppo"].update(hidden_dim=10**6), r"Invalid config: ppo.hidden_dim"),
+    (lambda d: d["config"]["execution"].__setitem__("n_workers", d["config"]["execution"].pop("workers")),  # older
+     r"execution.n_workers: Extra inputs are not permitted.*another esper version.*retrain the policy"),
+    (lambda d: d.__setitem__("config", {k: v for section in ("episode", "ppo", "reward", "execution")
+                                        for k, v in d["config"].pop(section).items()} | d["config"]),  # no sections
+     r"records a TrainingConfig of another shape \(.*\): it was written by an esper whose config had no sections. A "
+     r"checkpoint written by another esper version loads in that version: retrain the policy with this one"),
     (lambda d: d["agent"]["network"].__setitem__(next(iter(d["agent"]["network"])), torch.zeros(2, 2)),
      "size mismatch"),
 ])
@@ -82,7 +87,7 @@ def test_broken_checkpoints_are_refused_at_load(tmp_path: Path, edit: Any, messa
 
 def test_good_checkpoint_loads_and_decides(tmp_path: Path) -> None:
     path = _checkpoint(tmp_path)
-    trained = TrainingConfig.from_dict(torch.load(path, weights_only=True)["config"])
+    trained = TrainingConfig.from_dict(torch.load(path, weights_only=True)["config"]).episode
     setting = {"task": trained.task, "max_epochs": trained.max_epochs,
                "max_train_samples": trained.max_train_samples, "max_val_samples": trained.max_val_samples}
     context = ControllerContext(space=CNN, slots=tuple(trained.slots), setting=setting)
@@ -93,7 +98,7 @@ def test_good_checkpoint_loads_and_decides(tmp_path: Path) -> None:
 
 def test_another_setting_is_refused_unless_allowed(tmp_path: Path) -> None:
     path = _checkpoint(tmp_path)
-    trained = TrainingConfig.from_dict(torch.load(path, weights_only=True)["config"])
+    trained = TrainingConfig.from_dict(torch.load(path, weights_only=True)["config"]).episode
     other = {"task": trained.task, "max_epochs": trained.max_epochs + 2,
              "max_train_samples": trained.max_train_samples, "max_val_samples": trained.max_val_samples}
     context = ControllerContext(space=CNN, slots=tuple(trained.slots), setting=other)
@@ -105,7 +110,7 @@ def test_another_setting_is_refused_unless_allowed(tmp_path: Path) -> None:
 
 def test_a_policy_refuses_another_augmentation_than_it_learned_with(tmp_path: Path) -> None:
     path = _checkpoint(tmp_path)
-    trained = TrainingConfig.from_dict(torch.load(path, weights_only=True)["config"])
+    trained = TrainingConfig.from_dict(torch.load(path, weights_only=True)["config"]).episode
     own = get_task_spec(trained.task).augment_in_force(trained.augment)
     setting = {"task": trained.task, "max_epochs": trained.max_epochs, "augment": own}
     assert PPOPolicy.from_checkpoint(path, context=ControllerContext(space=CNN, slots=tuple(trained.slots),
@@ -116,7 +121,7 @@ def test_a_policy_refuses_another_augmentation_than_it_learned_with(tmp_path: Pa
 
 
 def test_a_blueprint_restriction_travels_with_the_checkpoint_and_binds_every_decision(tmp_path: Path) -> None:
-    config = CONFIG.model_copy(update={"blueprints": ["norm"], "initial_op_bias": {"GERMINATE": 5.0}})
+    config = CONFIG.with_overrides(blueprints=["norm"], initial_op_bias={"GERMINATE": 5.0})
     path = tmp_path / "p.pt"
     PPOLearnerState.new(config, torch.device("cpu")).save(path)
     sampled = PPOPolicy.from_checkpoint(path, deterministic=False)
@@ -129,7 +134,7 @@ def test_a_blueprint_restriction_travels_with_the_checkpoint_and_binds_every_dec
     assert all(d.info == {} for d in step.decisions)  # the policy's tensors stay in the step, never in a decision
     greedy = PPOPolicy.from_checkpoint(path)
     valid = torch.ones(8, CNN.num_joint_actions, dtype=torch.bool)
-    probs = greedy.action_probs(torch.randn(8, obs_dim(CNN, config.use_telemetry)), valid)
+    probs = greedy.action_probs(torch.randn(8, obs_dim(CNN, config.ppo.use_telemetry)), valid)
     chosen = [CNN.from_joint_index(int(i)) for i in probs.argmax(dim=1)]
     assert all(a.blueprint == CNN.blueprint_index("norm") for a in chosen if a.is_germinate)
     assert any(a.is_germinate for a in chosen)

@@ -21,7 +21,8 @@ TOY = IQLConfig(epochs=2, steps_per_epoch=75, batch_size=64, hidden_sizes=[32, 3
 def test_distilled_actor_agrees_with_iql_and_picks_the_best_start_actions() -> None:
     data = toy_dataset(300)
     teacher = IQLPolicy.from_learner(train_iql(TOY, data))
-    learner = PPOLearnerState.new(TrainingConfig(hidden_dim=64, n_envs=1, group_size=1, n_episodes=1, seed=0),
+    learner = PPOLearnerState.new(TrainingConfig.from_dict({"hidden_dim": 64, "n_envs": 1, "group_size": 1,
+                                                                "n_episodes": 1, "seed": 0}),
                                   torch.device("cpu"))
     before = learner.agent.network.state_dict()["heads.op.2.weight"].clone()
     result = distill(learner, teacher, data, DistillConfig(steps=300, batch_size=128, lr=3e-3))

@@ -32,7 +32,7 @@ FAMILY = register_family(Family("ppo-probe", 1, "synthetic", (
 ), held_out=("held",)))
 COSTS = {"a": 0.5, "b": 2.0, "c": 0.25}
 CONFIG = TrainingConfig.preset("synthetic").with_overrides(
-    **family_fields(FAMILY, {"type_param_costs": COSTS}), max_epochs=2, max_val_samples=16, batch_size=16,
+    **family_fields(FAMILY, {"reward.type_param_costs": COSTS}), max_epochs=2, max_val_samples=16, batch_size=16,
     n_episodes=4, n_envs=4, device="cpu")  # the given λ_p replace the preset's "auto"
 TRAINING_TASKS = {family_task(FAMILY, t): t.name for t in FAMILY.training}
 
@@ -43,16 +43,16 @@ def test_every_group_trains_on_a_training_type_its_data_seed_draws_at_that_types
         seed: int, batch: int, groups: int) -> None:
     chosen = TrainingSettings.of(CONFIG)
     for data_seed in group_data_seeds(seed, batch, groups):
-        setting = chosen.of_group(data_seed)
-        assert setting is not None and setting.task in TRAINING_TASKS  # never a held-out type's task
-        itype = FAMILY.type(TRAINING_TASKS[setting.task])
+        recipe = chosen.of_group(data_seed)
+        assert recipe is not None and recipe.setting.task in TRAINING_TASKS  # never a held-out type's task
+        itype = FAMILY.type(TRAINING_TASKS[recipe.setting.task])
         assert itype == training_type(FAMILY, data_seed)
-        assert setting.max_train_samples == itype.max_train_samples
-        assert isinstance(setting.reward, GapRewardConfig) and setting.reward.cost == COSTS[itype.name]
+        assert recipe.setting.max_train_samples == itype.max_train_samples
+        assert isinstance(recipe.reward, GapRewardConfig) and recipe.reward.cost == COSTS[itype.name]
 
 
 def test_a_batchs_groups_draw_their_types_apart_and_a_task_run_keeps_one_data_seed() -> None:
-    drawn = {TrainingSettings.of(CONFIG).of_group(s).task for b in range(4) for s in group_data_seeds(7, b, 4)}
+    drawn = {TrainingSettings.of(CONFIG).of_group(s).setting.task for b in range(4) for s in group_data_seeds(7, b, 4)}
     assert len(drawn) > 1  # 16 groups over three types
     task_run = TrainingSettings.of(TrainingConfig.preset("synthetic").with_overrides(param_cost=1.0))
     assert task_run.data_seeds(7, 0, 3, 11) == [11, 11, 11] and task_run.of_group(11) is None
@@ -81,14 +81,14 @@ def test_a_held_out_type_planted_into_the_draw_stops_the_training(tmp_path: Path
 def test_a_family_run_config_is_checked(changes: dict[str, object], message: str) -> None:
     with pytest.raises(UserInputError, match=message):
         CONFIG.with_overrides(**changes)
-    assert CONFIG.charged_param_cost("b") == 2.0
+    assert CONFIG.reward.charged_param_cost("b") == 2.0
     assert CONFIG.with_overrides(param_cost="auto", type_param_costs=None).family == FAMILY.key
 
 
 def _context(task: str) -> ControllerContext:
     return ControllerContext(space=get_task_spec(task).action_space, slots=tuple(CANONICAL_SLOTS), max_epochs=2,
                              setting={"task": task, "max_epochs": 2, "max_train_samples": 64, "max_val_samples": 16,
-                                      "batch_size": 16, "lr_schedule": CONFIG.lr_schedule})
+                                      "batch_size": 16, "lr_schedule": CONFIG.episode.lr_schedule})
 
 
 def test_a_family_policy_runs_on_any_type_of_its_family_and_on_no_other_task(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""PPOAgent: construction from a TrainingConfig, update mechanics, metrics, schedule, state and a toy problem."""
+"""PPOAgent: construction from a PPOConfig alone, update mechanics, metrics, schedule, state and a toy problem."""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ from esper.env import masks
 from esper.env.masks import compute_batch_masks
 from esper.leyline import ActionSpace, ActionValidity, MaskSeedInfo, SeedStage
 from esper.leyline import compute_action_validity as leyline_validity
+from esper.leyline.constants import DEFAULT_GAMMA
 from esper.simic.ppo.agent import PPOAgent
 from esper.simic.ppo.buffer import PolicyStep, RolloutBuffer
-from esper.simic.ppo.config import TrainingConfig
 from esper.simic.ppo.network import FactoredActorCritic
+from esper.simic.ppo.ppo_config import PPOConfig
 
 CNN = get_task_spec("synthetic").action_space
 
@@ -74,18 +75,28 @@ def fill(agent: PPOAgent, n: int = 20, masks: dict[str, torch.Tensor] | None = N
 
 def update(agent: PPOAgent, buffer: RolloutBuffer) -> dict[str, Any]:
     c = agent.config
-    return agent.update(buffer, *buffer.advantages(c.advantage, c.gamma, c.gae_lambda, c.group_size))
+    return agent.update(buffer, *buffer.advantages(c.advantage, DEFAULT_GAMMA, c.gae_lambda, c.group_size))
 
 
-def small_agent(state_dim: int = D, **fields: object) -> PPOAgent:
-    """An agent from a TrainingConfig; n_envs = ppo_updates_per_batch = 1, so anneal episodes count update calls."""
+def small_agent(state_dim: int = D, seed: int = 42, **fields: object) -> PPOAgent:
+    """An agent from a PPOConfig; n_envs = ppo_updates_per_batch = 1, so anneal episodes count update calls."""
     defaults: dict[str, object] = {"hidden_dim": 32, "n_epochs": 2, "minibatch_size": 8, "n_envs": 1, "group_size": 1,
                                    "n_episodes": 1}
     defaults.update(fields)
-    return PPOAgent(TrainingConfig.from_dict(defaults), state_dim=state_dim, space=CNN)
+    return PPOAgent(PPOConfig.from_dict(defaults), seed=seed, state_dim=state_dim, space=CNN)
 
 
 # --- construction and acting -------------------------------------------------------------------------------------
+def test_an_agent_is_built_from_a_ppo_config_alone() -> None:
+    """PPOAgent receives the policy's PPOConfig and the run's seed, never the run's whole TrainingConfig: its
+    episode setting, reward and placement are none of its business."""
+    config = PPOConfig(hidden_dim=16, lr=1e-3)
+    agent = PPOAgent(config, seed=5, state_dim=D, space=CNN)
+    assert agent.config is config and agent.seed == 5 and agent.optimizer.param_groups[0]["lr"] == 1e-3
+    residual = PPOAgent(config.with_overrides(teacher="heuristic"), seed=5, state_dim=D, space=CNN)
+    assert residual.network.residual and len(residual.optimizer.param_groups) == 2
+
+
 def test_construction_follows_the_config() -> None:
     agent = small_agent(lr=1e-3, hidden_dim=48)
     assert isinstance(agent.network, FactoredActorCritic)
@@ -97,7 +108,7 @@ def test_construction_follows_the_config() -> None:
     with pytest.raises(ValueError, match="target_kl"):
         small_agent(target_kl=0.0)
     with pytest.raises(ValueError, match="blueprint head must be 'noop'"):
-        PPOAgent(TrainingConfig(), state_dim=D, space=ActionSpace("cnn", ("conv_light",)))
+        PPOAgent(PPOConfig(), seed=0, state_dim=D, space=ActionSpace("cnn", ("conv_light",)))
 
 
 def test_act_returns_batched_actions_within_the_masks() -> None:
@@ -129,7 +140,7 @@ def test_update_reports_exactly_the_contract_metrics() -> None:
 def test_first_minibatch_sees_ratio_one_and_the_value_loss_formula() -> None:
     agent = small_agent(n_epochs=1, minibatch_size=64, target_kl=None)
     buffer = fill(agent, 20)
-    returns, advantages = buffer.advantages("gae", agent.config.gamma, agent.config.gae_lambda, 1)
+    returns, advantages = buffer.advantages("gae", DEFAULT_GAMMA, agent.config.gae_lambda, 1)
     values = buffer.values[:, 0]
     metrics = agent.update(buffer, returns, advantages)
     assert metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-5) and metrics["ratio_std"] < 1e-5

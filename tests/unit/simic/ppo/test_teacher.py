@@ -171,7 +171,7 @@ def _agent(**overrides: object) -> PPOAgent:
                                  "device": "cpu", **overrides}
     config = TrainingConfig.preset("quick").with_overrides(**fields)
     torch.manual_seed(0)
-    return PPOAgent(config, state_dim=D, space=CNN)
+    return PPOAgent(config.ppo, seed=config.seed, state_dim=D, space=CNN)
 
 
 def _rollout(agent: PPOAgent, steps: int = 5) -> tuple[RolloutBuffer, torch.Tensor, torch.Tensor]:
@@ -233,8 +233,8 @@ def test_the_teacher_kl_pulls_the_policy_back_to_its_teacher() -> None:
 def test_residual_fields_need_a_teacher() -> None:
     with pytest.raises(UserInputError, match="residual policy"):
         TrainingConfig.preset("quick").with_overrides(teacher_epsilon=0.2)
-    assert TrainingConfig.preset("quick").residual_epsilon() is None
-    assert TrainingConfig.preset("quick").with_overrides(teacher="heuristic").residual_epsilon() == 0.1
+    assert TrainingConfig.preset("quick").ppo.residual_epsilon() is None
+    assert TrainingConfig.preset("quick").with_overrides(teacher="heuristic").ppo.residual_epsilon() == 0.1
 
 
 @pytest.mark.parametrize(("overrides", "match"), [
@@ -248,6 +248,6 @@ def test_a_residual_policy_starts_as_its_teacher_only(overrides: dict[str, objec
 
 
 def test_warm_up_episodes_come_on_top_of_the_actor_s() -> None:
-    config = TrainingConfig.preset("quick").with_overrides(teacher="heuristic", critic_warmup_batches=2)
-    assert config.total_episodes() == config.n_episodes + 2 * config.n_envs
-    assert TrainingConfig.preset("quick").total_episodes() == TrainingConfig.preset("quick").n_episodes
+    ppo = TrainingConfig.preset("quick").with_overrides(teacher="heuristic", critic_warmup_batches=2).ppo
+    assert ppo.total_episodes() == ppo.n_episodes + 2 * ppo.n_envs
+    assert TrainingConfig.preset("quick").ppo.total_episodes() == TrainingConfig.preset("quick").ppo.n_episodes

@@ -20,21 +20,24 @@ import torch.nn.functional as F
 from esper.data.tasks import get_task_spec
 from esper.simic.ppo.agent import PPOAgent
 from esper.simic.ppo.buffer import PolicyStep, RolloutBuffer
-from esper.simic.ppo.config import TrainingConfig
+from esper.simic.ppo.ppo_config import PPOConfig
 
 D, N = 12, 24
 HEADS = ("op", "slot", "blueprint", "blend")
 SIZES = {"op": 4, "slot": 3, "blueprint": 5, "blend": 3}
 
 
-def _config(**overrides: object) -> TrainingConfig:
+GAMMA, SEED = 0.9, 3
+
+
+def _config(**overrides: object) -> PPOConfig:
     fields: dict[str, object] = {
         "hidden_dim": 16, "n_epochs": 3, "minibatch_size": 8, "clip_ratio": 0.2, "value_clip": 0.2,
-        "value_coef": 0.5, "entropy_coef": 0.05, "max_grad_norm": 0.5, "gamma": 0.9, "gae_lambda": 0.8,
-        "lr": 0.01, "target_kl": None, "n_envs": 1, "group_size": 1, "n_episodes": 1, "seed": 3,
+        "value_coef": 0.5, "entropy_coef": 0.05, "max_grad_norm": 0.5, "gae_lambda": 0.8,
+        "lr": 0.01, "target_kl": None, "n_envs": 1, "group_size": 1, "n_episodes": 1,
     }
     fields.update(overrides)
-    return TrainingConfig.from_dict(fields)
+    return PPOConfig.from_dict(fields)
 
 
 @dataclass
@@ -116,7 +119,7 @@ def _reference(agent: PPOAgent, plain: _Plain, network: torch.nn.Module, generat
     for env in sorted(set(plain.envs)):
         rows = [i for i in range(n) if plain.envs[i] == env]
         advantages += _gae([plain.rewards[i] for i in rows], [plain.values[i] for i in rows],
-                           [plain.dones[i] for i in rows], c.gamma, c.gae_lambda)
+                           [plain.dones[i] for i in rows], GAMMA, c.gae_lambda)
     adv = torch.tensor(advantages)
     old_values = torch.tensor(plain.values)
     returns = adv + old_values
@@ -168,16 +171,16 @@ def _reference(agent: PPOAgent, plain: _Plain, network: torch.nn.Module, generat
     return {"params": list(network.parameters()), "records": records, "stopped": None}
 
 
-def _run_both(config: TrainingConfig, clip_bounds: tuple[float, float] | None = None
+def _run_both(config: PPOConfig, clip_bounds: tuple[float, float] | None = None
               ) -> tuple[PPOAgent, dict[str, object], dict[str, object]]:
     torch.manual_seed(0)
-    agent = PPOAgent(config, state_dim=D, space=get_task_spec("synthetic").action_space)
+    agent = PPOAgent(config, seed=SEED, state_dim=D, space=get_task_spec("synthetic").action_space)
     buffer, plain = _rollout(agent)
     network = copy.deepcopy(agent.network)
     generator = torch.Generator()
     generator.set_state(agent.minibatch_generator.get_state())
     reference = _reference(agent, plain, network, generator, clip_bounds)
-    metrics = agent.update(buffer, *buffer.advantages("gae", config.gamma, config.gae_lambda, config.group_size))
+    metrics = agent.update(buffer, *buffer.advantages("gae", GAMMA, config.gae_lambda, config.group_size))
     return agent, metrics, reference
 
 
