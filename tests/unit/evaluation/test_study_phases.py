@@ -25,7 +25,7 @@ def test_a_task_study_and_a_family_study_run_their_phases_in_the_one_order(tmp_p
     phases = phase_order(task)
     assert [p.name for p in phases] == ["selection", "teacher choice", "policy setting", *TRAINING]
     check_order(phases, task.given)
-    assert phases[0].cost == 0 and phases[3].cost == task.config.total_episodes() * task.config.max_epochs
+    assert phases[0].cost == 0 and phases[3].cost == task.config.ppo.total_episodes() * task.config.episode.max_epochs
     family = FamilyStudy(StudyPlan(family=FAMILY.key, runs=2, run_dir=tmp_path / "family",
                                    overrides={"device": "cpu", "max_epochs": 2}))
     phases = phase_order(family)
