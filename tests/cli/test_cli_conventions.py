@@ -14,10 +14,12 @@ import pytest
 
 from esper.cli.common import SCALE_FIELDS, scale_changes
 from esper.cli.main import build_parser, main
-from esper.cli.study import study_dir
+from esper.cli.study import study_plan
 from esper.cli.train_ppo import effective_config, flag_overrides
 from esper.data.tasks import get_task_spec
 from esper.env.setting import EpisodeScale
+from esper.evaluation.studies import StudyHooks
+from esper.evaluation.studies.task import study_dir
 from esper.evaluation.study import STUDY_PRESETS
 from esper.evaluation.study_report import REFERENCE_STUDY, demo_note
 from esper.simic.ppo.config import TrainingConfig
@@ -163,8 +165,9 @@ def test_help_gives_the_default_run_directory_with_its_settings_digest(prog: str
 def test_a_study_directory_names_its_task_and_seed_as_every_command_does(tmp_path: Path) -> None:
     """Two quick studies on different tasks were both `study_quick_s42_*`; and `--set seed=7` ran seed 7 in s42."""
     def named(*argv: str) -> str:
-        return study_dir(build_parser().parse_args(["study", "--preset", "quick", "--runs-root", str(tmp_path),
-                                                    *argv])).name
+        args = build_parser().parse_args(["study", "--preset", "quick", "--runs-root", str(tmp_path), *argv])
+        args.argv = []  # main records it
+        return study_dir(study_plan(args, StudyHooks())).name
 
     synthetic, fashion, seven = named(), named("--task", "fashion_mnist"), named("--set", "seed=7")
     pattern = _name_pattern(_help_default("esper study"))

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from esper.cli import param_cost as cli_param_cost
 from esper.cli.main import main
 from esper.data.families import Family, InstanceType, register_family
 from esper.data.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
@@ -106,7 +105,7 @@ def test_a_run_across_a_family_measures_one_lambda_per_training_type_in_its_own_
         param = {"plain": 0.5, "narrow": 3.0}[task.name.rsplit("/", 1)[1]]
         return {"param": param, "compute": 9.0}, tmp_path / "cached.json", True
 
-    monkeypatch.setattr(cli_param_cost, "cached_costs", cached)
+    monkeypatch.setattr(param_cost_module, "cached_costs", cached)
     run = tmp_path / "run"
     assert main(["train", "ppo", "--family", FAMILY.key, "--set", 'param_cost="auto"', "--set", "max_epochs=2",
                  "--set", "max_val_samples=32", *RUN, "--data-dir", str(tmp_path / "data"), "--run-dir",
@@ -130,7 +129,7 @@ def test_charge_compute_alone_measures_lambda_c_for_the_presets_setting(
         settings.append(setting)
         return {"param": 0.3, "compute": 0.8}, tmp_path / "cached.json", False
 
-    monkeypatch.setattr(cli_param_cost, "cached_costs", cached)
+    monkeypatch.setattr(param_cost_module, "cached_costs", cached)
     run = tmp_path / "run"
     assert main(["train", "ppo", "--preset", "synthetic", "--set", "charge=compute", *TINY, "--data-dir",
                  str(tmp_path / "data"), "--run-dir", str(run)]) == 0

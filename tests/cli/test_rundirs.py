@@ -9,8 +9,8 @@ import pytest
 
 from esper.cli.common import run_settings
 from esper.cli.main import build_parser
-from esper.cli.rundirs import check_same_arguments, discard_on_error, prepare_run_dir
 from esper.storage.rundir import RunDirectory, RunDirectoryError, default_run_dir, holds_results
+from esper.storage.rundirs import check_same_arguments, discard_on_error, prepare_run_dir
 
 
 def _never(path: Path) -> bool:

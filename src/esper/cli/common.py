@@ -22,15 +22,15 @@ from rich.console import Console
 from rich.text import Text
 
 from esper.cli.config_flags import value_type
-from esper.cli.rundirs import save_traceback, saved_traceback
 from esper.data.augment import AUGMENTS, Augment, parse_augment
-from esper.data.batches import describe_augmentation
 from esper.data.optim import LR_SCHEDULES
-from esper.data.readers import DatasetFormatError, DataWarning, Split
-from esper.data.tasks import TASKS, DataCache, DataOptions, TaskSpec, data_source, get_task_spec
+from esper.data.readers import DataWarning, Split
+from esper.data.tasks import TASKS, DataCache, DataOptions, TaskSpec, get_task_spec
 from esper.env.charges import CHARGES, ComputeCost, ParamCost
 from esper.env.rewards import RewardFamily
 from esper.env.setting import EpisodeScale
+from esper.evaluation.run_data import load_splits
+from esper.evaluation.studies.paired import WORKER_FIELDS
 from esper.execution.devices import DeviceError
 from esper.execution.workers import MAX_THREADS, MAX_WORKERS, WorkerFailed, WorkerOptions
 from esper.leyline import (
@@ -47,12 +47,9 @@ from esper.leyline.seeding import MAX_BASE_SEED
 from esper.nissa import NissaHub, ProgressBackend, build_hub
 from esper.simic.ppo.ppo_config import MAX_EPISODES
 from esper.storage.rundir import RUN_DIR_NAME, RunDirectory
+from esper.storage.rundirs import USER_ERRORS, save_traceback, saved_traceback
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-USER_ERRORS = (UserInputError, OSError)
-"""Bad input: a clear message and exit 2. OSError covers the file system saying no (a path that is a file, a
-directory without write permission, a full disk), which the user fixes, not the code. Anything else is a fault of
-esper's: exit 1, its traceback saved (in the run directory when there is one) and named."""
 
 # Piped output (CI logs, files) gets a wide fixed width so result tables stay on one line per row.
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -211,12 +208,6 @@ def scale_changes(args: argparse.Namespace) -> dict[str, Any]:
     return {name: getattr(args, name) for name in SCALE_FIELDS if getattr(args, name, None) is not None}
 
 
-def data_record(task: TaskSpec, augment: Augment | None) -> dict[str, str]:
-    """What a run records of its data beyond where it lies: the training batches' augmentation in force and where its
-    validation split comes from."""
-    return {"augmentation": describe_augmentation(task.augmentation(augment)), "val_split": task.val_split}
-
-
 def add_scale_options(p: argparse.ArgumentParser, *, defaults: tuple[str, int] | None, task_note: str = "",
                       accept_task: Callable[[str], str] = task_name) -> None:
     """The SCALE_FIELDS flags and --augment. `defaults`: the task and episode length of a command without a preset
@@ -289,9 +280,6 @@ def add_worker_options(p: argparse.ArgumentParser) -> None:
                         "so use --workers, not threads, to put more cores to work)")
 
 
-WORKER_FIELDS = ("workers", "executor", "ray_address")
-"""The flags that choose where the work runs (never what it computes), named as the `WorkerOptions` fields they set;
---threads sets `threads` too, but the numbers depend on it."""
 
 
 def worker_options(args: argparse.Namespace, devices: Iterable[str | torch.device]) -> WorkerOptions:
@@ -332,23 +320,8 @@ def data_options(args: argparse.Namespace) -> DataOptions:
 
 def preload_data(args: argparse.Namespace, task: TaskSpec, devices: Sequence[torch.device],
                  splits: tuple[Split, ...]) -> DataCache:
-    """Load every split a run needs before anything is written; a --data-path whose content cannot be used is an
-    error naming that file (the readers' own messages name the problem but not always the file)."""
-    cache = DataCache(data_options(args))
-    try:
-        cache.preload(task, list(devices), splits)
-    except UnicodeDecodeError as exc:
-        raise DatasetFormatError(f"--data-path {args.data_path} is not UTF-8 text ({exc.reason} at byte {exc.start}):"
-                                 f" pass a UTF-8 .txt or .jsonl file") from exc
-    except ValueError as exc:
-        if args.data_path is None or str(args.data_path) in str(exc):
-            raise
-        raise DatasetFormatError(f"--data-path {args.data_path}: {exc}; pass a corpus the task can split into "
-                                 f"train, validation and test") from exc
-    source = data_source(task.name, cache.options)
-    if task.name == "fashion_mnist" and Path(source) != Path(args.data_dir) / "fashion-mnist":
-        console.print(f"Fashion-MNIST from {source} ({Path(args.data_dir) / 'fashion-mnist'} holds none)")
-    return cache
+    """Load every split a run needs before anything is written (`load_splits` of the data flags)."""
+    return load_splits(data_options(args), task, devices, splits, console.print)
 
 
 def make_hub(args: argparse.Namespace, run_dir: RunDirectory, hparams: dict[str, Any]

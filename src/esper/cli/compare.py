@@ -23,7 +23,6 @@ from esper.cli.common import (
     run_settings,
 )
 from esper.cli.episodes import episode_plan, load_data, open_episode_run, runtime_info
-from esper.cli.rundirs import discard_on_error
 from esper.evaluation.comparison import (
     ComparisonResult,
     check_controllers,
@@ -36,6 +35,7 @@ from esper.evaluation.controllers import all_controllers
 from esper.leyline import TelemetryEventType
 from esper.leyline.errors import UserInputError, did_you_mean
 from esper.storage.rundir import default_run_dir
+from esper.storage.rundirs import discard_on_error
 
 
 def add_compare_parser(sub: Any) -> None:

@@ -1,5 +1,5 @@
-"""What the episode commands (`train heuristic`, `compare`, a study's evaluation) share: the episode plan, data
-loading, and opening (or resuming) their run directory."""
+"""What the episode commands (`train heuristic`, `compare`, `tune heuristic`) share: the episode plan, data loading,
+and opening (or resuming) their run directory."""
 
 from __future__ import annotations
 
@@ -8,20 +8,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from esper.cli.common import console, data_options, data_record, preload_data, scale_changes, worker_options
-from esper.cli.rundirs import check_same_arguments, prepare_run_dir
+from esper.cli.common import console, data_options, preload_data, scale_changes, worker_options
 from esper.data.readers import SPLITS
 from esper.data.tasks import DataCache, data_source, get_task_spec
 from esper.env.rewards import resolved_cost
 from esper.env.setting import EpisodeSetting
-from esper.evaluation.episodes import EpisodePlan, paired_seeds
-from esper.evaluation.resume import ResumePoint, resume_point
+from esper.evaluation.episodes import EpisodePlan
+from esper.evaluation.resume import EPISODE_COUNT_KEY, ResumePoint, episode_event_kept, open_episode_dir, resume_line
+from esper.evaluation.run_data import data_record
 from esper.execution.devices import resolve_devices
 from esper.nissa import trim_event_log
-from esper.storage.rundir import RunDirectory, RunDirectoryError, read_jsonl, recorded_config
-
-EPISODE_COUNT_KEY = "episodes"
-"""The one argument a rerun may change: more paired episodes extend the run (each episode is seeded by its index)."""
+from esper.storage.rundir import RunDirectory
 
 
 def episode_plan(args: argparse.Namespace, devices: list[str] | None, *, allow_setting_change: bool = False
@@ -63,39 +60,13 @@ def runtime_info(args: argparse.Namespace, plan: EpisodePlan) -> dict[str, Any]:
                             logged_only=True)}
 
 
-def has_episodes(path: Path) -> bool:
-    return bool(read_jsonl(path / "episodes.jsonl"))
-
-
 def open_episode_run(path: Path, command: str, *, overwrite: bool, argv: list[str], config: dict[str, Any],
                      runtime: dict[str, Any], phases: Sequence[Sequence[str]], plan: EpisodePlan
                      ) -> tuple[RunDirectory, ResumePoint | None]:
-    """A new run directory (config.json written), or the same command's interrupted run continued: the finished
-    paired episodes are kept, the logs (events included) cut back to them, and the resume recorded."""
-    if prepare_run_dir(path, command=command, overwrite=overwrite, resumable=has_episodes) == "new":
-        run_dir = RunDirectory(path)
-        run_dir.write_config(command, argv, config, runtime)
-        return run_dir, None
-    check_same_arguments(path, recorded_config(path), config, may_differ=(EPISODE_COUNT_KEY,))
-    run_dir = RunDirectory(path, resume=True)
-    episodes = int(config[EPISODE_COUNT_KEY])
-    point = resume_point(run_dir, phases, episodes, lambda episode: paired_seeds(plan, episode)[0])
-    finished = max(point.completed)
-    if episodes < finished:
-        raise RunDirectoryError(f"{path} already holds {finished} paired episodes: pass --episodes {finished} or "
-                                f"more to continue it, or --overwrite to start over")
-    trim_event_log(path / "events.jsonl", lambda event: _episode_finished(point, event))
-    run_dir.record_resume(argv, config, {"from_episodes": list(point.completed)})
-    console.print(f"Resuming {path}: {point.episodes_done} finished episode(s) kept "
-                  f"({', '.join(f'{k}/{episodes}' for k in point.completed)} paired episodes per phase)")
+    """`open_episode_dir`, with a resumed run's event log cut back to its finished episodes and the resume printed."""
+    run_dir, point = open_episode_dir(path, command, overwrite=overwrite, argv=argv, config=config, runtime=runtime,
+                                      phases=phases, plan=plan)
+    if point is not None:
+        trim_event_log(path / "events.jsonl", episode_event_kept(point))
+        console.print(resume_line(path, point, int(config[EPISODE_COUNT_KEY])))
     return run_dir, point
-
-
-def _episode_finished(point: ResumePoint, event: dict[str, Any]) -> bool | None:
-    data = event.get("data")
-    if not isinstance(data, dict):
-        return None
-    episode = data.get("episode")
-    if not isinstance(episode, int) or isinstance(episode, bool):
-        return None
-    return point.keeps(data.get("controller"), episode)

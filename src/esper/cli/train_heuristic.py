@@ -22,7 +22,6 @@ from esper.cli.common import (
     run_settings,
 )
 from esper.cli.episodes import episode_plan, load_data, open_episode_run, runtime_info
-from esper.cli.rundirs import discard_on_error
 from esper.env import EpisodeResult
 from esper.env.driver import EnvPool
 from esper.evaluation.comparison import parse_controllers
@@ -30,6 +29,7 @@ from esper.evaluation.episodes import run_controller_episodes
 from esper.leyline import TelemetryEventType
 from esper.storage.checkpoint import atomic_save
 from esper.storage.rundir import default_run_dir
+from esper.storage.rundirs import discard_on_error
 
 
 def add_heuristic_parser(sub: Any) -> None:

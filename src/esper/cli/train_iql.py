@@ -25,7 +25,6 @@ from esper.cli.common import (
     closing_hub,
     console,
     data_options,
-    data_record,
     emit,
     int_in,
     make_hub,
@@ -37,7 +36,6 @@ from esper.cli.common import (
 from esper.cli.compare import comparison_table
 from esper.cli.config_flags import add_config_flags, config_from_args
 from esper.cli.datagen import HEALTH_FILE
-from esper.cli.rundirs import check_same_arguments, discard_on_error, prepare_run_dir
 from esper.cli.train_ppo import StopAfterStep
 from esper.data.augment import parse_augment
 from esper.data.tasks import DataCache, get_task_spec
@@ -47,12 +45,14 @@ from esper.env.rewards import RewardFamily
 from esper.env.setting import EpisodeSetting
 from esper.evaluation.comparison import parse_controllers, run_comparison
 from esper.evaluation.episodes import EpisodePlan
+from esper.evaluation.run_data import data_record
 from esper.execution.devices import resolve_devices
 from esper.leyline import ActionSpace, TelemetryEventType
 from esper.leyline.errors import UserInputError
 from esper.simic.iql import IQLConfig, IQLLearner, load_iql_checkpoint, train_iql
 from esper.simic.iql.history import IQLHistoryRow, trim_history
 from esper.storage.rundir import RunDirectory, checkpoints_dir, default_run_dir, recorded_config
+from esper.storage.rundirs import check_same_arguments, discard_on_error, prepare_run_dir
 
 
 def add_iql_parser(sub: Any) -> None:

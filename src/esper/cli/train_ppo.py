@@ -24,7 +24,7 @@ from esper.cli.common import (
     add_worker_options,
     closing_hub,
     console,
-    data_record,
+    data_options,
     make_hub,
     one_of,
     phase_progress,
@@ -35,20 +35,20 @@ from esper.cli.common import (
     run_settings,
 )
 from esper.cli.config_flags import add_config_flags, config_changes
-from esper.cli.param_cost import resolve_auto_cost
-from esper.cli.rundirs import discard_on_error, prepare_run_dir
 from esper.data.families import family_task, get_family
-from esper.data.tasks import DataCache, data_source, get_task_spec
-from esper.env.rewards import resolved_cost
-from esper.execution.devices import env_device_map, resolve_device, resolve_devices
+from esper.data.tasks import get_task_spec
+from esper.evaluation.param_cost import resolve_auto_cost
+from esper.evaluation.ppo_runs import TrainingDir, open_training_dir, training_result_lines
+from esper.execution.devices import env_device_map, resolve_devices
 from esper.execution.plugins import loaded_plugins
 from esper.execution.workers import WorkerOptions
 from esper.leyline.errors import UserInputError
 from esper.nissa import ProgressBackend, trim_event_log
-from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config, saved_config, trim_logs
+from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config, saved_config
 from esper.simic.ppo.config import PRESETS, TrainingConfig, charge_fields, family_fields
-from esper.simic.ppo.train import PPORun, PPOTrainingResult, train_ppo
-from esper.storage.rundir import RunDirectory, checkpoint_file, checkpoints_dir, default_run_dir, run_dir_of
+from esper.simic.ppo.train import PPORun, train_ppo
+from esper.storage.rundir import checkpoint_file, checkpoints_dir, default_run_dir, run_dir_of
+from esper.storage.rundirs import discard_on_error
 
 PRESET_FIELDS = frozenset(k for preset in PRESETS.values() for k in preset)
 FLAGS_ELSEWHERE = frozenset({*SCALE_FIELDS, "seed", *WORKER_FIELDS, "threads"})
@@ -95,7 +95,7 @@ def effective_config(args: argparse.Namespace) -> TrainingConfig:
     overrides = charge_fields(config.reward, flag_overrides(args))
     if isinstance(overrides.get("family"), str):
         overrides = family_fields(get_family(overrides["family"]), overrides)
-    return resolve_auto_cost(config.with_overrides(**overrides), args)
+    return resolve_auto_cost(config.with_overrides(**overrides), data_options(args), console.print)
 
 
 def _resume_target(args: argparse.Namespace) -> Path | None:
@@ -125,7 +125,7 @@ def _config_for_resume(args: argparse.Namespace, checkpoint: Path, requested: Tr
     command's own config, None under --resume, where the flags apply to the saved one)."""
     saved = saved_config(read_policy_checkpoint(checkpoint), checkpoint)
     if requested is None:
-        requested = resolve_auto_cost(saved.with_overrides(**flag_overrides(args)), args)
+        requested = resolve_auto_cost(saved.with_overrides(**flag_overrides(args)), data_options(args), console.print)
     return resume_config(saved, requested)
 
 
@@ -184,67 +184,19 @@ class StopAfterStep:
             signal.signal(signal.SIGINT, previous)
 
 
-def open_training_dir(path: Path, config: TrainingConfig, args: argparse.Namespace, checkpoint: Path | None,
-                      cache: DataCache, preset: str | None) -> RunDirectory:
-    """The PPO run directory: reopened for a checkpoint (logs and events cut back to it, the resume logged),
-    else started afresh with config.json, which records `preset` (a directory left by an attempt that never
-    finished a batch is reused)."""
-    if checkpoint is not None:
-        run_dir = RunDirectory(path, resume=True)
-        saved = read_policy_checkpoint(checkpoint)
-        batches = int(saved["batches_completed"])
-        trim_logs(path, checkpoint, batches, int(saved["episodes_completed"]))
-        console.print(f"Resuming from [bold]{checkpoint}[/bold] (after batch {batches})")
-        trim_event_log(path / "events.jsonl", lambda event: _batch_finished(event, batches))
-        run_dir.record_resume(args.argv, config.to_dict(), {"from_batch": batches})
-        return run_dir
-    prepare_run_dir(path, command="ppo", overwrite=args.overwrite, resumable=lambda p: False)
-    run_dir = RunDirectory(path)
-    episode, reward, execution = config.episode, config.reward, config.execution
-    task = get_task_spec(episode.task)
-    run_dir.write_config("ppo", args.argv, config.to_dict(), {
-        "data_dir": str(cache.options.data_dir), "data_source": data_source(episode.task, cache.options),
-        "devices": [str(d) for d in resolve_devices(execution.device, execution.devices)],
-        "policy_device": str(resolve_device(execution.device)), "preset": preset,
-        "telemetry_level": args.telemetry_level, **data_record(task, episode.augment),
-        **({"param_cost": reward.type_param_costs} if config.family is not None else resolved_cost(
-            reward.reward_family, task, reward.charged_param_cost(), charge=reward.charge,
-            compute_cost=reward.charged_compute_cost(), max_train_samples=episode.max_train_samples))})
-    return run_dir
-
-
-def _batch_finished(event: dict[str, Any], batches: int) -> bool | None:
-    """Whether an event belongs to the first `batches` rollout batches (None: it carries no batch index).
-
-    Batch events carry the 0-based index of their batch; checkpoint events carry the number of batches completed
-    when they were written, so the checkpoint of the resume point itself is kept."""
-    data = event.get("data")
-    batch = data.get("batch") if isinstance(data, dict) else None
-    if not isinstance(batch, int) or isinstance(batch, bool):
-        return None
-    if event.get("event_type") in ("CHECKPOINT_SAVED", "CHECKPOINT_LOADED"):
-        return batch <= batches
-    return batch < batches
+def print_training_setting(config: TrainingConfig, *, preset: str | None, debug: bool) -> None:
+    """The config (in full at debug level) and the envs' devices."""
+    console.print(config_table(config) if debug else config_summary(config, preset))
+    console.print(device_summary(config.ppo.n_envs, config.execution))
 
 
 def print_training_start(config: TrainingConfig, progress: ProgressBackend, *, preset: str | None, debug: bool,
                          episodes_done: int) -> None:
-    """The config (in full at debug level) and the envs' devices; starts the progress display's training phase."""
+    """`print_training_setting`, and the progress display's training phase started."""
+    print_training_setting(config, preset=preset, debug=debug)
     ppo, max_epochs = config.ppo, config.episode.max_epochs
-    console.print(config_table(config) if debug else config_summary(config, preset))
-    console.print(device_summary(ppo.n_envs, config.execution))
     progress.start("training", ppo.total_episodes() * max_epochs, done=episodes_done * max_epochs,
                    round_size=ppo.n_envs)
-
-
-def print_training_result(n_episodes: int, run: PPORun, result: PPOTrainingResult, *, stopped: bool) -> None:
-    """What the run completed (`n_episodes`: the episodes it was asked for)."""
-    if run.resume_from is not None and not result.history and not stopped:
-        console.print(f"Nothing to train: this run already completed {result.episodes_completed} episodes "
-                      f"(--episodes {n_episodes}).")
-    best = f"{result.best_rolling_accuracy:.2f}%" if result.batches_completed else "—"
-    console.print(f"Batches: {result.batches_completed}, episodes: {result.episodes_completed}, best rolling "
-                  f"accuracy: {best}")
 
 
 def compare_hint(config: TrainingConfig, run: Path) -> list[list[str]]:
@@ -286,7 +238,10 @@ def cmd_train_ppo(args: argparse.Namespace) -> int:
                          ("train", "val"))
     path = run_dir_of(checkpoint) if checkpoint is not None else args.run_dir
     preset = recorded_preset(path) if checkpoint is not None else preset_of(args)
-    run_dir = open_training_dir(path, config, args, checkpoint, cache, preset)
+    run_dir, kept = open_training_dir(path, config, checkpoint, cache, preset, TrainingDir(
+        args.argv, overwrite=args.overwrite, telemetry_level=args.telemetry_level, note=console.print))
+    if kept is not None:
+        trim_event_log(path / "events.jsonl", kept)
     print_run_start(run_dir.path, tensorboard=not args.no_tensorboard)
     stop = StopAfterStep()
     with discard_on_error(run_dir, fresh=checkpoint is None, errors=USER_ERRORS):
@@ -298,7 +253,8 @@ def cmd_train_ppo(args: argparse.Namespace) -> int:
                                  episodes_done=episodes_done)
             with stop.installed():  # Ctrl+C: stop after the current step (the last batch checkpoint stays)
                 result = train_ppo(config, run)
-            print_training_result(config.ppo.n_episodes, run, result, stopped=stop.requested)
+            for line in training_result_lines(config.ppo.n_episodes, run, result, stopped=stop.requested):
+                console.print(line)
     if stop.requested:
         if (run_dir.checkpoints / "latest.pt").exists():
             print_command("Stopped. Resume with: ", [["esper", "train", "ppo"], ["--resume", run_dir.path]])

@@ -29,24 +29,25 @@ from esper.cli.common import (
     augment_choice,
     closing_hub,
     console,
-    data_record,
     emit,
     int_in,
     make_hub,
     print_run_start,
     run_settings,
 )
-from esper.cli.episodes import EPISODE_COUNT_KEY, episode_plan, load_data, open_episode_run, runtime_info
-from esper.cli.rundirs import check_same_arguments, discard_on_error, prepare_run_dir
+from esper.cli.episodes import episode_plan, load_data, open_episode_run, runtime_info
 from esper.data.tasks import DataCache
 from esper.evaluation.comparison import parse_controllers, run_comparison
 from esper.evaluation.episodes import EpisodePlan
 from esper.evaluation.phases import Phase, PhaseRunner
 from esper.evaluation.results import ComparisonResult
+from esper.evaluation.resume import EPISODE_COUNT_KEY
+from esper.evaluation.run_data import data_record
 from esper.evaluation.tuning import RECORD_FILE, TrialScore, TunedHeuristic, tune_heuristic
 from esper.leyline import TelemetryEventType
 from esper.leyline.seeding import SeedStream
 from esper.storage.rundir import RunDirectory, default_run_dir, holds_results, recorded_config
+from esper.storage.rundirs import check_same_arguments, discard_on_error, prepare_run_dir
 from esper.tamiyo.heuristic_record import MAX_BUDGET
 
 MAX_SEEDS = 10_000

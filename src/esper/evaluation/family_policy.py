@@ -35,7 +35,7 @@ from esper.leyline.seeding import SeedStream
 from esper.simic.ppo.config import TrainingConfig
 from esper.storage.rows import read_rows
 
-__all__ = ["CLOSED", "DELTAS", "OBSERVES", "PolicyResults", "heldout_policies", "replay_sources"]
+__all__ = ["CLOSED", "DELTAS", "OBSERVES", "PolicyResults", "heldout_policies", "replay_source"]
 
 OBSERVES = ("The policy observes, after each epoch, only what the training and validation splits show: the epoch's "
             "place in the episode, the host's train and validation loss and accuracy (their last change, the last "
@@ -48,15 +48,15 @@ and its own run's init and replay."""
 CLOSED = "gap closed"
 
 
-def replay_sources(family: Family, config: TrainingConfig, path: Path, train_dirs: Sequence[Path], seeds: int,
-                   runner: Runners, max_test_samples: int | None = None) -> None:
-    """Each run's final policy on the first `seeds` selection episodes of every training type, in
+def replay_source(family: Family, config: TrainingConfig, path: Path, train_dirs: Sequence[Path], run: int,
+                  seeds: int, runner: Runners, max_test_samples: int | None = None) -> None:
+    """Run `run`'s final policy on the first `seeds` selection episodes of every training type, in
     `path`/run-<r>/TYPE/: the directory `replay:` reads them all from."""
     for itype in family.training:
         type_conf = type_config(config, family, itype)
-        for phase in replay_source_phases(path, selection_plan(type_conf, max_test_samples), train_dirs, seeds):
-            runner(type_conf)(dataclasses.replace(phase, name=f"{phase.name} on {itype.name}",
-                                                  path=phase.path / itype.name))
+        phase = replay_source_phases(path, selection_plan(type_conf, max_test_samples), train_dirs, seeds)[run]
+        runner(type_conf)(dataclasses.replace(phase, name=f"{phase.name} on {itype.name}",
+                                              path=phase.path / itype.name))
 
 
 @dataclass

@@ -8,7 +8,8 @@ the added-parameter ratio params(w) / params(1) − 1, λ_c against the added-tr
 per 100 % (floored at 0) with a paired-bootstrap 95 % interval over episodes. They depend on the task, the episode
 length, the sample caps, the batch size and the augmentation, so a measurement is cached under the data directory
 keyed by all of them (and by the host's parameter count, which changes when the host does) and reused by every run
-with the same key.
+with the same key. `resolve_auto_cost` is how a learning run (`train ppo`, a study) asks for it: `"auto"` in its config
+becomes the measured (or cached) λ of its setting, one λ_p per training type across a task family.
 """
 
 from __future__ import annotations
@@ -25,19 +26,23 @@ from typing import Any
 import torch
 
 from esper.data.augment import Augment
+from esper.data.families import family_task, get_family
 from esper.data.optim import LRSchedule
-from esper.data.tasks import DataCache, TaskSpec
-from esper.env.charges import Charge
+from esper.data.tasks import DataCache, DataOptions, TaskSpec, get_task_spec
+from esper.env.charges import AUTO_COST, CHARGES, Charge
 from esper.env.driver import EnvPool
 from esper.env.setting import EpisodeSetting
 from esper.evaluation.comparison import host_params, parse_controllers
 from esper.evaluation.episodes import EpisodePlan, run_controller_episodes
 from esper.evaluation.stats import bootstrap_counts, percentile_interval
+from esper.execution.devices import resolve_device
 from esper.leyline import UserInputError
 from esper.leyline.seeding import SeedStream
+from esper.simic.ppo.config import TrainingConfig
 from esper.storage.rundir import task_slug, write_json_atomic
 
-__all__ = ["WIDTHS", "ParamCostMeasurement", "ParamCostSetting", "cached_costs", "measure_param_cost"]
+__all__ = ["WIDTHS", "ParamCostMeasurement", "ParamCostSetting", "cached_costs", "measure_param_cost",
+           "resolve_auto_cost"]
 
 WIDTHS = (1.0, 1.5, 2.0)
 CACHE_DIR = "param_costs"
@@ -162,3 +167,43 @@ def cached_costs(task: TaskSpec, setting: ParamCostSetting, cache: DataCache, da
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, measured.to_dict())
     return {"param": measured.param_cost, "compute": measured.compute_cost}, path, True
+
+
+def _measured(episode: EpisodeSetting, device: str, charge: Charge, task: str, max_train_samples: int | None,
+              data_dir: Path, cache: DataCache, note: Callable[[str], None]) -> float:
+    """λ of `charge` for `episode`'s setting on `task` at `max_train_samples` (a family's type: its own task and cap),
+    measured on `device` or reused from the cache."""
+    setting = ParamCostSetting(task, episode.max_epochs, max_train_samples, episode.max_val_samples,
+                               episode.batch_size, episode.lr_schedule, augment=episode.augment)
+    symbol = CHARGES[charge].symbol
+
+    def progress(done: int, total: int, elapsed: float) -> None:
+        widths = "/".join(f"{w:.1f}" for w in WIDTHS)
+        note(f"measuring {symbol}: paired episode {done}/{total} of the static host at widths {widths} · elapsed "
+             f"{elapsed:.0f} s · ETA {elapsed / done * (total - done):.0f} s")
+
+    costs, path, measured = cached_costs(get_task_spec(task), setting, cache, data_dir,
+                                         device=resolve_device(device), progress=progress)
+    note(f"{symbol} {costs[charge]:.3f} for {task} at {episode.max_epochs} epochs, caps {max_train_samples or 'all'} / "
+         f"{episode.max_val_samples or 'all'}: {'measured now and cached in' if measured else 'reused from'} {path}")
+    return costs[charge]
+
+
+def resolve_auto_cost(config: TrainingConfig, data: DataOptions, note: Callable[[str], None]) -> TrainingConfig:
+    """`config` with a measured (or cached, under `data`'s directory) λ in place of "auto" (λ_p across a family: one
+    per training type, in that type's own setting), each measurement's progress and result told to `note`; any other
+    config unchanged."""
+    episode, reward, device = config.episode, config.reward, config.execution.device
+    if AUTO_COST not in (reward.param_cost, reward.compute_cost):
+        return config
+    cache = DataCache(data)
+    if reward.compute_cost == AUTO_COST:
+        return config.with_overrides(**{"reward.compute_cost": _measured(
+            episode, device, "compute", episode.task, episode.max_train_samples, data.data_dir, cache, note)})
+    if config.family is None:
+        return config.with_overrides(**{"reward.param_cost": _measured(
+            episode, device, "param", episode.task, episode.max_train_samples, data.data_dir, cache, note)})
+    family = get_family(config.family)
+    costs = {t.name: _measured(episode, device, "param", family_task(family, t), t.max_train_samples, data.data_dir,
+                               cache, note) for t in family.training}
+    return config.with_overrides(**{"reward.param_cost": None, "reward.type_param_costs": costs})

@@ -13,12 +13,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from esper.env import EpisodeResult
 from esper.env.episode_logs import EpisodeLogs
-from esper.storage.rundir import RunDirectory, RunDirectoryError
+from esper.evaluation.episodes import EpisodePlan, paired_seeds
+from esper.storage.rundir import RunDirectory, RunDirectoryError, read_jsonl, recorded_config
+from esper.storage.rundirs import check_same_arguments, prepare_run_dir
 
-__all__ = ["ResumePoint", "resume_point"]
+__all__ = ["EPISODE_COUNT_KEY", "EventFilter", "ResumePoint", "episode_event_kept", "open_episode_dir", "resume_line",
+           "resume_point"]
+
+EPISODE_COUNT_KEY = "episodes"
+"""The one argument a rerun may change: more paired episodes extend the run (each episode is seeded by its index)."""
+EventFilter = Callable[[dict[str, Any]], bool | None]
+"""Whether an event of a resumed run's log belongs to the work the resume keeps (None: it names no such work)."""
 
 
 @dataclass(frozen=True)
@@ -77,3 +87,50 @@ def resume_point(run_dir: RunDirectory, phases: Sequence[Sequence[str]], episode
                          and point.keeps(r.controller, r.episode))
     logs.cut({(r.controller, r.episode) for r in point.results})
     return point
+
+
+def _has_episodes(path: Path) -> bool:
+    return bool(read_jsonl(path / "episodes.jsonl"))
+
+
+def open_episode_dir(path: Path, command: str, *, overwrite: bool, argv: list[str], config: dict[str, Any],
+                     runtime: dict[str, Any], phases: Sequence[Sequence[str]], plan: EpisodePlan
+                     ) -> tuple[RunDirectory, ResumePoint | None]:
+    """A new run directory (config.json written), or the same command's interrupted run continued: the finished
+    paired episodes are kept, their logs cut back to them, and the resume recorded. The event log is its telemetry's
+    to cut (`episode_event_kept`), before the telemetry opens it again."""
+    if prepare_run_dir(path, command=command, overwrite=overwrite, resumable=_has_episodes) == "new":
+        run_dir = RunDirectory(path)
+        run_dir.write_config(command, argv, config, runtime)
+        return run_dir, None
+    check_same_arguments(path, recorded_config(path), config, may_differ=(EPISODE_COUNT_KEY,))
+    run_dir = RunDirectory(path, resume=True)
+    episodes = int(config[EPISODE_COUNT_KEY])
+    point = resume_point(run_dir, phases, episodes, lambda episode: paired_seeds(plan, episode)[0])
+    finished = max(point.completed)
+    if episodes < finished:
+        raise RunDirectoryError(f"{path} already holds {finished} paired episodes: pass --episodes {finished} or "
+                                f"more to continue it, or --overwrite to start over")
+    run_dir.record_resume(argv, config, {"from_episodes": list(point.completed)})
+    return run_dir, point
+
+
+def resume_line(path: Path, point: ResumePoint, episodes: int) -> str:
+    """What a resumed episode run kept, in one line."""
+    return (f"Resuming {path}: {point.episodes_done} finished episode(s) kept "
+            f"({', '.join(f'{k}/{episodes}' for k in point.completed)} paired episodes per phase)")
+
+
+def episode_event_kept(point: ResumePoint) -> EventFilter:
+    """Whether an event of the run's log belongs to an episode the resume keeps (None: it names no episode)."""
+
+    def kept(event: dict[str, Any]) -> bool | None:
+        data = event.get("data")
+        if not isinstance(data, dict):
+            return None
+        episode = data.get("episode")
+        if not isinstance(episode, int) or isinstance(episode, bool):
+            return None
+        return point.keeps(data.get("controller"), episode)
+
+    return kept

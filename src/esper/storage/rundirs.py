@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
+from esper.leyline.errors import UserInputError
 from esper.storage.rundir import (
     RunDirectory,
     RunDirectoryError,
@@ -33,12 +34,16 @@ from esper.storage.rundir import (
     write_text_atomic,
 )
 
-__all__ = ["TRACEBACK_FILE", "check_same_arguments", "discard_on_error", "prepare_run_dir", "save_traceback",
-           "saved_traceback"]
+__all__ = ["TRACEBACK_FILE", "USER_ERRORS", "check_same_arguments", "discard_on_error", "prepare_run_dir",
+           "save_traceback", "saved_traceback"]
 
 Claim = Literal["new", "existing"]
 TRACEBACK_FILE = "traceback.txt"
 _SAVED_AT = "esper traceback saved at "
+USER_ERRORS = (UserInputError, OSError)
+"""Bad input: a clear message (exit 2 on the command line). OSError covers the file system saying no (a path that is
+a file, a directory without write permission, a full disk), which the user fixes, not the code. Anything else is a
+fault of esper's: exit 1, its traceback saved (in the run directory when there is one) and named."""
 
 
 def save_traceback(exc: BaseException, path: Path) -> Path:

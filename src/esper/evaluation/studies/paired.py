@@ -1,0 +1,133 @@
+"""A study's directory and its paired-episode phases: each phase runs (or continues) in a run directory of its own,
+with its own telemetry, recording the setting it measured so that a rerun continues it or (another setting) starts it
+over."""
+
+from __future__ import annotations
+
+import json
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+from esper.data.tasks import DataCache, get_task_spec
+from esper.env.rewards import resolved_cost
+from esper.env.setting import EpisodeSetting
+from esper.evaluation.comparison import comparison_phases, parse_controllers
+from esper.evaluation.episodes import one_test_sample
+from esper.evaluation.phases import Phase, PhaseRunner
+from esper.evaluation.results import ComparisonResult
+from esper.evaluation.resume import episode_event_kept, open_episode_dir, resume_line
+from esper.evaluation.run_data import data_record
+from esper.evaluation.studies.plan import StudyPlan
+from esper.evaluation.study import run_evaluation
+from esper.leyline import TelemetryEventType, emit_if_wanted
+from esper.leyline.errors import UserInputError
+from esper.simic.ppo.config import TrainingConfig
+from esper.storage.rundir import RunDirectory, RunDirectoryError, holds_results, recorded_config, write_json_atomic
+from esper.storage.rundirs import check_same_arguments, prepare_run_dir
+
+__all__ = ["WORKER_FIELDS", "measured_setting", "open_study", "phase_runner"]
+
+WORKER_FIELDS = ("workers", "executor", "ray_address")
+"""The `WorkerOptions` fields (a TrainingConfig's `execution`, and the flags that set them) that choose where the work
+runs, never what it computes; --threads sets `threads` too, but the numbers depend on it."""
+
+
+def open_study(path: Path, plan: StudyPlan, settings: dict[str, Any], episode: EpisodeSetting
+               ) -> tuple[RunDirectory, bool]:
+    """The study directory, new or (same settings; more seeds or runs allowed) continued; True when new. Its
+    config.json records the data of the study's base `episode` setting: its augmentation and validation split."""
+    if prepare_run_dir(path, command="study", overwrite=plan.overwrite, resumable=holds_results) == "new":
+        study = RunDirectory(path)
+        study.write_config("study", list(plan.argv), settings, {"data_dir": str(plan.data.data_dir),
+                                                                **data_record(get_task_spec(episode.task),
+                                                                              episode.augment)})
+        return study, True
+    check_same_arguments(path, recorded_config(path), settings, may_differ=("seeds", "runs"))
+    return RunDirectory(path, resume=True), False
+
+
+def measured_setting(config: TrainingConfig) -> dict[str, Any]:
+    """The training config (nested, as it records itself) without where its envs ran (workers change the wall time,
+    not a single number), with the λ its reward charged in place of the null that means "the task's" (`not charged`
+    where only logged: a family type's selection episodes, which no policy learns from)."""
+    setting = config.to_dict()
+    setting["execution"] = {k: v for k, v in setting["execution"].items() if k not in WORKER_FIELDS}
+    episode, reward = config.episode, config.reward
+    setting["reward"].update(resolved_cost(reward.reward_family, get_task_spec(episode.task),
+                                           reward.charged_param_cost(), charge=reward.charge,
+                                           compute_cost=reward.charged_compute_cost(),
+                                           max_train_samples=episode.max_train_samples, logged_only=True))
+    return setting
+
+
+def _with_new_fields(path: Path, recorded: dict[str, Any]) -> dict[str, Any]:
+    """A phase recorded before the training config had some of today's settings ran as their defaults do: a setting
+    only describes one its phase could have run in once it exists, and a new setting defaults to what the code did
+    before it. So a phase stays valid across such a change instead of being rerun (hours of a study). A phase recorded
+    before the config had sections is refused, naming the fix."""
+    training = recorded.get("training")
+    if not isinstance(training, dict):
+        return recorded
+    defaults = measured_setting(TrainingConfig())
+    flat = sorted(k for k in training if k not in defaults)
+    if flat:
+        raise UserInputError(f"{path / 'config.json'} records the training setting of an esper whose config had no "
+                             f"sections ({', '.join(flat[:3])}, ... outside {', '.join(TrainingConfig.sections())}): "
+                             f"continue this study with that esper version, or start it over with --overwrite")
+    complete = {k: ({**v, **training[k]} if isinstance(v, dict) and isinstance(training.get(k), dict) else
+                    training.get(k, v)) for k, v in defaults.items()}
+    return {**recorded, "training": complete}
+
+
+def _phase_config(path: Path, phase: Phase, config: TrainingConfig, settings: dict[str, Any]
+                  ) -> tuple[dict[str, Any], bool]:
+    """A phase's arguments, and whether a stored phase was of something else (then it starts over: its results
+    describe a policy, a choice or a setting that no longer exists)."""
+    phase_config = {"controllers": phase.labels, "specs": phase.specs, "episodes": phase.seeds,
+                    "seed_stream": phase.plan.stream.value, "training": measured_setting(config),
+                    **{k: v for k, v in settings.items() if k not in ("seeds", "selection_seeds", "runs")}}
+    if not (path / "config.json").exists():
+        return phase_config, False
+    recorded = recorded_config(path)
+    complete = _with_new_fields(path, recorded)
+    try:
+        check_same_arguments(path, complete, phase_config, may_differ=("episodes",))
+    except RunDirectoryError:
+        return phase_config, True
+    if complete != recorded:  # from now on the phase's record names every field of the setting it ran in
+        record = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        write_json_atomic(path / "config.json", {**record, "config": complete})
+    return phase_config, False
+
+
+def phase_runner(plan: StudyPlan, config: TrainingConfig, settings: dict[str, Any], cache: DataCache) -> PhaseRunner:
+    """Runs (or continues) a paired-episode phase of the study in the setting of `config`, with its own telemetry."""
+    return lambda phase: _run_phase(plan, phase, config, settings, cache)
+
+
+def _run_phase(plan: StudyPlan, phase: Phase, config: TrainingConfig, settings: dict[str, Any], cache: DataCache
+               ) -> ComparisonResult:
+    phases = comparison_phases(parse_controllers(phase.specs), phase.labels)
+    phase_config, stale = _phase_config(phase.path, phase, config, settings)
+    task, data = phase.plan.task, data_record(phase.plan.task, phase.plan.episode.augment)
+    charged = {k: phase_config["training"]["reward"][k] for k in ("param_cost", "charge", "compute_cost")}
+    run_dir, resume = open_episode_dir(phase.path, "compare", overwrite=stale, argv=list(plan.argv),
+                                       config=phase_config, phases=phases, plan=phase.plan,
+                                       runtime={"data_dir": str(plan.data.data_dir), **data, **charged})
+    if resume is not None:
+        plan.hooks.note(resume_line(phase.path, resume, phase.seeds))
+    tie = plan.tie_threshold if plan.tie_threshold is not None else one_test_sample(phase.plan, cache)
+    kept = None if resume is None else episode_event_kept(resume)
+    with closing(run_dir), plan.hooks.telemetry(run_dir, phase_config, kept) as telemetry:
+        emit_if_wanted(telemetry.sink, TelemetryEventType.TRAINING_STARTED, f"study {phase.name} on {task.name}", {
+            "command": f"study {phase.name}", "task": task.name, "topology": task.topology,
+            "n_envs": len(phase.specs), "controllers": phase.labels, "n_episodes": phase.seeds,
+            "config": phase_config, "reward": phase.plan.describe_reward(), "augmentation": data["augmentation"]})
+        if telemetry.progress is not None:
+            max_epochs = phase.plan.episode.max_epochs
+            telemetry.progress.start(phase.name, phase.seeds * len(phase.specs) * max_epochs,
+                                     round_size=len(phases[0]),
+                                     done=(resume.episodes_done if resume is not None else 0) * max_epochs)
+        return run_evaluation(phase.plan, phase.specs, phase.labels, phase.seeds, cache, run_dir=run_dir,
+                              sink=telemetry.sink, resume=resume, match=phase.match, tie_threshold=tie)
