@@ -18,7 +18,7 @@ from typing import Any
 
 from esper.data.tasks import DataCache
 from esper.env import EpisodeResult
-from esper.env.rewards import needs_twin
+from esper.env.rewards import RewardFamily, needs_twin
 from esper.evaluation.comparison import ComparisonResult, check_controllers, parse_controllers, run_comparison
 from esper.evaluation.episodes import EpisodePlan
 from esper.evaluation.objective import objective_scorer
@@ -129,10 +129,11 @@ def replay_source_phases(path: Path, plan: EpisodePlan, train_dirs: Sequence[Pat
                   [RunLabels(r).final], seeds) for r, d in enumerate(train_dirs)]
 
 
-def training_cost(config: TrainingConfig, train_dir: Path, twin_episode: Cost) -> Cost:
-    """What training run `train_dir` cost: its episodes plus the static twin each group trained beside them."""
+def training_cost(train_dir: Path, twin_episode: Cost, *, group_size: int, reward_family: RewardFamily) -> Cost:
+    """What training run `train_dir` cost: its episodes plus the static twin each group of `group_size` envs trained
+    beside them (where `reward_family`'s reward compares with one), each costing `twin_episode`."""
     episodes = read_rows(train_dir / EpisodeResult.FILE, EpisodeResult)
-    twins = len(episodes) // config.ppo.group_size if needs_twin(config.reward.reward_family) else 0
+    twins = len(episodes) // group_size if needs_twin(reward_family) else 0
     return episodes_cost(episodes, twins, twin_episode)
 
 

@@ -1,15 +1,20 @@
 """Whether a study is about growth: the static host's convergence and the capacity headroom are computed from the
-episodes, a host still climbing is flagged, and the static frontier is read at each controller's own cost."""
+episodes, a host still climbing is flagged, and the static frontier is read at each controller's own cost; a training
+run's cost counts the static twins its groups trained."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 
 from esper.env import EpisodeResult
+from esper.env.rewards import RewardFamily
 from esper.evaluation.regime import SLOPE_THRESHOLD, convergence, frontier_gaps, has_headroom, headroom
 from esper.evaluation.results import ComparisonResult
 from esper.evaluation.runs import RunLabels
-from esper.evaluation.study import study_results
+from esper.evaluation.study import study_results, training_cost
 from esper.evaluation.study_report import convergence_line, summary_markdown
 
 
@@ -81,3 +86,13 @@ def test_study_results_and_summary_state_the_regime_first() -> None:
     summary = summary_markdown(result, study, title="t", command="c")
     assert summary.splitlines()[2].startswith("**WARNING: NOT CONVERGED**")
     assert "| 0 | 73.00 | +2.00 [+2.00, +2.00] |" in summary  # run 0: its test mean, then Δ vs static
+
+
+def test_a_training_run_costs_its_episodes_and_under_the_gap_reward_one_static_twin_per_group(tmp_path: Path) -> None:
+    episodes = [_episode("ppo", s, [50.0] * 5, 50.0, flops=2e9) for s in range(8)]  # 8 episodes of 5 epochs, 2 GFLOPs
+    (tmp_path / EpisodeResult.FILE).write_text("".join(json.dumps(e.to_dict()) + "\n" for e in episodes))
+    twin = {"env_epochs": 5, "gflops": 1.0}
+    assert training_cost(tmp_path, twin, group_size=4, reward_family=RewardFamily.GAP) == {"env_epochs": 40 + 2 * 5,
+                                                                                           "gflops": 16.0 + 2 * 1.0}
+    no_twin = {"env_epochs": 40, "gflops": 16.0}
+    assert training_cost(tmp_path, twin, group_size=4, reward_family=RewardFamily.CONTRIBUTION) == no_twin

@@ -257,7 +257,8 @@ class TaskStudy(Study):
         twin = static_episode_cost(comparison)
         self.results = results = study_results(
             comparison, self.runs, chosen=self.chosen, selection=cost,
-            training=[training_cost(c, d, twin) for (c, _), d in zip(self.configs, self.train_dirs, strict=True)],
+            training=[training_cost(d, twin, group_size=c.ppo.group_size, reward_family=c.reward.reward_family)
+                      for (c, _), d in zip(self.configs, self.train_dirs, strict=True)],
             replay_sources=[episodes_cost(s.episodes) for s in self.sources],
             teacher=teacher_label(config.ppo.teacher, choice),
             objective=(StudyObjective(*config.charge_and_cost()) if config.reward.reward_family == RewardFamily.GAP
