@@ -21,6 +21,7 @@ from esper.evaluation.episodes import EpisodePlan
 from esper.evaluation.phases import Phase, PhaseRunner
 from esper.evaluation.studies import StudyHooks, StudyPlan
 from esper.evaluation.studies.paired import STUDY_DIR, phase_runner
+from esper.evaluation.studies.task_config import _teacher_moved
 from esper.evaluation.tuning import tune_heuristic
 from esper.evaluation.tuning_space import SearchSpace
 from esper.leyline.seeding import SeedStream
@@ -163,3 +164,16 @@ def test_arguments_are_compared_by_dotted_key() -> None:
         check_same_arguments(Path("run"), recorded, {**recorded, "training": {"ppo": {"lr": 0.2, "gamma": 0.9}}},
                              fix="fix it")
 
+
+def test_a_training_run_taught_by_the_same_tuned_heuristic_elsewhere_continues_with_its_new_path(
+        tmp_path: Path) -> None:
+    """A copied study's training run names the tuned heuristic by its old path: the same thresholds for the same
+    setting at the new path are the same teacher; other thresholds are another one (resume_config refuses it)."""
+    old, new = _record(tmp_path / "study" / "tuned.json"), _record(tmp_path / "copy" / "tuned.json")
+    saved = QUICK.with_overrides(**{"ppo.teacher": f"heuristic:{old}"})
+    assert _teacher_moved(saved, f"heuristic:{new}").ppo.teacher == f"heuristic:{new}"
+    record = json.loads(new.read_text())
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({**record, "thresholds": {**record["thresholds"], "embargo_epochs_after_cull": 9}}))
+    assert _teacher_moved(saved, f"heuristic:{other}") == saved
+    assert _teacher_moved(saved, "heuristic") == saved
