@@ -1,9 +1,11 @@
 """`esper study` reruns: a study interrupted in any phase (a training run, a replay source, the evaluation) resumes
-to the same results, more seeds extend it, other settings are refused, --overwrite starts over."""
+to the same results, also copied to another directory; more seeds extend it, other settings are refused, --overwrite
+starts over."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +71,16 @@ def test_study_reruns_resume_consistently(tmp_path: Path, capsys: pytest.Capture
     assert _results(run) == complete
     assert _episodes(run) == episodes
 
+    # copied elsewhere, the study continues there: every finished phase resumes, not one episode runs again
+    copy = tmp_path / "elsewhere" / "study"
+    shutil.copytree(run, copy)
+    assert main([*STUDY, "--seeds", "2", "--run-dir", str(copy)]) == 0
+    out = capsys.readouterr().out
+    for phase in ("replay-source/run-0", "eval"):
+        assert f"Resuming {copy / phase}: " in out
+        assert read_jsonl(copy / phase / "episodes.jsonl") == read_jsonl(run / phase / "episodes.jsonl")
+    assert _results(copy) == complete
+
     # a phase recorded before the training config had a field ran as that field's default does: it is kept ...
     phase_config, finished_rows = run / "eval" / "config.json", read_jsonl(run / "eval" / "episodes.jsonl")
     record = json.loads(phase_config.read_text())
@@ -77,12 +89,18 @@ def test_study_reruns_resume_consistently(tmp_path: Path, capsys: pytest.Capture
     assert main(argv) == 0
     assert read_jsonl(run / "eval" / "episodes.jsonl") == finished_rows  # not one episode rerun (same wall times)
     assert json.loads(phase_config.read_text())["config"]["training"]["family"] is None  # and recorded whole
-    # ... unless the study now sets it otherwise: then the phase describes another setting and starts over
+    # ... unless the study now sets it otherwise: then the phase describes another setting and is refused, naming the
+    # difference, its episodes kept
     record = json.loads(phase_config.read_text())
     record["config"]["training"]["episode"].pop("max_epochs")  # 3 here, not the default
     phase_config.write_text(json.dumps(record))
-    assert main(argv) == 0
-    assert read_jsonl(run / "eval" / "episodes.jsonl") != finished_rows and _episodes(run) == episodes
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "training.episode.max_epochs: 25 then, 3 now" in err and f"remove {run / 'eval'}" in err
+    assert read_jsonl(run / "eval" / "episodes.jsonl") == finished_rows
+    record["config"]["training"]["episode"]["max_epochs"] = 3
+    phase_config.write_text(json.dumps(record))
     # a phase recorded by an esper whose training config had no sections is refused, naming the fix
     recorded = phase_config.read_text()
     record = json.loads(recorded)

@@ -20,10 +20,13 @@ the chosen best-fixed: selection answers *what* to build, the policy learns *whe
 
 Rerunning the same command with the same --run-dir continues an interrupted study: each training run resumes from
 its last checkpoint, and selection, replay sources and evaluation from their finished paired episodes (an evaluation
-of policies that have since trained further, or of other runs, starts over). Other arguments are refused;
---overwrite starts the study over. Writes STUDY_DIR/{selection/round-N/, train/run-<r>/, replay-source/run-<r>/,
-eval/, results.json, summary.md} and plots in report/; each phase's directory is a complete run directory (its own
-events and TensorBoard logs), so each can be reported and resumed on its own.
+of other runs starts over, and says so). A study directory copied elsewhere continues there (the same command with
+the new --run-dir); moved, too, unless its policies learned from its tuned heuristic, whose record their checkpoints
+name by its old path. Other arguments are refused, and so is a phase recorded in another setting (naming the
+difference): finished episodes are never thrown away unasked; --overwrite starts the study over. Writes
+STUDY_DIR/{selection/round-N/, train/run-<r>/, replay-source/run-<r>/, eval/, results.json, summary.md} and plots in
+report/; each phase's directory is a complete run directory (its own events and TensorBoard logs), so each can be
+reported and resumed on its own.
 """
 
 from __future__ import annotations

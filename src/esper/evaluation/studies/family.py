@@ -93,11 +93,11 @@ class FamilyStudy(Study):
         self.policy: PolicyResults | None = None
 
     def _runner(self, policy: bool = False) -> Callable[[TrainingConfig], PhaseRunner]:
-        """Each type's phase runner; the policies' phases record the policies' training setting too, so policies
-        trained otherwise are evaluated anew."""
+        """Each type's phase runner; the policies' phases record the policies' training setting too, so the
+        evaluation of policies trained otherwise is refused, never taken for theirs."""
         settings = self.settings if not policy else {**self.settings, "policy": {
             k: v for k, v in self.config.dotted_dict().items() if k.removeprefix("execution.") not in WORKER_FIELDS}}
-        return lambda type_conf: phase_runner(self.plan, type_conf, settings, self.cache)
+        return lambda type_conf: phase_runner(self.plan, type_conf, settings, self.cache, self.path)
 
     def precheck(self) -> StudyPhase:
         return StudyPhase("pre-check", (), ("precheck",), None, self._precheck)

@@ -1,10 +1,13 @@
 """A study's directory and its paired-episode phases: each phase runs (or continues) in a run directory of its own,
-with its own telemetry, recording the setting it measured so that a rerun continues it or (another setting) starts it
-over."""
+with its own telemetry, recording the setting it measured so that a rerun continues it, and refuses it (naming the
+difference) in another setting. A phase names files of the study directory (a tuning candidate, a policy's checkpoint,
+a replay source, the tuned teacher) from `STUDY_DIR`, so a study copied or moved elsewhere continues there."""
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -23,14 +26,16 @@ from esper.evaluation.study import run_evaluation
 from esper.leyline import TelemetryEventType, emit_if_wanted
 from esper.leyline.errors import UserInputError
 from esper.simic.ppo.config import TrainingConfig
-from esper.storage.rundir import RunDirectory, RunDirectoryError, holds_results, recorded_config, write_json_atomic
+from esper.storage.rundir import RunDirectory, holds_results, json_safe, recorded_config, write_json_atomic
 from esper.storage.rundirs import check_same_arguments, prepare_run_dir
 
-__all__ = ["WORKER_FIELDS", "measured_setting", "open_study", "phase_runner"]
+__all__ = ["STUDY_DIR", "WORKER_FIELDS", "measured_setting", "open_study", "phase_runner"]
 
 WORKER_FIELDS = ("workers", "executor", "ray_address")
 """The `WorkerOptions` fields (a TrainingConfig's `execution`, and the flags that set them) that choose where the work
 runs, never what it computes; --threads sets `threads` too, but the numbers depend on it."""
+STUDY_DIR = "$STUDY_DIR"
+"""How a phase's record names the study directory: where the study lives is no argument of its phases."""
 
 
 def open_study(path: Path, plan: StudyPlan, settings: dict[str, Any], episode: EpisodeSetting
@@ -80,36 +85,61 @@ def _with_new_fields(path: Path, recorded: dict[str, Any]) -> dict[str, Any]:
     return {**recorded, "training": complete}
 
 
-def _phase_config(path: Path, phase: Phase, config: TrainingConfig, settings: dict[str, Any]
-                  ) -> tuple[dict[str, Any], bool]:
-    """A phase's arguments, and whether a stored phase was of something else (then it starts over: its results
-    describe a policy, a choice or a setting that no longer exists)."""
-    phase_config = {"controllers": phase.labels, "specs": phase.specs, "episodes": phase.seeds,
-                    "seed_stream": phase.plan.stream.value, "training": measured_setting(config),
-                    **{k: v for k, v in settings.items() if k not in ("seeds", "selection_seeds", "runs")}}
-    if not (path / "config.json").exists():
-        return phase_config, False
+def _study_relative(value: Any, root: Path) -> Any:
+    """`value` as JSON, with each path inside the study directory `root` (alone, or a spec's argument: `ppo:PATH`),
+    however it was spelled (as given, absolute or resolved), written from `STUDY_DIR`."""
+    spellings = sorted({str(root), str(root.absolute()), str(root.resolve())} - {"."}, key=len, reverse=True)
+    inside = re.compile(f"(^|:)(?:{'|'.join(map(re.escape, spellings))})(?=/|$)")
+
+    def relative(item: Any) -> Any:
+        if isinstance(item, str):
+            return inside.sub(lambda m: m.group(1) + STUDY_DIR, item)
+        if isinstance(item, dict):
+            return {k: relative(v) for k, v in item.items()}
+        if isinstance(item, list):
+            return [relative(v) for v in item]
+        return item
+
+    return relative(json_safe(value))
+
+
+def _phase_config(path: Path, phase: Phase, config: TrainingConfig, settings: dict[str, Any], root: Path,
+                  note: Callable[[str], None]) -> tuple[dict[str, Any], bool]:
+    """A phase's arguments (study-relative), and whether a stored phase compared other controllers (a study rerun
+    with more or fewer training runs): then it starts over, and says so. A stored phase of the same controllers in
+    another setting is refused, naming the difference: its finished episodes are never thrown away unasked."""
+    phase_config = _study_relative(
+        {"controllers": phase.labels, "specs": phase.specs, "episodes": phase.seeds,
+         "seed_stream": phase.plan.stream.value, "training": measured_setting(config),
+         **{k: v for k, v in settings.items() if k not in ("seeds", "selection_seeds", "runs")}}, root)
+    if not (path / "config.json").exists() or not holds_results(path):
+        return phase_config, False  # nothing finished to keep: it starts (over) in any case
     recorded = recorded_config(path)
-    complete = _with_new_fields(path, recorded)
-    try:
-        check_same_arguments(path, complete, phase_config, may_differ=("episodes",))
-    except RunDirectoryError:
+    complete = _study_relative(_with_new_fields(path, recorded), root)
+    compared = complete.get("controllers")
+    if compared != phase_config["controllers"]:
+        note(f"Starting {phase.name} over in {path}: it compared {compared}, the study now compares {phase.labels}")
         return phase_config, True
-    if complete != recorded:  # from now on the phase's record names every field of the setting it ran in
+    check_same_arguments(path, complete, phase_config, may_differ=("episodes",), fix=(
+        f"rerun the study with the arguments this phase ran with to resume it, remove {path} to run the phase again, "
+        f"or pass --overwrite (or another --run-dir) to start the study over"))
+    if complete != recorded:  # from now on the phase's record names every field of its setting, study-relative
         record = json.loads((path / "config.json").read_text(encoding="utf-8"))
         write_json_atomic(path / "config.json", {**record, "config": complete})
     return phase_config, False
 
 
-def phase_runner(plan: StudyPlan, config: TrainingConfig, settings: dict[str, Any], cache: DataCache) -> PhaseRunner:
-    """Runs (or continues) a paired-episode phase of the study in the setting of `config`, with its own telemetry."""
-    return lambda phase: _run_phase(plan, phase, config, settings, cache)
+def phase_runner(plan: StudyPlan, config: TrainingConfig, settings: dict[str, Any], cache: DataCache, root: Path
+                 ) -> PhaseRunner:
+    """Runs (or continues) a paired-episode phase of the study in directory `root` in the setting of `config`, with
+    its own telemetry."""
+    return lambda phase: _run_phase(plan, phase, config, settings, cache, root)
 
 
-def _run_phase(plan: StudyPlan, phase: Phase, config: TrainingConfig, settings: dict[str, Any], cache: DataCache
-               ) -> ComparisonResult:
+def _run_phase(plan: StudyPlan, phase: Phase, config: TrainingConfig, settings: dict[str, Any], cache: DataCache,
+               root: Path) -> ComparisonResult:
     phases = comparison_phases(parse_controllers(phase.specs), phase.labels)
-    phase_config, stale = _phase_config(phase.path, phase, config, settings)
+    phase_config, stale = _phase_config(phase.path, phase, config, settings, root, plan.hooks.note)
     task, data = phase.plan.task, data_record(phase.plan.task, phase.plan.episode.augment)
     charged = {k: phase_config["training"]["reward"][k] for k in ("param_cost", "charge", "compute_cost")}
     run_dir, resume = open_episode_dir(phase.path, "compare", overwrite=stale, argv=list(plan.argv),

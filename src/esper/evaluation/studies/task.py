@@ -138,10 +138,10 @@ class TaskStudy(Study):
         self.results: StudyResults | None = None
 
     def _selection_runner(self) -> PhaseRunner:
-        return phase_runner(self.plan, self.before, self.settings, self.cache)
+        return phase_runner(self.plan, self.before, self.settings, self.cache, self.path)
 
     def _policy_runner(self) -> PhaseRunner:
-        return phase_runner(self.plan, self.config, self.settings, self.cache)
+        return phase_runner(self.plan, self.config, self.settings, self.cache, self.path)
 
     def selection(self) -> StudyPhase:
         searches = self.reused is None and self.selection_seeds > 0

@@ -22,6 +22,7 @@ from esper.simic.ppo.checkpoint import read_policy_checkpoint, resume_config, sa
 from esper.simic.ppo.config import TrainingConfig, charge_fields
 from esper.simic.ppo.teacher import NO_TEACHER
 from esper.storage.rundir import checkpoints_dir
+from esper.tamiyo import read_heuristic_record
 
 __all__ = ["DEFAULT_TEACHER", "base_config", "chooses_teacher", "run_configs", "teacher_label"]
 
@@ -127,8 +128,20 @@ def run_configs(plan: StudyPlan, train_dirs: list[Path], blueprints: list[str] |
             requested = requested.with_overrides(**{"ppo.blueprints": saved[0].ppo.blueprints})
         if teacher_pending and teacher is None:  # before the teacher's choice, likewise
             requested = requested.with_overrides(**{"ppo.teacher": saved[0].ppo.teacher})
-        out.append((resume_config(saved[0], requested), saved[1]))
+        out.append((resume_config(_teacher_moved(saved[0], requested.ppo.teacher), requested), saved[1]))
     return out
+
+
+def _teacher_moved(saved: TrainingConfig, teacher: str) -> TrainingConfig:
+    """`saved`, taught by `teacher` where its own teacher is the same heuristic (the same thresholds for the same
+    setting) recorded at another path: the study's tuned heuristic, named by its new path in a study copied
+    elsewhere."""
+    paths = [spec.partition(":") for spec in (saved.ppo.teacher, teacher)]
+    if any(kind != "heuristic" or not Path(path).is_file() for kind, _, path in paths) or paths[0] == paths[1]:
+        return saved
+    old, new = (read_heuristic_record(Path(path)) for _, _, path in paths)
+    same = (old.thresholds, old.setting) == (new.thresholds, new.setting)
+    return saved.with_overrides(**{"ppo.teacher": teacher}) if same else saved
 
 
 def _all_but_seed(config: TrainingConfig) -> dict[str, Any]:
