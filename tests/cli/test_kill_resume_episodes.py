@@ -24,7 +24,7 @@ from esper.storage.rundir import read_jsonl
 
 pytestmark = pytest.mark.smoke
 
-SMALL = ["--max-epochs", "4", "--max-train-samples", "384", "--max-val-samples", "128", "--param-cost", "1.0",
+SMALL = ["--max-epochs", "4", "--max-train-samples", "128", "--max-val-samples", "64", "--param-cost", "1.0",
          "--no-tui", "--no-tensorboard", "--device", "cpu"]
 HEURISTIC = ["train", "heuristic", "--episodes", "4", *SMALL]
 COMPARE = ["compare", "--controllers", "static", "random", "heuristic", "static:matched", "--episodes", "3", *SMALL]

@@ -19,7 +19,7 @@ from esper.storage.rundir import read_jsonl
 pytestmark = pytest.mark.smoke
 
 OUTPUT = ["--no-tui", "--no-tensorboard", "--telemetry-level", "minimal", "--device", "cpu"]
-SETTING = ["--set", "max_epochs=3", "--set", "max_train_samples=256", "--set", "max_val_samples=128"]
+SETTING = ["--set", "max_epochs=3", "--set", "max_train_samples=64", "--set", "max_val_samples=32"]
 STUDY = ["study", "--preset", "synthetic", "--runs", "1", "--set", "n_episodes=2", "--set", "n_envs=2",
          "--set", "group_size=1", *SETTING, "--seeds", "2", "--selection-seeds", "1", "--max-test-samples", "64",
          *OUTPUT]
@@ -54,7 +54,8 @@ def test_selection_only_records_what_the_selection_chose_and_what_it_cost(record
     assert "--selection-only" in record.command and record.esper_commit
 
 
-def test_a_study_reuses_a_recorded_selection_without_searching(recorded: tuple[Path, Path], tmp_path: Path) -> None:
+def test_a_study_reuses_a_recorded_selection_without_searching(recorded: tuple[Path, Path], tmp_path: Path,
+                                                             no_study_plots: None) -> None:
     first, data = recorded
     record_path = tmp_path / "fashion.selection.json"  # a record kept elsewhere (in the repository)
     record_path.write_bytes((first / SELECTION_RECORD_FILE).read_bytes())

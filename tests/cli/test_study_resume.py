@@ -1,6 +1,7 @@
 """`esper study` reruns: a study interrupted in any phase (a training run, a replay source, the evaluation) resumes
 to the same results, also copied to another directory; more seeds extend it, other settings are refused, --overwrite
-starts over."""
+starts over. The studies here render no plots (the `no_study_plots_in_module` fixture): what they compute is what a
+rerun must reproduce."""
 
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ from esper.cli.main import main
 from esper.evaluation.study_report import REFERENCE_STUDY
 from esper.storage.rundir import RunDirectory, read_jsonl
 
-pytestmark = pytest.mark.smoke
+pytestmark = [pytest.mark.smoke, pytest.mark.usefixtures("no_study_plots_in_module")]
 
 STUDY = ["study", "--preset", "quick", "--device", "cpu", "--no-tui", "--no-tensorboard",
          "--set", "n_episodes=2", "--set", "n_envs=2", "--set", "group_size=1", "--set", "max_epochs=3",
-         "--set", "max_train_samples=256", "--set", "max_val_samples=128", "--set", "param_cost=1.0"]
+         "--set", "max_train_samples=64", "--set", "max_val_samples=32", "--set", "param_cost=1.0"]
+"""The quick study at the smallest caps: a rerun must reproduce whatever the run computed, at any size."""
 
 
 def _untimed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -135,7 +137,7 @@ evaluation (2 × 9)."""
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def reference(tmp_path_factory: pytest.TempPathFactory, no_study_plots_in_module: None) -> Path:
     """The two-run study, uninterrupted."""
     path = tmp_path_factory.mktemp("reference") / "study"
     assert main([*TWO_RUNS, "--run-dir", str(path)]) == 0
@@ -171,9 +173,9 @@ def test_ctrl_c_in_any_phase_of_a_two_run_study_resumes_to_the_same_results(
             read_jsonl(reference / "train" / f"run-{r}" / "episodes.jsonl"))
 
 
-def test_study_of_existing_policies_reproduces_the_evaluation_of_their_own_study(tmp_path: Path) -> None:
-    trained = tmp_path / "trained"
-    assert main([*STUDY, "--runs", "2", "--seeds", "2", "--run-dir", str(trained)]) == 0
+def test_study_of_existing_policies_reproduces_the_evaluation_of_their_own_study(tmp_path: Path,
+                                                                               reference: Path) -> None:
+    trained = reference  # the module's two-run study, read only
     reused = tmp_path / "reused"
     assert main(["study", "--preset", "quick", "--device", "cpu", "--no-tui", "--no-tensorboard", "--seeds", "2",
                  "--ppo", str(trained / "train" / "run-0"), str(trained / "train" / "run-1"),

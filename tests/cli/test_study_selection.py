@@ -27,7 +27,7 @@ pytestmark = pytest.mark.smoke
 
 OUTPUT = ["--no-tui", "--no-tensorboard", "--telemetry-level", "minimal", "--device", "cpu"]
 STUDY = ["study", "--preset", "synthetic", "--runs", "1", "--set", "n_episodes=2", "--set", "max_epochs=3",
-         "--set", "n_envs=2", "--set", "group_size=1", "--set", "max_train_samples=256", "--set", "max_val_samples=128",
+         "--set", "n_envs=2", "--set", "group_size=1", "--set", "max_train_samples=64", "--set", "max_val_samples=32",
          "--seeds", "2", "--selection-seeds", "1", "--max-test-samples", "64", *OUTPUT]
 RUN = RunLabels(0)
 TINY = ["--task", "synthetic", "--episodes", "2", "--max-epochs", "3", "--max-train-samples", "256",
@@ -41,7 +41,7 @@ def _results(run: Path) -> dict[str, Any]:
 
 
 def test_study_chooses_best_fixed_and_best_rule_on_selection_seeds_and_evaluates_them(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_study_plots: None) -> None:
     run = tmp_path / "study"
     assert main([*STUDY, "--data-dir", str(tmp_path / "data"), "--run-dir", str(run)]) == 0
     results = _results(run)
@@ -102,7 +102,9 @@ def test_study_chooses_best_fixed_and_best_rule_on_selection_seeds_and_evaluates
     first = results["episodes"][0]
     assert float(rows[0]["final_test_accuracy"]) == first["final_test_accuracy"]
     assert int(rows[0]["train_flops"]) == first["train_flops"]
-    # `esper report` on the directory the study prints: every phase's plots
+    # `esper report` on the directory the study prints: every phase's plots (the study's own closing plots are
+    # skipped here, no_study_plots; test_your_own.py checks that a study draws them)
+    assert not (run / "report").exists()
     assert main(["report", str(run)]) == 0
     for phase, plot in (("train/run-0", "ppo_health.png"), ("selection/round-1", "compare_final_accuracy.png"),
                         ("replay-source/run-0", "compare_final_accuracy.png"), ("eval", "compare_final_accuracy.png"),
@@ -157,9 +159,10 @@ def test_default_tie_threshold_is_one_sample_of_the_whole_test_split(tmp_path: P
 
 
 def test_blueprints_from_selection_trains_the_policy_on_best_fixed_blueprints(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], no_study_plots: None) -> None:
     run = tmp_path / "study"
     argv = [*STUDY, "--set", "teacher=none", "--set", 'initial_op_bias={"GERMINATE": 3}',
+            "--set", "param_cost=1.0",  # λ_p given: measuring it is the study above's
             "--blueprints-from-selection", "--data-dir", str(tmp_path / "data"), "--run-dir", str(run)]
     assert main(argv) == 0
     best_fixed = _results(run)["study"]["chosen"][BEST_FIXED]

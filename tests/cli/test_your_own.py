@@ -107,6 +107,10 @@ def test_a_study_trains_and_evaluates_on_the_plugin_task(work: Path) -> None:
     checkpoint = torch.load(study / "train" / "run-0" / "checkpoints" / "final.pt", weights_only=True)
     assert len(checkpoint["blueprints"]) == 6
     assert (study / "summary.md").is_file()
+    # it ends with its plots (the in-process study tests skip them): every phase's and the compute figure
+    assert (study / "report" / "accuracy_vs_compute.png").is_file()
+    assert (study / "report" / "eval" / "compare_final_accuracy.png").is_file()
+    assert (study / "report" / "train" / "run-0" / "ppo_health.png").is_file()
 
 
 def test_an_npz_of_16px_images_in_5_classes_runs_compare_and_a_quick_study(work: Path) -> None:

@@ -4,7 +4,8 @@ history, episodes and steps in process, with one or two worker processes, and wi
 PPO, compare and datagen run on the same worker layer, so one suite checks them alike: a worker killed mid-run stops
 the run with one line naming the worker and its work, leaves no process behind, and the same command then resumes to
 the files of an uninterrupted run; Ctrl+C stops the run with exit 130 and no traceback; a killed run leaves no
-worker behind."""
+worker behind. The default suite kills a worker of each command; Ctrl+C and a killed run it checks on PPO, and
+`make test-slow` on compare and datagen too."""
 
 from __future__ import annotations
 
@@ -203,6 +204,11 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory, in_process_ppo: Path
 
 
 needs_proc = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds worker processes through /proc")
+PPO_BY_DEFAULT = [pytest.param(name, marks=[] if name == "ppo" else [pytest.mark.slow]) for name in sorted(COMMANDS)]
+"""Ctrl+C and a killed run reach the workers through what the three commands share: `esper.cli.main` maps Ctrl+C to
+exit 130 for every command (run_guarded), and the worker pool's processes ignore SIGINT and leave when their parent
+is gone (tests/unit/execution/test_actors.py). The default suite checks it end to end on PPO, `make test-slow` on
+compare and datagen too."""
 
 
 @needs_proc
@@ -233,7 +239,7 @@ def test_a_killed_worker_stops_the_run_and_the_rerun_resumes_exactly(name: str, 
 
 
 @needs_proc
-@pytest.mark.parametrize("name", sorted(COMMANDS))
+@pytest.mark.parametrize("name", PPO_BY_DEFAULT)
 def test_ctrl_c_stops_the_run_and_its_workers_without_a_traceback(name: str, tmp_path: Path) -> None:
     """Ctrl+C as a terminal delivers it: to the whole process group, the workers included (they ignore it and leave
     the stopping to the run). The child starts with SIGINT's default disposition whatever the test process
@@ -252,7 +258,7 @@ def test_ctrl_c_stops_the_run_and_its_workers_without_a_traceback(name: str, tmp
 
 
 @needs_proc
-@pytest.mark.parametrize("name", sorted(COMMANDS))
+@pytest.mark.parametrize("name", PPO_BY_DEFAULT)
 def test_workers_do_not_outlive_a_killed_run(name: str, tmp_path: Path) -> None:
     proc = _start(name, tmp_path / "run", "--workers", "2")
     assert _wait_for(lambda: len(_workers_of(proc.pid)) == 2 or proc.poll() is not None, 300)
