@@ -15,6 +15,7 @@ import pytest
 from esper.cli.main import main
 from esper.evaluation.study_report import REFERENCE_STUDY
 from esper.storage.rundir import RunDirectory, read_jsonl
+from study_results import untimed, untimed_results
 
 pytestmark = [pytest.mark.smoke, pytest.mark.usefixtures("no_study_plots_in_module")]
 
@@ -24,23 +25,8 @@ STUDY = ["study", "--preset", "quick", "--device", "cpu", "--no-tui", "--no-tens
 """The quick study at the smallest caps: a rerun must reproduce whatever the run computed, at any size."""
 
 
-def _untimed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The episode rows without `wall_seconds`, the one field no two runs share."""
-    return [{k: v for k, v in row.items() if k != "wall_seconds"} for row in rows]
-
-
 def _episodes(path: Path) -> list[dict[str, Any]]:
-    return _untimed(read_jsonl(path / "eval" / "episodes.jsonl"))
-
-
-def _results(path: Path) -> dict[str, Any]:
-    """results.json without the study's settings and without wall-clock times (the episodes' and their means)."""
-    data: dict[str, Any] = json.loads((path / "results.json").read_text())
-    data.pop("study")
-    data["episodes"] = _untimed(data["episodes"])
-    data["per_controller"] = {c: {k: v for k, v in s.items() if k != "wall_seconds"}
-                              for c, s in data["per_controller"].items()}
-    return data
+    return untimed(read_jsonl(path / "eval" / "episodes.jsonl"))
 
 
 def test_study_reruns_resume_consistently(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -51,9 +37,9 @@ def test_study_reruns_resume_consistently(tmp_path: Path, capsys: pytest.Capture
     assert out.startswith(f"Study directory: {run}")  # printed before any work
     assert "This was a workflow demo, not a result" in out and f"{REFERENCE_STUDY}\n" in out  # what the demo shows
     assert "its 3-epoch episodes" in out  # the episodes it ran (--set max_epochs=3), not the preset's 10
-    complete = _results(run)
+    complete = untimed_results(run)
     rows = read_jsonl(run / "eval" / "episodes.jsonl")
-    episodes = _untimed(rows)
+    episodes = untimed(rows)
     per_seed = len(complete["controllers"])  # static, static:2, heuristic, and run 0's init, final and replay
     assert per_seed == 6 and len(episodes) == 2 * per_seed and (run / "train" / "run-0" / "events.jsonl").exists()
     summary = (run / "summary.md").read_text()
@@ -70,7 +56,7 @@ def test_study_reruns_resume_consistently(tmp_path: Path, capsys: pytest.Capture
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "Training run 0: finished" in out and f"{per_seed} finished episode(s) kept" in out
-    assert _results(run) == complete
+    assert untimed_results(run) == complete
     assert _episodes(run) == episodes
 
     # copied elsewhere, the study continues there: every finished phase resumes, not one episode runs again
@@ -81,7 +67,7 @@ def test_study_reruns_resume_consistently(tmp_path: Path, capsys: pytest.Capture
     for phase in ("replay-source/run-0", "eval"):
         assert f"Resuming {copy / phase}: " in out
         assert read_jsonl(copy / phase / "episodes.jsonl") == read_jsonl(run / phase / "episodes.jsonl")
-    assert _results(copy) == complete
+    assert untimed_results(copy) == complete
 
     # a phase recorded before the training config had a field ran as that field's default does: it is kept ...
     phase_config, finished_rows = run / "eval" / "config.json", read_jsonl(run / "eval" / "episodes.jsonl")
@@ -146,7 +132,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory, no_study_plots_in_module
 
 @pytest.mark.parametrize(("phase", "rows"), [("training run 0, first actor batch", 3), ("training run 1", 8),
                                              ("replay source of run 1", 16), ("evaluation", 24)])
-def test_ctrl_c_in_any_phase_of_a_two_run_study_resumes_to_the_same_results(
+def test_ctrl_c_in_any_phase_of_a_two_run_study_resumes_to_the_sameuntimed_results(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reference: Path, phase: str, rows: int) -> None:
     written = 0
     append = RunDirectory.append
@@ -165,11 +151,11 @@ def test_ctrl_c_in_any_phase_of_a_two_run_study_resumes_to_the_same_results(
     monkeypatch.setattr(RunDirectory, "append", append)
     assert not (run / "results.json").exists()
     assert main([*TWO_RUNS, "--run-dir", str(run)]) == 0
-    assert _results(run) == _results(reference)
+    assert untimed_results(run) == untimed_results(reference)
     assert _episodes(run) == _episodes(reference)
     for r in range(2):  # each training run resumed on its own to the same policy
         assert read_jsonl(run / "train" / f"run-{r}" / "history.jsonl")[-1]["batch"] == 2
-        assert _untimed(read_jsonl(run / "train" / f"run-{r}" / "episodes.jsonl")) == _untimed(
+        assert untimed(read_jsonl(run / "train" / f"run-{r}" / "episodes.jsonl")) == untimed(
             read_jsonl(reference / "train" / f"run-{r}" / "episodes.jsonl"))
 
 
@@ -182,4 +168,4 @@ def test_study_of_existing_policies_reproduces_the_evaluation_of_their_own_study
                  "--run-dir", str(reused)]) == 0
     assert not (reused / "train").exists()  # nothing trained: the runs' own policies were evaluated
     assert _episodes(reused) == _episodes(trained)
-    assert _results(reused)["pairwise"] == _results(trained)["pairwise"]
+    assert untimed_results(reused)["pairwise"] == untimed_results(trained)["pairwise"]

@@ -5,7 +5,6 @@ never stopped."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ import pytest
 
 from esper.evaluation import StudyHooks, StudyPhase, StudyPlan, StudyResult, StudyStatus, run_study
 from esper.storage.rundir import read_jsonl
+from study_results import untimed, untimed_results
 
 pytestmark = pytest.mark.smoke
 
@@ -28,20 +28,6 @@ def _snippet() -> str:
     match = re.search(r"```python\n(.*?)```", section, re.S)
     assert match is not None
     return match.group(1)
-
-
-def _untimed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{k: v for k, v in row.items() if k != "wall_seconds"} for row in rows]
-
-
-def _results(path: Path) -> dict[str, Any]:
-    """results.json without the study's settings and without wall-clock times."""
-    data: dict[str, Any] = json.loads((path / "results.json").read_text())
-    data.pop("study")
-    data["episodes"] = _untimed(data["episodes"])
-    data["per_controller"] = {c: {k: v for k, v in s.items() if k != "wall_seconds"}
-                              for c, s in data["per_controller"].items()}
-    return data
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +72,8 @@ def test_a_study_stopped_by_its_hook_continues_to_the_results_of_an_uninterrupte
     resumed = run_study(dataclasses.replace(plan, run_dir=run, hooks=StudyHooks(note=notes.append)))
     assert resumed.status == StudyStatus.COMPLETE
     assert any(n.startswith("Resuming from") for n in notes)  # the training run continued from its checkpoint
-    assert _results(run) == _results(reference)
-    assert _untimed(read_jsonl(run / "eval" / "episodes.jsonl")) == _untimed(
+    assert untimed_results(run) == untimed_results(reference)
+    assert untimed(read_jsonl(run / "eval" / "episodes.jsonl")) == untimed(
         read_jsonl(reference / "eval" / "episodes.jsonl"))
-    assert _untimed(read_jsonl(run / "train" / "run-0" / "episodes.jsonl")) == _untimed(
+    assert untimed(read_jsonl(run / "train" / "run-0" / "episodes.jsonl")) == untimed(
         read_jsonl(reference / "train" / "run-0" / "episodes.jsonl"))
