@@ -20,7 +20,7 @@ from pydantic.fields import FieldInfo
 from esper.leyline.errors import UserInputError, did_you_mean
 from esper.leyline.strict_config import StrictConfig, describe_validation_error
 
-__all__ = ["SectionedConfig", "dotted_items"]
+__all__ = ["SectionedConfig", "dotted_items", "dotted_leaves"]
 
 
 def dotted_items(nested: Mapping[str, Any], sections: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
@@ -30,6 +30,17 @@ def dotted_items(nested: Mapping[str, Any], sections: Mapping[str, Any]) -> Iter
             yield from ((f"{key}.{name}", v) for name, v in value.items())
         else:
             yield key, value
+
+
+def dotted_leaves(nested: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Every value of a nested dict at any depth, by dotted key (`training.ppo.lr`); an empty dict is a value."""
+    out: dict[str, Any] = {}
+    for key, value in nested.items():
+        if isinstance(value, Mapping) and value:
+            out.update(dotted_leaves(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 class SectionedConfig(StrictConfig):

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from esper.leyline.sectioned_config import dotted_leaves
 from esper.leyline.telemetry import TelemetryEvent, TelemetryEventType
 
 __all__ = [
@@ -116,21 +117,10 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
-def _flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in params.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(_flatten(value, f"{name}."))
-        else:
-            flat[name] = value
-    return flat
-
-
 def hparams_markdown(hparams: Mapping[str, Any]) -> str:
     """Nested hyperparameters as a two-column markdown table (nested keys dotted)."""
     rows = ["| parameter | value |", "|---|---|"]
-    for key, value in sorted(_flatten(hparams).items()):
+    for key, value in sorted(dotted_leaves(hparams).items()):
         cell = str(value).replace("|", "\\|").replace("\n", " ")
         rows.append(f"| {key} | {cell} |")
     return "\n".join(rows)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from esper.leyline.errors import UserInputError
+from esper.leyline.sectioned_config import dotted_leaves
 from esper.storage.rundir import (
     RunDirectory,
     RunDirectoryError,
@@ -97,23 +98,12 @@ def check_same_arguments(path: Path, recorded: Mapping[str, Any], requested: Map
                          may_differ: tuple[str, ...] = (), fix: str = _SAME_ARGUMENTS_FIX) -> None:
     """A rerun continues a run only with the arguments it was started with (`may_differ` excepted); otherwise it is
     refused, naming each differing argument (a nested one by its dotted key: `training.ppo.lr`) and `fix`."""
-    old, new = (_leaves({k: v for k, v in json_safe(dict(c)).items() if k not in may_differ})
+    old, new = (dotted_leaves({k: v for k, v in json_safe(dict(c)).items() if k not in may_differ})
                 for c in (recorded, requested))
     differing = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     if differing:
         changes = "; ".join(f"{k}: {old.get(k)!r} then, {new.get(k)!r} now" for k in differing)
         raise RunDirectoryError(f"{path} holds a run started with other arguments ({changes}): {fix}")
-
-
-def _leaves(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """A nested config's values by dotted key (an empty dict is a value of its own)."""
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        if isinstance(value, dict) and value:
-            out.update(_leaves(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 @contextmanager
