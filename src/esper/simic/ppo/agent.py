@@ -108,6 +108,11 @@ class PPOAgent:
         unexplained = float((returns - values).var(correction=0))
         explained_variance = 1.0 - unexplained / var_returns if var_returns > 1e-8 else 0.0
         entropy_coef = self.entropy_coef()
+        overrides = None
+        if residual:
+            assert rollout.teacher is not None
+            overrides = self.network.greedy_op_overrides(
+                env_major(rollout.states), env_major(rollout.masks["op"]), env_major(rollout.teacher))
 
         stats = UpdateStats()
         teacher_kl_sum = torch.zeros((), device=self.device)
@@ -170,7 +175,8 @@ class PPOAgent:
         metrics.update(explained_variance=explained_variance, entropy_coef=entropy_coef)
         if residual:
             metrics.update(teacher_kl=float(teacher_kl_sum) / stats.n_updates, teacher_kl_coef=kl_coef,
-                           actor_lr_scale=0.0 if critic_only else self.actor_lr_scale())
+                           actor_lr_scale=0.0 if critic_only else self.actor_lr_scale(),
+                           greedy_op_overrides=overrides)
         if critic_only:
             metrics["critic_warmup"] = 1.0
         else:  # the schedules (entropy, warm-up, KL) count actor updates

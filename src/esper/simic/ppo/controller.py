@@ -9,7 +9,7 @@ envs' teachers (`teach`: one per env, fresh for each episode), whose choices the
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ import torch
 from esper.data.families import FAMILY_PREFIX
 from esper.data.tasks import get_task_spec
 from esper.env.features import obs_dim, observation_features
-from esper.env.masks import compute_batch_masks, masks_from_joint
+from esper.env.masks import HEAD_KEYS, compute_batch_masks, masks_from_joint
 from esper.env.setting import EpisodeSetting
 from esper.leyline import ActionSpace, EnvObservation, FactoredAction, LifecycleOp, ordered_slots
 from esper.leyline.errors import UserInputError
@@ -26,7 +26,7 @@ from esper.simic.normalization import RunningMeanStd
 from esper.simic.ppo.agent import PPOAgent
 from esper.simic.ppo.buffer import PolicyStep
 from esper.simic.ppo.checkpoint import load_policy_state, read_policy_checkpoint, saved_config
-from esper.simic.ppo.teacher import Teachers, teacher_rows
+from esper.simic.ppo.teacher import UNSET, Teachers, teacher_rows
 from esper.storage.rundir import checkpoint_file
 from esper.tamiyo import (
     ControllerContext,
@@ -36,6 +36,17 @@ from esper.tamiyo import (
     check_trained_setting,
     register_controller,
 )
+
+AS_TEACHER = "as its teacher"
+OVERRIDES_TEACHER = "overrides its teacher"
+"""A residual policy's decision reasons say whether it took its teacher's choice: counting them in an evaluation's
+steps measures how often the policy decides otherwise than the teacher it started as."""
+
+
+def follows_teacher(actions: Mapping[str, torch.Tensor], teacher: torch.Tensor) -> torch.Tensor:
+    """[B] bool: each action takes the teacher's choice on every head the teacher chose on (`teacher_rows`)."""
+    chosen = torch.stack([actions[head] for head in HEAD_KEYS], 1)
+    return ((teacher == UNSET) | (chosen == teacher)).all(dim=1)
 
 
 class NonFinitePolicyError(RuntimeError):
@@ -122,11 +133,13 @@ class PPOPolicy:
                                        f"value): its weights diverged; use an earlier checkpoint")
         rows = torch.stack([actions["slot"], actions["blueprint"], actions["blend"], actions["op"]], 1).tolist()
         lp, v = log_probs.tolist(), values.tolist()
+        follows = [None] * len(rows) if teacher is None else follows_teacher(actions, teacher).tolist()
         decisions = []
         for i, (slot, blueprint, blend, op) in enumerate(rows):
             factored = space.action(slot, blueprint, blend, op)
-            decisions.append(TamiyoDecision(factored.to_command(space), factored,
-                                            reason=f"policy (value {v[i]:+.2f})", confidence=min(1.0, math.exp(lp[i]))))
+            aside = "" if follows[i] is None else f", {AS_TEACHER if follows[i] else OVERRIDES_TEACHER}"
+            decisions.append(TamiyoDecision(factored.to_command(space), factored, reason=f"policy (value "
+                                            f"{v[i]:+.2f}{aside})", confidence=min(1.0, math.exp(lp[i]))))
         return PolicyStep(raw, states, actions, log_probs, values, used, decisions, teacher)
 
     @torch.no_grad()

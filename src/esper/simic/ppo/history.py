@@ -55,12 +55,14 @@ class PPOHistoryRow:
     early_stopped: float | None = None
     early_stop_epoch: int | None = None
     skipped_update: float | None = None
-    # Residual policies only: the KL to the teacher and its weight, the actor's learning-rate factor, and 1.0 for the
-    # critic warm-up's batches (the actor did not move).
+    # Residual policies only: the KL to the teacher and its weight, the actor's learning-rate factor, 1.0 for the
+    # critic warm-up's batches (the actor did not move), and the share of the batch's states whose greedy op is not
+    # the teacher's (before the update).
     teacher_kl: float | None = None
     teacher_kl_coef: float | None = None
     actor_lr_scale: float | None = None
     critic_warmup: float | None = None
+    greedy_op_overrides: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)

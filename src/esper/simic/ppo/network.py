@@ -197,6 +197,16 @@ class FactoredActorCritic(nn.Module):
         chosen = {k: _grad_safe(actions[k].to(states.device)) for k in HEAD_KEYS}
         return self._evaluate(logits, values, chosen, used, None if teacher is None else _grad_safe(teacher))
 
+    @torch.no_grad()
+    def greedy_op_overrides(self, states: torch.Tensor, op_mask: torch.Tensor, teacher: torch.Tensor) -> float:
+        """The share of `states` whose greedy op is not the teacher's: how far the greedy policy has left its teacher
+        on the first head (a KL this small and that large can mean the same decisions or different ones)."""
+        self._check_teacher(teacher)
+        logits, _ = self(states)
+        prior = log_prior("op", teacher, {}, op_mask, self._epsilon)
+        greedy = MaskedCategorical(logits["op"] + prior, op_mask).mode()
+        return float((greedy != teacher[:, 0]).float().mean()) if len(greedy) else 0.0
+
     @property
     def _epsilon(self) -> float:
         assert self.teacher_epsilon is not None

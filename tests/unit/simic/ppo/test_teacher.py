@@ -16,6 +16,7 @@ from esper.leyline.errors import UserInputError
 from esper.simic.ppo.agent import PPOAgent
 from esper.simic.ppo.buffer import PolicyStep, RolloutBuffer
 from esper.simic.ppo.config import TrainingConfig
+from esper.simic.ppo.controller import follows_teacher
 from esper.simic.ppo.network import FactoredActorCritic
 from esper.simic.ppo.teacher import UNSET, check_teacher_spec, kl_to_prior, log_prior, teacher_rows
 from esper.tamiyo import TamiyoDecision
@@ -145,6 +146,28 @@ def test_a_planted_residual_init_is_not_the_teacher() -> None:
     assert not torch.allclose(evaluation.log_probs, torch.full((n,), expected), atol=1e-6)
 
 
+@pytest.mark.parametrize("epsilon", [0.0, 0.3, 0.9])
+def test_greedy_overrides_count_the_states_whose_mode_leaves_the_teacher(epsilon: float) -> None:
+    network, n = _network(epsilon), 6
+    teacher, op_mask = _germinations(n), _all_legal(n)["op"]
+    assert network.greedy_op_overrides(torch.randn(n, D), op_mask, teacher) == 0.0
+    margin = math.log((1 - epsilon + epsilon / 4) / (epsilon / 4)) if epsilon else 1e9
+    with torch.no_grad():
+        network.heads["op"][-1].bias[int(LifecycleOp.WAIT)] += min(margin + 1.0, 50.0)  # type: ignore[index]
+    expected = 1.0 if epsilon else 0.0  # with ε = 0 no finite residual leaves the teacher
+    assert network.greedy_op_overrides(torch.randn(n, D), op_mask, teacher) == expected
+
+
+def test_a_decision_follows_its_teacher_on_the_heads_the_teacher_chose() -> None:
+    teacher = torch.tensor([[int(LifecycleOp.WAIT), UNSET, UNSET, UNSET], [int(LifecycleOp.GERMINATE), 2, 1, 0]])
+    def actions(rows: list[list[int]]) -> dict[str, torch.Tensor]:
+        return {head: torch.tensor([row[i] for row in rows]) for i, head in enumerate(HEAD_KEYS)}
+    same = actions([[int(LifecycleOp.WAIT), 0, 0, 0], [int(LifecycleOp.GERMINATE), 2, 1, 0]])
+    assert follows_teacher(same, teacher).tolist() == [True, True]
+    other = actions([[int(LifecycleOp.GERMINATE), 1, 1, 0], [int(LifecycleOp.GERMINATE), 2, 1, 1]])
+    assert follows_teacher(other, teacher).tolist() == [False, False]
+
+
 def test_with_epsilon_zero_sampling_never_leaves_the_teacher() -> None:
     network, n = _network(0.0), 64
     teacher = _germinations(n)
@@ -194,7 +217,7 @@ def test_the_critic_warm_up_changes_no_actor_parameter() -> None:
     actor = [p.detach().clone() for p in agent.network.actor_parameters()]
     critic = [p.detach().clone() for p in agent.network.critic_parameters()]
     metrics = agent.update(buffer, returns, advantages, critic_only=True)
-    assert metrics["critic_warmup"] == 1.0 and agent.train_steps == 0
+    assert metrics["critic_warmup"] == 1.0 and agent.train_steps == 0 and metrics["greedy_op_overrides"] == 0.0
     assert all(torch.equal(a, p) for a, p in zip(actor, agent.network.actor_parameters(), strict=True))
     assert not all(torch.equal(c, p) for c, p in zip(critic, agent.network.critic_parameters(), strict=True))
     assert all(p not in agent.optimizer.state for p in agent.network.actor_parameters())
