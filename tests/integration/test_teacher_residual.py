@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +11,11 @@ import torch
 
 from esper.data.tasks import DataCache, DataOptions
 from esper.env.driver import EnvPool
+from esper.env.logs import StepRow
 from esper.env.setting import EpisodeSetting
 from esper.evaluation.episodes import EpisodePlan, run_controller_episodes
+from esper.evaluation.runs import RunLabels
+from esper.evaluation.study import teacher_overrides
 from esper.execution.workers import WorkerOptions
 from esper.simic.ppo.checkpoint import trim_logs
 from esper.simic.ppo.config import TrainingConfig
@@ -32,10 +36,10 @@ def _plan() -> EpisodePlan:
                        max_test_samples=128, param_cost=1.0)
 
 
-def _episodes(specs: list[str]) -> dict[str, list[dict[str, Any]]]:
+def _episodes(specs: list[str], run_dir: RunDirectory | None = None) -> dict[str, list[dict[str, Any]]]:
     """Each controller's paired episodes (results without their wall time and label) on 2 evaluation seeds."""
     with EnvPool(WorkerOptions(), DataCache(DataOptions())) as pool:
-        results = run_controller_episodes([CONTROLLERS.parse(s) for s in specs], _plan(), 2, pool,
+        results = run_controller_episodes([CONTROLLERS.parse(s) for s in specs], _plan(), 2, pool, run_dir=run_dir,
                                           labels=[str(i) for i in range(len(specs))])
     out: dict[str, list[dict[str, Any]]] = {}
     for r in results:
@@ -63,16 +67,23 @@ def test_the_initial_residual_policy_plays_its_teacher_s_episodes_bit_for_bit(in
 def test_with_any_epsilon_the_initial_policy_s_mode_is_its_teacher_and_a_planted_residual_is_not(
         init_checkpoint: Path, tmp_path: Path) -> None:
     """Smoothed (ε = 0.1), the initial policy's mode is still the teacher; a residual that does not start at zero
-    (planted: +50 on WAIT, past any smoothing) leaves it."""
+    (planted: +50 on WAIT, past any smoothing) leaves it, and its decisions say where."""
     data = torch.load(init_checkpoint, weights_only=True)
     data["config"]["ppo"]["teacher_epsilon"] = 0.1
     smoothed, planted = tmp_path / "smoothed.pt", tmp_path / "planted.pt"
     torch.save(data, smoothed)
     data["agent"]["network"]["heads.op.2.bias"][0] += 50.0
     torch.save(data, planted)
-    episodes = _episodes(["heuristic", f"ppo:{smoothed}", f"ppo:{planted}"])
+    labels = {"1": RunLabels(0).final, "2": RunLabels(1).final}
+    episodes = _episodes(["heuristic", f"ppo:{smoothed}", f"ppo:{planted}"], RunDirectory(tmp_path / "eval"))
     assert episodes["0"] == episodes["1"]
     assert episodes["0"] != episodes["2"]
+    steps = [{**row, "controller": labels.get(row["controller"], row["controller"])}
+             for row in read_jsonl(tmp_path / "eval" / StepRow.FILE)]
+    (tmp_path / "named.jsonl").write_text("".join(json.dumps(row) + "\n" for row in steps), encoding="utf-8")
+    smoothed_share, planted_share = teacher_overrides(tmp_path / "named.jsonl", 2) or []
+    assert smoothed_share == 0.0
+    assert 0.0 < planted_share < 1.0  # it waits where the teacher germinates; where the teacher waits, it agrees
 
 
 SHORT = CONFIG.with_overrides(max_epochs=4, max_train_samples=128, max_val_samples=64)

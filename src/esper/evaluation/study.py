@@ -18,6 +18,7 @@ from typing import Any
 
 from esper.data.tasks import DataCache
 from esper.env import EpisodeResult
+from esper.env.logs import StepRow
 from esper.env.rewards import RewardFamily, needs_twin
 from esper.evaluation.comparison import ComparisonResult, check_controllers, parse_controllers, run_comparison
 from esper.evaluation.episodes import EpisodePlan
@@ -43,6 +44,7 @@ from esper.execution.devices import resolve_devices
 from esper.leyline import TelemetrySink
 from esper.leyline.seeding import SeedStream, run_seed
 from esper.simic.ppo.config import TrainingConfig
+from esper.simic.ppo.controller import AS_TEACHER, OVERRIDES_TEACHER
 from esper.storage.rows import read_rows
 from esper.storage.rundir import RunDirectory, checkpoints_dir
 from esper.tamiyo.heuristic_record import TUNED
@@ -63,6 +65,7 @@ __all__ = [
     "selection_plan",
     "study_controllers",
     "study_results",
+    "teacher_overrides",
     "training_cost",
 ]
 
@@ -187,11 +190,12 @@ class StudyResults:
     cost_to_obtain: dict[str, Cost | None]
     teacher: str | None = None
     objective: dict[str, Any] | None = None
+    teacher_overrides: list[float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"runs": self.runs, "regime": self.regime, "per_run": self.per_run, "aggregate": self.aggregate,
                 "frontier": self.frontier, "cost_to_obtain": self.cost_to_obtain, "teacher": self.teacher,
-                "objective": self.objective}
+                "objective": self.objective, "teacher_overrides": self.teacher_overrides}
 
 
 @dataclass(frozen=True)
@@ -202,15 +206,28 @@ class StudyObjective:
     cost: float
 
 
+def teacher_overrides(steps: Path, runs: int) -> list[float] | None:
+    """Each run's share of its final policy's evaluation decisions (`steps`: the evaluation's steps.jsonl) that are
+    not its teacher's choice: how far the greedy policy left the teacher it started as, measured on the decisions
+    themselves rather than inferred from a Δ of 0. None when the policies decided without a teacher."""
+    decided: dict[str, dict[tuple[int, int], bool]] = {RunLabels(r).final: {} for r in range(runs)}
+    for row in read_rows(steps, StepRow):
+        if row.controller in decided and (AS_TEACHER in row.reason or OVERRIDES_TEACHER in row.reason):
+            decided[row.controller][(row.episode, row.epoch)] = OVERRIDES_TEACHER in row.reason  # a rerun replaces
+    if not any(decided.values()):
+        return None
+    return [sum(d.values()) / len(d) if d else 0.0 for d in decided.values()]
+
+
 def study_results(result: ComparisonResult, runs: int, *, chosen: dict[str, str], selection: Cost | None,
                   training: Sequence[Cost], replay_sources: Sequence[Cost], teacher: str | None = None,
                   objective: StudyObjective | None = None, extra_costs: Mapping[str, Cost] | None = None,
-                  teacher_cost: Cost = NO_COST) -> StudyResults:
+                  teacher_cost: Cost = NO_COST, overrides: list[float] | None = None) -> StudyResults:
     """The regime (convergence, headroom), each run's final policy against the references (its `teacher`'s label
     among them), the aggregates over runs, every controller's gap to the static frontier at equal compute and
     parameters, the cost to obtain each (`extra_costs`: of references obtained outside selection, e.g. the tuned
     heuristic; `teacher_cost`: what choosing the policies' teacher cost), and the same per-run and aggregate tables on
-    the `objective` the policies were trained on."""
+    the `objective` the policies were trained on; `overrides`: each run's `teacher_overrides`."""
     labels = [RunLabels(r) for r in range(runs)]
     room = headroom(result)
     regime = {"convergence": convergence(result.episodes) if "static" in result.controllers else None,
@@ -230,7 +247,7 @@ def study_results(result: ComparisonResult, runs: int, *, chosen: dict[str, str]
         per_run=list(run_rows(result, labels, refs)),
         aggregate=list(aggregate_table(result, labels, pairs)),
         frontier={axis: frontier_gaps(result, axis) for axis in ("gflops", "params")},
-        cost_to_obtain=costs, teacher=teacher, objective=trained_on)
+        cost_to_obtain=costs, teacher=teacher, objective=trained_on, teacher_overrides=overrides)
 
 
 def _objective_row(row: RunRow) -> dict[str, Any]:

@@ -155,6 +155,10 @@ def _verdicts(result: ComparisonResult, study: StudyResults) -> list[str]:
     if objective is not None and study.teacher is not None:
         lines += _learned_line(objective["aggregate"], study.teacher,
                                f"Did it improve on its teacher ({study.teacher})?", "pp of the objective")
+    if study.teacher_overrides is not None:
+        shares = ", ".join(f"{share:.1%}" for share in study.teacher_overrides)
+        lines.append(f"- **How far did it leave its teacher?** Share of each run's final-policy evaluation decisions "
+                     f"that are not the teacher's choice: {shares}.")
     lines += _learned_line(study.aggregate, INIT, "Did the controller learn?", "pp")
     schedules = sum(row["schedule"] for row in study.per_run)
     if any(REPLAY_ROLE in row["deltas"] for row in study.per_run):

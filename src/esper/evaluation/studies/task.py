@@ -9,6 +9,7 @@ from pathlib import Path
 
 from esper.data.readers import SPLITS
 from esper.data.tasks import get_task_spec
+from esper.env.logs import StepRow
 from esper.env.rewards import RewardFamily
 from esper.evaluation.episodes import EpisodePlan
 from esper.evaluation.phases import Phase, PhaseRunner
@@ -46,6 +47,7 @@ from esper.evaluation.study import (
     selection_plan,
     study_controllers,
     study_results,
+    teacher_overrides,
     training_cost,
 )
 from esper.evaluation.study_report import SUMMARY_FILE, mark_rerun, summary_markdown
@@ -264,7 +266,8 @@ class TaskStudy(Study):
             objective=(StudyObjective(*config.charge_and_cost()) if config.reward.reward_family == RewardFamily.GAP
                        else None),
             extra_costs=None if choice is None or choice.tuned_cost is None else {TUNED_HEURISTIC: choice.tuned_cost},
-            teacher_cost=NO_COST if choice is None or cost is None else add_costs(cost, choice.cost))
+            teacher_cost=NO_COST if choice is None or cost is None else add_costs(cost, choice.cost),
+            overrides=teacher_overrides(self.path / "eval" / StepRow.FILE, self.runs))
         episodes = self.episodes
         augmentation = data_record(episodes.task, episodes.episode.augment)["augmentation"]
         reward = episodes.describe_reward()
