@@ -19,7 +19,9 @@ from esper.evaluation.study import teacher_overrides
 from esper.execution.workers import WorkerOptions
 from esper.simic.ppo.checkpoint import trim_logs
 from esper.simic.ppo.config import TrainingConfig
+from esper.simic.ppo.controller import PPOPolicy
 from esper.simic.ppo.train import PPORun, train_ppo
+from esper.storage.checkpoint import CheckpointFormatError
 from esper.storage.rundir import RunDirectory, read_jsonl
 from esper.tamiyo import CONTROLLERS
 
@@ -84,6 +86,16 @@ def test_with_any_epsilon_the_initial_policy_s_mode_is_its_teacher_and_a_planted
     smoothed_share, planted_share = teacher_overrides(tmp_path / "named.jsonl", 2) or []
     assert smoothed_share == 0.0
     assert 0.0 < planted_share < 1.0  # it waits where the teacher germinates; where the teacher waits, it agrees
+
+
+def test_a_policy_whose_teacher_record_is_gone_says_so(init_checkpoint: Path, tmp_path: Path) -> None:
+    data = torch.load(init_checkpoint, weights_only=True)
+    gone = tmp_path / "moved-study" / "tuned-heuristic.json"
+    data["config"]["ppo"]["teacher"] = f"heuristic:{gone}"
+    torch.save(data, tmp_path / "orphan.pt")
+    with pytest.raises(CheckpointFormatError, match=r"gone \(was its study directory moved\?\)") as error:
+        PPOPolicy.from_checkpoint(tmp_path / "orphan.pt")
+    assert str(gone) in str(error.value) and "another esper version" not in str(error.value)
 
 
 SHORT = CONFIG.with_overrides(max_epochs=4, max_train_samples=128, max_val_samples=64)

@@ -163,10 +163,22 @@ def saved_config(data: dict[str, Any], path: Path | str) -> TrainingConfig:
     if isinstance(task, str) and task.lower() not in TASKS and ":" not in task:
         raise CheckpointFormatError(f"{path} was trained on task '{task}', which no loaded plugin registers: "
                                     f"{plugin_fix(data)}")
+    _check_teacher_record(data["config"].get("ppo"), path)
     try:
         return TrainingConfig.from_record(data["config"], where=f"Checkpoint {path}", fix=RETRAIN)
     except UserInputError as exc:
         raise CheckpointFormatError(str(exc)) from exc
+
+
+def _check_teacher_record(ppo: object, path: Path | str) -> None:
+    """A residual policy decides on top of its teacher every time it runs; a tuned heuristic teacher is named by its
+    record's path, so a record that is gone (a study directory moved, not copied) is named as what is missing."""
+    teacher = ppo.get("teacher") if isinstance(ppo, dict) else None
+    kind, _, record = teacher.partition(":") if isinstance(teacher, str) else ("", "", "")
+    if kind == "heuristic" and record and not Path(record).is_file():
+        raise CheckpointFormatError(f"{path} is a policy residual on the tuned heuristic recorded at {record}, which "
+                                    f"is gone (was its study directory moved?): put the record back at that path, or "
+                                    f"copy a study directory rather than move it")
 
 
 def load_policy_state(agent: PPOAgent, obs_normalizer: RunningMeanStd, data: dict[str, Any], path: Path | str
