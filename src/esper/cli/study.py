@@ -82,6 +82,9 @@ def add_study_parser(sub: Any) -> None:
     add_scale_options(p, defaults=None)
     p.add_argument("--max-test-samples", type=int_in(1, 10**9),
                    help="score final models on a subset of the test split (default: all of it)")
+    p.add_argument("--baselines", nargs="+", metavar="SPEC",
+                   help="evaluate these untrained controllers instead of the preset's baselines (static among them), "
+                        "e.g. an ablation arm's `--baselines static`: best-fixed, best-rule and the teacher still run")
     p.add_argument("--controller", action="append", default=[], metavar="SPEC",
                    help="an extra controller to compare (e.g. iql:PATH); repeatable")
     p.add_argument("--allow-setting-change", action="store_true",
@@ -116,7 +119,8 @@ def study_plan(args: argparse.Namespace, hooks: StudyHooks) -> StudyPlan:
         named = {**{k: v for k, v in named.items() if k != "selection_only"}, "preset": args.preset or "quick"}
     return StudyPlan(
         preset=args.preset, family=args.family, overrides=flag_overrides(args), runs=args.runs, seeds=args.seeds,
-        selection_seeds=args.selection_seeds, controllers=tuple(args.controller),
+        selection_seeds=args.selection_seeds,
+        baselines=None if args.baselines is None else tuple(args.baselines), controllers=tuple(args.controller),
         allow_setting_change=args.allow_setting_change, ppo=None if args.ppo is None else tuple(args.ppo),
         selection_record=args.selection_record, selection_only=args.selection_only,
         blueprints_from_selection=args.blueprints_from_selection, ignore_precheck=args.ignore_precheck,

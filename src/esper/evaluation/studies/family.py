@@ -30,6 +30,7 @@ from esper.simic.ppo.config import TrainingConfig, family_fields
 __all__ = ["FamilyStudy"]
 
 _NOT_WITH_FAMILY = (("preset", "--preset"), ("ppo", "--ppo"), ("controllers", "--controller"),
+                    ("baselines", "--baselines"),
                     ("blueprints_from_selection", "--blueprints-from-selection"),
                     ("allow_setting_change", "--allow-setting-change"))
 """What a single-task study takes and a family study does not (its types carry task and sample cap)."""

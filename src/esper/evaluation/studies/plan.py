@@ -30,7 +30,9 @@ _NOT_SETTINGS = frozenset({"run_dir", "runs_root", "named_by", "overwrite", "sel
 class StudyPlan:
     """A study (`run_study`). `preset` (default quick) or `family`; `overrides`: TrainingConfig settings over the
     preset's (plain or dotted keys: `n_episodes` or `ppo.n_episodes`; kept by dotted key); `runs`, `seeds`,
-    `selection_seeds`: None takes the preset's (the family's); `controllers`: extra specs to compare; `ppo`: evaluate
+    `selection_seeds`: None takes the preset's (the family's); `baselines`: the untrained controllers to evaluate
+    instead of the preset's (None: the preset's; `static` always among them); `controllers`: extra specs to compare;
+    `ppo`: evaluate
     these PPO run directories instead of training; `selection_record`: reuse a recorded selection; `selection_only`:
     stop once the selection is recorded; `tie_threshold`: |Δ| in pp below which a paired difference is a tie (None: one
     test sample); `run_dir`: the study directory (None: `runs_root`/study_<task>_s<seed>_<digest>, the digest of
@@ -42,6 +44,7 @@ class StudyPlan:
     runs: int | None = None
     seeds: int | None = None
     selection_seeds: int | None = None
+    baselines: tuple[str, ...] | None = None
     controllers: tuple[str, ...] = ()
     allow_setting_change: bool = False
     ppo: tuple[Path, ...] | None = None
@@ -71,6 +74,9 @@ class StudyPlan:
                 raise UserInputError(f"A study's {name} must be in [{low}, {high}], not {value}")
         if self.tie_threshold is not None and not 0.0 <= self.tie_threshold <= 100.0:
             raise UserInputError(f"A study's tie_threshold must be in [0, 100] pp, not {self.tie_threshold}")
+        if self.baselines is not None and "static" not in self.baselines:
+            raise UserInputError(f"baselines {list(self.baselines)} lack 'static': every study measures its regime "
+                                 f"and its policies' objective against the static host; add static")
         if self.ppo is not None and not self.ppo:
             raise UserInputError("ppo names no run directory: pass at least one, or None to train the policies")
         object.__setattr__(self, "overrides", TrainingConfig.dotted(self.overrides))  # an unknown key fails here

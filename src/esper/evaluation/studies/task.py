@@ -11,6 +11,7 @@ from esper.data.readers import SPLITS
 from esper.data.tasks import get_task_spec
 from esper.env.logs import StepRow
 from esper.env.rewards import RewardFamily
+from esper.evaluation.comparison import parse_controllers
 from esper.evaluation.episodes import EpisodePlan
 from esper.evaluation.phases import Phase, PhaseRunner
 from esper.evaluation.results import ComparisonResult
@@ -93,6 +94,8 @@ class TaskStudy(Study):
         self.plan, self.preset_name = plan, plan.preset or "quick"
         self.preset = STUDY_PRESETS[self.preset_name]
         self.seeds = plan.seeds or self.preset.seeds
+        self.baselines = self.preset.baselines if plan.baselines is None else plan.baselines
+        parse_controllers(self.baselines)  # an unknown or repeated spec fails before anything is written
         self.selection_seeds = self.preset.selection_seeds if plan.selection_seeds is None else plan.selection_seeds
         if plan.ppo is not None and plan.runs is not None and plan.runs != len(plan.ppo):
             raise UserInputError(f"--runs {plan.runs} but {len(plan.ppo)} --ppo run(s): each --ppo directory is one "
@@ -102,6 +105,7 @@ class TaskStudy(Study):
         self.settings = {
             "preset": self.preset_name, "seeds": self.seeds, "selection_seeds": self.selection_seeds,
             "runs": self.runs, "controllers": list(plan.controllers),
+            **({} if plan.baselines is None else {"baselines": list(plan.baselines)}),
             "ppo": None if plan.ppo is None else [str(p) for p in plan.ppo], "tie_threshold": plan.tie_threshold,
             "max_test_samples": plan.max_test_samples, "blueprints_from_selection": plan.blueprints_from_selection,
             "plugins": list(plan.plugins),
@@ -238,14 +242,14 @@ class TaskStudy(Study):
         teacher = teacher_label(self.config.ppo.teacher, choice)
         extra = [*([TUNED_HEURISTIC] if choice is not None and choice.tuned_path is not None else []),
                  *plan.controllers]
-        if teacher is not None and teacher not in (*self.preset.baselines, *self.chosen, *extra):
+        if teacher is not None and teacher not in (*self.baselines, *self.chosen, *extra):
             extra.append(teacher)
         replay_dirs = [self.path / "replay-source" / f"run-{r}" for r in range(self.runs)]
-        specs, labels = study_controllers(self.preset.baselines, self.train_dirs, replay_dirs, self.chosen, extra)
+        specs, labels = study_controllers(self.baselines, self.train_dirs, replay_dirs, self.chosen, extra)
         episodes = evaluation_plan(self.config, max_test_samples=plan.max_test_samples,
                                    allow_setting_change=plan.allow_setting_change)
         self.episodes = episodes = with_tuned(episodes, choice)
-        match = [RunLabels(r).final for r in range(self.runs)] if "static:matched" in self.preset.baselines else None
+        match = [RunLabels(r).final for r in range(self.runs)] if "static:matched" in self.baselines else None
         self.comparison = self._policy_runner()(Phase("evaluation", self.path / "eval", episodes, specs, labels,
                                                       self.seeds, match))
 
