@@ -21,7 +21,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks examples
 	$(VENV)/bin/mypy src
-	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n $(JOBS) --dist loadfile
+	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n $(JOBS) --dist loadfile --durations=15
 
 test-slow: $(STAMP)
 	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -m slow
