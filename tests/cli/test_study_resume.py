@@ -132,7 +132,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory, no_study_plots_in_module
 
 @pytest.mark.parametrize(("phase", "rows"), [("training run 0, first actor batch", 3), ("training run 1", 8),
                                              ("replay source of run 1", 16), ("evaluation", 24)])
-def test_ctrl_c_in_any_phase_of_a_two_run_study_resumes_to_the_sameuntimed_results(
+def test_ctrl_c_in_any_phase_of_a_two_run_study_resumes_to_the_same_results(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reference: Path, phase: str, rows: int) -> None:
     written = 0
     append = RunDirectory.append

@@ -41,6 +41,13 @@ def test_baselines_a_study_cannot_run_are_refused_before_anything_is_written(
     assert not (tmp_path / "arm").exists()
 
 
+def test_a_baseline_also_given_as_an_extra_controller_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    with pytest.raises(UserInputError, match="distinct"):
+        run_study(StudyPlan(preset="quick", seeds=2, baselines=("static", "random"), controllers=("random",),
+                            overrides=_TINY, run_dir=tmp_path / "arm"))
+    assert not (tmp_path / "arm").exists()
+
+
 def test_a_family_study_refuses_baselines() -> None:
     with pytest.raises(UserInputError, match="--baselines does not apply to --family"):
         run_study(StudyPlan(family="synthetic-shift-v1", baselines=("static",)))
@@ -55,3 +62,12 @@ def test_the_flag_fills_the_plan_and_names_its_own_study_directory(tmp_path: Pat
     arm, full = plan("--baselines", "static", "static:2"), plan()
     assert arm.baselines == ("static", "static:2") and full.baselines is None
     assert study_dir(arm) != study_dir(full)  # another evaluation, another directory
+
+
+def test_without_the_flag_a_study_keeps_the_directory_name_it_had_before_the_flag(tmp_path: Path) -> None:
+    """A study is continued by rerunning its command: a new flag left unset must not rename the default directory
+    (these names were made by esper before --baselines existed)."""
+    args = build_parser().parse_args(["study", "--preset", "fashion_mnist", "--set", "charge=compute"])
+    args.argv = []
+    assert study_dir(study_plan(args, StudyHooks())).name == "study_fashion_mnist_s42_25260327"
+    assert study_dir(StudyPlan(preset="synthetic", runs_root=tmp_path)).name == "study_synthetic_s42_93d0d9f7"

@@ -98,6 +98,17 @@ def test_a_policy_whose_teacher_record_is_gone_says_so(init_checkpoint: Path, tm
     assert str(gone) in str(error.value) and "another esper version" not in str(error.value)
 
 
+def test_a_policy_whose_teacher_record_was_named_relative_says_where_it_looked(
+        init_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = torch.load(init_checkpoint, weights_only=True)
+    data["config"]["ppo"]["teacher"] = "heuristic:records/tuned.json"
+    torch.save(data, tmp_path / "relative.pt")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CheckpointFormatError, match="relative to the directory its run started in") as error:
+        PPOPolicy.from_checkpoint(tmp_path / "relative.pt")
+    assert str(tmp_path) in str(error.value) and "moved" not in str(error.value)
+
+
 SHORT = CONFIG.with_overrides(max_epochs=4, max_train_samples=128, max_val_samples=64)
 
 

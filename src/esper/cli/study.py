@@ -84,7 +84,8 @@ def add_study_parser(sub: Any) -> None:
                    help="score final models on a subset of the test split (default: all of it)")
     p.add_argument("--baselines", nargs="+", metavar="SPEC",
                    help="evaluate these untrained controllers instead of the preset's baselines (static among them), "
-                        "e.g. an ablation arm's `--baselines static`: best-fixed, best-rule and the teacher still run")
+                        "e.g. an ablation arm's `--baselines static`: best-fixed, best-rule, heuristic:tuned and the "
+                        "teacher still run")
     p.add_argument("--controller", action="append", default=[], metavar="SPEC",
                    help="an extra controller to compare (e.g. iql:PATH); repeatable")
     p.add_argument("--allow-setting-change", action="store_true",
@@ -114,7 +115,7 @@ def add_study_parser(sub: Any) -> None:
 def study_plan(args: argparse.Namespace, hooks: StudyHooks) -> StudyPlan:
     """The study the flags ask for. Its default directory is named by the arguments as every command's is (a
     single-task study by its preset, quick where none is given, and not by --selection-only: how far, not what)."""
-    named = run_settings(args)
+    named = {k: v for k, v in run_settings(args).items() if k != "baselines" or v is not None}  # names kept
     if args.family is None:
         named = {**{k: v for k, v in named.items() if k != "selection_only"}, "preset": args.preset or "quick"}
     return StudyPlan(

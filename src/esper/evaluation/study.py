@@ -190,7 +190,7 @@ class StudyResults:
     cost_to_obtain: dict[str, Cost | None]
     teacher: str | None = None
     objective: dict[str, Any] | None = None
-    teacher_overrides: list[float] | None = None
+    teacher_overrides: list[float | None] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"runs": self.runs, "regime": self.regime, "per_run": self.per_run, "aggregate": self.aggregate,
@@ -206,23 +206,24 @@ class StudyObjective:
     cost: float
 
 
-def teacher_overrides(steps: Path, runs: int) -> list[float] | None:
+def teacher_overrides(steps: Path, runs: int) -> list[float | None] | None:
     """Each run's share of its final policy's evaluation decisions (`steps`: the evaluation's steps.jsonl) that are
     not its teacher's choice: how far the greedy policy left the teacher it started as, measured on the decisions
-    themselves rather than inferred from a Δ of 0. None when the policies decided without a teacher."""
+    themselves rather than inferred from a Δ of 0. None when the policies decided without a teacher, and for a run
+    whose policy did (a study of given runs may mix residual and from-scratch policies)."""
     decided: dict[str, dict[tuple[int, int], bool]] = {RunLabels(r).final: {} for r in range(runs)}
     for row in read_rows(steps, StepRow):
         if row.controller in decided and (AS_TEACHER in row.reason or OVERRIDES_TEACHER in row.reason):
             decided[row.controller][(row.episode, row.epoch)] = OVERRIDES_TEACHER in row.reason  # a rerun replaces
     if not any(decided.values()):
         return None
-    return [sum(d.values()) / len(d) if d else 0.0 for d in decided.values()]
+    return [sum(d.values()) / len(d) if d else None for d in decided.values()]
 
 
 def study_results(result: ComparisonResult, runs: int, *, chosen: dict[str, str], selection: Cost | None,
                   training: Sequence[Cost], replay_sources: Sequence[Cost], teacher: str | None = None,
                   objective: StudyObjective | None = None, extra_costs: Mapping[str, Cost] | None = None,
-                  teacher_cost: Cost = NO_COST, overrides: list[float] | None = None) -> StudyResults:
+                  teacher_cost: Cost = NO_COST, overrides: list[float | None] | None = None) -> StudyResults:
     """The regime (convergence, headroom), each run's final policy against the references (its `teacher`'s label
     among them), the aggregates over runs, every controller's gap to the static frontier at equal compute and
     parameters, the cost to obtain each (`extra_costs`: of references obtained outside selection, e.g. the tuned

@@ -156,7 +156,7 @@ def _verdicts(result: ComparisonResult, study: StudyResults) -> list[str]:
         lines += _learned_line(objective["aggregate"], study.teacher,
                                f"Did it improve on its teacher ({study.teacher})?", "pp of the objective")
     if study.teacher_overrides is not None:
-        shares = ", ".join(f"{share:.1%}" for share in study.teacher_overrides)
+        shares = ", ".join("—" if share is None else f"{share:.1%}" for share in study.teacher_overrides)
         lines.append(f"- **How far did it leave its teacher?** Share of each run's final-policy evaluation decisions "
                      f"that are not the teacher's choice: {shares}.")
     lines += _learned_line(study.aggregate, INIT, "Did the controller learn?", "pp")

@@ -46,3 +46,9 @@ def test_a_rerun_episode_replaces_its_decisions(tmp_path: Path) -> None:
 def test_policies_without_a_teacher_have_no_share(tmp_path: Path) -> None:
     rows = [_row(RunLabels(0).final, 0, 1, "policy (value +0.10)")]
     assert teacher_overrides(_write(tmp_path / "steps.jsonl", rows), 1) is None
+
+
+def test_a_run_whose_policy_decided_without_a_teacher_has_no_share_beside_one_that_did(tmp_path: Path) -> None:
+    rows = [_row(RunLabels(0).final, 0, 1, "policy (value +0.10)"),
+            _row(RunLabels(1).final, 0, 1, f"policy (value +0.10, {OVERRIDES_TEACHER})")]
+    assert teacher_overrides(_write(tmp_path / "steps.jsonl", rows), 2) == [None, 1.0]

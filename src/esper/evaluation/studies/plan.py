@@ -31,7 +31,7 @@ class StudyPlan:
     """A study (`run_study`). `preset` (default quick) or `family`; `overrides`: TrainingConfig settings over the
     preset's (plain or dotted keys: `n_episodes` or `ppo.n_episodes`; kept by dotted key); `runs`, `seeds`,
     `selection_seeds`: None takes the preset's (the family's); `baselines`: the untrained controllers to evaluate
-    instead of the preset's (None: the preset's; `static` always among them); `controllers`: extra specs to compare;
+    instead of the preset's (None: the preset's; a list must include `static`); `controllers`: extra specs to compare;
     `ppo`: evaluate
     these PPO run directories instead of training; `selection_record`: reuse a recorded selection; `selection_only`:
     stop once the selection is recorded; `tie_threshold`: |Δ| in pp below which a paired difference is a tie (None: one
@@ -88,7 +88,8 @@ class StudyPlan:
 
     def settings(self) -> dict[str, Any]:
         """Everything the plan asks that changes what the study measures."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _NOT_SETTINGS}
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _NOT_SETTINGS
+               and not (f.name == "baselines" and self.baselines is None)}  # studies named before it keep their name
         return {**out, "overrides": dict(self.overrides), "data": self.data.to_dict()}
 
     def default_dir(self, task: str, seed: int) -> Path:

@@ -95,7 +95,7 @@ class TaskStudy(Study):
         self.preset = STUDY_PRESETS[self.preset_name]
         self.seeds = plan.seeds or self.preset.seeds
         self.baselines = self.preset.baselines if plan.baselines is None else plan.baselines
-        parse_controllers(self.baselines)  # an unknown or repeated spec fails before anything is written
+        parse_controllers((*self.baselines, *plan.controllers))  # an unknown or repeated spec fails here
         self.selection_seeds = self.preset.selection_seeds if plan.selection_seeds is None else plan.selection_seeds
         if plan.ppo is not None and plan.runs is not None and plan.runs != len(plan.ppo):
             raise UserInputError(f"--runs {plan.runs} but {len(plan.ppo)} --ppo run(s): each --ppo directory is one "
@@ -240,8 +240,8 @@ class TaskStudy(Study):
         final policy and replay, the teacher and any extra controllers."""
         choice, plan = self.choice, self.plan
         teacher = teacher_label(self.config.ppo.teacher, choice)
-        extra = [*([TUNED_HEURISTIC] if choice is not None and choice.tuned_path is not None else []),
-                 *plan.controllers]
+        tuned = choice is not None and choice.tuned_path is not None and TUNED_HEURISTIC not in self.baselines
+        extra = [*([TUNED_HEURISTIC] if tuned else []), *plan.controllers]
         if teacher is not None and teacher not in (*self.baselines, *self.chosen, *extra):
             extra.append(teacher)
         replay_dirs = [self.path / "replay-source" / f"run-{r}" for r in range(self.runs)]

@@ -176,6 +176,10 @@ def _check_teacher_record(ppo: object, path: Path | str) -> None:
     teacher = ppo.get("teacher") if isinstance(ppo, dict) else None
     kind, _, record = teacher.partition(":") if isinstance(teacher, str) else ("", "", "")
     if kind == "heuristic" and record and not Path(record).is_file():
+        if not Path(record).is_absolute():  # a teacher named by hand, relative to where its run started
+            raise CheckpointFormatError(f"{path} is a policy residual on the tuned heuristic recorded at {record}, "
+                                        f"a path relative to the directory its run started in, and not found from "
+                                        f"{Path.cwd()}: run from that directory")
         raise CheckpointFormatError(f"{path} is a policy residual on the tuned heuristic recorded at {record}, which "
                                     f"is gone (was its study directory moved?): put the record back at that path, or "
                                     f"copy a study directory rather than move it")
