@@ -56,12 +56,15 @@ def test_selection_only_records_what_the_selection_chose_and_what_it_cost(record
 
 def test_a_study_reuses_a_recorded_selection_without_searching(recorded: tuple[Path, Path], tmp_path: Path,
                                                              no_study_plots: None) -> None:
+    """Also at another base seed: the record's selection seeds meet none of this study's seeds."""
     first, data = recorded
     record_path = tmp_path / "fashion.selection.json"  # a record kept elsewhere (in the repository)
     record_path.write_bytes((first / SELECTION_RECORD_FILE).read_bytes())
     record = read_selection_record(record_path)
     run = tmp_path / "reuse"
-    assert main([*STUDY, "--data-dir", str(data), "--run-dir", str(run), "--selection-record", str(record_path)]) == 0
+    assert main([*STUDY, "--data-dir", str(data), "--run-dir", str(run), "--selection-record", str(record_path),
+                 "--seed", str(record.setting["seed"] + 1)]) == 0
+    assert _results(run)["seed"] == record.setting["seed"] + 1
     assert not (run / "selection").exists() and not (run / "teacher" / "candidates").exists()
     study = _results(run)["study"]
     assert study["chosen"] == record.chosen
@@ -69,7 +72,8 @@ def test_a_study_reuses_a_recorded_selection_without_searching(recorded: tuple[P
     assert record.teacher is not None and study["teacher_choice"]["teacher"] == record.teacher.label
     cost = study["cost_to_obtain"]["best-fixed"]
     assert cost == {"env_epochs": record.selection_cost.env_epochs, "gflops": record.selection_cost.gflops}
-    assert str(record_path) in (run / "summary.md").read_text()
+    assert f"{record_path}, written by" in (summary := " ".join((run / "summary.md").read_text().split()))
+    assert f"on the selection seeds of base seed {record.setting['seed']};" in summary
     assert (run / "eval").is_dir() and RunLabels(0).final in _results(run)["controllers"]
 
 

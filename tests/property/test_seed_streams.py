@@ -1,5 +1,6 @@
 """One seed rule: PPO's training episodes, a study's selection episodes and its held-out evaluation episodes never
-share a host or a data seed, for every allowed `n_envs` and group size; nor do a study's training runs."""
+share a host or a data seed, for every allowed `n_envs` and group size; nor do a study's training runs; nor do a
+recorded selection's seeds and the held-out and training seeds of a study of another base seed that reuses it."""
 
 from __future__ import annotations
 
@@ -77,3 +78,16 @@ def test_training_runs_share_no_seed_with_each_other_or_with_selection_and_evalu
         assert not run & held_out, f"run {r} meets a selection or evaluation seed"
         assert not run & seen, f"run {r} shares a host or data seed with an earlier run"
         seen |= run
+
+
+@settings(max_examples=25, deadline=None)
+@given(recorded=st.integers(0, MAX_BASE_SEED), study=st.integers(0, MAX_BASE_SEED), runs=st.integers(1, 5))
+def test_a_record_s_selection_seeds_meet_no_seed_of_a_study_of_another_base_seed(recorded: int, study: int,
+                                                                                  runs: int) -> None:
+    selection = set().union(*_held_out(recorded, SeedStream.SELECTION))
+    evaluation = set().union(*_held_out(study, SeedStream.EVALUATION))
+    assert not selection & evaluation
+    for r in range(runs):
+        for b in range(384 // 8):
+            hosts, data = batch_seeds(run_seed(study, r), b, 8)
+            assert not {*hosts, data} & selection, f"run {r} batch {b} meets a recorded selection seed"

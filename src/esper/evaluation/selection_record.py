@@ -4,9 +4,11 @@ searching again.
 
 The selection and the tuning are the largest fixed part of a reference study (about an hour of a 2-core machine on
 Fashion-MNIST). They depend only on the episodes' setting and on the objective the teacher is chosen by, so a record
-names both and a study refuses a record made in another setting. The record keeps what the search found and what it
-cost (the study's tables still charge that cost to every controller the selection chose), the table it chose from,
-and the command and commit that ran it, so the search can be rerun and checked.
+names both and a study refuses a record made in another setting. A study of another base seed may reuse it: the
+record's selection seeds come from its own base seed's selection stream, which shares no seed with any base seed's
+training or evaluation streams, so nothing the record decided saw the study's held-out seeds. The record keeps what
+the search found and what it cost (the study's tables still charge that cost to every controller the selection
+chose), the table it chose from, and the command and commit that ran it, so the search can be rerun and checked.
 """
 
 from __future__ import annotations
@@ -101,7 +103,7 @@ class SelectionRecord(StrictConfig):
 
 def selection_setting(plan: EpisodePlan) -> dict[str, Any]:
     """What the selection's episodes are a function of (where they run is not): a record made in another setting
-    chose among other episodes."""
+    chose among other episodes. Its base seed is recorded but not compared (`_REUSABLE_ACROSS`)."""
     episode = plan.episode
     return {**episode.controller_setting(), "slots": list(episode.slots), "max_seeds": episode.max_seeds,
             "seed": plan.seed, "stream": plan.stream.value, "reward_family": plan.reward_family, "gamma": plan.gamma,
@@ -168,7 +170,7 @@ class RecordedSelection:
     def provenance(self) -> dict[str, Any]:
         """How the summary and results.json name the record."""
         return {"path": str(self.path), "command": self.record.command, "esper_commit": self.record.esper_commit,
-                "selection_cost": self.selection_cost}
+                "seed": self.record.setting.get("seed"), "selection_cost": self.selection_cost}
 
     def teacher_choice(self, tuned_path: Path) -> TeacherChoice:
         """The record's teacher choice, its tuned heuristic (if any) written to `tuned_path`, where
@@ -209,8 +211,13 @@ def recorded_selection(path: Path, record: SelectionRecord, *, preset: str, plan
     return RecordedSelection(path, record, dict(record.chosen), record.selection_cost.cost())
 
 
+_REUSABLE_ACROSS = frozenset({"seed"})
+"""Setting fields a record is reused across: a study of another base seed keeps the record's selection seeds, which
+never coincide with its own training or held-out seeds."""
+
+
 def _same_setting(where: str, recorded: Mapping[str, Any], current: Mapping[str, Any]) -> None:
-    differing = sorted(k for k in {*recorded, *current} if recorded.get(k) != current.get(k))
+    differing = sorted(k for k in {*recorded, *current} - _REUSABLE_ACROSS if recorded.get(k) != current.get(k))
     if differing:
         shown = "; ".join(f"{k}: recorded {recorded.get(k)!r}, now {current.get(k)!r}" for k in differing)
         raise UserInputError(f"{where} was chosen in another setting ({shown}): drop --selection-record to run the "

@@ -204,8 +204,9 @@ def summary_markdown(result: ComparisonResult, study: StudyResults, *, title: st
                   "from the evaluation seeds, among single modules and then greedily larger combinations (see "
                   + ("selection/summary.md)." if selection_record is None else
                      f"the record {selection_record['path']}, written by `{selection_record['command']}` at esper "
-                     f"{selection_record['esper_commit'][:12]}; this study reused it, and its cost to obtain stays in "
-                     f"the tables).")]
+                     f"{selection_record['esper_commit'][:12]} on the selection seeds of base seed "
+                     f"{selection_record.get('seed')}; this study reused it, and its cost to obtain stays in the "
+                     f"tables).")]
     if study.teacher is not None:
         lines += ["", f"The policies are residual on a teacher, {study.teacher}: evaluated greedily, each run's init "
                   "is that teacher (among the blueprints the policy may germinate), and its final policy is the "
