@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 import torch
-from bench_workers import PARAM_COST, gpu_utilization, ppo_rate
+from bench_workers import FIXED_CHARGE, gpu_utilization, ppo_rate
 from rich.console import Console
 from rich.table import Table
 
@@ -127,7 +127,7 @@ def main() -> None:
     args = parser.parse_args()
 
     overrides = {"device": args.device, "max_epochs": args.max_epochs, "group_size": args.group_size,
-                 "threads": args.threads, "param_cost": PARAM_COST}
+                 "threads": args.threads, **FIXED_CHARGE}
     if args.train_samples is not None:
         overrides["max_train_samples"] = args.train_samples
     if args.val_samples is not None:

@@ -50,9 +50,9 @@ from esper.simic.ppo.config import TrainingConfig
 from esper.simic.ppo.train import PPORun, train_ppo
 from esper.storage.rundir import RunDirectory, read_jsonl
 
-PARAM_COST = 1.0
-"""λ_p of the rollouts' reward: a fixed number instead of the presets' measured `auto` (it changes rewards, not the
-work a rollout does)."""
+FIXED_CHARGE = {"charge": "param", "param_cost": 1.0, "compute_cost": None}
+"""The rollouts' reward charges a fixed λ_p instead of a preset's measured `auto` (it changes rewards, not the work a
+rollout does)."""
 
 
 @contextmanager
@@ -120,7 +120,7 @@ def main() -> None:
 
     base = TrainingConfig.preset(args.preset)
     overrides = {"device": args.device, "max_epochs": args.max_epochs, "group_size": args.group_size,
-                 "threads": args.threads, "param_cost": PARAM_COST}
+                 "threads": args.threads, **FIXED_CHARGE}
     if args.train_samples is not None:
         overrides["max_train_samples"] = args.train_samples
     if args.val_samples is not None:

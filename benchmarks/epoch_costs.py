@@ -106,7 +106,8 @@ def main() -> None:
     args = parser.parse_args()
 
     torch.set_num_threads(1)
-    config = TrainingConfig.preset(args.preset).with_overrides(device="cpu", param_cost=0.0)
+    config = TrainingConfig.preset(args.preset).with_overrides(device="cpu", charge="param", param_cost=0.0,
+                                                               compute_cost=None)
     changes = {"max_epochs": args.epochs, "max_train_samples": args.max_train_samples,
                "max_val_samples": args.max_val_samples}
     config = config.with_overrides(**{key: value for key, value in changes.items() if value is not None})

@@ -1,4 +1,5 @@
-"""`param_cost: "auto"`: a learning command measures λ_p for its own setting, caches it under the data directory,
+"""`param_cost: "auto"` (the reference presets' `compute_cost: "auto"` moved by `--set charge=param`): a learning
+command measures λ_p for its own setting, caches it under the data directory,
 and every later run of that setting reuses it without measuring again; a run across a family measures one per
 training type."""
 
@@ -25,7 +26,7 @@ TINY = [*CAPS, *RUN]
 
 
 def _train(tmp_path: Path, name: str) -> int:
-    return main(["train", "ppo", "--preset", "synthetic", "--set", 'param_cost="auto"', *TINY, "--data-dir",
+    return main(["train", "ppo", "--preset", "synthetic", "--set", "charge=param", *TINY, "--data-dir",
                  str(tmp_path / "data"), "--run-dir", str(tmp_path / name)])
 
 
@@ -118,10 +119,10 @@ def test_a_run_across_a_family_measures_one_lambda_per_training_type_in_its_own_
     assert reward["type_param_costs"] == recorded["runtime"]["param_cost"] == {"plain": 0.5, "narrow": 3.0}
 
 
-def test_charge_compute_alone_measures_lambda_c_for_the_presets_setting(
+def test_the_reference_preset_measures_lambda_c_for_its_setting(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    """The synthetic preset asks for λ_p "auto"; `--set charge=compute` turns that into λ_c "auto": one measurement
-    of the setting (the one λ_p comes from too), its λ_c charged, recorded and described."""
+    """The synthetic preset asks for λ_c "auto": one measurement of the setting (the one λ_p comes from too), its λ_c
+    charged, recorded and described."""
     settings: list[ParamCostSetting] = []
 
     def cached(task: TaskSpec, setting: ParamCostSetting, *args: object, **kwargs: object
@@ -131,7 +132,7 @@ def test_charge_compute_alone_measures_lambda_c_for_the_presets_setting(
 
     monkeypatch.setattr(param_cost_module, "cached_costs", cached)
     run = tmp_path / "run"
-    assert main(["train", "ppo", "--preset", "synthetic", "--set", "charge=compute", *TINY, "--data-dir",
+    assert main(["train", "ppo", "--preset", "synthetic", *TINY, "--data-dir",
                  str(tmp_path / "data"), "--run-dir", str(run)]) == 0
     assert [(s.task, s.max_epochs, s.max_train_samples, s.max_val_samples) for s in settings] == [
         ("synthetic", 3, 64, 32)]

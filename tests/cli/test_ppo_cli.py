@@ -432,8 +432,9 @@ def test_a_task_without_a_preset_takes_the_task_s_preset() -> None:
     def config(*argv: str) -> TrainingConfig:
         return effective_config(build_parser().parse_args(["train", "ppo", *argv]))
 
-    charged = ("--set", "param_cost=1.0")  # the reference presets measure λ_p ("auto"): name one instead
-    assert config("--task", "synthetic", *charged) == TrainingConfig.preset("synthetic").with_overrides(param_cost=1.0)
+    charged = ("--set", "compute_cost=1.0")  # the reference presets measure λ_c ("auto"): name one instead
+    assert config("--task", "synthetic", *charged) == TrainingConfig.preset("synthetic").with_overrides(
+        compute_cost=1.0)
     assert config("--task", "fashion_mnist", *charged).ppo == TrainingConfig.preset("fashion_mnist").ppo
     assert config() == TrainingConfig.preset("cifar10")
     assert config("--preset", "quick", "--task", "synthetic") == TrainingConfig.preset("quick")

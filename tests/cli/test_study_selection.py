@@ -89,11 +89,11 @@ def test_study_chooses_best_fixed_and_best_rule_on_selection_seeds_and_evaluates
     summary = (run / "summary.md").read_text()
     assert f"| best-fixed ({chosen[BEST_FIXED]}) |" in summary and f"| best-rule ({chosen[BEST_RULE]}) |" in summary
     assert f"matched to the mean final parameters of {RUN.final}" in summary
-    # the preset's λ_p is measured in the study's own setting before training (and cached), and recorded as that
+    # the preset's λ_c is measured in the study's own setting before training (and cached), and recorded as that
     # number, never as "auto" or the null that means "the task's"
     cached = json.loads(next((tmp_path / "data" / "param_costs").glob("synthetic_*_b64_cosine_*.json")).read_text())
-    assert results["study"]["training"]["reward"]["param_cost"] == cached["param_cost"]
-    assert json.loads((run / "eval" / "config.json").read_text())["runtime"]["param_cost"] == cached["param_cost"]
+    assert results["study"]["training"]["reward"]["compute_cost"] == cached["compute_cost"]
+    assert json.loads((run / "eval" / "config.json").read_text())["runtime"]["compute_cost"] == cached["compute_cost"]
     # results.csv: one row per controller and evaluation episode, the numbers of results.json
     with (run / "results.csv").open() as f:
         rows = list(csv.DictReader(f))
@@ -162,7 +162,7 @@ def test_blueprints_from_selection_trains_the_policy_on_best_fixed_blueprints(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], no_study_plots: None) -> None:
     run = tmp_path / "study"
     argv = [*STUDY, "--set", "teacher=none", "--set", 'initial_op_bias={"GERMINATE": 3}',
-            "--set", "param_cost=1.0",  # λ_p given: measuring it is the study above's
+            "--set", "compute_cost=1.0",  # λ_c given: measuring it is the study above's
             "--blueprints-from-selection", "--data-dir", str(tmp_path / "data"), "--run-dir", str(run)]
     assert main(argv) == 0
     best_fixed = _results(run)["study"]["chosen"][BEST_FIXED]

@@ -23,7 +23,7 @@ EPISODES = 1024  # a long run: 1,024 batches at n_envs = 1, enough to reach any 
 
 
 def _held_out(seed: int, stream: SeedStream) -> tuple[set[int], set[int]]:
-    plan = evaluation_plan(TrainingConfig.from_dict({"seed": seed, "param_cost": 1.0},
+    plan = evaluation_plan(TrainingConfig.from_dict({"seed": seed, "compute_cost": 1.0},
                                                     base=TrainingConfig.preset("synthetic")), stream)
     pairs = [paired_seeds(plan, i) for i in range(MAX_STUDY_SEEDS)]
     hosts, data = {h for h, _ in pairs}, {d for _, d in pairs}

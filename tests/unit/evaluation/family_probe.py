@@ -12,7 +12,7 @@ FAMILY = register_family(Family("precheck-probe", 1, "synthetic", (
     InstanceType("a", "synthetic", 512), InstanceType("b", "synthetic", 512, width=0.5),
     InstanceType("held", "synthetic", 512, corruption=("fog", 2)),
 ), held_out=("held",)))
-CONFIG = TrainingConfig.preset("synthetic").with_overrides(device="cpu", param_cost=None)
+CONFIG = TrainingConfig.preset("synthetic").with_overrides(device="cpu", compute_cost=None)
 Accuracy = Callable[[str, str], float]
 """(type name, controller spec) → planted final validation accuracy (test is 1 pp below it)."""
 

@@ -28,10 +28,12 @@ __all__ = ["PRESETS", "TrainingConfig", "charge_fields", "family_fields"]
 
 # γ = 1: the gap reward's undiscounted return telescopes to exactly the objective the study reports (the final gap
 # to the static twin net of the charge); a discount would weigh the early epochs' changes of the gap above the late
-# ones' and make the policy optimize something else.
+# ones' and make the policy optimize something else. The charge is training compute, at the static frontier's slope
+# measured in the run's setting: a study's verdict on growth is accuracy at equal training compute, and the two
+# charges choose different teachers (docs/results.md); `--set charge=param` charges parameters instead.
 _TRAINING_RUN = {"max_train_samples": 1024, "max_val_samples": 512, "batch_size": 64, "max_epochs": 30,
-                 "lr_schedule": "cosine", "param_cost": AUTO_COST, "gamma": 1.0, "n_episodes": 96, "n_envs": 8,
-                 "n_epochs": 4, "minibatch_size": 64}
+                 "lr_schedule": "cosine", "charge": "compute", "compute_cost": AUTO_COST, "gamma": 1.0,
+                 "n_episodes": 96, "n_envs": 8, "n_epochs": 4, "minibatch_size": 64}
 
 PRESETS: dict[str, dict[str, Any]] = {
     # A workflow demo, not a result: minutes on a laptop CPU, 10-epoch episodes in which no seed can finish its
@@ -144,21 +146,25 @@ class TrainingConfig(SectionedConfig):
 
 
 def charge_fields(base: RewardSetting, overrides: dict[str, Any]) -> dict[str, Any]:
-    """`overrides` (by dotted key) on `base` (a preset's reward) that switch to the compute charge and give no cost of
-    either charge: the preset's request to measure λ_p in the run's setting ("auto") becomes the same request for λ_c,
-    so `--set charge=compute` alone makes a complete config; a given λ_p is never read as a λ_c (none: the task's
-    λ_c)."""
-    if overrides.get("reward.charge") != "compute" or {"reward.param_cost", "reward.compute_cost"} & set(overrides):
+    """`overrides` (by dotted key) on `base` (a preset's reward) that switch to the other charge and give no cost of
+    either: the preset's request to measure its λ in the run's setting ("auto") becomes the same request for the other
+    charge's λ, so `--set charge=param` (or `compute`) alone makes a complete config; a given λ of one charge is never
+    read as the other's (none: the task's λ)."""
+    charge = overrides.get("reward.charge")
+    if charge in (None, base.charge) or {"reward.param_cost", "reward.compute_cost"} & set(overrides):
         return overrides
-    return {"reward.param_cost": None, "reward.compute_cost": AUTO_COST if base.param_cost == AUTO_COST else None,
-            **overrides}
+    cost = AUTO_COST if AUTO_COST in (base.param_cost, base.compute_cost) else None
+    return {"reward.param_cost": cost if charge == "param" else None,
+            "reward.compute_cost": cost if charge == "compute" else None, **overrides}
 
 
 def family_fields(family: Family, overrides: dict[str, Any]) -> dict[str, Any]:
     """A run across `family`, by dotted key: what it sets on top of a preset — the family, its first training type's
-    task (the policy's action space, the same for every type), no sample cap of its own, and no measured λ_p where the
-    user gives `type_param_costs` — then the user's `overrides` (by dotted key)."""
-    given = ({"reward.param_cost": None}
-             if "reward.type_param_costs" in overrides and "reward.param_cost" not in overrides else {})
+    task (the policy's action space, the same for every type), no sample cap of its own, and the parameter charge with
+    each type's λ_p measured ("auto"; none where the user gives `type_param_costs`), since the compute charge is
+    measured per task only — then the user's `overrides` (by dotted key)."""
+    measured = None if "reward.type_param_costs" in overrides else AUTO_COST
+    charge = ({"reward.charge": "param", "reward.compute_cost": None, "reward.param_cost": measured}
+              if overrides.get("reward.charge", "param") == "param" else {})  # another is refused, naming the fix
     return {"family": family.key, "episode.task": family_task(family, family.training[0]),
-            "episode.max_train_samples": None, **given, **overrides}
+            "episode.max_train_samples": None, **charge, **overrides}

@@ -42,8 +42,8 @@ _CPU_SYNTHETIC = {"task": "synthetic", "max_train_samples": 2048, "max_val_sampl
                   "minibatch_size": 64}
 
 _TRAINING_RUN = {"max_train_samples": 1024, "max_val_samples": 512, "batch_size": 64, "max_epochs": 30,
-                 "lr_schedule": "cosine", "param_cost": "auto", "gamma": 1.0, "n_episodes": 96, "n_envs": 8,
-                 "n_epochs": 4, "minibatch_size": 64}
+                 "lr_schedule": "cosine", "charge": "compute", "compute_cost": "auto", "gamma": 1.0,
+                 "n_episodes": 96, "n_envs": 8, "n_epochs": 4, "minibatch_size": 64}
 
 # Which section holds each setting (the rest are the run's own: seed, family, checkpoint_every).
 SPEC_SECTIONS: dict[str, tuple[type[StrictConfig], set[str]]] = {
@@ -417,18 +417,28 @@ def test_the_compute_charge_is_refused_across_a_family() -> None:
         TrainingConfig.from_dict(family_fields(get_family("synthetic-shift-v1"), {"reward.charge": "compute"}))
 
 
-def test_charge_compute_alone_turns_a_presets_auto_param_cost_into_auto_compute_cost() -> None:
+def test_naming_the_other_charge_alone_moves_a_presets_auto_cost_to_it() -> None:
     synthetic, quick = TrainingConfig.preset("synthetic"), TrainingConfig.preset("quick")
-    switched = synthetic.with_overrides(**charge_fields(synthetic.reward, {"reward.charge": "compute"})).reward
-    assert (switched.charge, switched.param_cost, switched.compute_cost) == ("compute", None, "auto")
+    assert (synthetic.reward.charge, synthetic.reward.compute_cost) == ("compute", "auto")  # the reference presets
+    switched = synthetic.with_overrides(**charge_fields(synthetic.reward, {"reward.charge": "param"})).reward
+    assert (switched.charge, switched.param_cost, switched.compute_cost) == ("param", "auto", None)
+    back = charge_fields(switched, {"reward.charge": "compute"})
+    assert synthetic.with_overrides(**back).reward == synthetic.reward
     compute = charge_fields(quick.reward, {"reward.charge": "compute"})
     assert quick.with_overrides(**compute).reward.compute_cost is None  # the task's
-    given = charge_fields(synthetic.reward, {"reward.charge": "compute", "reward.compute_cost": 0.8})
-    assert given == {"reward.charge": "compute", "reward.compute_cost": 0.8}  # either cost given: the user's stands
+    assert charge_fields(synthetic.reward, {"reward.charge": "compute"}) == {"reward.charge": "compute"}  # no switch
+    given = charge_fields(synthetic.reward, {"reward.charge": "param", "reward.param_cost": 0.8})
+    assert given == {"reward.charge": "param", "reward.param_cost": 0.8}  # either cost given: the user's stands
     assert charge_fields(synthetic.reward, {"seed": 1}) == {"seed": 1}
-    with pytest.raises(ValueError, match="param_cost"):  # a λ_p is never read as a λ_c
-        synthetic.with_overrides(**charge_fields(synthetic.reward, {"reward.charge": "compute",
-                                                                    "reward.param_cost": 0.5}))
+    with pytest.raises(ValueError, match="compute_cost"):  # a λ_c is never read as a λ_p
+        synthetic.with_overrides(**charge_fields(synthetic.reward, {"reward.charge": "param",
+                                                                    "reward.compute_cost": 0.5}))
+
+
+def test_a_family_run_charges_parameters_per_type_on_a_compute_charged_preset() -> None:
+    family = get_family("synthetic-shift-v1")
+    reward = TrainingConfig.preset(family.preset).with_overrides(**family_fields(family, {})).reward
+    assert (reward.charge, reward.param_cost, reward.compute_cost) == ("param", "auto", None)
 
 
 def test_an_auto_cost_is_refused_where_a_number_is_needed() -> None:

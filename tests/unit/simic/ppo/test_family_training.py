@@ -54,7 +54,7 @@ def test_every_group_trains_on_a_training_type_its_data_seed_draws_at_that_types
 def test_a_batchs_groups_draw_their_types_apart_and_a_task_run_keeps_one_data_seed() -> None:
     drawn = {TrainingSettings.of(CONFIG).of_group(s).setting.task for b in range(4) for s in group_data_seeds(7, b, 4)}
     assert len(drawn) > 1  # 16 groups over three types
-    task_run = TrainingSettings.of(TrainingConfig.preset("synthetic").with_overrides(param_cost=1.0))
+    task_run = TrainingSettings.of(TrainingConfig.preset("synthetic").with_overrides(compute_cost=1.0))
     assert task_run.data_seeds(7, 0, 3, 11) == [11, 11, 11] and task_run.of_group(11) is None
 
 
