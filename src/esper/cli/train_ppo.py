@@ -92,9 +92,11 @@ def effective_config(args: argparse.Namespace) -> TrainingConfig:
     config = TrainingConfig.preset(preset_of(args))
     if args.config_json is not None:
         config = TrainingConfig.from_json(args.config_json, base=config)
-    overrides = charge_fields(config.reward, flag_overrides(args))
-    if isinstance(overrides.get("family"), str):
-        overrides = family_fields(get_family(overrides["family"]), overrides)
+    overrides = flag_overrides(args)
+    if isinstance(overrides.get("family"), str):  # a family run owns its charge
+        overrides = family_fields(get_family(overrides["family"]), config.reward, overrides)
+    else:
+        overrides = charge_fields(config.reward, overrides)
     return resolve_auto_cost(config.with_overrides(**overrides), data_options(args), console.print)
 
 

@@ -63,12 +63,11 @@ class RewardSetting(StrictConfig):
              "charge only applies to reward_family 'gap': drop charge or set reward_family gap"),
             (self.charge == "compute" or self.compute_cost is None,
              "compute_cost only applies to charge 'compute': add --set charge=compute, or drop compute_cost (in "
-             "--config-json set \"compute_cost\": null; --set charge=param alone turns a preset's compute_cost 'auto' "
-             "into param_cost 'auto') and give λ_p as param_cost"),
+             "--config-json set \"compute_cost\": null; --set charge=param clears a preset's compute_cost)"),
             (self.charge == "param" or self.param_cost is None,
-             "charge 'compute' prices training compute instead of parameters: drop param_cost (in --config-json set "
-             "\"param_cost\": null; --set charge=compute alone turns a preset's param_cost 'auto' into compute_cost "
-             "'auto') and give λ_c as compute_cost"),
+             "charge 'compute' prices training compute instead of parameters: to charge parameters, add --set "
+             "charge=param beside param_cost; otherwise drop param_cost (in --config-json set \"param_cost\": null) "
+             "and give λ_c as compute_cost (a number, or compute_cost 'auto' to measure it)"),
         ]
         for ok, message in checks:
             if not ok:

@@ -72,8 +72,8 @@ class FamilyStudy(Study):
             raise UserInputError("--family needs selection seeds: its pre-check searches best-fixed on them; pass "
                                  "--selection-seeds 1 or more")
         self.seeds, self.runs = plan.seeds or family.seeds, _runs(plan, family)
-        self.config = TrainingConfig.preset(family.preset).with_overrides(**family_fields(family,
-                                                                                          dict(plan.overrides)))
+        base = TrainingConfig.preset(family.preset)
+        self.config = base.with_overrides(**family_fields(family, base.reward, dict(plan.overrides)))
         self.settings = {"family": family.to_dict(), "selection_seeds": self.selection_seeds, "seeds": self.seeds,
                          "runs": self.runs, "tie_threshold": plan.tie_threshold,
                          "max_test_samples": plan.max_test_samples, "plugins": list(plan.plugins)}

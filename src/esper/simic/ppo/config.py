@@ -43,7 +43,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # The CPU reference studies. An episode is a training run: 30 epochs on 1,024 / 512 samples at batch 64 (480
     # optimizer steps) with learning rates annealed by a cosine, so the static host ends converged (its validation
     # accuracy flat over the last 20 % of epochs) at the accuracy 60 epochs of a constant rate reach, for half the
-    # compute. λ_p is measured in exactly this setting before training (and cached). 96 episodes per training run
+    # compute. λ_c is measured in exactly this setting before training (and cached). 96 episodes per training run
     # keep a study of 5 runs with every baseline within about 3 hours of a 2-core machine (README: the trade).
     "synthetic": {**_TRAINING_RUN, "task": "synthetic"},
     # Real data (Debian's dataset-fashion-mnist or --data-dir), the same regime.
@@ -97,8 +97,9 @@ class TrainingConfig(SectionedConfig):
         family = get_family(self.family)
         if reward.charge != "param":
             raise UserInputError(f"a run across family {family.key} charges each training type its own λ_p; the "
-                                 f"compute charge is measured per task only: drop charge={reward.charge}")
-        task = family_fields(family, {})["episode.task"]
+                                 f"compute charge is measured per task only: drop charge={reward.charge} and its "
+                                 f"compute_cost (--family charges parameters, or --set charge=param)")
+        task = family_task(family, family.training[0])
         if self.episode.task != task or self.episode.max_train_samples is not None:
             raise UserInputError(f"a run across family {family.key} trains each env group on the type its data seed "
                                  f"draws, at that type's sample cap: its task is {task} (whose action space every "
@@ -145,26 +146,41 @@ class TrainingConfig(SectionedConfig):
         return cls.from_dict(PRESETS[name])
 
 
+_COST_OF = {"param": "reward.param_cost", "compute": "reward.compute_cost"}
+
+
 def charge_fields(base: RewardSetting, overrides: dict[str, Any]) -> dict[str, Any]:
-    """`overrides` (by dotted key) on `base` (a preset's reward) that switch to the other charge and give no cost of
-    either: the preset's request to measure its λ in the run's setting ("auto") becomes the same request for the other
-    charge's λ, so `--set charge=param` (or `compute`) alone makes a complete config; a given λ of one charge is never
-    read as the other's (none: the task's λ)."""
+    """`overrides` (by dotted key) on `base` (a preset's reward), completed where they change what it charges, so
+    that naming the change alone makes a complete config:
+    - naming the other charge clears the preset's cost of its own and, unless the user gives a cost, moves the
+      preset's request to measure λ in the run's setting ("auto") to the named charge (none: the task's λ); a given
+      λ of one charge is never read as the other's;
+    - a reward family other than `gap` (which alone is charged) clears the preset's charge and costs."""
+    given = set(overrides)
+    if overrides.get("reward.reward_family", "gap") != "gap" and not {"reward.charge", *_COST_OF.values()} & given:
+        return {"reward.charge": "param", "reward.param_cost": None, "reward.compute_cost": None, **overrides}
     charge = overrides.get("reward.charge")
-    if charge in (None, base.charge) or {"reward.param_cost", "reward.compute_cost"} & set(overrides):
+    if charge not in _COST_OF or charge == base.charge:
         return overrides
-    cost = AUTO_COST if AUTO_COST in (base.param_cost, base.compute_cost) else None
-    return {"reward.param_cost": cost if charge == "param" else None,
-            "reward.compute_cost": cost if charge == "compute" else None, **overrides}
+    own, other = _COST_OF[charge], _COST_OF[base.charge]
+    fields: dict[str, Any] = {other: None}
+    if not {own, other, "reward.type_param_costs"} & given:
+        fields[own] = AUTO_COST if AUTO_COST in (base.param_cost, base.compute_cost) else None
+    return {**fields, **overrides}
 
 
-def family_fields(family: Family, overrides: dict[str, Any]) -> dict[str, Any]:
-    """A run across `family`, by dotted key: what it sets on top of a preset — the family, its first training type's
-    task (the policy's action space, the same for every type), no sample cap of its own, and the parameter charge with
-    each type's λ_p measured ("auto"; none where the user gives `type_param_costs`), since the compute charge is
-    measured per task only — then the user's `overrides` (by dotted key)."""
-    measured = None if "reward.type_param_costs" in overrides else AUTO_COST
-    charge = ({"reward.charge": "param", "reward.compute_cost": None, "reward.param_cost": measured}
-              if overrides.get("reward.charge", "param") == "param" else {})  # another is refused, naming the fix
-    return {"family": family.key, "episode.task": family_task(family, family.training[0]),
-            "episode.max_train_samples": None, **charge, **overrides}
+def family_fields(family: Family, base: RewardSetting, overrides: dict[str, Any]) -> dict[str, Any]:
+    """A run across `family`, by dotted key: what it sets on top of a config whose reward is `base` (a preset's,
+    after any --config-json) — the family, its first training type's task (the policy's action space, the same for
+    every type), no sample cap of its own, and each type's own λ_p — then the user's `overrides`. The compute charge
+    is measured per task only, so where `base` asks to measure λ_c (a reference preset) and the user names no other
+    charge, or where the user names the parameter charge, the run charges parameters, each type's λ_p measured
+    ("auto"); given `type_param_costs` replace that measurement. Any other charge is left for the check to refuse."""
+    fields: dict[str, Any] = {"family": family.key, "episode.task": family_task(family, family.training[0]),
+                              "episode.max_train_samples": None}
+    named = overrides.get("reward.charge")
+    if base.charge == "compute" and (named == "param" or (named is None and base.compute_cost == AUTO_COST)):
+        fields |= {"reward.charge": "param", "reward.compute_cost": None, "reward.param_cost": AUTO_COST}
+    if "reward.type_param_costs" in overrides and "reward.param_cost" not in overrides:
+        fields["reward.param_cost"] = None
+    return {**fields, **overrides}

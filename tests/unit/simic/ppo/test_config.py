@@ -413,32 +413,63 @@ def test_a_charge_inconsistency_names_its_fix(changes: dict[str, Any], fix: str)
 
 
 def test_the_compute_charge_is_refused_across_a_family() -> None:
+    family = get_family("synthetic-shift-v1")
+    base = TrainingConfig.preset(family.preset)
     with pytest.raises(ValueError, match="drop charge=compute"):
-        TrainingConfig.from_dict(family_fields(get_family("synthetic-shift-v1"), {"reward.charge": "compute"}))
+        base.with_overrides(**family_fields(family, base.reward, {"reward.charge": "compute"}))
+    given = base.with_overrides(compute_cost=0.5)  # e.g. from --config-json: a given λ_c is never replaced
+    with pytest.raises(ValueError, match="drop charge=compute"):
+        given.with_overrides(**family_fields(family, given.reward, {}))
+
+
+def _charged(base: TrainingConfig, **changes: Any) -> RewardSetting:
+    """`base`'s reward after `--set` `changes`, completed as the commands complete them."""
+    return base.with_overrides(**charge_fields(base.reward, TrainingConfig.dotted(changes))).reward
 
 
 def test_naming_the_other_charge_alone_moves_a_presets_auto_cost_to_it() -> None:
     synthetic, quick = TrainingConfig.preset("synthetic"), TrainingConfig.preset("quick")
     assert (synthetic.reward.charge, synthetic.reward.compute_cost) == ("compute", "auto")  # the reference presets
-    switched = synthetic.with_overrides(**charge_fields(synthetic.reward, {"reward.charge": "param"})).reward
+    switched = _charged(synthetic, charge="param")
     assert (switched.charge, switched.param_cost, switched.compute_cost) == ("param", "auto", None)
-    back = charge_fields(switched, {"reward.charge": "compute"})
-    assert synthetic.with_overrides(**back).reward == synthetic.reward
-    compute = charge_fields(quick.reward, {"reward.charge": "compute"})
-    assert quick.with_overrides(**compute).reward.compute_cost is None  # the task's
+    back = synthetic.with_overrides(charge="param", param_cost="auto", compute_cost=None)
+    assert _charged(back, charge="compute") == synthetic.reward
+    assert _charged(quick, charge="compute").compute_cost is None  # the task's
     assert charge_fields(synthetic.reward, {"reward.charge": "compute"}) == {"reward.charge": "compute"}  # no switch
-    given = charge_fields(synthetic.reward, {"reward.charge": "param", "reward.param_cost": 0.8})
-    assert given == {"reward.charge": "param", "reward.param_cost": 0.8}  # either cost given: the user's stands
     assert charge_fields(synthetic.reward, {"seed": 1}) == {"seed": 1}
-    with pytest.raises(ValueError, match="compute_cost"):  # a λ_c is never read as a λ_p
-        synthetic.with_overrides(**charge_fields(synthetic.reward, {"reward.charge": "param",
-                                                                    "reward.compute_cost": 0.5}))
+
+
+def test_a_given_cost_stands_and_is_never_read_as_the_other_charges() -> None:
+    synthetic = TrainingConfig.preset("synthetic")
+    given = _charged(synthetic, charge="param", param_cost=0.8)  # the other charge's "auto" is cleared
+    assert (given.charge, given.param_cost, given.compute_cost) == ("param", 0.8, None)
+    with pytest.raises(ValueError, match="compute_cost only applies"):
+        _charged(synthetic, charge="param", compute_cost=0.5)
+    with pytest.raises(ValueError, match="add --set charge=param beside param_cost"):  # a λ_p alone names the fix
+        _charged(synthetic, param_cost=0.5)
+
+
+def test_a_reward_family_that_is_not_charged_clears_the_presets_charge() -> None:
+    loss = _charged(TrainingConfig.preset("synthetic"), reward_family="loss")
+    assert (loss.reward_family, loss.charge, loss.param_cost, loss.compute_cost) == ("loss", "param", None, None)
 
 
 def test_a_family_run_charges_parameters_per_type_on_a_compute_charged_preset() -> None:
     family = get_family("synthetic-shift-v1")
-    reward = TrainingConfig.preset(family.preset).with_overrides(**family_fields(family, {})).reward
-    assert (reward.charge, reward.param_cost, reward.compute_cost) == ("param", "auto", None)
+    base = TrainingConfig.preset(family.preset)
+
+    def reward(overrides: dict[str, Any], on: TrainingConfig = base) -> RewardSetting:
+        return on.with_overrides(**family_fields(family, on.reward, overrides)).reward
+
+    plain = reward({})
+    assert (plain.charge, plain.param_cost, plain.compute_cost) == ("param", "auto", None)
+    assert reward({"reward.charge": "param"}) == plain
+    costs = {t.name: 1.0 for t in family.training}
+    for named in ({}, {"reward.charge": "param"}):  # given λ_p per type replace the measurement
+        per_type = reward({**named, "reward.type_param_costs": costs})
+        assert (per_type.charge, per_type.param_cost, per_type.type_param_costs) == ("param", None, costs)
+    json_given = base.with_overrides(charge="param", param_cost=None, compute_cost=None)  # as --config-json sets it
+    assert reward({"reward.type_param_costs": costs}, json_given).type_param_costs == costs
 
 
 def test_an_auto_cost_is_refused_where_a_number_is_needed() -> None:

@@ -31,9 +31,10 @@ FAMILY = register_family(Family("ppo-probe", 1, "synthetic", (
     InstanceType("held", "synthetic", 64, corruption=("fog", 2)),
 ), held_out=("held",)))
 COSTS = {"a": 0.5, "b": 2.0, "c": 0.25}
-CONFIG = TrainingConfig.preset("synthetic").with_overrides(
-    **family_fields(FAMILY, {"reward.type_param_costs": COSTS}), max_epochs=2, max_val_samples=16, batch_size=16,
-    n_episodes=4, n_envs=4, device="cpu")  # the given λ_p replace the preset's "auto"
+_PRESET = TrainingConfig.preset("synthetic")
+CONFIG = _PRESET.with_overrides(
+    **family_fields(FAMILY, _PRESET.reward, {"reward.type_param_costs": COSTS}), max_epochs=2, max_val_samples=16,
+    batch_size=16, n_episodes=4, n_envs=4, device="cpu")  # the given λ_p replace the preset's "auto"
 TRAINING_TASKS = {family_task(FAMILY, t): t.name for t in FAMILY.training}
 
 
