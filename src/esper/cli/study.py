@@ -94,8 +94,8 @@ def add_study_parser(sub: Any) -> None:
                    help="evaluate these PPO run directories (one training run each) instead of training")
     p.add_argument("--selection-record", type=Path, metavar="FILE",
                    help="reuse the selection (best-fixed, best-rule, heuristic:tuned and the teacher's choice) that "
-                        "a study of the same preset and selection seeds (at any --seed) recorded in FILE, its cost still "
-                        "counted")
+                        "a study of the same preset and selection seeds (at any --seed) recorded in FILE, its cost "
+                        "still counted")
     p.add_argument("--selection-only", action="store_true",
                    help=f"run the selection and the teacher's choice, write STUDY_DIR/{SELECTION_RECORD_FILE} and "
                         f"stop (a later run of the same command continues the study)")
