@@ -89,6 +89,11 @@ def test_study_chooses_best_fixed_and_best_rule_on_selection_seeds_and_evaluates
     summary = (run / "summary.md").read_text()
     assert f"| best-fixed ({chosen[BEST_FIXED]}) |" in summary and f"| best-rule ({chosen[BEST_RULE]}) |" in summary
     assert f"matched to the mean final parameters of {RUN.final}" in summary
+    # groups of one env: no pair within a group prices an off-teacher decision, but the decisions are counted
+    [effect] = results["study"]["off_teacher"]
+    assert effect["per_decision"] is None and effect["episodes"] == len(read_jsonl(run / "train" / "run-0" /
+                                                                                    "episodes.jsonl"))
+    assert "**What did leaving the teacher return in training?**" in summary and "run 0 — (" in summary
     # the preset's λ_c is measured in the study's own setting before training (and cached), and recorded as that
     # number, never as "auto" or the null that means "the task's"
     cached = json.loads(next((tmp_path / "data" / "param_costs").glob("synthetic_*_b64_cosine_*.json")).read_text())

@@ -28,7 +28,7 @@ from esper.leyline.errors import UserInputError
 
 __all__ = ["CONFIDENCE", "ROUNDING_PP", "MeanCI", "MeanStd", "PairStats", "RunAggregate", "aggregate_runs",
            "bootstrap_counts", "compare_pair", "crossed_interval", "iqm", "mean_ci", "mean_std", "one_sample_pp",
-           "percentile_interval", "t_interval"]
+           "percentile_interval", "t_interval", "within_group_slope"]
 
 CONFIDENCE = 0.95
 
@@ -91,6 +91,25 @@ def t_interval(values: Sequence[float]) -> tuple[float, float]:
         return mean, mean
     half = _t_quantile(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
     return mean - half, mean + half
+
+
+def within_group_slope(groups: Sequence[Sequence[tuple[float, float]]]) -> tuple[float, tuple[float, float]] | None:
+    """The least-squares slope of y on x over (x, y) points with each group's own mean removed (a fixed effect per
+    group: what is common to a group, such as its seed, cancels), and its 95 % t-interval. None where x never varies
+    within a group, or too few points remain to estimate the noise."""
+    xs: list[float] = []
+    ys: list[float] = []
+    for group in groups:
+        mx, my = statistics.fmean(x for x, _ in group), statistics.fmean(y for _, y in group)
+        xs += [x - mx for x, _ in group]
+        ys += [y - my for _, y in group]
+    sxx, dof = sum(x * x for x in xs), len(xs) - len(groups) - 1
+    if sxx == 0.0 or dof < 1:
+        return None
+    slope = sum(x * y for x, y in zip(xs, ys, strict=True)) / sxx
+    noise = sum((y - slope * x) ** 2 for x, y in zip(xs, ys, strict=True)) / dof
+    half = _t_quantile(dof) * math.sqrt(noise / sxx)
+    return slope, (slope - half, slope + half)
 
 
 def mean_ci(values: Sequence[float]) -> MeanCI:

@@ -22,6 +22,7 @@ from esper.env.logs import StepRow
 from esper.env.rewards import RewardFamily, needs_twin
 from esper.evaluation.comparison import ComparisonResult, check_controllers, parse_controllers, run_comparison
 from esper.evaluation.episodes import EpisodePlan
+from esper.evaluation.exploration import OffTeacherEffect
 from esper.evaluation.objective import objective_scorer
 from esper.evaluation.phases import Phase
 from esper.evaluation.regime import convergence, frontier_gaps, has_headroom, headroom, static_width_labels
@@ -191,11 +192,13 @@ class StudyResults:
     teacher: str | None = None
     objective: dict[str, Any] | None = None
     teacher_overrides: list[float | None] | None = None
+    off_teacher: list[dict[str, Any] | None] | None = None  # each run's `OffTeacherEffect` in training
 
     def to_dict(self) -> dict[str, Any]:
         return {"runs": self.runs, "regime": self.regime, "per_run": self.per_run, "aggregate": self.aggregate,
                 "frontier": self.frontier, "cost_to_obtain": self.cost_to_obtain, "teacher": self.teacher,
-                "objective": self.objective, "teacher_overrides": self.teacher_overrides}
+                "objective": self.objective, "teacher_overrides": self.teacher_overrides,
+                "off_teacher": self.off_teacher}
 
 
 @dataclass(frozen=True)
@@ -223,12 +226,14 @@ def teacher_overrides(steps: Path, runs: int) -> list[float | None] | None:
 def study_results(result: ComparisonResult, runs: int, *, chosen: dict[str, str], selection: Cost | None,
                   training: Sequence[Cost], replay_sources: Sequence[Cost], teacher: str | None = None,
                   objective: StudyObjective | None = None, extra_costs: Mapping[str, Cost] | None = None,
-                  teacher_cost: Cost = NO_COST, overrides: list[float | None] | None = None) -> StudyResults:
+                  teacher_cost: Cost = NO_COST, overrides: list[float | None] | None = None,
+                  off_teacher: Sequence[OffTeacherEffect | None] = ()) -> StudyResults:
     """The regime (convergence, headroom), each run's final policy against the references (its `teacher`'s label
     among them), the aggregates over runs, every controller's gap to the static frontier at equal compute and
     parameters, the cost to obtain each (`extra_costs`: of references obtained outside selection, e.g. the tuned
     heuristic; `teacher_cost`: what choosing the policies' teacher cost), and the same per-run and aggregate tables on
-    the `objective` the policies were trained on; `overrides`: each run's `teacher_overrides`."""
+    the `objective` the policies were trained on; `overrides`: each run's `teacher_overrides`; `off_teacher`: what
+    each run's exploration off its teacher returned in training (`off_teacher_effect`)."""
     labels = [RunLabels(r) for r in range(runs)]
     room = headroom(result)
     regime = {"convergence": convergence(result.episodes) if "static" in result.controllers else None,
@@ -248,7 +253,9 @@ def study_results(result: ComparisonResult, runs: int, *, chosen: dict[str, str]
         per_run=list(run_rows(result, labels, refs)),
         aggregate=list(aggregate_table(result, labels, pairs)),
         frontier={axis: frontier_gaps(result, axis) for axis in ("gflops", "params")},
-        cost_to_obtain=costs, teacher=teacher, objective=trained_on, teacher_overrides=overrides)
+        cost_to_obtain=costs, teacher=teacher, objective=trained_on, teacher_overrides=overrides,
+        off_teacher=([None if e is None else e.to_dict() for e in off_teacher]
+                     if any(e is not None for e in off_teacher) else None))
 
 
 def _objective_row(row: RunRow) -> dict[str, Any]:

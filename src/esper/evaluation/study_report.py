@@ -149,6 +149,15 @@ def _learned_line(aggregate: Sequence[Mapping[str, Any]], y: str, question: str,
             f"{_interval(row['mean'], row['ci95'])} {unit}."]
 
 
+def _off_teacher(effect: dict[str, Any] | None) -> str:
+    if effect is None:
+        return "—"
+    counts = f"{effect['decisions']:,} decisions in {effect['deviating']} of {effect['episodes']} episodes"
+    if effect["per_decision"] is None:
+        return f"— ({counts})"
+    return f"{_interval(effect['per_decision'], effect['ci95'])} pp ({counts})"
+
+
 def _verdicts(result: ComparisonResult, study: StudyResults) -> list[str]:
     lines: list[str] = []
     objective = study.objective
@@ -159,6 +168,11 @@ def _verdicts(result: ComparisonResult, study: StudyResults) -> list[str]:
         shares = ", ".join("—" if share is None else f"{share:.1%}" for share in study.teacher_overrides)
         lines.append(f"- **How far did it leave its teacher?** Share of each run's final-policy evaluation decisions "
                      f"that are not the teacher's choice: {shares}.")
+    if study.off_teacher is not None:
+        lines.append("- **What did leaving the teacher return in training?** The return's change per off-teacher "
+                     "decision, paired within each rollout group (its episodes share their seeds, so only their "
+                     "decisions differ): " + "; ".join(f"run {r} {_off_teacher(e)}"
+                                                      for r, e in enumerate(study.off_teacher)) + ".")
     lines += _learned_line(study.aggregate, INIT, "Did the controller learn?", "pp")
     schedules = sum(row["schedule"] for row in study.per_run)
     if any(REPLAY_ROLE in row["deltas"] for row in study.per_run):

@@ -13,6 +13,7 @@ from esper.env.logs import StepRow
 from esper.env.rewards import RewardFamily
 from esper.evaluation.comparison import parse_controllers
 from esper.evaluation.episodes import EpisodePlan
+from esper.evaluation.exploration import off_teacher_effect
 from esper.evaluation.phases import Phase, PhaseRunner
 from esper.evaluation.results import ComparisonResult
 from esper.evaluation.run_data import data_record, load_splits
@@ -271,7 +272,9 @@ class TaskStudy(Study):
                        else None),
             extra_costs=None if choice is None or choice.tuned_cost is None else {TUNED_HEURISTIC: choice.tuned_cost},
             teacher_cost=NO_COST if choice is None or cost is None else add_costs(cost, choice.cost),
-            overrides=teacher_overrides(self.path / "eval" / StepRow.FILE, self.runs))
+            overrides=teacher_overrides(self.path / "eval" / StepRow.FILE, self.runs),
+            off_teacher=[off_teacher_effect(d, c.ppo.group_size)
+                         for (c, _), d in zip(self.configs, self.train_dirs, strict=True)])
         episodes = self.episodes
         augmentation = data_record(episodes.task, episodes.episode.augment)["augmentation"]
         reward = episodes.describe_reward()
