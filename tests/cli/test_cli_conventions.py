@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from esper.cli.common import SCALE_FIELDS, scale_changes
 from esper.cli.main import build_parser, main
+from esper.cli.options import SCALE_FIELDS, scale_changes
 from esper.cli.study import study_plan
 from esper.cli.train_ppo import effective_config, flag_overrides
 from esper.data.tasks import get_task_spec

@@ -11,9 +11,9 @@ from typing import Annotated, Literal
 import pytest
 from pydantic import Field, StrictFloat, StrictInt
 
-from esper.cli.common import Parser
 from esper.cli.config_flags import add_config_flags, config_changes, config_from_args, flag_fields
 from esper.cli.main import build_parser, main
+from esper.cli.options import Parser
 from esper.cli.train_iql import iql_config
 from esper.cli.train_ppo import flag_overrides
 from esper.evaluation.ope import OPEConfig

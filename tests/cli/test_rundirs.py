@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from esper.cli.common import run_settings
 from esper.cli.main import build_parser
+from esper.cli.options import run_settings
 from esper.storage.rundir import RunDirectory, RunDirectoryError, default_run_dir, holds_results
 from esper.storage.rundirs import check_same_arguments, discard_on_error, prepare_run_dir
 

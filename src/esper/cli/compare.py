@@ -10,19 +10,15 @@ from rich.table import Table
 from esper.cli.common import (
     EXIT_OK,
     USER_ERRORS,
-    add_episode_options,
-    add_shared_options,
-    add_worker_options,
     closing_hub,
     console,
     emit,
-    float_in,
     make_hub,
     print_next_steps,
     print_run_start,
-    run_settings,
 )
 from esper.cli.episodes import episode_plan, load_data, open_episode_run, runtime_info
+from esper.cli.options import add_episode_options, add_shared_options, add_worker_options, float_in, run_settings
 from esper.evaluation.comparison import (
     ComparisonResult,
     check_controllers,

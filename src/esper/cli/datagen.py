@@ -23,22 +23,19 @@ from typing import Any
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from esper.cli.common import (
-    EXIT_ERROR,
-    EXIT_OK,
-    EXIT_PARTIAL,
+from esper.cli.common import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, console
+from esper.cli.config_flags import value_type
+from esper.cli.datagen_summary import print_summary
+from esper.cli.options import (
     SEED,
     add_plugin_option,
     add_scale_options,
     add_worker_options,
     augment_choice,
-    console,
     int_in,
     task_name,
     worker_options,
 )
-from esper.cli.config_flags import value_type
-from esper.cli.datagen_summary import print_summary
 from esper.data.tasks import DataOptions, get_task_spec
 from esper.datagen.configs import ENVIRONMENT_PRESETS, POLICY_PRESETS
 from esper.datagen.export import EXPORT_FORMATS, export_minari

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from esper.cli.common import console, data_options, preload_data, scale_changes, worker_options
+from esper.cli.common import console, data_options, preload_data
+from esper.cli.options import scale_changes, worker_options
 from esper.data.readers import SPLITS
 from esper.data.tasks import DataCache, data_source, get_task_spec
 from esper.env.rewards import resolved_cost

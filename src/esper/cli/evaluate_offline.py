@@ -17,8 +17,9 @@ from typing import Any
 
 from rich.table import Table
 
-from esper.cli.common import EXIT_OK, add_plugin_option, console, phase_progress
+from esper.cli.common import EXIT_OK, console, phase_progress
 from esper.cli.config_flags import add_config_flags, config_from_args
+from esper.cli.options import add_plugin_option
 from esper.datagen.loader import load_transitions
 from esper.env.rewards import RewardFamily
 from esper.evaluation.controllers import all_controllers

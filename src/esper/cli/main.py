@@ -21,10 +21,11 @@ import argparse
 import sys
 
 import esper
-from esper.cli.common import EXIT_OK, EXIT_USAGE, Parser, data_warnings_as_lines, plugin_arguments, run_guarded
+from esper.cli.common import EXIT_OK, EXIT_USAGE, data_warnings_as_lines, run_guarded
 from esper.cli.compare import add_compare_parser
 from esper.cli.datagen import add_datagen_parser
 from esper.cli.evaluate_offline import add_evaluate_offline_parser
+from esper.cli.options import Parser, plugin_arguments
 from esper.cli.report import add_report_parser
 from esper.cli.study import add_study_parser
 from esper.cli.train_heuristic import add_heuristic_parser

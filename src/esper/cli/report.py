@@ -18,7 +18,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from esper.cli.common import EXIT_OK, add_plugin_option, console
+from esper.cli.common import EXIT_OK, console
+from esper.cli.options import add_plugin_option
 from esper.evaluation.ablation import ablation_markdown, ablation_rows, read_arm
 from esper.leyline.errors import UserInputError
 from esper.report.render import render_report

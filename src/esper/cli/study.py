@@ -35,23 +35,19 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from esper.cli.common import (
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    add_scale_options,
-    add_shared_options,
-    add_worker_options,
-    console,
-    data_options,
-    float_in,
-    int_in,
-    one_of,
-    print_command,
-    run_settings,
-)
+from esper.cli.common import EXIT_INTERRUPTED, EXIT_OK, console, data_options, print_command
 from esper.cli.compare import comparison_table
 from esper.cli.family_study import __doc__ as family_doc
 from esper.cli.family_study import print_family_result
+from esper.cli.options import (
+    add_scale_options,
+    add_shared_options,
+    add_worker_options,
+    float_in,
+    int_in,
+    one_of,
+    run_settings,
+)
 from esper.cli.study_output import console_hooks
 from esper.cli.train_ppo import StopAfterStep, flag_overrides
 from esper.data.families import FAMILIES

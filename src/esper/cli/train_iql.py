@@ -21,21 +21,19 @@ from esper.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     USER_ERRORS,
-    add_shared_options,
     closing_hub,
     console,
     data_options,
     emit,
-    int_in,
     make_hub,
     print_command,
     print_next_steps,
     print_run_start,
-    run_settings,
 )
 from esper.cli.compare import comparison_table
 from esper.cli.config_flags import add_config_flags, config_from_args
 from esper.cli.datagen import HEALTH_FILE
+from esper.cli.options import add_shared_options, int_in, run_settings
 from esper.cli.train_ppo import StopAfterStep
 from esper.data.augment import parse_augment
 from esper.data.tasks import DataCache, get_task_spec

@@ -16,29 +16,31 @@ from rich.table import Table
 from esper.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
-    SCALE_FIELDS,
     USER_ERRORS,
-    WORKER_FIELDS,
-    add_scale_options,
-    add_shared_options,
-    add_worker_options,
     closing_hub,
     console,
     data_options,
     make_hub,
-    one_of,
     phase_progress,
     preload_data,
     print_command,
     print_next_steps,
     print_run_start,
-    run_settings,
 )
 from esper.cli.config_flags import add_config_flags, config_changes
+from esper.cli.options import (
+    SCALE_FIELDS,
+    add_scale_options,
+    add_shared_options,
+    add_worker_options,
+    one_of,
+    run_settings,
+)
 from esper.data.families import family_task, get_family
 from esper.data.tasks import get_task_spec
 from esper.evaluation.param_cost import resolve_auto_cost
 from esper.evaluation.ppo_runs import TrainingDir, open_training_dir, training_result_lines
+from esper.evaluation.studies.paired import WORKER_FIELDS
 from esper.execution.devices import env_device_map, resolve_devices
 from esper.execution.plugins import loaded_plugins
 from esper.execution.workers import WorkerOptions

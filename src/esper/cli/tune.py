@@ -19,23 +19,17 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from esper.cli.common import (
-    EXIT_OK,
-    USER_ERRORS,
+from esper.cli.common import EXIT_OK, USER_ERRORS, closing_hub, console, emit, make_hub, print_run_start
+from esper.cli.episodes import episode_plan, load_data, open_episode_run, runtime_info
+from esper.cli.options import (
     add_scale_options,
     add_setting_options,
     add_shared_options,
     add_worker_options,
     augment_choice,
-    closing_hub,
-    console,
-    emit,
     int_in,
-    make_hub,
-    print_run_start,
     run_settings,
 )
-from esper.cli.episodes import episode_plan, load_data, open_episode_run, runtime_info
 from esper.data.tasks import DataCache
 from esper.evaluation.comparison import parse_controllers, run_comparison
 from esper.evaluation.episodes import EpisodePlan
