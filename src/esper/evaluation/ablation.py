@@ -19,6 +19,7 @@ from typing import Any
 from esper.evaluation.objective import objective_scorer
 from esper.evaluation.results import ComparisonResult
 from esper.evaluation.runs import FINAL, INIT, AggregateRow, aggregate_table, run_labels
+from esper.evaluation.studies.paired import WORKER_FIELDS
 from esper.evaluation.study import StudyObjective
 from esper.leyline.errors import UserInputError
 from esper.leyline.sectioned_config import dotted_items
@@ -26,8 +27,9 @@ from esper.simic.ppo.config import TrainingConfig
 
 __all__ = ["Arm", "ablation_markdown", "ablation_rows", "read_arm"]
 
-_PLACE = ("seed", "execution.device", "execution.devices")
-"""Settings (by dotted key) that differ between arms without being what an arm changes."""
+_PLACE = ("seed", "execution.device", "execution.devices", *(f"execution.{name}" for name in WORKER_FIELDS))
+"""Settings (by dotted key) that differ between arms without being what an arm changes: the base seed and where the
+work ran (a study recorded by an older esper names its workers, a newer one leaves them out)."""
 
 
 @dataclass(frozen=True)
