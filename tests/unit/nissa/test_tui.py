@@ -156,7 +156,7 @@ def test_empty_backend_renders() -> None:
 
 
 def _status_of(tui: TuiBackend, env: int = 0) -> str:
-    return tui._envs[(None, env)].status().plain  # a PPO run: one row per env slot
+    return tui.state.envs[(None, env)].status().plain  # a PPO run: one row per env slot
 
 
 def test_status_badges() -> None:
@@ -177,7 +177,7 @@ def test_status_badges() -> None:
     assert _status_of(tui) == "stalled"
     tui.emit(_epoch(0, 1, 1, 20.0))  # a new episode resets the per-episode state
     assert _status_of(tui) == "healthy"
-    assert list(tui._envs[(None, 0)].curve) == [20.0]
+    assert list(tui.state.envs[(None, 0)].curve) == [20.0]
 
 
 def test_culled_seed_flashes_for_one_epoch() -> None:
@@ -288,6 +288,6 @@ def test_a_comparison_shows_controllers_and_episodes_side_by_side_not_ppo_health
     assert "PPO health" not in text and "finished episodes" in text
     rows = [line for line in text.splitlines() if line.startswith(("static ", "heuristic "))]
     assert len(rows) == 4 and all(line.rstrip().endswith("stall") for line in rows)  # 2 controllers × 2 episodes
-    assert sorted(tui._envs) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert sorted(tui.state.envs) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     tui.emit(epoch(0, 2, 1, 30.0))  # the next round starts: env 0's finished rows make way
-    assert sorted(tui._envs) == [(0, 1), (1, 1), (2, 0)]
+    assert sorted(tui.state.envs) == [(0, 1), (1, 1), (2, 0)]
