@@ -40,8 +40,12 @@ def test_study_reruns_resume_consistently(tmp_path: Path, capsys: pytest.Capture
     complete = untimed_results(run)
     rows = read_jsonl(run / "eval" / "episodes.jsonl")
     episodes = untimed(rows)
-    per_seed = len(complete["controllers"])  # static, static:2, heuristic, and run 0's init, final and replay
-    assert per_seed == 6 and len(episodes) == 2 * per_seed and (run / "train" / "run-0" / "events.jsonl").exists()
+    # static, static:2, heuristic, and run 0's init, final and replay; the init is its teacher (the heuristic) in every
+    # state, so it is the one not run
+    copies = json.loads((run / "results.json").read_text())["study"]["copies"]
+    assert len(complete["controllers"]) == 6 and copies == {"ppo[0] (init)": "heuristic"}
+    per_seed = 5
+    assert len(episodes) == 2 * per_seed and (run / "train" / "run-0" / "events.jsonl").exists()
     summary = (run / "summary.md").read_text()
     assert "| run | final test acc | vs static | vs static:2 | vs heuristic | vs ppo (init) | vs replay |" in summary
     title = summary.splitlines()[0]

@@ -89,6 +89,11 @@ def test_study_chooses_best_fixed_and_best_rule_on_selection_seeds_and_evaluates
     summary = (run / "summary.md").read_text()
     assert f"| best-fixed ({chosen[BEST_FIXED]}) |" in summary and f"| best-rule ({chosen[BEST_RULE]}) |" in summary
     assert f"matched to the mean final parameters of {RUN.final}" in summary
+    # the run's init decides as its teacher in every state: its rows are the teacher's episodes, not run again
+    teacher = results["study"]["teacher"]
+    assert results["study"]["copies"] == {RUN.init: teacher} and per[RUN.init] == per[teacher]
+    assert RUN.init not in {e["controller"] for e in read_jsonl(run / "eval" / "episodes.jsonl")}
+    assert f"{RUN.init}: the residual is still zero on every head" in summary
     # groups of one env: no pair within a group prices an off-teacher decision, but the decisions are counted
     [effect] = results["study"]["off_teacher"]
     assert effect["per_decision"] is None and effect["episodes"] == len(read_jsonl(run / "train" / "run-0" /

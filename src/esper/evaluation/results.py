@@ -16,7 +16,7 @@ import csv
 import io
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Literal, TypedDict, get_args, get_origin, get_type_hints, is_typeddict
 
 from esper.env import EpisodeResult
@@ -128,6 +128,20 @@ class ComparisonResult:
             for b in controllers:
                 if a != b:
                     result.pairwise[a][b] = _pair(by[a], by[b], tie_threshold)
+        return result
+
+    def with_copies(self, copies: Mapping[str, str], controllers: list[str]) -> ComparisonResult:
+        """These results with each label of `copies` added as a controller of its own, holding the episodes of the
+        controller it names (one that provably plays them bit for bit), the controllers in the order `controllers`."""
+        missing = sorted(set(copies.values()) - set(self.controllers))
+        if missing or sorted(controllers) != sorted([*self.controllers, *copies]):
+            raise ValueError(f"copies {dict(copies)} of {missing or self.controllers} do not make {controllers}")
+        copied = [replace(e, controller=label) for label, source in copies.items()
+                  for e in self.episodes if e.controller == source]
+        result = ComparisonResult.from_episodes(controllers, [*self.episodes, *copied], seed=self.seed,
+                                                tie_threshold=self.tie_threshold, planned=self.planned,
+                                                pending=self.pending)
+        result.matched = self.matched
         return result
 
     @property

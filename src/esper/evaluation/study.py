@@ -193,12 +193,13 @@ class StudyResults:
     objective: dict[str, Any] | None = None
     teacher_overrides: list[float | None] | None = None
     off_teacher: list[dict[str, Any] | None] | None = None  # each run's `OffTeacherEffect` in training
+    copies: dict[str, str] | None = None  # controllers whose episodes are another's, copied rather than run
 
     def to_dict(self) -> dict[str, Any]:
         return {"runs": self.runs, "regime": self.regime, "per_run": self.per_run, "aggregate": self.aggregate,
                 "frontier": self.frontier, "cost_to_obtain": self.cost_to_obtain, "teacher": self.teacher,
                 "objective": self.objective, "teacher_overrides": self.teacher_overrides,
-                "off_teacher": self.off_teacher}
+                "off_teacher": self.off_teacher, "copies": self.copies}
 
 
 @dataclass(frozen=True)
@@ -227,13 +228,15 @@ def study_results(result: ComparisonResult, runs: int, *, chosen: dict[str, str]
                   training: Sequence[Cost], replay_sources: Sequence[Cost], teacher: str | None = None,
                   objective: StudyObjective | None = None, extra_costs: Mapping[str, Cost] | None = None,
                   teacher_cost: Cost = NO_COST, overrides: list[float | None] | None = None,
-                  off_teacher: Sequence[OffTeacherEffect | None] = ()) -> StudyResults:
+                  off_teacher: Sequence[OffTeacherEffect | None] = (),
+                  copies: Mapping[str, str] | None = None) -> StudyResults:
     """The regime (convergence, headroom), each run's final policy against the references (its `teacher`'s label
     among them), the aggregates over runs, every controller's gap to the static frontier at equal compute and
     parameters, the cost to obtain each (`extra_costs`: of references obtained outside selection, e.g. the tuned
     heuristic; `teacher_cost`: what choosing the policies' teacher cost), and the same per-run and aggregate tables on
     the `objective` the policies were trained on; `overrides`: each run's `teacher_overrides`; `off_teacher`: what
-    each run's exploration off its teacher returned in training (`off_teacher_effect`)."""
+    each run's exploration off its teacher returned in training (`off_teacher_effect`); `copies`: the controllers
+    whose episodes are another's (label → that one's label), copied rather than run."""
     labels = [RunLabels(r) for r in range(runs)]
     room = headroom(result)
     regime = {"convergence": convergence(result.episodes) if "static" in result.controllers else None,
@@ -255,7 +258,8 @@ def study_results(result: ComparisonResult, runs: int, *, chosen: dict[str, str]
         frontier={axis: frontier_gaps(result, axis) for axis in ("gflops", "params")},
         cost_to_obtain=costs, teacher=teacher, objective=trained_on, teacher_overrides=overrides,
         off_teacher=([None if e is None else e.to_dict() for e in off_teacher]
-                     if any(e is not None for e in off_teacher) else None))
+                     if any(e is not None for e in off_teacher) else None),
+        copies=dict(copies) if copies else None)
 
 
 def _objective_row(row: RunRow) -> dict[str, Any]:

@@ -225,6 +225,10 @@ def summary_markdown(result: ComparisonResult, study: StudyResults, *, title: st
         lines += ["", f"The policies are residual on a teacher, {study.teacher}: evaluated greedily, each run's init "
                   "is that teacher (among the blueprints the policy may germinate), and its final policy is the "
                   "teacher moved by its training's returns, entropy bonus and KL penalty toward the teacher."]
+    if study.copies:
+        lines[-1] += (f" {', '.join(study.copies)}: the residual is still zero on every head, so the greedy decision "
+                      f"is the teacher's in every state; these rows are the teacher's episodes, copied, not run "
+                      f"again.")
     if policy_blueprints is not None:
         lines += ["", f"The policies (init and final) may germinate only {', '.join(policy_blueprints)}; the other "
                   "controllers keep every blueprint."]

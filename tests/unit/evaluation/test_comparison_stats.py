@@ -269,3 +269,24 @@ def test_a_different_results_schema_is_named(damage: str) -> None:
         data["reference"] = "ppo"
     with pytest.raises(LogFormatError, match=r"results\.json"):
         ComparisonResult.from_dict(data)
+
+
+def test_a_copy_holds_its_source_s_episodes_and_statistics_in_the_order_asked_for() -> None:
+    result = _result(tested=CONTROLLERS)
+    result.matched = {"width": 1.5}
+    copied = result.with_copies({"ppo (init)": "heuristic"}, ["static", "ppo (init)", "ppo", "heuristic"])
+    assert copied.controllers == ["static", "ppo (init)", "ppo", "heuristic"] and copied.matched == {"width": 1.5}
+    init = [e for e in copied.episodes if e.controller == "ppo (init)"]
+    assert [e.to_dict() | {"controller": "heuristic"} for e in init] == [
+        e.to_dict() for e in result.episodes if e.controller == "heuristic"]
+    assert copied.per_controller["ppo (init)"] == result.per_controller["heuristic"]
+    assert copied.pairwise["ppo"]["ppo (init)"] == result.pairwise["ppo"]["heuristic"]
+    assert copied.pairwise["ppo (init)"]["heuristic"]["mean_delta"] == 0.0
+    assert copied.complete and copied.pairwise["static"]["ppo"] == result.pairwise["static"]["ppo"]
+
+
+@pytest.mark.parametrize(("copies", "order"), [({"x": "nobody"}, ["static", "ppo", "heuristic", "x"]),
+                                                ({"x": "ppo"}, ["static", "ppo", "heuristic"])])
+def test_a_copy_of_nothing_or_one_left_out_of_the_order_is_refused(copies: dict[str, str], order: list[str]) -> None:
+    with pytest.raises(ValueError, match="copies"):
+        _result().with_copies(copies, order)

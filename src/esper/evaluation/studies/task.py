@@ -58,7 +58,8 @@ from esper.evaluation.tuning import RECORD_FILE as TUNED_RECORD_FILE
 from esper.execution.devices import resolve_devices
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import SeedStream
-from esper.storage.rundir import write_text_atomic
+from esper.simic.ppo.controller import greedy_teacher
+from esper.storage.rundir import checkpoints_dir, write_text_atomic
 
 __all__ = ["TaskStudy", "study_dir"]
 
@@ -142,6 +143,7 @@ class TaskStudy(Study):
         self.sources: list[ComparisonResult] = []
         self.comparison: ComparisonResult | None = None
         self.episodes: EpisodePlan | None = None
+        self.copies: dict[str, str] = {}  # run inits whose episodes are their teacher's (`_inits_as_teacher`)
         self.results: StudyResults | None = None
 
     def _selection_runner(self) -> PhaseRunner:
@@ -251,8 +253,20 @@ class TaskStudy(Study):
                                    allow_setting_change=plan.allow_setting_change)
         self.episodes = episodes = with_tuned(episodes, choice)
         match = [RunLabels(r).final for r in range(self.runs)] if "static:matched" in self.baselines else None
-        self.comparison = self._policy_runner()(Phase("evaluation", self.path / "eval", episodes, specs, labels,
-                                                      self.seeds, match))
+        self.copies = copies = self._inits_as_teacher(teacher)
+        run = [(s, n) for s, n in zip(specs, labels, strict=True) if n not in copies]
+        comparison = self._policy_runner()(Phase("evaluation", self.path / "eval", episodes, [s for s, _ in run],
+                                                 [n for _, n in run], self.seeds, match))
+        self.comparison = comparison.with_copies(copies, labels) if copies else comparison
+
+    def _inits_as_teacher(self, teacher: str | None) -> dict[str, str]:
+        """Each run's init whose greedy decisions are its teacher's in every state (`greedy_teacher`), as the
+        teacher's label: its paired episodes are the teacher's, copied rather than run a second time."""
+        if teacher is None:
+            return {}
+        spec = self.config.ppo.teacher if self.choice is None else self.choice.spec
+        inits = [(RunLabels(r).init, checkpoints_dir(d) / "init.pt") for r, d in enumerate(self.train_dirs)]
+        return {label: teacher for label, path in inits if greedy_teacher(path) == spec}
 
     def report(self) -> StudyPhase:
         return StudyPhase("report", ("comparison", "selection cost", "teacher"), ("results",), 0, self._report)
@@ -272,7 +286,7 @@ class TaskStudy(Study):
                        else None),
             extra_costs=None if choice is None or choice.tuned_cost is None else {TUNED_HEURISTIC: choice.tuned_cost},
             teacher_cost=NO_COST if choice is None or cost is None else add_costs(cost, choice.cost),
-            overrides=teacher_overrides(self.path / "eval" / StepRow.FILE, self.runs),
+            overrides=teacher_overrides(self.path / "eval" / StepRow.FILE, self.runs), copies=self.copies,
             off_teacher=[off_teacher_effect(d, c.ppo.group_size)
                          for (c, _), d in zip(self.configs, self.train_dirs, strict=True)])
         episodes = self.episodes

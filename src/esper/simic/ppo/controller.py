@@ -194,6 +194,16 @@ class PPOPolicy:
                    blueprints=config.blueprint_indices())
 
 
+def greedy_teacher(path: Path) -> str | None:
+    """The teacher spec of the policy at `path` when, evaluated greedily, it decides as that teacher in every state
+    (its residual is zero on every head and it may germinate every blueprint, as the teacher run on its own may):
+    its paired episodes are then the teacher's bit for bit and need not be run again. None otherwise."""
+    policy = PPOPolicy.from_checkpoint(path)
+    if policy.blueprints is not None or not policy.agent.network.residual_is_zero():
+        return None
+    return policy.agent.config.teacher
+
+
 def _allows(action: FactoredAction, blueprints: frozenset[int] | None) -> bool:
     return blueprints is None or action.op != LifecycleOp.GERMINATE or action.blueprint in blueprints
 

@@ -127,6 +127,12 @@ class FactoredActorCritic(nn.Module):
     def residual(self) -> bool:
         return self.teacher_epsilon is not None
 
+    def residual_is_zero(self) -> bool:
+        """A residual network whose heads output zero in every state: the mode of each head is its teacher's choice,
+        so greedily it decides exactly as its teacher (an initial policy, or one whose heads never moved)."""
+        outputs = [head[-1] for head in self.heads.values()]  # type: ignore[index]
+        return self.residual and not any(o.weight.any() or o.bias.any() for o in outputs)
+
     def actor_parameters(self) -> list[nn.Parameter]:
         """What the actor's logits depend on (for a residual network, nothing the critic's loss reaches)."""
         return [*self.trunk.parameters(), *self.heads.parameters()]

@@ -146,6 +146,16 @@ def test_a_planted_residual_init_is_not_the_teacher() -> None:
     assert not torch.allclose(evaluation.log_probs, torch.full((n,), expected), atol=1e-6)
 
 
+@pytest.mark.parametrize("head", HEAD_KEYS)
+def test_only_a_residual_network_with_every_head_still_zero_decides_as_its_teacher(head: str) -> None:
+    network = _network(0.1)
+    assert network.residual_is_zero()
+    assert not FactoredActorCritic(D, num_blueprints=CNN.num_blueprints, hidden_dim=16).residual_is_zero()
+    with torch.no_grad():
+        network.heads[head][-1].weight[0, 0] = 1e-6  # type: ignore[index]
+    assert not network.residual_is_zero()
+
+
 @pytest.mark.parametrize("epsilon", [0.0, 0.3, 0.9])
 def test_greedy_overrides_count_the_states_whose_mode_leaves_the_teacher(epsilon: float) -> None:
     network, n = _network(epsilon), 6
