@@ -34,8 +34,9 @@ work ran (a study recorded by an older esper names its workers, a newer one leav
 
 @dataclass(frozen=True)
 class Arm:
-    """A finished study: its name, evaluation comparison, training runs, teacher, objective and training setting (by
-    dotted key)."""
+    """A finished study: its name, evaluation comparison, training runs, teacher, objective, training setting (by
+    dotted key) and the spec behind each label that names a chosen controller (best-fixed, best-rule, the chosen
+    teacher)."""
 
     name: str
     result: ComparisonResult
@@ -43,6 +44,10 @@ class Arm:
     teacher: str | None
     objective: StudyObjective | None
     training: dict[str, Any]
+    specs: dict[str, str]
+
+    def spec(self, label: str) -> str:
+        return self.specs.get(label, label)
 
 
 def read_arm(name: str, study_dir: Path) -> Arm:
@@ -57,11 +62,12 @@ def read_arm(name: str, study_dir: Path) -> Arm:
     study = data.get("study") if isinstance(data, dict) else None
     if not isinstance(study, dict) or "runs" not in study:
         raise UserInputError(f"{path} holds no study's results: an ablation arm is an `esper study` directory")
-    objective = study.get("objective")
+    objective, choice = study.get("objective"), study.get("teacher_choice")
     comparison = {k: v for k, v in data.items() if k != "study"}
+    specs = {**(study.get("chosen") or {}), **({choice["teacher"]: choice["spec"]} if choice else {})}
     return Arm(name, ComparisonResult.from_dict(comparison, source=str(path)), int(study["runs"]), study.get("teacher"),
                None if objective is None else StudyObjective(objective["charge"], float(objective["cost"])),
-               _training(path, study.get("training") or {}))
+               _training(path, study.get("training") or {}), specs)
 
 
 def _training(path: Path, recorded: Mapping[str, Any]) -> dict[str, Any]:
@@ -94,17 +100,25 @@ def ablation_rows(reference: Arm, arms: Sequence[Arm]) -> list[dict[str, Any]]:
         if _eval_seeds(arm) != seeds:
             raise UserInputError(f"arm {arm.name} ran on other evaluation seeds than {reference.name}: run every arm "
                                  f"with the same --seed and --seeds, so that the arms are paired")
-        if teacher not in arm.result.controllers:
-            raise UserInputError(f"arm {arm.name} did not evaluate the teacher {teacher}: add --controller {teacher} "
-                                 f"to its study")
+        own = _teacher_label(arm, reference.spec(teacher))
         labels = run_labels(arm.runs)
         scorer = objective_scorer(arm.result, objective.charge, objective.cost)
-        on_objective = _one(aggregate_table(arm.result, labels, [(FINAL, teacher)], scorer))
-        raw = aggregate_table(arm.result, labels, [(FINAL, teacher), (FINAL, INIT)])
+        on_objective = _one(aggregate_table(arm.result, labels, [(FINAL, own)], scorer))
+        raw = aggregate_table(arm.result, labels, [(FINAL, own), (FINAL, INIT)])
         rows.append({"arm": arm.name, "differs": "(reference)" if arm is reference else _differs(arm, reference),
                      "teacher": arm.teacher, "runs": arm.runs, "objective": on_objective,
                      "raw": _one(raw[:1]), "vs_init": _one(raw[1:])})
     return rows
+
+
+def _teacher_label(arm: Arm, spec: str) -> str:
+    """How `arm` labels the reference's teacher `spec`: a study that chose it names it by its role (best-rule), one
+    given it by hand by the spec itself."""
+    labels = [c for c in arm.result.controllers if arm.spec(c) == spec]
+    if not labels:
+        raise UserInputError(f"arm {arm.name} did not evaluate the reference's teacher {spec}: add --controller "
+                             f"{spec} to its study")
+    return labels[0]
 
 
 def _eval_seeds(arm: Arm) -> list[int]:

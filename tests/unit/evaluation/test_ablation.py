@@ -17,6 +17,7 @@ from esper.leyline.errors import UserInputError
 from esper.simic.ppo.config import TrainingConfig
 
 SEEDS = (0, 1, 2)
+RULE = "grow:norm@late"
 NOISE = (-0.1, 0.0, 0.1)
 
 
@@ -31,10 +32,11 @@ def _episode(controller: str, seed: int, test: float, gflops: float) -> EpisodeR
 
 
 def _study(path: Path, *, final: float, gflops: float, runs: int = 2, teacher: str | None = "heuristic",
-           training: dict[str, Any] | None = None, seed_offset: int = 0) -> Path:
-    """A finished study: static at 70 %, the heuristic at 72 %, each run's init at the heuristic and its final
-    policy at `final` (test %, spending `gflops` against static's 1); `training` by dotted key, recorded nested."""
-    rows: dict[str, tuple[float, float]] = {"static": (70.0, 1.0), "heuristic": (72.0, 1.0)}
+           training: dict[str, Any] | None = None, seed_offset: int = 0, rule: str = "best-rule") -> Path:
+    """A finished study: static at 70 %, the heuristic at 72 %, best-rule (grow:norm@late, labelled `rule`) at
+    71 %, each run's init at the heuristic and its final policy at `final` (test %, spending `gflops` against
+    static's 1); `training` by dotted key, recorded nested."""
+    rows: dict[str, tuple[float, float]] = {"static": (70.0, 1.0), "heuristic": (72.0, 1.0), rule: (71.0, 1.0)}
     for r in range(runs):
         rows[RunLabels(r).init] = (72.0, 1.0)
         rows[RunLabels(r).final] = (final, gflops)
@@ -42,6 +44,7 @@ def _study(path: Path, *, final: float, gflops: float, runs: int = 2, teacher: s
                 for label, (test, g) in rows.items() for s, n in zip(SEEDS, NOISE, strict=True)]
     result = ComparisonResult.from_episodes(list(rows), episodes, tie_threshold=0.01, seed=0)
     study = {"runs": runs, "teacher": teacher, "objective": {"charge": "compute", "cost": 2.0},
+             "chosen": {"best-rule": RULE} if rule == "best-rule" else {},
              "training": TrainingConfig.nested({"ppo.teacher": teacher or "none", "seed": 7, **(training or {})})}
     path.mkdir(parents=True)
     (path / "results.json").write_text(json.dumps({**result.to_dict(), "study": study}))
@@ -64,6 +67,21 @@ def test_each_arm_is_judged_against_the_reference_teacher_on_the_reference_objec
     table = ablation_markdown(list(rows.values()), reference)
     assert "| scratch | ppo.teacher=\"none\" | 0 / 2 of 2 | -1.00 |" in table
     assert table.count("\n| ") == 1 + 3  # the header and one row per arm
+
+
+def test_a_teacher_chosen_as_best_rule_is_the_same_teacher_as_its_spec_given_by_hand(tmp_path: Path) -> None:
+    """A reference whose teacher is its chosen best-rule, and an arm given that rule by hand (no selection): the arm
+    is measured against the rule under the label it has there, and a study whose best-rule is another rule is not."""
+    reference = read_arm("residual", _study(tmp_path / "ref", final=73.0, gflops=1.0, teacher="best-rule"))
+    by_hand = read_arm("param", _study(tmp_path / "param", final=72.0, gflops=1.0, teacher=RULE, rule=RULE))
+    rows = {row["arm"]: row for row in ablation_rows(reference, [by_hand])}
+    assert rows["residual"]["raw"]["iqm"] == pytest.approx(2.0) and rows["param"]["raw"]["iqm"] == pytest.approx(1.0)
+    other = _study(tmp_path / "other", final=72.0, gflops=1.0, teacher="best-rule")
+    data = json.loads((other / "results.json").read_text())
+    data["study"]["chosen"]["best-rule"] = "grow:norm@early"
+    (other / "results.json").write_text(json.dumps(data))
+    with pytest.raises(UserInputError, match="did not evaluate the reference's teacher grow:norm@late"):
+        ablation_rows(reference, [read_arm("other", other)])
 
 
 def test_unpaired_arms_and_a_missing_teacher_are_refused(tmp_path: Path) -> None:
