@@ -123,7 +123,7 @@ def test_study_reruns_resume_consistently(tmp_path: Path, capsys: pytest.Capture
 TWO_RUNS = [*STUDY, "--runs", "2", "--seeds", "2", "--set", "n_episodes=4"]
 """Two training runs of a critic warm-up batch and two PPO batches each, then two replay sources of two episodes and a
 2-seed evaluation: the episodes.jsonl rows, in order, are run 0 (2 + 4), run 1 (2 + 4), replay sources (2 + 2),
-evaluation (2 × 9)."""
+evaluation (2 × 7: each run's init takes its teacher's episodes, not run again)."""
 
 
 @pytest.fixture(scope="module")
@@ -173,3 +173,44 @@ def test_study_of_existing_policies_reproduces_the_evaluation_of_their_own_study
     assert not (reused / "train").exists()  # nothing trained: the runs' own policies were evaluated
     assert _episodes(reused) == _episodes(trained)
     assert untimed_results(reused)["pairwise"] == untimed_results(trained)["pairwise"]
+
+
+def test_an_evaluation_under_way_that_runs_the_inits_keeps_running_them(tmp_path: Path, reference: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """An evaluation recorded by an esper that ran every init (rather than copying its teacher's episodes) is
+    extended, not started over: its inits keep running, and their new episodes are still the teacher's."""
+    run = tmp_path / "study"
+    shutil.copytree(reference, run)
+    phase = run / "eval"
+    record = json.loads((phase / "config.json").read_text())
+    specs = record["config"]["specs"]
+    labels = ["static", "static:2", "heuristic", *(f"{name}[{r}]{role}" for r in range(2)
+                                                   for name, role in (("ppo", " (init)"), ("ppo", " (final)"),
+                                                                      ("replay", "")))]
+    for r in range(2):
+        at = specs.index(f"ppo:$STUDY_DIR/train/run-{r}/checkpoints/final.pt")
+        specs.insert(at, specs[at].replace("final.pt", "init.pt"))
+    (phase / "config.json").write_text(json.dumps(record))
+    rows = read_jsonl(phase / "episodes.jsonl")
+    teacher = {row["episode"]: row for row in rows if row["controller"] == "heuristic"}
+    old = [{**row, "controller": label} if label.endswith("(init)") else row
+           for episode in (0, 1) for label in labels
+           for row in [teacher[episode] if label.endswith("(init)") else
+                       next(x for x in rows if x["episode"] == episode and x["controller"] == label)]]
+    (phase / "episodes.jsonl").write_text("".join(json.dumps(row) + "\n" for row in old))
+    decisions = read_jsonl(phase / "steps.jsonl")  # each whole episode has its decisions logged
+    inits = [{**row, "controller": f"ppo[{r}] (init)"} for r in range(2) for row in decisions
+             if row["controller"] == "heuristic"]
+    (phase / "steps.jsonl").write_text("".join(json.dumps(row) + "\n" for row in [*decisions, *inits]))
+    capsys.readouterr()
+    assert main([*TWO_RUNS[:-4], "--seeds", "3", "--set", "n_episodes=4", "--run-dir", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert f"Resuming {phase}: " in out and "Starting evaluation over" not in out
+    episodes = read_jsonl(phase / "episodes.jsonl")
+    assert episodes[:len(old)] == old
+    def played(controller: str) -> list[dict[str, Any]]:  # the new seed's episodes, wherever they ran
+        return [{k: v for k, v in e.items() if k not in ("controller", "env_id", "wall_seconds")}
+                for e in episodes[len(old):] if e["controller"] == controller]
+
+    assert len(played("ppo[0] (init)")) == 1 and played("ppo[0] (init)") == played("heuristic")
+    assert json.loads((run / "results.json").read_text())["study"]["copies"] is None

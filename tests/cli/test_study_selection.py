@@ -120,6 +120,12 @@ def test_study_chooses_best_fixed_and_best_rule_on_selection_seeds_and_evaluates
                         ("replay-source/run-0", "compare_final_accuracy.png"), ("eval", "compare_final_accuracy.png"),
                         (".", "accuracy_vs_compute.png")):
         assert (run / "report" / phase / plot).is_file(), phase
+    # the accuracy-vs-compute figure shows the study's results, the init copied from its teacher among them
+    shown: list[ComparisonResult] = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(report_study, "compute_figure", lambda result, path: shown.append(result) or path)
+        assert main(["report", str(run)]) == 0
+    assert RUN.init in shown[0].controllers
     # in the accuracy-vs-compute figure the training runs' markers share no colour with a controller's point
     figures: list[Figure] = []
     monkeypatch.setattr(report_study.rp, "save", lambda fig, path: figures.append(fig) or path)

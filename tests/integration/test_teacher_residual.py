@@ -19,7 +19,7 @@ from esper.evaluation.study import teacher_overrides
 from esper.execution.workers import WorkerOptions
 from esper.simic.ppo.checkpoint import trim_logs
 from esper.simic.ppo.config import TrainingConfig
-from esper.simic.ppo.controller import PPOPolicy, greedy_teacher
+from esper.simic.ppo.controller import PPOPolicy, decides_as_its_teacher
 from esper.simic.ppo.train import PPORun, train_ppo
 from esper.storage.checkpoint import CheckpointFormatError
 from esper.storage.rundir import RunDirectory, read_jsonl
@@ -80,13 +80,17 @@ def test_with_any_epsilon_the_initial_policy_s_mode_is_its_teacher_and_a_planted
     episodes = _episodes(["heuristic", f"ppo:{smoothed}", f"ppo:{planted}"], RunDirectory(tmp_path / "eval"))
     assert episodes["0"] == episodes["1"]
     assert episodes["0"] != episodes["2"]
-    # a study copies the teacher's episodes for the smoothed policy and runs the planted one, and one restricted to
-    # fewer blueprints than its teacher germinates on its own
+    # a study copies the teacher's episodes for the smoothed policy and runs the planted one; also one restricted to
+    # fewer blueprints than its teacher germinates on its own, and one on a teacher that samples (a behaviour policy
+    # draws from a stream of its own, which differs between the policy's teacher and the teacher run on its own)
     data["agent"]["network"]["heads.op.2.bias"][0] -= 50.0
-    data["config"]["ppo"]["blueprints"] = ["norm"]
-    torch.save(data, tmp_path / "restricted.pt")
-    assert greedy_teacher(smoothed) == "heuristic" and greedy_teacher(planted) is None
-    assert greedy_teacher(tmp_path / "restricted.pt") is None
+    restricted, sampling = tmp_path / "restricted.pt", tmp_path / "sampling.pt"
+    torch.save({**data, "config": {**data["config"], "ppo": {**data["config"]["ppo"], "blueprints": ["norm"]}}},
+               restricted)
+    torch.save({**data, "config": {**data["config"], "ppo": {**data["config"]["ppo"],
+                                                             "teacher": "behavior:aggressive"}}}, sampling)
+    assert decides_as_its_teacher(smoothed) and not decides_as_its_teacher(planted)
+    assert not decides_as_its_teacher(restricted) and not decides_as_its_teacher(sampling)
     steps = [{**row, "controller": labels.get(row["controller"], row["controller"])}
              for row in read_jsonl(tmp_path / "eval" / StepRow.FILE)]
     (tmp_path / "named.jsonl").write_text("".join(json.dumps(row) + "\n" for row in steps), encoding="utf-8")

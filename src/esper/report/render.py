@@ -89,7 +89,8 @@ def render_report(run_dir: Path, out: Path | None = None, warn: Callable[[str], 
             return phases  # unfinished: each finished phase's plots only
         from esper.report.study import compute_figure
 
-        return [*phases, compute_figure(load_results(run_dir / "eval"), out / "accuracy_vs_compute.png")]
+        # the study's results, not its eval phase's: they also hold the controllers whose episodes were copied
+        return [*phases, compute_figure(load_results(run_dir), out / "accuracy_vs_compute.png")]
     if kind == "iql":
         from esper.report.iql import iql_report
 
@@ -150,11 +151,12 @@ def load_rows(run_dir: Path, cls: type[R]) -> list[R]:
 
 
 def load_results(run_dir: Path) -> ComparisonResult:
+    """A comparison's results.json, or a study's (its comparison, the study's own results beside it left out)."""
     path = run_dir / ComparisonResult.FILE
     data = _json(path)
     if not isinstance(data, dict):
         raise LogFormatError(f"{path} is not a JSON object")
-    return ComparisonResult.from_dict(data, source=str(path))
+    return ComparisonResult.from_dict({k: v for k, v in data.items() if k != "study"}, source=str(path))
 
 
 def _json(path: Path) -> Any:

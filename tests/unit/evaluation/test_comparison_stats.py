@@ -283,6 +283,10 @@ def test_a_copy_holds_its_source_s_episodes_and_statistics_in_the_order_asked_fo
     assert copied.pairwise["ppo"]["ppo (init)"] == result.pairwise["ppo"]["heuristic"]
     assert copied.pairwise["ppo (init)"]["heuristic"]["mean_delta"] == 0.0
     assert copied.complete and copied.pairwise["static"]["ppo"] == result.pairwise["static"]["ppo"]
+    unfinished = ComparisonResult.from_episodes(list(CONTROLLERS), result.episodes, tie_threshold=0.5, seed=11,
+                                                planned=6, pending=["static:matched"])
+    again = unfinished.with_copies({"ppo (init)": "heuristic"}, ["static", "ppo (init)", "ppo", "heuristic"])
+    assert (again.planned, again.pending, again.episodes_done) == (6, ["static:matched"], 4) and not again.complete
 
 
 @pytest.mark.parametrize(("copies", "order"), [({"x": "nobody"}, ["static", "ppo", "heuristic", "x"]),

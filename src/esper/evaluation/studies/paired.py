@@ -29,7 +29,7 @@ from esper.simic.ppo.config import TrainingConfig
 from esper.storage.rundir import RunDirectory, holds_results, json_safe, recorded_config, write_json_atomic
 from esper.storage.rundirs import check_same_arguments, prepare_run_dir
 
-__all__ = ["STUDY_DIR", "WORKER_FIELDS", "measured_setting", "open_study", "phase_runner"]
+__all__ = ["STUDY_DIR", "WORKER_FIELDS", "measured_setting", "open_study", "phase_runner", "runs_already"]
 
 WORKER_FIELDS = ("workers", "executor", "ray_address")
 """The `WorkerOptions` fields (a TrainingConfig's `execution`, and the flags that set them) that choose where the work
@@ -101,6 +101,15 @@ def _study_relative(value: Any, root: Path) -> Any:
         return item
 
     return relative(json_safe(value))
+
+
+def runs_already(path: Path, spec: str, root: Path) -> bool:
+    """Whether the phase in `path` has finished episodes and runs `spec` (a study's phases record their specs
+    relative to the study directory `root`)."""
+    if not (path / "config.json").exists() or not holds_results(path):
+        return False
+    specs = recorded_config(path).get("specs")
+    return isinstance(specs, list) and _study_relative(spec, root) in specs
 
 
 def _phase_config(path: Path, phase: Phase, config: TrainingConfig, settings: dict[str, Any], root: Path,

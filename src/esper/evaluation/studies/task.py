@@ -26,7 +26,7 @@ from esper.evaluation.selection_record import (
     recorded_selection,
     write_selection_record,
 )
-from esper.evaluation.studies.paired import measured_setting, open_study, phase_runner
+from esper.evaluation.studies.paired import measured_setting, open_study, phase_runner, runs_already
 from esper.evaluation.studies.plan import StudyPlan
 from esper.evaluation.studies.result import StudyResult, StudyStatus
 from esper.evaluation.studies.steps import Study, StudyPhase
@@ -58,7 +58,7 @@ from esper.evaluation.tuning import RECORD_FILE as TUNED_RECORD_FILE
 from esper.execution.devices import resolve_devices
 from esper.leyline.errors import UserInputError
 from esper.leyline.seeding import SeedStream
-from esper.simic.ppo.controller import greedy_teacher
+from esper.simic.ppo.controller import decides_as_its_teacher
 from esper.storage.rundir import checkpoints_dir, write_text_atomic
 
 __all__ = ["TaskStudy", "study_dir"]
@@ -260,13 +260,20 @@ class TaskStudy(Study):
         self.comparison = comparison.with_copies(copies, labels) if copies else comparison
 
     def _inits_as_teacher(self, teacher: str | None) -> dict[str, str]:
-        """Each run's init whose greedy decisions are its teacher's in every state (`greedy_teacher`), as the
-        teacher's label: its paired episodes are the teacher's, copied rather than run a second time."""
+        """Each run's init that was trained with the evaluated teacher and decides as it in every state
+        (`decides_as_its_teacher`), as the teacher's label: its paired episodes are the teacher's, copied rather than
+        run a second time. An evaluation already under way that runs an init (recorded by an earlier esper) keeps
+        running it, so that its finished episodes are kept."""
         if teacher is None:
             return {}
         spec = self.config.ppo.teacher if self.choice is None else self.choice.spec
-        inits = [(RunLabels(r).init, checkpoints_dir(d) / "init.pt") for r, d in enumerate(self.train_dirs)]
-        return {label: teacher for label, path in inits if greedy_teacher(path) == spec}
+        copies = {}
+        for r, ((config, _), train_dir) in enumerate(zip(self.configs, self.train_dirs, strict=True)):
+            init = checkpoints_dir(train_dir) / "init.pt"
+            if (config.ppo.teacher == spec and not runs_already(self.path / "eval", f"ppo:{init}", self.path)
+                    and decides_as_its_teacher(init)):
+                copies[RunLabels(r).init] = teacher
+        return copies
 
     def report(self) -> StudyPhase:
         return StudyPhase("report", ("comparison", "selection cost", "teacher"), ("results",), 0, self._report)

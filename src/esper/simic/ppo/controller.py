@@ -26,7 +26,7 @@ from esper.simic.normalization import RunningMeanStd
 from esper.simic.ppo.agent import PPOAgent
 from esper.simic.ppo.buffer import PolicyStep
 from esper.simic.ppo.checkpoint import load_policy_state, read_policy_checkpoint, saved_config
-from esper.simic.ppo.teacher import UNSET, Teachers, teacher_rows
+from esper.simic.ppo.teacher import DETERMINISTIC_TEACHERS, UNSET, Teachers, teacher_rows
 from esper.storage.rundir import checkpoint_file
 from esper.tamiyo import (
     ControllerContext,
@@ -194,14 +194,17 @@ class PPOPolicy:
                    blueprints=config.blueprint_indices())
 
 
-def greedy_teacher(path: Path) -> str | None:
-    """The teacher spec of the policy at `path` when, evaluated greedily, it decides as that teacher in every state
-    (its residual is zero on every head and it may germinate every blueprint, as the teacher run on its own may):
-    its paired episodes are then the teacher's bit for bit and need not be run again. None otherwise."""
+def decides_as_its_teacher(path: Path) -> bool:
+    """Whether the policy at `path`, evaluated greedily, takes its teacher's decision in every state, so that its
+    paired episodes are that teacher's bit for bit and need not be run again: its residual is zero on every head (the
+    logits are the smoothed teacher's, whose mode is the teacher's choice), it may germinate every blueprint (its
+    teacher is then the teacher run on its own), and the teacher decides from the episode alone (heuristic, grow:
+    a behaviour policy samples from a stream of its own). Those teachers only ever choose legal actions of the
+    policy's heads, so no head falls back to a uniform prior."""
     policy = PPOPolicy.from_checkpoint(path)
-    if policy.blueprints is not None or not policy.agent.network.residual_is_zero():
-        return None
-    return policy.agent.config.teacher
+    kind = policy.agent.config.teacher.partition(":")[0]
+    return (kind in DETERMINISTIC_TEACHERS and policy.blueprints is None
+            and policy.agent.network.residual_is_zero())
 
 
 def _allows(action: FactoredAction, blueprints: frozenset[int] | None) -> bool:

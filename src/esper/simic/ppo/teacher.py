@@ -35,6 +35,7 @@ from esper.tamiyo import CONTROLLERS, ControllerContext, TamiyoDecision, TamiyoP
 from esper.tamiyo.heuristic_record import TUNED
 
 __all__ = [
+    "DETERMINISTIC_TEACHERS",
     "NO_TEACHER",
     "TEACHER_KINDS",
     "UNSET",
@@ -49,6 +50,9 @@ NO_TEACHER = "none"
 """The `teacher` of a policy learned from scratch."""
 TEACHER_KINDS = ("heuristic", "grow", "behavior")
 """Controllers that need no training and leave the host as it is: what a residual policy may start from."""
+DETERMINISTIC_TEACHERS = ("heuristic", "grow")
+"""Teacher kinds whose decisions follow from the episode alone (no random stream of their own; a behaviour policy
+samples): the same teacher decides the same way wherever it runs."""
 UNSET = -1
 """A teacher row's entry for a head the teacher has no choice on (the slot of a WAIT; blueprint and blend unless it
 germinated a blueprint of the policy's head)."""

@@ -154,6 +154,10 @@ def test_only_a_residual_network_with_every_head_still_zero_decides_as_its_teach
     with torch.no_grad():
         network.heads[head][-1].weight[0, 0] = 1e-6  # type: ignore[index]
     assert not network.residual_is_zero()
+    with torch.no_grad():
+        network.heads[head][-1].weight[0, 0] = 0.0  # type: ignore[index]
+        network.heads[head][-1].bias[-1] = -1e-6  # type: ignore[index]
+    assert not network.residual_is_zero()
 
 
 @pytest.mark.parametrize("epsilon", [0.0, 0.3, 0.9])
