@@ -190,6 +190,7 @@ def test_an_evaluation_under_way_that_runs_the_inits_keeps_running_them(tmp_path
     for r in range(2):
         at = specs.index(f"ppo:$STUDY_DIR/train/run-{r}/checkpoints/final.pt")
         specs.insert(at, specs[at].replace("final.pt", "init.pt"))
+    record["config"]["controllers"] = []  # where that esper recorded the study's extra --controller specs
     (phase / "config.json").write_text(json.dumps(record))
     rows = read_jsonl(phase / "episodes.jsonl")
     teacher = {row["episode"]: row for row in rows if row["controller"] == "heuristic"}
@@ -206,6 +207,7 @@ def test_an_evaluation_under_way_that_runs_the_inits_keeps_running_them(tmp_path
     assert main([*TWO_RUNS[:-4], "--seeds", "3", "--set", "n_episodes=4", "--run-dir", str(run)]) == 0
     out = capsys.readouterr().out
     assert f"Resuming {phase}: " in out and "Starting evaluation over" not in out
+    assert json.loads((phase / "config.json").read_text())["config"]["controllers"] == labels  # recorded from now on
     episodes = read_jsonl(phase / "episodes.jsonl")
     assert episodes[:len(old)] == old
     def played(controller: str) -> list[dict[str, Any]]:  # the new seed's episodes, wherever they ran
@@ -214,3 +216,16 @@ def test_an_evaluation_under_way_that_runs_the_inits_keeps_running_them(tmp_path
 
     assert len(played("ppo[0] (init)")) == 1 and played("ppo[0] (init)") == played("heuristic")
     assert json.loads((run / "results.json").read_text())["study"]["copies"] is None
+
+
+def test_a_study_rerun_with_another_run_starts_only_its_evaluation_over(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "study"
+    assert main([*STUDY, "--seeds", "1", "--run-dir", str(run)]) == 0
+    trained = read_jsonl(run / "train" / "run-0" / "episodes.jsonl")
+    capsys.readouterr()
+    assert main([*STUDY, "--seeds", "1", "--runs", "2", "--run-dir", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "Training run 0: finished" in out and f"Starting evaluation over in {run / 'eval'}" in out
+    assert read_jsonl(run / "train" / "run-0" / "episodes.jsonl") == trained  # run 0 not trained again
+    assert {"ppo[1] (final)", "replay[1]"} <= set(untimed_results(run)["controllers"])

@@ -120,11 +120,13 @@ def _phase_config(path: Path, phase: Phase, config: TrainingConfig, settings: di
     phase_config = _study_relative(
         {"controllers": phase.labels, "specs": phase.specs, "episodes": phase.seeds,
          "seed_stream": phase.plan.stream.value, "training": measured_setting(config),
-         **{k: v for k, v in settings.items() if k not in ("seeds", "selection_seeds", "runs")}}, root)
+         **{k: v for k, v in settings.items() if k not in ("seeds", "selection_seeds", "runs", "controllers")}}, root)
     if not (path / "config.json").exists() or not holds_results(path):
         return phase_config, False  # nothing finished to keep: it starts (over) in any case
     recorded = recorded_config(path)
     complete = _study_relative(_with_new_fields(path, recorded), root)
+    if complete.get("specs") == phase_config["specs"]:  # an earlier esper recorded the study's extra specs there
+        complete["controllers"] = phase_config["controllers"]
     compared = complete.get("controllers")
     if compared != phase_config["controllers"]:
         note(f"Starting {phase.name} over in {path}: it compared {compared}, the study now compares {phase.labels}")
