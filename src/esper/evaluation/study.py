@@ -228,15 +228,13 @@ def study_results(result: ComparisonResult, runs: int, *, chosen: dict[str, str]
                   training: Sequence[Cost], replay_sources: Sequence[Cost], teacher: str | None = None,
                   objective: StudyObjective | None = None, extra_costs: Mapping[str, Cost] | None = None,
                   teacher_cost: Cost = NO_COST, overrides: list[float | None] | None = None,
-                  off_teacher: Sequence[OffTeacherEffect | None] = (),
-                  copies: Mapping[str, str] | None = None) -> StudyResults:
+                  off_teacher: Sequence[OffTeacherEffect | None] = ()) -> StudyResults:
     """The regime (convergence, headroom), each run's final policy against the references (its `teacher`'s label
     among them), the aggregates over runs, every controller's gap to the static frontier at equal compute and
     parameters, the cost to obtain each (`extra_costs`: of references obtained outside selection, e.g. the tuned
     heuristic; `teacher_cost`: what choosing the policies' teacher cost), and the same per-run and aggregate tables on
     the `objective` the policies were trained on; `overrides`: each run's `teacher_overrides`; `off_teacher`: what
-    each run's exploration off its teacher returned in training (`off_teacher_effect`); `copies`: the controllers
-    whose episodes are another's (label → that one's label), copied rather than run."""
+    each run's exploration off its teacher returned in training (`off_teacher_effect`)."""
     labels = [RunLabels(r) for r in range(runs)]
     room = headroom(result)
     regime = {"convergence": convergence(result.episodes) if "static" in result.controllers else None,
@@ -258,8 +256,7 @@ def study_results(result: ComparisonResult, runs: int, *, chosen: dict[str, str]
         frontier={axis: frontier_gaps(result, axis) for axis in ("gflops", "params")},
         cost_to_obtain=costs, teacher=teacher, objective=trained_on, teacher_overrides=overrides,
         off_teacher=([None if e is None else e.to_dict() for e in off_teacher]
-                     if any(e is not None for e in off_teacher) else None),
-        copies=dict(copies) if copies else None)
+                     if any(e is not None for e in off_teacher) else None))
 
 
 def _objective_row(row: RunRow) -> dict[str, Any]:

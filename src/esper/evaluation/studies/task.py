@@ -5,6 +5,7 @@ controller on paired evaluation seeds, reported in results.json and summary.md."
 from __future__ import annotations
 
 import shlex
+from dataclasses import replace
 from pathlib import Path
 
 from esper.data.readers import SPLITS
@@ -283,7 +284,7 @@ class TaskStudy(Study):
         comparison, choice, config, cost = self.comparison, self.choice, self.config, self.selection_cost
         assert comparison is not None and self.episodes is not None
         twin = static_episode_cost(comparison)
-        self.results = results = study_results(
+        results = study_results(
             comparison, self.runs, chosen=self.chosen, selection=cost,
             training=[training_cost(d, twin, group_size=c.ppo.group_size, reward_family=c.reward.reward_family)
                       for (c, _), d in zip(self.configs, self.train_dirs, strict=True)],
@@ -293,9 +294,10 @@ class TaskStudy(Study):
                        else None),
             extra_costs=None if choice is None or choice.tuned_cost is None else {TUNED_HEURISTIC: choice.tuned_cost},
             teacher_cost=NO_COST if choice is None or cost is None else add_costs(cost, choice.cost),
-            overrides=teacher_overrides(self.path / "eval" / StepRow.FILE, self.runs), copies=self.copies,
+            overrides=teacher_overrides(self.path / "eval" / StepRow.FILE, self.runs),
             off_teacher=[off_teacher_effect(d, c.ppo.group_size)
                          for (c, _), d in zip(self.configs, self.train_dirs, strict=True)])
+        self.results = results = replace(results, copies=self.copies or None)
         episodes = self.episodes
         augmentation = data_record(episodes.task, episodes.episode.augment)["augmentation"]
         reward = episodes.describe_reward()
