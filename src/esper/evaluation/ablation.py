@@ -59,13 +59,15 @@ def read_arm(name: str, study_dir: Path) -> Arm:
         raise UserInputError(f"{path} not found: an ablation arm is a finished `esper study` directory") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise UserInputError(f"{path} cannot be read ({exc}): rerun the study to rewrite it") from None
-    study = data.get("study") if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        raise UserInputError(f"{path} holds no study's results: an ablation arm is an `esper study` directory")
+    result, extra = ComparisonResult.from_written(data, source=str(path))
+    study = extra.get("study")
     if not isinstance(study, dict) or "runs" not in study:
         raise UserInputError(f"{path} holds no study's results: an ablation arm is an `esper study` directory")
     objective, choice = study.get("objective"), study.get("teacher_choice")
-    comparison = {k: v for k, v in data.items() if k != "study"}
     specs = {**(study.get("chosen") or {}), **({choice["teacher"]: choice["spec"]} if choice else {})}
-    return Arm(name, ComparisonResult.from_dict(comparison, source=str(path)), int(study["runs"]), study.get("teacher"),
+    return Arm(name, result, int(study["runs"]), study.get("teacher"),
                None if objective is None else StudyObjective(objective["charge"], float(objective["cost"])),
                _training(path, study.get("training") or {}), specs)
 

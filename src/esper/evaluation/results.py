@@ -71,6 +71,8 @@ _ADDED_STATS = frozenset({"final_test_accuracy", "final_test_loss", "train_flops
 _ADDED_PAIR = frozenset({"metric", "val"})
 """Keys results.json gained with test scores; a file without them is read as validation-only."""
 _PROGRESS = frozenset({"complete", "episodes_done", "episodes_planned", "pending_controllers"})
+_SCHEMA = frozenset({"reference", "controllers", "tie_threshold", "seed", "per_controller", "pairwise", "matched",
+                     "episodes"})
 """Keys results.json gained to say whether the run is finished (derived, except the plan and what is pending)."""
 
 
@@ -202,6 +204,14 @@ class ComparisonResult:
         }
 
     @classmethod
+    def from_written(cls, data: Mapping[str, Any], *, source: str = FILE
+                     ) -> tuple[ComparisonResult, dict[str, Any]]:
+        """Read back `write()` output: the comparison, and the `extra` keys written beside it (a study's own
+        results)."""
+        extra = {k: v for k, v in data.items() if k not in _SCHEMA | _PROGRESS}
+        return cls.from_dict({k: v for k, v in data.items() if k not in extra}, source=source), extra
+
+    @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str = FILE) -> ComparisonResult:
         """Read back `to_dict()` output; a different schema is a LogFormatError naming `source` and the key.
 
@@ -211,8 +221,7 @@ class ComparisonResult:
         paired episodes it holds.
         """
         progress = _PROGRESS if _PROGRESS & set(data) else set()
-        _check_keys(data, {"reference", "controllers", "tie_threshold", "seed", "per_controller", "pairwise",
-                           "matched", "episodes", *progress}, source)
+        _check_keys(data, {*_SCHEMA, *progress}, source)
         if not isinstance(data["controllers"], list) or not isinstance(data["episodes"], list):
             raise LogFormatError(f"{source}: 'controllers' and 'episodes' must be lists")
         controllers = [str(c) for c in data["controllers"]]

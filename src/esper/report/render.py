@@ -156,7 +156,7 @@ def load_results(run_dir: Path) -> ComparisonResult:
     data = _json(path)
     if not isinstance(data, dict):
         raise LogFormatError(f"{path} is not a JSON object")
-    return ComparisonResult.from_dict({k: v for k, v in data.items() if k != "study"}, source=str(path))
+    return ComparisonResult.from_written(data, source=str(path))[0]
 
 
 def _json(path: Path) -> Any:

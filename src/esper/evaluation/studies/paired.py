@@ -106,10 +106,15 @@ def _study_relative(value: Any, root: Path) -> Any:
 def runs_already(path: Path, spec: str, root: Path) -> bool:
     """Whether the phase in `path` has finished episodes and runs `spec` (a study's phases record their specs
     relative to the study directory `root`)."""
-    if not (path / "config.json").exists() or not holds_results(path):
+    if not _holds_finished_work(path):
         return False
     specs = recorded_config(path).get("specs")
     return isinstance(specs, list) and _study_relative(spec, root) in specs
+
+
+def _holds_finished_work(path: Path) -> bool:
+    """Whether the phase directory `path` has a record of its setting and finished episodes."""
+    return (path / "config.json").exists() and holds_results(path)
 
 
 def _phase_config(path: Path, phase: Phase, config: TrainingConfig, settings: dict[str, Any], root: Path,
@@ -121,7 +126,7 @@ def _phase_config(path: Path, phase: Phase, config: TrainingConfig, settings: di
         {"controllers": phase.labels, "specs": phase.specs, "episodes": phase.seeds,
          "seed_stream": phase.plan.stream.value, "training": measured_setting(config),
          **{k: v for k, v in settings.items() if k not in ("seeds", "selection_seeds", "runs", "controllers")}}, root)
-    if not (path / "config.json").exists() or not holds_results(path):
+    if not _holds_finished_work(path):
         return phase_config, False  # nothing finished to keep: it starts (over) in any case
     recorded = recorded_config(path)
     complete = _study_relative(_with_new_fields(path, recorded), root)
