@@ -71,9 +71,10 @@ _ADDED_STATS = frozenset({"final_test_accuracy", "final_test_loss", "train_flops
 _ADDED_PAIR = frozenset({"metric", "val"})
 """Keys results.json gained with test scores; a file without them is read as validation-only."""
 _PROGRESS = frozenset({"complete", "episodes_done", "episodes_planned", "pending_controllers"})
+"""Keys results.json gained to say whether the run is finished (derived, except the plan and what is pending)."""
 _SCHEMA = frozenset({"reference", "controllers", "tie_threshold", "seed", "per_controller", "pairwise", "matched",
                      "episodes"})
-"""Keys results.json gained to say whether the run is finished (derived, except the plan and what is pending)."""
+"""The keys every results.json has; any other key beside them and `_PROGRESS` was written as `extra`."""
 
 
 @dataclass

@@ -182,6 +182,18 @@ def test_results_json_reads_back_into_the_same_typed_result(tested: tuple[str, .
     assert ComparisonResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result
 
 
+def test_a_results_json_with_keys_written_beside_it_reads_back_into_the_result_and_those_keys() -> None:
+    """A study writes its own results beside the comparison's; reading them back returns both, the comparison's keys
+    (its progress flags included) never among the extra ones."""
+    result = _result()
+    extra = {"study": {"runs": 2, "teacher": "heuristic"}}
+    data = json.loads(json.dumps({**result.to_dict(), **extra}))
+    assert ComparisonResult.from_written(data) == (result, extra)
+    assert ComparisonResult.from_written(result.to_dict()) == (result, {})
+    with pytest.raises(LogFormatError):
+        ComparisonResult.from_dict(data)
+
+
 def test_an_unfinished_comparison_says_so_in_every_file() -> None:
     """Four of ten paired episodes, heuristic not run yet: results.json, results.csv and the note say so, and the
     flags read back; the finished run says nothing."""
