@@ -1,9 +1,10 @@
 """Tamiyo: the controller layer (signal tracking, policy protocol, heuristic and its records, random, static, fixed
-and grow controllers).
+and grow controllers, and the one-epoch deviation of any of them).
 
 Pure Python on Leyline contracts; no torch.
 """
 
+from esper.tamiyo.deviate import DEVIATE, DeviatingPolicy, deviation_spec
 from esper.tamiyo.fixed import (
     FIXED,
     FixedModules,
@@ -49,6 +50,7 @@ from esper.tamiyo.tracker import SignalTracker
 __all__ = [
     "CONTROLLERS",
     "DEFAULT_BLUEPRINT_ROTATION",
+    "DEVIATE",
     "FIXED",
     "GROW",
     "MATCHED",
@@ -60,6 +62,7 @@ __all__ = [
     "ControllerEntry",
     "ControllerRegistry",
     "ControllerSpec",
+    "DeviatingPolicy",
     "FixedModules",
     "FixedPolicy",
     "GrowPolicy",
@@ -79,6 +82,7 @@ __all__ = [
     "TuningSummary",
     "check_decision",
     "check_trained_setting",
+    "deviation_spec",
     "fixed_spec",
     "fixed_variants",
     "heuristic_config",
