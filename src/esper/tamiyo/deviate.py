@@ -1,16 +1,16 @@
 """The `deviate:` controller: a controller that needs no training, overruled at exactly one epoch.
 
-`deviate:EPOCH:ACTION:TEACHER` decides as TEACHER at every epoch except EPOCH, where it takes ACTION (if ACTION is
-legal there and is not what TEACHER chose). Run beside its teacher on the same paired seeds, the return difference
-of the pair is Q(s, a) − Q(s, π_T(s)) on that seed: the exact value of overruling the teacher once, with no critic
-and no seed noise in it. Such a pair is how to measure whether a teacher leaves room for a learned policy to improve
-on it, before spending a training budget on finding out.
+`deviate:EPOCH:ACTION:TEACHER` decides as TEACHER at every epoch except EPOCH, where it takes ACTION (if ACTION is legal
+there and is not what TEACHER chose). Controllers decide after each epoch but the last, so EPOCH runs from 1. Run beside
+its teacher on the same paired seeds, the return difference of the pair is Q(s, a) − Q(s, π_T(s)) on that seed: the
+exact value of overruling the teacher once, with no critic and no seed noise in it. Such a pair is how to measure
+whether a teacher leaves room for a learned policy to improve on it, before spending a training budget on finding out.
 
 A module the deviation germinates is fossilized at the first epoch the lifecycle allows (as `grow:` does), so a
 germination is measured as a finished module rather than as a seed that a teacher which never planned it leaves to
 be culled at the end of its probation.
 
-ACTION is `wait`, `germinate=BLUEPRINT@SLOT` (the teacher-independent default blend of `grow:`) or
+ACTION is `wait`, `germinate=BLUEPRINT@SLOT` (in the blend `grow:` uses) or
 `germinate=BLUEPRINT@SLOT/BLEND`, `fossilize=SLOT` or `cull=SLOT`.
 """
 
@@ -111,9 +111,10 @@ def _deviate(argument: str | None, context: ControllerContext) -> DeviatingPolic
         epoch = int(epoch_text)
     except ValueError:
         raise UserInputError(f"'{DEVIATE}:{argument}': EPOCH '{epoch_text}' is not a whole number of epochs") from None
-    if epoch < 0 or (context.max_epochs is not None and epoch >= context.max_epochs):
-        bound = "" if context.max_epochs is None else f" below the episode's {context.max_epochs}"
-        raise UserInputError(f"'{DEVIATE}:{argument}': EPOCH {epoch} must be 0 or more{bound}")
+    if epoch < 1 or (context.max_epochs is not None and epoch >= context.max_epochs):
+        bound = "" if context.max_epochs is None else f" to {context.max_epochs - 1} (the episode's last decision)"
+        raise UserInputError(f"'{DEVIATE}:{argument}': EPOCH {epoch} is no decision's epoch: controllers decide after "
+                             f"each epoch but the last, so give an epoch from 1{bound}")
     command = parse_action(action, context)
     if teacher_spec.split(":", 1)[0] == DEVIATE:
         raise UserInputError(f"'{DEVIATE}:{argument}': its teacher is itself a deviation; overrule a controller at "
