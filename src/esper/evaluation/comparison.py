@@ -21,7 +21,7 @@ from esper.evaluation.resume import ResumePoint
 from esper.leyline import TelemetrySink
 from esper.leyline.errors import UserInputError, did_you_mean
 from esper.storage.rundir import RunDirectory
-from esper.tamiyo import MATCHED, MAX_HOST_WIDTH, ControllerSpec
+from esper.tamiyo import DEVIATE, MATCHED, MAX_HOST_WIDTH, ControllerSpec
 
 __all__ = ["ComparisonResult", "check_controllers", "comparison_phases", "controller_labels", "host_params",
            "largest_grown", "match_target", "matched_width", "parse_controllers", "run_comparison"]
@@ -39,19 +39,27 @@ def parse_controllers(texts: Sequence[str]) -> list[ControllerSpec]:
 def controller_labels(specs: Sequence[ControllerSpec]) -> list[str]:
     """How tables, files, plots and TensorBoard name each controller: the spec as written, except that a file or
     directory argument is shortened to its name (`ppo:runs/x/checkpoints/final.pt` is `ppo:final`, `ppo:runs/x` is
-    `ppo:x`), so no label carries a path; repeated names get `#2`, `#3`."""
+    `ppo:x`), so no label carries a path; a deviation keeps its epoch and action and shortens its teacher's; repeated
+    names get `#2`, `#3`."""
     labels: list[str] = []
     for spec in specs:
-        label = spec.label
-        if spec.argument is not None and ("/" in spec.argument or "\\" in spec.argument
-                                          or spec.argument.endswith(".pt")):
-            path = PurePath(spec.argument)
-            label = f"{spec.name}:{path.stem if path.suffix == '.pt' else path.name}"
+        label = _label(spec)
         base, n = label, 2
         while label in labels:
             label, n = f"{base}#{n}", n + 1
         labels.append(label)
     return labels
+
+
+def _label(spec: ControllerSpec) -> str:
+    if spec.name == DEVIATE and spec.argument is not None and spec.argument.count(":") >= 2:
+        epoch, action, teacher = spec.argument.split(":", 2)
+        name, sep, argument = teacher.partition(":")
+        return f"{spec.name}:{epoch}:{action}:{_label(ControllerSpec(name, argument if sep else None))}"
+    if spec.argument is not None and ("/" in spec.argument or "\\" in spec.argument or spec.argument.endswith(".pt")):
+        path = PurePath(spec.argument)
+        return f"{spec.name}:{path.stem if path.suffix == '.pt' else path.name}"
+    return spec.label
 
 
 def comparison_phases(specs: Sequence[ControllerSpec], labels: Sequence[str]) -> list[list[str]]:

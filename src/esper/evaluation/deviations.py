@@ -47,10 +47,12 @@ class DeviationRow:
 
 @dataclass(frozen=True)
 class DeviationRun:
-    """A finished `esper compare` of deviations: its comparison and the objective it is scored on (the run's charge
-    and λ: the one given, else the task's measured one)."""
+    """A finished `esper compare` of deviations: its comparison, the spec behind each of its labels (a label
+    shortens a path), and the objective it is scored on (the run's charge and λ: the one given, else the task's
+    measured one)."""
 
     result: ComparisonResult
+    specs: dict[str, str]
     charge: str
     cost: float
 
@@ -64,10 +66,11 @@ def read_deviation_run(run_dir: Path) -> DeviationRun:
         charge = config["charge"]
         given = config["compute_cost"] if charge == "compute" else config["param_cost"]
         task, cap = config["task"], config["max_train_samples"]
+        specs = dict(zip(config["controllers"], config["specs"], strict=True))
     except FileNotFoundError as exc:
         raise UserInputError(f"{exc.filename} not found: deviations are read from a finished `esper compare` "
                              f"run directory") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         raise UserInputError(f"{run_dir} is not an `esper compare` run directory that can be read ({exc!r}): rerun "
                              f"the comparison") from None
     if not isinstance(data, dict):
@@ -78,39 +81,41 @@ def read_deviation_run(run_dir: Path) -> DeviationRun:
         raise UserInputError(f"{run_dir} charged no λ (none given, none measured for {task} at this sample cap): "
                              f"rerun the comparison with {flag}")
     result, _ = ComparisonResult.from_written(data, source=str(run_dir / ComparisonResult.FILE))
-    return DeviationRun(result, charge, float(cost))
+    return DeviationRun(result, specs, charge, float(cost))
 
 
-def _parts(label: str) -> tuple[int, str, str]:
-    _, epoch, action, teacher = label.split(":", 3)
+def _parts(spec: str) -> tuple[int, str, str]:
+    _, epoch, action, teacher = spec.split(":", 3)
     return int(epoch), action, teacher
 
 
-def deviation_rows(result: ComparisonResult, charge: str, cost: float) -> tuple[str, list[DeviationRow]]:
-    """The teacher every `deviate:` controller of `result` overrules, and each deviation against it on the objective
-    (test accuracy above the paired static host minus λ = `cost` per 100 % more of `charge`) and on raw test
-    accuracy, per paired seed. A comparison without deviations, without their teacher or the static host, or whose
-    deviations overrule different teachers, is refused naming the fix."""
-    labels = [c for c in result.controllers if c.startswith(f"{DEVIATE}:")]
+def deviation_rows(run: DeviationRun) -> tuple[str, list[DeviationRow]]:
+    """The teacher every `deviate:` controller of the run overrules, and each deviation against it on the objective
+    (test accuracy above the paired static host minus λ per 100 % more of the charge) and on raw test accuracy, per
+    paired seed. A comparison without deviations, without their teacher or the static host, or whose deviations
+    overrule different teachers, is refused naming the fix."""
+    result = run.result
+    spec_of = {label: run.specs.get(label, label) for label in result.controllers}
+    labels = [c for c in result.controllers if spec_of[c].startswith(f"{DEVIATE}:")]
     if not labels:
         raise UserInputError("this comparison ran no deviate:EPOCH:ACTION:TEACHER controller: run `esper compare "
                              "--controllers static TEACHER deviate:EPOCH:ACTION:TEACHER ...`")
-    teachers = sorted({_parts(label)[2] for label in labels})
+    teachers = sorted({_parts(spec_of[label])[2] for label in labels})
     if len(teachers) != 1:
         raise UserInputError(f"the deviations overrule {len(teachers)} teachers ({', '.join(teachers)}): compare "
                              f"the deviations of one teacher per run")
-    teacher = teachers[0]
+    teacher = next((c for c in result.controllers if spec_of[c] == teachers[0]), teachers[0])
     missing = [c for c in (STATIC, teacher) if c not in result.controllers]
     if missing:
         raise UserInputError(f"the deviations are measured against their teacher and the static host, and this "
                              f"comparison did not run {' or '.join(missing)}: add them to --controllers")
-    gaps = charged_gaps(result, charge, cost)
+    gaps = charged_gaps(result, run.charge, run.cost)
     tests = {c: [e.final_test_accuracy for e in sorted((e for e in result.episodes if e.controller == c),
                                                        key=lambda e: e.episode)] for c in (teacher, *labels)}
     reference = [0.0] * len(tests[teacher]) if teacher == STATIC else gaps[teacher]["per_seed"]
     rows = []
     for label in labels:
-        epoch, action, _ = _parts(label)
+        epoch, action, _ = _parts(spec_of[label])
         objective = [d - t for d, t in zip(gaps[label]["per_seed"], reference, strict=True)]
         raw = [_difference(d, t) for d, t in zip(tests[label], tests[teacher], strict=True)]
         rows.append(DeviationRow(label, epoch, action, objective, raw))
@@ -140,7 +145,7 @@ def deviation_markdown(run: DeviationRun) -> str:
     """One table, best deviation first: the epoch it overrules, the action it takes, its objective Δ against the
     teacher (seeds better / worse, mean with its 95 % t-interval over the seeds) and its raw test accuracy Δ; then
     how many intervals lie above 0 against how many would by chance, and the per-seed best."""
-    teacher, rows = deviation_rows(run.result, run.charge, run.cost)
+    teacher, rows = deviation_rows(run)
     tie = run.result.tie_threshold
     what = "training compute" if run.charge == "compute" else "parameters"
     n = len(rows[0].objective)

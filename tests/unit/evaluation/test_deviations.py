@@ -37,6 +37,10 @@ def _episode(controller: str, episode: int, test: float, gflops: float) -> Episo
                          train_flops=int(gflops * 1e9))
 
 
+def _run(result: ComparisonResult, cost: float, specs: dict[str, str] | None = None) -> DeviationRun:
+    return DeviationRun(result, specs or {}, "compute", cost)
+
+
 def _result(controllers: list[str]) -> ComparisonResult:
     rows = {"static": [(70.0, 1.0), (71.0, 1.0), (72.0, 1.0)],
             TEACHER: [(72.0, 1.5), (73.0, 1.5), (74.0, 1.5)],
@@ -47,7 +51,7 @@ def _result(controllers: list[str]) -> ComparisonResult:
 
 
 def test_each_deviation_is_its_objective_minus_its_teachers_on_the_same_seed_best_first() -> None:
-    teacher, rows = deviation_rows(_result(["static", TEACHER, WAIT, LATE]), "compute", 2.0)
+    teacher, rows = deviation_rows(_run(_result(["static", TEACHER, WAIT, LATE]), 2.0))
     assert teacher == TEACHER
     assert [r.label for r in rows] == [LATE, WAIT]
     late = rows[0]
@@ -65,8 +69,9 @@ def test_the_static_host_may_be_the_teacher() -> None:
     result = _result(["static", TEACHER])
     episodes = [*result.episodes, *(EpisodeResult(**{**e.to_dict(), "controller": grow})
                                     for e in result.episodes if e.controller == TEACHER)]
-    teacher, rows = deviation_rows(ComparisonResult(["static", grow], [e for e in episodes if e.controller != TEACHER],
-                                                    tie_threshold=0.05, seed=7), "compute", 0.0)
+    teacher, rows = deviation_rows(_run(ComparisonResult(["static", grow], [e for e in episodes
+                                                                            if e.controller != TEACHER],
+                                                         tie_threshold=0.05, seed=7), 0.0))
     assert teacher == "static" and rows[0].objective == pytest.approx([2.0, 2.0, 2.0])
 
 
@@ -78,7 +83,22 @@ def test_the_static_host_may_be_the_teacher() -> None:
 def test_a_comparison_without_deviations_their_teacher_or_the_static_host_is_refused(
         controllers: list[str], message: str) -> None:
     with pytest.raises(UserInputError, match=message):
-        deviation_rows(_result(controllers), "compute", 1.0)
+        deviation_rows(_run(_result(controllers), 1.0))
+
+
+def test_a_deviation_is_read_from_its_spec_where_its_label_shortens_a_path() -> None:
+    record = "runs/tuned/heuristic.json"
+    teacher, deviation = f"heuristic:{record}", f"deviate:5:germinate=norm@mid/linear:heuristic:{record}"
+    result = _result(["static", TEACHER, LATE])
+    labels = {TEACHER: "heuristic:heuristic.json", LATE: "deviate:5:germinate=norm@mid/linear:heuristic:heuristic.json"}
+    renamed = ComparisonResult(["static", *labels.values()],
+                               [EpisodeResult(**{**e.to_dict(), "controller": labels.get(e.controller, e.controller)})
+                                for e in result.episodes], tie_threshold=0.05, seed=7)
+    specs = {labels[TEACHER]: teacher, labels[LATE]: deviation}
+    name, rows = deviation_rows(_run(renamed, 2.0, specs))
+    assert name == labels[TEACHER]
+    assert (rows[0].label, rows[0].epoch, rows[0].action) == (labels[LATE], 5, "germinate=norm@mid/linear")
+    assert rows[0].objective == pytest.approx([0.0, -0.5, 1.0])
 
 
 def test_deviations_of_two_teachers_are_refused() -> None:
@@ -88,11 +108,11 @@ def test_deviations_of_two_teachers_are_refused() -> None:
     result.episodes.extend(EpisodeResult(**{**e.to_dict(), "controller": other})
                            for e in list(result.episodes) if e.controller == TEACHER)
     with pytest.raises(UserInputError, match="overrule 2 teachers"):
-        deviation_rows(result, "compute", 1.0)
+        deviation_rows(_run(result, 1.0))
 
 
 def test_the_table_counts_the_intervals_above_zero_and_gives_the_per_seed_best() -> None:
-    table = deviation_markdown(DeviationRun(_result(["static", TEACHER, WAIT, LATE]), "compute", 2.0))
+    table = deviation_markdown(_run(_result(["static", TEACHER, WAIT, LATE]), 2.0))
     low, high = t_interval([0.0, -0.5, 1.0])
     assert f"| 5 | germinate=norm@mid | 1 / 1 of 3 | +0.17 [{low:+.2f}, {high:+.2f}] |" in table
     assert "| 1 | wait | 0 / 0 of 3 | +0.00 [+0.00, +0.00] | +0.00 [+0.00, +0.00] |" in table
@@ -107,7 +127,9 @@ def _write_run(path: Path, config: dict[str, object]) -> None:
     made = _result(["static", TEACHER, LATE])
     result = ComparisonResult.from_episodes(made.controllers, made.episodes, tie_threshold=0.05, seed=7)
     (path / ComparisonResult.FILE).write_text(json.dumps(result.to_dict()), encoding="utf-8")
-    (path / "config.json").write_text(json.dumps({"config": config}), encoding="utf-8")
+    (path / "config.json").write_text(json.dumps({"config": {"controllers": result.controllers,
+                                                              "specs": result.controllers, **config}}),
+                                      encoding="utf-8")
 
 
 def test_a_run_is_read_with_its_charge_and_its_given_or_measured_cost(tmp_path: Path) -> None:

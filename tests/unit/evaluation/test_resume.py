@@ -12,6 +12,7 @@ from esper.env import EpisodeResult
 from esper.evaluation.comparison import comparison_phases, controller_labels, parse_controllers
 from esper.evaluation.resume import resume_point
 from esper.storage.rundir import RunDirectory, RunDirectoryError, read_jsonl
+from esper.tamiyo import ControllerSpec
 
 
 def _row(controller: str, episode: int) -> EpisodeResult:
@@ -84,6 +85,14 @@ def test_controller_labels_drop_paths_and_stay_distinct() -> None:
     labels = controller_labels(specs)
     assert labels == ["static", "ppo:final", "ppo:final#2", "ppo:c", "static:matched"]
     assert comparison_phases(specs, labels) == [labels[:4], ["static:matched"]]
+
+
+def test_a_deviation_label_keeps_its_epoch_and_action_and_shortens_only_its_teachers_path(tmp_path: Path) -> None:
+    record = tmp_path / "tuned.json"
+    specs = [ControllerSpec("deviate", "1:germinate=norm@late/linear:grow:norm@late"),
+             ControllerSpec("deviate", f"3:wait:heuristic:{record}")]
+    assert controller_labels(specs) == ["deviate:1:germinate=norm@late/linear:grow:norm@late",
+                                        "deviate:3:wait:heuristic:tuned.json"]
 
 
 @pytest.mark.parametrize("spec", ["static:1.5", "heuristic", "random"])
