@@ -36,7 +36,7 @@ def test_a_deviation_runs_beside_its_teacher_and_the_report_scores_it_against_th
     table = (run / "report" / "deviations.md").read_text(encoding="utf-8")
     assert table in capsys.readouterr().out
     assert f"One-epoch deviations from {TEACHER} on 2 paired seeds" in table and "λ = 1.500" in table
-    assert "| 2 | germinate=conv_light@mid |" in table
+    assert "| 2 | germinate=conv_light@mid | 2 of 2 |" in table
     results = json.loads((run / "results.json").read_text())
     assert results["controllers"] == ["static", TEACHER, DEVIATION]
 

@@ -39,8 +39,8 @@ def parse_controllers(texts: Sequence[str]) -> list[ControllerSpec]:
 def controller_labels(specs: Sequence[ControllerSpec]) -> list[str]:
     """How tables, files, plots and TensorBoard name each controller: the spec as written, except that a file or
     directory argument is shortened to its name (`ppo:runs/x/checkpoints/final.pt` is `ppo:final`, `ppo:runs/x` is
-    `ppo:x`), so no label carries a path; a deviation keeps its epoch and action and shortens its teacher's; repeated
-    names get `#2`, `#3`."""
+    `ppo:x`), so no label carries a path (a deviation's `/` names a blend: it is kept); repeated names get `#2`,
+    `#3`."""
     labels: list[str] = []
     for spec in specs:
         label = _label(spec)
@@ -52,10 +52,8 @@ def controller_labels(specs: Sequence[ControllerSpec]) -> list[str]:
 
 
 def _label(spec: ControllerSpec) -> str:
-    if spec.name == DEVIATE and spec.argument is not None and spec.argument.count(":") >= 2:
-        epoch, action, teacher = spec.argument.split(":", 2)
-        name, sep, argument = teacher.partition(":")
-        return f"{spec.name}:{epoch}:{action}:{_label(ControllerSpec(name, argument if sep else None))}"
+    if spec.name == DEVIATE:  # its `/` separates a blend, not a path (its teacher, grow: or static, has none)
+        return spec.label
     if spec.argument is not None and ("/" in spec.argument or "\\" in spec.argument or spec.argument.endswith(".pt")):
         path = PurePath(spec.argument)
         return f"{spec.name}:{path.stem if path.suffix == '.pt' else path.name}"

@@ -24,7 +24,9 @@ from esper.evaluation.objective import STATIC, charged_gaps
 from esper.evaluation.results import ComparisonResult
 from esper.evaluation.stats import t_interval
 from esper.leyline.errors import UserInputError
+from esper.storage.rundir import read_jsonl
 from esper.tamiyo import DEVIATE
+from esper.tamiyo.deviate import DEVIATION_REASON
 
 __all__ = ["DeviationRow", "DeviationRun", "deviation_markdown", "deviation_rows", "per_seed_best",
            "read_deviation_run"]
@@ -39,6 +41,7 @@ class DeviationRow:
     action: str
     objective: list[float]
     raw: list[float]
+    took_place: int  # seeds on which the action was legal and not the teacher's own: elsewhere Δ is exactly 0
 
     def counts(self, tie: float) -> tuple[int, int]:
         """Seeds on which the deviation is better, and worse, than the teacher (|Δ| < `tie` is neither)."""
@@ -47,19 +50,21 @@ class DeviationRow:
 
 @dataclass(frozen=True)
 class DeviationRun:
-    """A finished `esper compare` of deviations: its comparison, the spec behind each of its labels (a label
-    shortens a path), and the objective it is scored on (the run's charge and λ: the one given, else the task's
-    measured one)."""
+    """An `esper compare` of deviations: its comparison, the spec behind each of its labels (a label shortens a
+    path), the objective it is scored on (the run's charge and λ: the one given, else the task's measured one), and
+    the paired episodes in which each deviation took place."""
 
     result: ComparisonResult
     specs: dict[str, str]
     charge: str
     cost: float
+    took_place: dict[str, set[int]]
 
 
 def read_deviation_run(run_dir: Path) -> DeviationRun:
-    """The comparison in `run_dir` with its charge and λ from its config.json; a run that is not a finished
-    comparison, or whose λ is neither given nor measured for its task, is refused naming the fix."""
+    """The comparison in `run_dir` with its charge and λ from its config.json and where each deviation took place
+    from its steps.jsonl; a run that is not a comparison, or whose λ is neither given nor measured for its task, is
+    refused naming the fix. An unfinished comparison is read as far as it ran (the table says so)."""
     try:
         data = json.loads((run_dir / ComparisonResult.FILE).read_text(encoding="utf-8"))
         config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))["config"]
@@ -67,6 +72,10 @@ def read_deviation_run(run_dir: Path) -> DeviationRun:
         given = config["compute_cost"] if charge == "compute" else config["param_cost"]
         task, cap = config["task"], config["max_train_samples"]
         specs = dict(zip(config["controllers"], config["specs"], strict=True))
+        took_place: dict[str, set[int]] = {}
+        for step in read_jsonl(run_dir / "steps.jsonl"):
+            if str(step["reason"]).startswith(DEVIATION_REASON):
+                took_place.setdefault(step["controller"], set()).add(int(step["episode"]))
     except FileNotFoundError as exc:
         raise UserInputError(f"{exc.filename} not found: deviations are read from a finished `esper compare` "
                              f"run directory") from None
@@ -81,7 +90,7 @@ def read_deviation_run(run_dir: Path) -> DeviationRun:
         raise UserInputError(f"{run_dir} charged no λ (none given, none measured for {task} at this sample cap): "
                              f"rerun the comparison with {flag}")
     result, _ = ComparisonResult.from_written(data, source=str(run_dir / ComparisonResult.FILE))
-    return DeviationRun(result, specs, charge, float(cost))
+    return DeviationRun(result, specs, charge, float(cost), took_place)
 
 
 def _parts(spec: str) -> tuple[int, str, str]:
@@ -108,24 +117,24 @@ def deviation_rows(run: DeviationRun) -> tuple[str, list[DeviationRow]]:
     missing = [c for c in (STATIC, teacher) if c not in result.controllers]
     if missing:
         raise UserInputError(f"the deviations are measured against their teacher and the static host, and this "
-                             f"comparison did not run {' or '.join(missing)}: add them to --controllers")
+                             f"comparison did not run {' or '.join(missing)}: add them to --controllers, each "
+                             f"written as the deviations write it")
     gaps = charged_gaps(result, run.charge, run.cost)
-    tests = {c: [e.final_test_accuracy for e in sorted((e for e in result.episodes if e.controller == c),
-                                                       key=lambda e: e.episode)] for c in (teacher, *labels)}
+    unscored = [c for c in (teacher, *labels) if c != STATIC and c not in gaps]
+    if unscored:
+        raise UserInputError(f"{', '.join(unscored)} have episodes without a test score (or the static host has): "
+                             f"deviations are scored on the test split, so rerun the comparison to its end")
+    tests = {c: [float(e.final_test_accuracy or 0.0) for e in sorted((e for e in result.episodes if e.controller == c),
+                                                                     key=lambda e: e.episode)]
+             for c in (teacher, *labels)}  # every one scored (checked above)
     reference = [0.0] * len(tests[teacher]) if teacher == STATIC else gaps[teacher]["per_seed"]
     rows = []
     for label in labels:
         epoch, action, _ = _parts(spec_of[label])
         objective = [d - t for d, t in zip(gaps[label]["per_seed"], reference, strict=True)]
-        raw = [_difference(d, t) for d, t in zip(tests[label], tests[teacher], strict=True)]
-        rows.append(DeviationRow(label, epoch, action, objective, raw))
+        raw = [d - t for d, t in zip(tests[label], tests[teacher], strict=True)]
+        rows.append(DeviationRow(label, epoch, action, objective, raw, len(run.took_place.get(label, ()))))
     return teacher, sorted(rows, key=lambda r: -statistics.fmean(r.objective))
-
-
-def _difference(a: float | None, b: float | None) -> float:
-    if a is None or b is None:
-        raise UserInputError("an episode of this comparison has no test score: rerun it without stopping it early")
-    return a - b
 
 
 def per_seed_best(rows: Sequence[DeviationRow]) -> list[float]:
@@ -149,20 +158,25 @@ def deviation_markdown(run: DeviationRun) -> str:
     tie = run.result.tie_threshold
     what = "training compute" if run.charge == "compute" else "parameters"
     n = len(rows[0].objective)
-    lines = [f"One-epoch deviations from {teacher} on {n} paired seeds (base seed {run.result.seed}): the objective "
+    note = run.result.incomplete_note()
+    lines = [*([f"**{note}**", ""] if note else []),
+             f"One-epoch deviations from {teacher} on {n} paired seeds (base seed {run.result.seed}): the objective "
              f"is test accuracy above the paired static host minus λ = {run.cost:.3f} pp per 100 % more {what}; Δ is "
              f"the deviation's minus the teacher's on the same seed (pp, mean [95 % t-interval]); better / worse count "
-             f"seeds with |Δ| ≥ {tie:.3f} pp.", "",
-             "| epoch | action | objective Δ: better / worse | mean [95 %] | test acc Δ: mean [95 %] |",
-             "|---|---|---|---|---|"]
+             f"seeds with |Δ| ≥ {tie:.3f} pp; took place: seeds on which the action was legal and not the teacher's "
+             f"own (elsewhere the episode is the teacher's, Δ exactly 0).", "",
+             "| epoch | action | took place | objective Δ: better / worse | mean [95 %] | test acc Δ: mean [95 %] |",
+             "|---|---|---|---|---|---|"]
     for row in rows:
         better, worse = row.counts(tie)
-        lines.append(f"| {row.epoch} | {row.action} | {better} / {worse} of {n} | {_interval(row.objective)} | "
-                     f"{_interval(row.raw)} |")
-    above = sum(n > 1 and t_interval(r.objective)[0] > 0 for r in rows)
-    below = sum(n > 1 and t_interval(r.objective)[1] < 0 for r in rows)
-    lines += ["", f"Deviations whose interval is above 0: {above} of {len(rows)} (below 0: {below}); with no "
-              f"deviation better on average, about {0.025 * len(rows):.1f} would be above 0 by chance.",
+        lines.append(f"| {row.epoch} | {row.action} | {row.took_place} of {n} | {better} / {worse} of {n} | "
+                     f"{_interval(row.objective)} | {_interval(row.raw)} |")
+    measured = [r for r in rows if r.took_place]
+    above = sum(n > 1 and t_interval(r.objective)[0] > 0 for r in measured)
+    below = sum(n > 1 and t_interval(r.objective)[1] < 0 for r in measured)
+    lines += ["", f"Deviations whose interval is above 0: {above} of the {len(measured)} that took place (below 0: "
+              f"{below}); with no deviation better on average, about {0.025 * len(measured):.1f} would be above 0 by "
+              f"chance.",
               f"Per-seed best of the teacher and its deviations, over the teacher: {_interval(per_seed_best(rows))} "
               f"pp on the objective (an upper bound on choosing among these deviations per seed, inflated by noise)."]
     return "\n".join(lines) + "\n"

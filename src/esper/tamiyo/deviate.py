@@ -11,29 +11,46 @@ germination is measured as a finished module rather than as a seed that a teache
 be culled at the end of its probation.
 
 ACTION is `wait`, `germinate=BLUEPRINT@SLOT` (in the blend `grow:` uses) or
-`germinate=BLUEPRINT@SLOT/BLEND`, `fossilize=SLOT` or `cull=SLOT`.
+`germinate=BLUEPRINT@SLOT/BLEND`, `fossilize=SLOT` or `cull=SLOT`. TEACHER is a `grow:` rule or `static`: a
+controller that decides from the observation alone. One with a memory of its own decisions (the heuristic's
+embargoes and rotation) would remember, after the overruled epoch, a decision that was never carried out, and one
+with a random stream would draw another stream than its own episode's; either way the pair would measure more than
+one overruled decision.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from esper.leyline import BLEND_IDS, EnvObservation, LifecycleCommand, LifecycleOp
-from esper.leyline.errors import UserInputError
-from esper.tamiyo.fixed import host_variant, parse_fixed_modules
-from esper.tamiyo.grow import GROW_BLEND
+from esper.leyline.errors import UserInputError, did_you_mean
+from esper.tamiyo.grow import GROW, GROW_BLEND
+from esper.tamiyo.policy import StaticPolicy
 from esper.tamiyo.protocol import TamiyoDecision, TamiyoPolicy
 from esper.tamiyo.registry import CONTROLLERS, ControllerContext, register_controller
 
 __all__ = ["DEVIATE", "DeviatingPolicy", "deviation_spec", "parse_action"]
 
 DEVIATE = "deviate"
+DEVIATION_REASON = "Deviate from"
+"""How a deviation's decision at its epoch begins its reason, so a run's steps say where it took place."""
 _USAGE = ("deviate:EPOCH:ACTION:TEACHER, ACTION one of wait, germinate=BLUEPRINT@SLOT[/BLEND], fossilize=SLOT, "
           "cull=SLOT (e.g. deviate:5:germinate=conv_light@mid:grow:conv_light@late)")
 _SLOT_OPS = {"fossilize": LifecycleOp.FOSSILIZE, "cull": LifecycleOp.CULL}
+_TEACHERS = (StaticPolicy.name, GROW)
+"""Controllers that decide from the observation alone: the teachers a deviation can overrule exactly once."""
 
 
 def deviation_spec(epoch: int, action: str, teacher: str) -> str:
     """The controller text of `teacher` overruled by `action` at `epoch`."""
     return f"{DEVIATE}:{epoch}:{action}:{teacher}"
+
+
+def _slot(text: str, slot: str, context: ControllerContext) -> str:
+    if slot not in context.slots:
+        raise UserInputError(f"'{DEVIATE}' action '{text}': slot '{slot}' is not enabled in this run; choose one of "
+                             f"{', '.join(context.slots)}")
+    return slot
 
 
 def parse_action(text: str, context: ControllerContext) -> LifecycleCommand:
@@ -42,37 +59,39 @@ def parse_action(text: str, context: ControllerContext) -> LifecycleCommand:
     if op == "wait" and not sep:
         return LifecycleCommand(LifecycleOp.WAIT)
     if op == "germinate" and target:
-        module, _, blend = target.partition("/")
-        ((slot, blueprint),) = parse_fixed_modules(module, context.space, context.slots, kind=f"{DEVIATE} germinate")
-        blend = blend or GROW_BLEND
-        if blend not in BLEND_IDS:
+        module, has_blend, blend = target.partition("/")
+        blueprint, at, slot = module.partition("@")
+        if not blueprint or not at or not slot or "," in module or (has_blend and not blend):
+            raise UserInputError(f"'{DEVIATE}' action '{text}': germinate one module, "
+                                 f"germinate=BLUEPRINT@SLOT[/BLEND] (e.g. germinate=conv_light@mid/linear)")
+        if blueprint not in context.space.buildable:
+            raise UserInputError(f"'{DEVIATE}' action '{text}': unknown blueprint '{blueprint}'"
+                                 f"{did_you_mean(blueprint, context.space.buildable)} for topology "
+                                 f"'{context.topology}'; choose one of {', '.join(context.space.buildable)}")
+        if (blend or GROW_BLEND) not in BLEND_IDS:
             raise UserInputError(f"'{DEVIATE}' action '{text}': unknown blend '{blend}'; choose one of "
                                  f"{', '.join(BLEND_IDS)}")
-        return LifecycleCommand(LifecycleOp.GERMINATE, slot, blueprint, blend)
+        return LifecycleCommand(LifecycleOp.GERMINATE, _slot(text, slot, context), blueprint, blend or GROW_BLEND)
     if op in _SLOT_OPS and target:
-        if target not in context.slots:
-            raise UserInputError(f"'{DEVIATE}' action '{text}': slot '{target}' is not enabled in this run; choose "
-                                 f"one of {', '.join(context.slots)}")
-        return LifecycleCommand(_SLOT_OPS[op], target)
+        return LifecycleCommand(_SLOT_OPS[op], _slot(text, target, context))
     raise UserInputError(f"'{DEVIATE}' action '{text}' is not an action: write {_USAGE}")
 
 
 class DeviatingPolicy:
     """TEACHER everywhere but one epoch, then the deviation's own module finished at the first chance.
 
-    The teacher decides at every epoch, the overruled one included, so its per-episode state (embargoes, a rotation,
-    a random stream) advances exactly as in the teacher's own episode; until the overruled epoch the two episodes
-    are the same bit for bit. Where the action is illegal at that epoch, or is the teacher's own choice, the episode
-    stays the teacher's throughout (`deviated` stays False).
+    The teacher decides from each observation alone, so until the overruled epoch the two episodes are the same bit
+    for bit, and after it the teacher decides as it would in any episode that reached that state. Where the action
+    is illegal at that epoch, or is the teacher's own choice, the episode stays the teacher's throughout (`deviated`
+    stays False).
     """
 
     name = DEVIATE
 
-    def __init__(self, epoch: int, command: LifecycleCommand, teacher: TamiyoPolicy, label: str) -> None:
+    def __init__(self, epoch: int, command: LifecycleCommand, teacher: TamiyoPolicy) -> None:
         self.epoch = epoch
         self.command = command
         self.teacher = teacher
-        self.label = label
         self.deviated = False
         self.finishing: str | None = None  # the slot of the module the deviation germinated, until it is fossilized
 
@@ -82,7 +101,7 @@ class DeviatingPolicy:
             self.deviated = True
             if self.command.op == LifecycleOp.GERMINATE:
                 self.finishing = self.command.slot_id
-            return self._decision(obs, self.command, f"Deviate from {self.teacher.name} at epoch {self.epoch}")
+            return self._decision(obs, self.command, f"{DEVIATION_REASON} {self.teacher.name} at epoch {self.epoch}")
         if self.finishing is not None:
             if self.finishing not in obs.slot_reports:  # culled (by the env's safety rules or the teacher)
                 self.finishing = None
@@ -94,13 +113,20 @@ class DeviatingPolicy:
                                                           "chance")
         return chosen
 
-    def _decision(self, obs: EnvObservation, command: LifecycleCommand, reason: str) -> TamiyoDecision:
-        return TamiyoDecision.from_command(command, space=obs.action_space, reason=reason, confidence=1.0,
-                                           info={"deviated": self.deviated})
+    def state_dict(self) -> dict[str, Any]:
+        """Whether it deviated and the module it is finishing: a run resumed mid-episode finishes that module."""
+        return {"deviated": self.deviated, "finishing": self.finishing}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.deviated, self.finishing = bool(state["deviated"]), state["finishing"]
+
+    @staticmethod
+    def _decision(obs: EnvObservation, command: LifecycleCommand, reason: str) -> TamiyoDecision:
+        return TamiyoDecision.from_command(command, space=obs.action_space, reason=reason, confidence=1.0)
 
 
 @register_controller(DEVIATE, argument="EPOCH:ACTION:TEACHER",
-                     summary="a controller that needs no training, overruled by one action at one epoch")
+                     summary="a grow: rule or static, overruled by one action at one epoch")
 def _deviate(argument: str | None, context: ControllerContext) -> DeviatingPolicy:
     assert argument is not None  # the registry rejects `deviate` without an argument
     parts = argument.split(":", 2)
@@ -116,13 +142,12 @@ def _deviate(argument: str | None, context: ControllerContext) -> DeviatingPolic
         raise UserInputError(f"'{DEVIATE}:{argument}': EPOCH {epoch} is no decision's epoch: controllers decide after "
                              f"each epoch but the last, so give an epoch from 1{bound}")
     command = parse_action(action, context)
-    if teacher_spec.split(":", 1)[0] == DEVIATE:
-        raise UserInputError(f"'{DEVIATE}:{argument}': its teacher is itself a deviation; overrule a controller at "
-                             f"one epoch only")
+    if teacher_spec.split(":", 1)[0] not in _TEACHERS:
+        raise UserInputError(f"'{DEVIATE}:{argument}': its teacher {teacher_spec} is not a grow: rule or static, the "
+                             f"controllers that decide from the observation alone, so the pair would measure more "
+                             f"than one overruled decision; overrule one of those")
     teacher = CONTROLLERS.build(teacher_spec, context)
-    if host_variant(teacher) != (1.0, ()):
-        raise UserInputError(f"'{DEVIATE}:{argument}': {teacher_spec} does not grow the plain host (a fixed or "
-                             f"widened network), so no deviation of it is a growth decision; deviate from a "
-                             f"controller that starts from the plain host")
-    return DeviatingPolicy(epoch, command, teacher, f"{DEVIATE}:{argument}")
-
+    if isinstance(teacher, StaticPolicy) and teacher.host_width != 1.0:
+        raise UserInputError(f"'{DEVIATE}:{argument}': {teacher_spec} is a widened host, and deviations grow the plain "
+                             f"host: overrule static or a grow: rule")
+    return DeviatingPolicy(epoch, command, teacher)

@@ -38,7 +38,8 @@ def _episode(controller: str, episode: int, test: float, gflops: float) -> Episo
 
 
 def _run(result: ComparisonResult, cost: float, specs: dict[str, str] | None = None) -> DeviationRun:
-    return DeviationRun(result, specs or {}, "compute", cost)
+    """The run, each deviation having taken place on every seed but WAIT (the teacher's own choice: on none)."""
+    return DeviationRun(result, specs or {}, "compute", cost, {c: {0, 1, 2} for c in result.controllers if c != WAIT})
 
 
 def _result(controllers: list[str]) -> ComparisonResult:
@@ -59,8 +60,8 @@ def test_each_deviation_is_its_objective_minus_its_teachers_on_the_same_seed_bes
     # λ_c 2 × (100 % − 50 %) more compute than static: 1 pp of objective more than its raw difference costs
     assert late.objective == pytest.approx([1.0 - 1.0, 0.5 - 1.0, 2.0 - 1.0])
     assert late.raw == pytest.approx([1.0, 0.5, 2.0])
-    assert late.counts(0.05) == (1, 1)
-    assert rows[1].objective == [0.0, 0.0, 0.0] and rows[1].counts(0.05) == (0, 0)
+    assert late.counts(0.05) == (1, 1) and late.took_place == 3
+    assert rows[1].objective == [0.0, 0.0, 0.0] and rows[1].counts(0.05) == (0, 0) and rows[1].took_place == 0
     assert per_seed_best(rows) == pytest.approx([0.0, 0.0, 1.0])  # the teacher itself where every deviation loses
 
 
@@ -114,12 +115,18 @@ def test_deviations_of_two_teachers_are_refused() -> None:
 def test_the_table_counts_the_intervals_above_zero_and_gives_the_per_seed_best() -> None:
     table = deviation_markdown(_run(_result(["static", TEACHER, WAIT, LATE]), 2.0))
     low, high = t_interval([0.0, -0.5, 1.0])
-    assert f"| 5 | germinate=norm@mid | 1 / 1 of 3 | +0.17 [{low:+.2f}, {high:+.2f}] |" in table
-    assert "| 1 | wait | 0 / 0 of 3 | +0.00 [+0.00, +0.00] | +0.00 [+0.00, +0.00] |" in table
-    assert "above 0: 0 of 2 (below 0: 0)" in table
+    assert f"| 5 | germinate=norm@mid | 3 of 3 | 1 / 1 of 3 | +0.17 [{low:+.2f}, {high:+.2f}] |" in table
+    assert "| 1 | wait | 0 of 3 | 0 / 0 of 3 | +0.00 [+0.00, +0.00] | +0.00 [+0.00, +0.00] |" in table
+    assert "above 0: 0 of the 1 that took place (below 0: 0)" in table and "incomplete" not in table
     assert "base seed 7" in table and "λ = 2.000 pp per 100 % more training compute" in table
     best_low, best_high = t_interval([0.0, 0.0, 1.0])
     assert f"+0.33 [{best_low:+.2f}, {best_high:+.2f}] pp on the objective" in table
+
+
+def test_an_unfinished_comparison_is_scored_as_far_as_it_ran_and_says_so() -> None:
+    made = _result(["static", TEACHER, LATE])
+    unfinished = ComparisonResult.from_episodes(made.controllers, made.episodes, tie_threshold=0.05, seed=7, planned=5)
+    assert "**incomplete: 3 of 5 paired episodes" in deviation_markdown(_run(unfinished, 1.0))
 
 
 def _write_run(path: Path, config: dict[str, object]) -> None:
@@ -127,6 +134,9 @@ def _write_run(path: Path, config: dict[str, object]) -> None:
     made = _result(["static", TEACHER, LATE])
     result = ComparisonResult.from_episodes(made.controllers, made.episodes, tie_threshold=0.05, seed=7)
     (path / ComparisonResult.FILE).write_text(json.dumps(result.to_dict()), encoding="utf-8")
+    steps = [{"controller": LATE, "episode": 1, "reason": "Deviate from grow at epoch 5"},
+             {"controller": LATE, "episode": 2, "reason": "Grow: grow:norm@late under way"}]
+    (path / "steps.jsonl").write_text("".join(json.dumps(step) + "\n" for step in steps), encoding="utf-8")
     (path / "config.json").write_text(json.dumps({"config": {"controllers": result.controllers,
                                                               "specs": result.controllers, **config}}),
                                       encoding="utf-8")
@@ -138,6 +148,7 @@ def test_a_run_is_read_with_its_charge_and_its_given_or_measured_cost(tmp_path: 
     _write_run(tmp_path / "given", base)
     run = read_deviation_run(tmp_path / "given")
     assert (run.charge, run.cost, run.result.controllers) == ("compute", 1.5, ["static", TEACHER, LATE])
+    assert run.took_place == {LATE: {1}}
     _write_run(tmp_path / "none", {**base, "compute_cost": None, "task": "cifar10", "max_train_samples": 3})
     with pytest.raises(UserInputError, match=r"charged no λ .* rerun the comparison with --compute-cost"):
         read_deviation_run(tmp_path / "none")

@@ -18,7 +18,6 @@ from esper.tamiyo import (
     TamiyoDecision,
     check_decision,
     deviation_spec,
-    host_variant,
 )
 from esper.tamiyo.grow import GROW_BLEND
 from unit.tamiyo.helpers import make_obs, make_report, space_of
@@ -44,7 +43,6 @@ def _decide(policy: Any, *reports: SeedStateReport, epoch: int) -> LifecycleComm
 def test_before_and_after_its_epoch_it_decides_as_its_teacher() -> None:
     policy = _build(deviation_spec(3, "wait", TEACHER))
     teacher = CONTROLLERS.build(TEACHER, ControllerContext(space=space_of("cnn"), slots=ALL))
-    assert host_variant(policy) == (1.0, ())  # it grows the plain host, as its teacher does
     for epoch in (0, 1, 2, 4, 5):
         assert _decide(policy, epoch=epoch) == _decide(teacher, epoch=epoch)
     assert not policy.deviated
@@ -81,7 +79,8 @@ def test_an_illegal_action_or_the_teachers_own_leaves_the_episode_the_teachers()
 
 
 class _Counting:
-    """A teacher that counts the observations it was asked about."""
+    """A teacher that counts the observations it was asked about (a stand-in: the registry builds only teachers that
+    decide from the observation alone)."""
 
     name = "counting"
 
@@ -96,7 +95,7 @@ class _Counting:
 
 def test_the_teacher_decides_at_the_overruled_epoch_too_so_its_state_advances_as_in_its_own_episode() -> None:
     teacher = _Counting()
-    policy = DeviatingPolicy(1, LifecycleCommand(LifecycleOp.GERMINATE, "mid", "norm", GROW_BLEND), teacher, "x")
+    policy = DeviatingPolicy(1, LifecycleCommand(LifecycleOp.GERMINATE, "mid", "norm", GROW_BLEND), teacher)
     for epoch in range(3):
         policy.decide(make_obs(epoch=epoch))
     assert teacher.seen == [0, 1, 2]
@@ -108,17 +107,33 @@ def test_the_teacher_decides_at_the_overruled_epoch_too_so_its_state_advances_as
     ("deviate:25:wait:grow:norm@late", "EPOCH 25 is no decision's epoch: .* from 1 to 24"),
     ("deviate:0:wait:grow:norm@late", "EPOCH 0 is no decision's epoch"),
     ("deviate:3:jump:grow:norm@late", "'jump' is not an action"),
-    ("deviate:3:germinate=norm:grow:norm@late", "'norm' is not BLUEPRINT@SLOT"),
+    ("deviate:3:germinate=norm:grow:norm@late", r"germinate one module, germinate=BLUEPRINT@SLOT\[/BLEND\]"),
+    ("deviate:3:germinate=norm@mid,norm@early:grow:norm@late", "germinate one module"),
+    ("deviate:3:germinate=norm@mid/:grow:norm@late", "germinate one module"),
+    ("deviate:3:germinate=nothing@mid:grow:norm@late", "unknown blueprint 'nothing' for topology 'cnn'"),
     ("deviate:3:germinate=norm@mid/spiral:grow:norm@late", "unknown blend 'spiral'"),
     ("deviate:3:cull=top:grow:norm@late", "slot 'top' is not enabled"),
-    ("deviate:3:wait:fixed:norm@late", "does not grow the plain host"),
-    ("deviate:3:wait:static:2", "does not grow the plain host"),
-    ("deviate:3:wait:deviate:2:wait:grow:norm@late", "its teacher is itself a deviation"),
+    ("deviate:3:wait:fixed:norm@late", "is not a grow: rule or static"),
+    ("deviate:3:wait:heuristic", "is not a grow: rule or static, the controllers that decide from the observation"),
+    ("deviate:3:wait:random", "is not a grow: rule or static"),
+    ("deviate:3:wait:behavior:baseline", "is not a grow: rule or static"),
+    ("deviate:3:wait:static:2", "is a widened host"),
+    ("deviate:3:wait:deviate:2:wait:grow:norm@late", "is not a grow: rule or static"),
     ("deviate:3:wait:grow:nothing@late", "unknown blueprint 'nothing'"),
 ])
 def test_a_bad_spec_is_refused_naming_the_fix(spec: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         _build(spec)
+
+
+def test_its_state_carries_the_module_it_is_finishing_over_a_resume() -> None:
+    policy = _build(deviation_spec(2, "germinate=attention@mid", TEACHER))
+    _decide(policy, epoch=2)
+    resumed = _build(deviation_spec(2, "germinate=attention@mid", TEACHER))
+    resumed.load_state_dict(policy.state_dict())
+    ready = make_report("mid", SeedStage.PROBATIONARY, blueprint_id="attention", counterfactual=2.0)
+    assert _decide(resumed, ready, epoch=8) == LifecycleCommand(LifecycleOp.FOSSILIZE, "mid")
+    assert resumed.deviated
 
 
 def test_a_deviation_of_the_static_host_is_a_growth_rule() -> None:
