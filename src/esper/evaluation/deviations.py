@@ -8,7 +8,8 @@ decisions together, and one trained by overruling the teacher one sampled decisi
 
 The table also gives the per-seed best: on each seed, the best of the teacher and every deviation. It bounds what a
 policy choosing among these deviations could gain on each seed, and noise inflates it (the largest of many noisy
-differences is above 0 even where no deviation is better on average).
+differences is above 0 even where no deviation is better on average), so it stands beside its noise floor: the same
+bound with every deviation moved to the teacher's mean.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from esper.storage.rundir import read_jsonl
 from esper.tamiyo import DEVIATE
 from esper.tamiyo.deviate import DEVIATION_REASON
 
-__all__ = ["DeviationRow", "DeviationRun", "deviation_markdown", "deviation_rows", "per_seed_best",
+__all__ = ["DeviationRow", "DeviationRun", "deviation_markdown", "deviation_rows", "noise_floor", "per_seed_best",
            "read_deviation_run"]
 
 
@@ -143,6 +144,13 @@ def per_seed_best(rows: Sequence[DeviationRow]) -> list[float]:
     return [max(0.0, *column) for column in zip(*(r.objective for r in rows), strict=True)]
 
 
+def noise_floor(rows: Sequence[DeviationRow]) -> list[float]:
+    """The per-seed best with every deviation moved to the teacher's mean (each Δ less its deviation's mean): what
+    noise alone puts into `per_seed_best`. A per-seed best at or below it is no evidence of room."""
+    centred = [[d - statistics.fmean(r.objective) for d in r.objective] for r in rows]
+    return [max(0.0, *column) for column in zip(*centred, strict=True)]
+
+
 def _interval(values: Sequence[float]) -> str:
     if len(values) < 2:
         return f"{statistics.fmean(values):+.2f}"
@@ -178,5 +186,6 @@ def deviation_markdown(run: DeviationRun) -> str:
               f"{below}); with no deviation better on average, about {0.025 * len(measured):.1f} would be above 0 by "
               f"chance.",
               f"Per-seed best of the teacher and its deviations, over the teacher: {_interval(per_seed_best(rows))} "
-              f"pp on the objective (an upper bound on choosing among these deviations per seed, inflated by noise)."]
+              f"pp on the objective (an upper bound on choosing among these deviations per seed, inflated by noise); "
+              f"noise alone, every deviation moved to the teacher's mean, gives {_interval(noise_floor(rows))}."]
     return "\n".join(lines) + "\n"

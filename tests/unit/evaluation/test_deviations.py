@@ -13,6 +13,7 @@ from esper.evaluation.deviations import (
     DeviationRun,
     deviation_markdown,
     deviation_rows,
+    noise_floor,
     per_seed_best,
     read_deviation_run,
 )
@@ -63,6 +64,8 @@ def test_each_deviation_is_its_objective_minus_its_teachers_on_the_same_seed_bes
     assert late.counts(0.05) == (1, 1) and late.took_place == 3
     assert rows[1].objective == [0.0, 0.0, 0.0] and rows[1].counts(0.05) == (0, 0) and rows[1].took_place == 0
     assert per_seed_best(rows) == pytest.approx([0.0, 0.0, 1.0])  # the teacher itself where every deviation loses
+    # LATE's mean (1/6) taken out of each of its seeds: what the bound would be if it were the teacher on average
+    assert noise_floor(rows) == pytest.approx([0.0, 0.0, 1.0 - 1.0 / 6.0])
 
 
 def test_the_static_host_may_be_the_teacher() -> None:
@@ -121,6 +124,9 @@ def test_the_table_counts_the_intervals_above_zero_and_gives_the_per_seed_best()
     assert "base seed 7" in table and "λ = 2.000 pp per 100 % more training compute" in table
     best_low, best_high = t_interval([0.0, 0.0, 1.0])
     assert f"+0.33 [{best_low:+.2f}, {best_high:+.2f}] pp on the objective" in table
+    floor_low, floor_high = t_interval([0.0, 0.0, 5.0 / 6.0])
+    floor = f"+0.28 [{floor_low:+.2f}, {floor_high:+.2f}]"
+    assert f"noise alone, every deviation moved to the teacher's mean, gives {floor}" in table
 
 
 def test_an_unfinished_comparison_is_scored_as_far_as_it_ran_and_says_so() -> None:
