@@ -161,7 +161,8 @@ def _interval(values: Sequence[float]) -> str:
 def deviation_markdown(run: DeviationRun) -> str:
     """One table, best deviation first: the epoch it overrules, the action it takes, its objective Δ against the
     teacher (seeds better / worse, mean with its 95 % t-interval over the seeds) and its raw test accuracy Δ; then
-    how many intervals lie above 0 against how many would by chance, and the per-seed best."""
+    how many intervals lie above 0 against how many would by chance, the per-seed best, and (among several) that the
+    best one still needs fresh seeds."""
     teacher, rows = deviation_rows(run)
     tie = run.result.tie_threshold
     what = "training compute" if run.charge == "compute" else "parameters"
@@ -188,4 +189,8 @@ def deviation_markdown(run: DeviationRun) -> str:
               f"Per-seed best of the teacher and its deviations, over the teacher: {_interval(per_seed_best(rows))} "
               f"pp on the objective (an upper bound on choosing among these deviations per seed, inflated by noise); "
               f"noise alone, every deviation moved to the teacher's mean, gives {_interval(noise_floor(rows))}."]
+    if len(measured) > 1:
+        lines.append(f"The best of {len(measured)} deviations is picked on these seeds, so its own interval is "
+                     f"optimistic: measure it alone beside the teacher on fresh seeds (another `--seed`) before "
+                     f"acting on it.")
     return "\n".join(lines) + "\n"

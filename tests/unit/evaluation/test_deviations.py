@@ -121,12 +121,18 @@ def test_the_table_counts_the_intervals_above_zero_and_gives_the_per_seed_best()
     assert f"| 5 | germinate=norm@mid | 3 of 3 | 1 / 1 of 3 | +0.17 [{low:+.2f}, {high:+.2f}] |" in table
     assert "| 1 | wait | 0 of 3 | 0 / 0 of 3 | +0.00 [+0.00, +0.00] | +0.00 [+0.00, +0.00] |" in table
     assert "above 0: 0 of the 1 that took place (below 0: 0)" in table and "incomplete" not in table
+    assert "fresh seeds" not in table  # one deviation measured: nothing was picked among several
     assert "base seed 7" in table and "λ = 2.000 pp per 100 % more training compute" in table
     best_low, best_high = t_interval([0.0, 0.0, 1.0])
     assert f"+0.33 [{best_low:+.2f}, {best_high:+.2f}] pp on the objective" in table
     floor_low, floor_high = t_interval([0.0, 0.0, 5.0 / 6.0])
     floor = f"+0.28 [{floor_low:+.2f}, {floor_high:+.2f}]"
     assert f"noise alone, every deviation moved to the teacher's mean, gives {floor}" in table
+
+
+def test_the_best_of_several_deviations_is_sent_to_fresh_seeds() -> None:
+    both = DeviationRun(_result(["static", TEACHER, WAIT, LATE]), {}, "compute", 2.0, {LATE: {0, 1, 2}, WAIT: {0}})
+    assert "The best of 2 deviations is picked on these seeds" in deviation_markdown(both)
 
 
 def test_an_unfinished_comparison_is_scored_as_far_as_it_ran_and_says_so() -> None:
