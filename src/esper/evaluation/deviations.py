@@ -141,14 +141,18 @@ def deviation_rows(run: DeviationRun) -> tuple[str, list[DeviationRow]]:
 def per_seed_best(rows: Sequence[DeviationRow]) -> list[float]:
     """Per paired seed, the best objective difference over the teacher among the teacher itself (0) and every
     deviation: what choosing the best deviation on each seed, knowing its outcome, would add."""
-    return [max(0.0, *column) for column in zip(*(r.objective for r in rows), strict=True)]
+    return _best_per_seed([r.objective for r in rows])
+
+
+def _best_per_seed(deltas: Sequence[Sequence[float]]) -> list[float]:
+    """Per seed, the largest of 0 (the teacher) and each deviation's Δ on that seed."""
+    return [max(0.0, *column) for column in zip(*deltas, strict=True)]
 
 
 def noise_floor(rows: Sequence[DeviationRow]) -> list[float]:
     """The per-seed best with every deviation moved to the teacher's mean (each Δ less its deviation's mean): what
     noise alone puts into `per_seed_best`. A per-seed best at or below it is no evidence of room."""
-    centred = [[d - statistics.fmean(r.objective) for d in r.objective] for r in rows]
-    return [max(0.0, *column) for column in zip(*centred, strict=True)]
+    return _best_per_seed([[d - statistics.fmean(r.objective) for d in r.objective] for r in rows])
 
 
 def _interval(values: Sequence[float]) -> str:
